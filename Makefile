@@ -1,0 +1,88 @@
+# train_sdc build. `make` builds the CPU trainer and tests (and the CUDA targets when nvcc is present
+# and the CUDA sources exist); `make test` runs every test. Autodetects mpicc (MPI data parallelism)
+# and OpenMP, and says what it found.
+#   make NATIVE=0      portable build without -march=native
+#   make NO_MPI=1      single-process build even where mpicc exists
+CC_PLAIN ?= cc
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+SHARED_DATA ?= $(abspath ../shared/data)
+
+CFLAGS := -O3 -std=gnu11 -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -Wno-stringop-truncation -Wno-format-truncation
+ifneq ($(NATIVE),0)
+  CFLAGS += -march=native
+endif
+LDLIBS := -lm
+
+# OpenMP
+OMP_OK := $(shell echo 'int main(){return 0;}' | $(CC_PLAIN) -fopenmp -x c - -o /dev/null 2>/dev/null && echo yes)
+ifeq ($(OMP_OK),yes)
+  CFLAGS += -fopenmp
+  $(info [make] OpenMP: yes)
+else
+  $(info [make] OpenMP: not found, building single-threaded)
+endif
+
+# MPI
+MPICC := $(shell command -v mpicc 2>/dev/null)
+ifeq ($(NO_MPI),1)
+  MPICC :=
+endif
+ifneq ($(MPICC),)
+  TRAIN_CC := $(MPICC)
+  TRAIN_FLAGS := -DUSE_MPI
+  $(info [make] MPI: yes ($(MPICC)), train_sdc runs data-parallel under mpirun)
+else
+  TRAIN_CC := $(CC_PLAIN)
+  TRAIN_FLAGS :=
+  $(info [make] MPI: no mpicc, train_sdc is built single-process (apt-get install openmpi-bin libopenmpi-dev))
+endif
+
+# CUDA (the GPU trainer arrives with train_sdc.cu)
+NVCC := $(shell command -v nvcc 2>/dev/null)
+CUDA_SRC := $(wildcard train_sdc.cu)
+CUDA_TARGETS :=
+ifneq ($(NVCC),)
+  ifneq ($(CUDA_SRC),)
+    CUDA_TARGETS := train_sdc_cu test_sdc_cu
+  else
+    $(info [make] CUDA: nvcc found, no CUDA sources yet)
+  endif
+else
+  $(info [make] CUDA: no nvcc, skipping GPU targets)
+endif
+
+HEADERS := $(wildcard llmc/*.h)
+
+.PHONY: all test venv refckpts clean
+all: train_sdc test_sdc $(CUDA_TARGETS)
+
+train_sdc: train_sdc.c $(HEADERS)
+	$(TRAIN_CC) $(CFLAGS) $(TRAIN_FLAGS) -o $@ $< $(LDLIBS)
+
+test_sdc: test_sdc.c train_sdc.c $(HEADERS)
+	$(CC_PLAIN) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+# local Python environment for data preparation, the weight importer and the Python tests
+venv: $(VENV)/.stamp
+$(VENV)/.stamp: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -r requirements.txt
+	touch $@
+
+# reference checkpoints: the committed HF weights through the user's import path
+REF_PRESETS := tiny-llama tiny-qwen3 tiny-nanochat
+REF_CKPTS := $(addprefix build/ref/,$(addsuffix .ckpt,$(REF_PRESETS)))
+refckpts: $(REF_CKPTS)
+build/ref/%.ckpt: dev/reference/states/%/model.safetensors dev/reference/hf_to_ckpt.py dev/tsdc_io.py $(VENV)/.stamp
+	@mkdir -p build/ref
+	$(VPY) dev/reference/hf_to_ckpt.py dev/reference/states/$* $@ --preset $*
+
+test: all venv refckpts
+	OMP_NUM_THREADS=2 ./test_sdc -states dev/reference/states -ckpts build/ref
+	TSDC_DATA_DIR=$(SHARED_DATA) OMP_NUM_THREADS=2 $(VPY) -m pytest -q tests
+
+clean:
+	rm -rf train_sdc test_sdc train_sdc_cu test_sdc_cu build

@@ -1,0 +1,171 @@
+/* args.h: the command-line flags of both trainers, parsed and documented in one place.
+ * The usage text below is the reference; README.md repeats it with the same words.
+ * An unknown flag, a missing value or a malformed number prints the usage and exits 1. */
+#ifndef TSDC_ARGS_H
+#define TSDC_ARGS_H
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "config.h"
+
+typedef struct {
+    /* model */
+    char preset[64];
+    int vocab, seq;            /* overrides, 0 = preset's */
+    /* data */
+    char train[1024], val[1024], tokenizer[1024];
+    int B, accum;
+    /* optimisation */
+    int steps, warmup;
+    double lr, final_lr_frac, beta1, beta2, adam_eps, weight_decay, grad_clip;
+    int precision;             /* 0 fp32, 1 bf16 */
+    unsigned long long seed;
+    /* evaluation, sampling */
+    int eval_every, eval_tokens, sample_every, sample_len;
+    double temperature;
+    char pred_out[1024];
+    /* checkpoints, logs */
+    char out[1024], resume[1024], init[1024];
+    int ckpt_every, stop_at;
+    int threads;
+    int quiet;
+} Args;
+
+static const char* USAGE =
+"usage: train_sdc [flags]            (mpirun -np R ./train_sdc ... for data parallelism)\n"
+"model\n"
+"  -preset NAME       model preset (default tiny-llama): llama3.2-1b qwen3-0.6b smollm2-135m nanochat-d12\n"
+"                     tiny-llama tiny-qwen3 tiny-nanochat\n"
+"  -vocab N           override the vocabulary size (default: the preset's)\n"
+"  -seq T             override the sequence length T (default: the preset's)\n"
+"data\n"
+"  -train FILE        training token shard (required unless -steps 0)\n"
+"  -val FILE          validation token shard (evaluation, predictions)\n"
+"  -tokenizer FILE    decode table for sampling (default: tokenizer.bin beside -train)\n"
+"  -B N               sequences per microbatch (default 8)\n"
+"  -accum A           microbatches per step per rank, gradient accumulation (default 1)\n"
+"optimisation (AdamW, DESIGN.md section 4)\n"
+"  -steps N           total optimizer steps of the schedule (default 1000)\n"
+"  -lr X              peak learning rate (default 5e-5)\n"
+"  -warmup N          linear warmup steps (default 100)\n"
+"  -final_lr_frac X   cosine floor as a fraction of -lr (default 0.1)\n"
+"  -beta1 X -beta2 X  AdamW betas (default 0.9 0.95)\n"
+"  -adam_eps X        AdamW epsilon (default 1e-8)\n"
+"  -wd X              weight decay on matrices and embeddings (default 0.1)\n"
+"  -clip X            global gradient-norm clipping, 0 = off (default 1.0)\n"
+"  -precision P       fp32 (exact reference) or bf16 (emulated AMP) (default fp32)\n"
+"  -seed N            initialisation and sampling seed (default 8)\n"
+"evaluation and sampling\n"
+"  -eval_every N      evaluate on -val every N steps and at the end, 0 = only at the end (default 100)\n"
+"  -eval_tokens N     positions of the fixed held-out set, from the start of -val (default 16384)\n"
+"  -pred_out FILE     write the argmax predictions over the held-out set at the final evaluation\n"
+"  -sample_every N    print a sample every N steps and at the end, 0 = off (default 0)\n"
+"  -sample_len N      tokens a sample (default 64)\n"
+"  -temp X            sampling temperature, 0 = argmax (default 1.0)\n"
+"checkpoints and logs\n"
+"  -out DIR           output directory: log.jsonl, step_NNNNNN.ckpt (default out)\n"
+"  -ckpt_every N      write a checkpoint every N steps, 0 = only at the end (default 0)\n"
+"  -resume FILE       resume exactly from a checkpoint (weights, AdamW state, step, data position, RNG)\n"
+"  -init FILE         start from a checkpoint's weights only (e.g. imported with dev/reference/hf_to_ckpt.py)\n"
+"  -stop_at S         stop after step S (the schedule still spans -steps), writing a checkpoint\n"
+"  -threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n"
+"  -quiet             no per-step lines on stdout (the log still has them)\n"
+"  -h                 this text\n";
+
+static void usage_fail(const char* fmt, const char* a) {
+    fprintf(stderr, "error: ");
+    fprintf(stderr, fmt, a);
+    fprintf(stderr, "\n%s", USAGE);
+    tsdc_abort(1);
+}
+
+static long long parse_int(const char* flag, const char* v, long long lo, long long hi) {
+    char* end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || *end || end == v) usage_fail("flag %s: not an integer", flag);
+    if (x < lo || x > hi) {
+        fprintf(stderr, "error: flag %s: %lld out of range [%lld, %lld]\n%s", flag, x, lo, hi, USAGE);
+        tsdc_abort(1);
+    }
+    return x;
+}
+static double parse_double(const char* flag, const char* v, double lo, double hi) {
+    char* end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || *end || end == v || x != x) usage_fail("flag %s: not a number", flag);
+    if (x < lo || x > hi) {
+        fprintf(stderr, "error: flag %s: %g out of range [%g, %g]\n%s", flag, x, lo, hi, USAGE);
+        tsdc_abort(1);
+    }
+    return x;
+}
+
+static void args_defaults(Args* a) {
+    memset(a, 0, sizeof(*a));
+    snprintf(a->preset, sizeof(a->preset), "tiny-llama");
+    a->B = 8; a->accum = 1;
+    a->steps = 1000; a->warmup = 100;
+    a->lr = 5e-5; a->final_lr_frac = 0.1; a->beta1 = 0.9; a->beta2 = 0.95; a->adam_eps = 1e-8;
+    a->weight_decay = 0.1; a->grad_clip = 1.0;
+    a->seed = 8;
+    a->eval_every = 100; a->eval_tokens = 16384; a->sample_len = 64; a->temperature = 1.0;
+    snprintf(a->out, sizeof(a->out), "out");
+}
+
+#define STRFLAG(name, field) if (!strcmp(f, name)) { snprintf(a->field, sizeof(a->field), "%s", v); continue; }
+#define INTFLAG(name, field, lo, hi) if (!strcmp(f, name)) { a->field = (int)parse_int(f, v, lo, hi); continue; }
+#define DBLFLAG(name, field, lo, hi) if (!strcmp(f, name)) { a->field = parse_double(f, v, lo, hi); continue; }
+
+static void args_parse(Args* a, int argc, char** argv) {
+    args_defaults(a);
+    for (int i = 1; i < argc; i++) {
+        const char* f = argv[i];
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { printf("%s", USAGE); exit(0); }
+        if (!strcmp(f, "-quiet")) { a->quiet = 1; continue; }
+        if (f[0] != '-') usage_fail("unexpected argument '%s'", f);
+        if (i + 1 >= argc) usage_fail("flag %s needs a value", f);
+        const char* v = argv[++i];
+        STRFLAG("-preset", preset) STRFLAG("-train", train) STRFLAG("-val", val) STRFLAG("-tokenizer", tokenizer)
+        STRFLAG("-pred_out", pred_out) STRFLAG("-out", out) STRFLAG("-resume", resume) STRFLAG("-init", init)
+        INTFLAG("-vocab", vocab, 2, 1 << 30) INTFLAG("-seq", seq, 1, 1 << 20)
+        INTFLAG("-B", B, 1, 1 << 20) INTFLAG("-accum", accum, 1, 1 << 20)
+        INTFLAG("-steps", steps, 0, 1 << 30) INTFLAG("-warmup", warmup, 0, 1 << 30)
+        DBLFLAG("-lr", lr, 0, 10) DBLFLAG("-final_lr_frac", final_lr_frac, 0, 1)
+        DBLFLAG("-beta1", beta1, 0, 0.999999) DBLFLAG("-beta2", beta2, 0, 0.999999999)
+        DBLFLAG("-adam_eps", adam_eps, 0, 1) DBLFLAG("-wd", weight_decay, 0, 10) DBLFLAG("-clip", grad_clip, 0, 1e30)
+        if (!strcmp(f, "-precision")) {
+            if (!strcmp(v, "fp32")) a->precision = 0;
+            else if (!strcmp(v, "bf16")) a->precision = 1;
+            else usage_fail("flag -precision: '%s' is not fp32 or bf16", v);
+            continue;
+        }
+        if (!strcmp(f, "-seed")) { a->seed = (unsigned long long)parse_int(f, v, 0, (long long)1 << 62); continue; }
+        INTFLAG("-eval_every", eval_every, 0, 1 << 30) INTFLAG("-eval_tokens", eval_tokens, 1, 1 << 30)
+        INTFLAG("-sample_every", sample_every, 0, 1 << 30) INTFLAG("-sample_len", sample_len, 1, 1 << 20)
+        DBLFLAG("-temp", temperature, 0, 100)
+        INTFLAG("-ckpt_every", ckpt_every, 0, 1 << 30) INTFLAG("-stop_at", stop_at, 1, 1 << 30)
+        INTFLAG("-threads", threads, 1, 4096)
+        usage_fail("unknown flag %s", f);
+    }
+    if (a->resume[0] && a->init[0]) usage_fail("%s", "-resume and -init exclude each other");
+}
+
+/* the model config the flags ask for: preset plus overrides */
+static void args_config(const Args* a, Config* c) {
+    const Config* p = preset_find(a->preset);
+    if (!p) {
+        fprintf(stderr, "error: flag -preset: unknown preset '%s'; known:", a->preset);
+        for (int i = 0; i < N_PRESETS; i++) fprintf(stderr, " %s", PRESETS[i].name);
+        fprintf(stderr, "\n");
+        tsdc_abort(1);
+    }
+    *c = *p;
+    if (a->vocab) c->vocab_size = a->vocab;
+    if (a->seq) c->seq_len = a->seq;
+    config_validate(c, "flags");
+}
+
+#endif

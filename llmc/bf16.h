@@ -1,0 +1,35 @@
+/* bf16.h: bfloat16 conversion shared by the CPU trainer (emulated AMP) and the CUDA kernels.
+ * bf16 = the top 16 bits of an fp32. Rounding is round-to-nearest-even on the dropped 16 bits,
+ * NaN kept quiet (as __float2bfloat16_rn does). -precision bf16 on the CPU rounds every tensor
+ * the GPU stores in bf16 through bf16_round(), so faults and exponent scaling behave alike. */
+#ifndef TSDC_BF16_H
+#define TSDC_BF16_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define TSDC_HD __host__ __device__
+#else
+#define TSDC_HD
+#endif
+
+static inline TSDC_HD uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline TSDC_HD float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline TSDC_HD uint16_t f32_to_bf16_bits(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+    uint32_t lsb = (u >> 16) & 1u;
+    u += 0x7fffu + lsb;
+    return (uint16_t)(u >> 16);
+}
+static inline TSDC_HD float bf16_bits_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+static inline TSDC_HD float bf16_round(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
+
+static inline void bf16_round_array(float* x, long long n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (long long i = 0; i < n; i++) x[i] = bf16_round(x[i]);
+}
+
+#endif

@@ -1,0 +1,360 @@
+/* cpu_kernels.h: the math of every op of the model family on the CPU, forward and backward side by
+ * side with the same argument order. This is the reference the CUDA kernels are tested against.
+ *
+ * Layouts: N = B*T tokens; activations [N, C] row-major; weights [out, in] row-major (HF), so a
+ * linear layer is y = x W^T. Attention tensors: q [N, H*hd], k/v [N, KV*hd] (heads interleaved per
+ * token, as the projections write them); logits/probs [B, H, T, T] with the masked upper triangle 0.
+ *
+ * Determinism: every output element is summed by one thread in a fixed order (k increasing in the
+ * GEMM; tokens in order in the reductions), so results are bitwise identical run after run and do
+ * not depend on the number of OpenMP threads. No OpenMP floating-point reductions are used (their
+ * combine order is unspecified); reductions go through fixed-size chunks summed serially. */
+#ifndef TSDC_CPU_KERNELS_H
+#define TSDC_CPU_KERNELS_H
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+#include "rope.h"
+
+#ifndef MIN
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#endif
+
+/* ------------------------------------------------------------------------------------------ GEMM
+ * C[M,N] (+)= A[M,K] B[K,N], A element (m,k) at A[m*sam + k*sak] (so A may be read transposed),
+ * B row-major [K,N]. Blocked 4 rows x 64 columns a task; the inner j loop vectorises. */
+#define GEMM_MB 4
+#define GEMM_NB 64
+static void gemm_nn(float* C, const float* A, long sam, long sak, const float* B, int M, int K, int N, int accumulate) {
+    int nmb = (M + GEMM_MB - 1) / GEMM_MB, nnb = (N + GEMM_NB - 1) / GEMM_NB;
+#pragma omp parallel for schedule(static)
+    for (long blk = 0; blk < (long)nmb * nnb; blk++) {
+        int m0 = (int)(blk / nnb) * GEMM_MB, n0 = (int)(blk % nnb) * GEMM_NB;
+        int mr = MIN(GEMM_MB, M - m0), nr = MIN(GEMM_NB, N - n0);
+        if (mr == GEMM_MB && nr == GEMM_NB) {
+            float acc[GEMM_MB][GEMM_NB];
+            for (int r = 0; r < GEMM_MB; r++)
+                for (int j = 0; j < GEMM_NB; j++) acc[r][j] = accumulate ? C[(size_t)(m0 + r) * N + n0 + j] : 0.0f;
+            const float* a0 = A + (size_t)(m0 + 0) * sam;
+            const float* a1 = A + (size_t)(m0 + 1) * sam;
+            const float* a2 = A + (size_t)(m0 + 2) * sam;
+            const float* a3 = A + (size_t)(m0 + 3) * sam;
+            for (int k = 0; k < K; k++) {
+                const float* b = B + (size_t)k * N + n0;
+                float x0 = a0[k * sak], x1 = a1[k * sak], x2 = a2[k * sak], x3 = a3[k * sak];
+                for (int j = 0; j < GEMM_NB; j++) {
+                    float bj = b[j];
+                    acc[0][j] += x0 * bj; acc[1][j] += x1 * bj; acc[2][j] += x2 * bj; acc[3][j] += x3 * bj;
+                }
+            }
+            for (int r = 0; r < GEMM_MB; r++)
+                for (int j = 0; j < GEMM_NB; j++) C[(size_t)(m0 + r) * N + n0 + j] = acc[r][j];
+        } else {
+            for (int r = 0; r < mr; r++)
+                for (int j = 0; j < nr; j++) {
+                    float acc = accumulate ? C[(size_t)(m0 + r) * N + n0 + j] : 0.0f;
+                    const float* a = A + (size_t)(m0 + r) * sam;
+                    for (int k = 0; k < K; k++) acc += a[k * sak] * B[(size_t)k * N + n0 + j];
+                    C[(size_t)(m0 + r) * N + n0 + j] = acc;
+                }
+        }
+    }
+}
+
+/* out[rows, cols] -> outT[cols, rows] */
+static void transpose(float* outT, const float* in, int rows, int cols) {
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < cols; c++)
+        for (int r = 0; r < rows; r++) outT[(size_t)c * rows + r] = in[(size_t)r * cols + c];
+}
+
+/* linear: out[N,O] = inp[N,I] W^T with wT = W^T [I,O] (the trainer keeps transposed weight copies) */
+static void matmul_forward(float* out, const float* inp, const float* wT, int N, int I, int O) {
+    gemm_nn(out, inp, I, 1, wT, N, I, O, 0);
+}
+/* dinp[N,I] (+)= dout[N,O] W[O,I];  dW[O,I] += dout^T inp */
+static void matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, const float* W,
+                            int N, int I, int O, int accumulate_dinp) {
+    if (dinp) gemm_nn(dinp, dout, O, 1, W, N, O, I, accumulate_dinp);
+    gemm_nn(dW, dout, 1, O, inp, O, N, I, 1);
+}
+
+/* --------------------------------------------------------------------------- deterministic sums */
+#define SUM_CHUNK 4096
+/* sum of squares of x[0..n) in double; chunk partials summed in order (thread-count independent) */
+static double sumsq_det(const float* x, size_t n) {
+    size_t nc = (n + SUM_CHUNK - 1) / SUM_CHUNK;
+    double* part = (double*)mallocCheck(sizeof(double) * (nc ? nc : 1));
+#pragma omp parallel for schedule(static)
+    for (long long c = 0; c < (long long)nc; c++) {
+        size_t lo = (size_t)c * SUM_CHUNK, hi = MIN(n, lo + SUM_CHUNK);
+        double s = 0;
+        for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
+        part[c] = s;
+    }
+    double s = 0;
+    for (size_t c = 0; c < nc; c++) s += part[c];
+    free(part);
+    return s;
+}
+
+/* -------------------------------------------------------------------------------------- RMSNorm
+ * out = x * rstd (* w),  rstd = 1/sqrt(ms + eps),  ms = mean(x^2) over the last dim C (per row).
+ * ms is kept per row (the Residual Gain Guard reuses it). w == NULL: parameter-free. */
+static void rmsnorm_forward(float* out, float* ms, const float* x, const float* w, int rows, int C, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float* xr = x + (size_t)r * C;
+        float* o = out + (size_t)r * C;
+        float s = 0.0f;
+        for (int i = 0; i < C; i++) s += xr[i] * xr[i];
+        float m = s / C;
+        float rstd = 1.0f / sqrtf(m + eps);
+        ms[r] = m;
+        if (w) for (int i = 0; i < C; i++) o[i] = w[i] * (xr[i] * rstd);
+        else for (int i = 0; i < C; i++) o[i] = xr[i] * rstd;
+    }
+}
+/* dx (+)= d/dx;  dw += sum_rows dout * x * rstd (dw may be NULL when w is NULL).
+ * dw is reduced over rows serially per column block so the order is fixed. */
+static void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* ms,
+                             int rows, int C, float eps, int accumulate_dx) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float* xr = x + (size_t)r * C;
+        const float* g = dout + (size_t)r * C;
+        float* d = dx + (size_t)r * C;
+        float rstd = 1.0f / sqrtf(ms[r] + eps);
+        float dot = 0.0f; /* sum_j (w_j g_j) x_j */
+        for (int i = 0; i < C; i++) dot += (w ? w[i] * g[i] : g[i]) * xr[i];
+        float coef = dot / C * rstd * rstd * rstd;
+        for (int i = 0; i < C; i++) {
+            float v = (w ? w[i] * g[i] : g[i]) * rstd - xr[i] * coef;
+            d[i] = accumulate_dx ? d[i] + v : v;
+        }
+    }
+    if (dw) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < C; i++) {
+            float s = 0.0f;
+            for (int r = 0; r < rows; r++) s += dout[(size_t)r * C + i] * (x[(size_t)r * C + i] * (1.0f / sqrtf(ms[r] + eps)));
+            dw[i] += s;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- RoPE
+ * x [N, nh*hd] with N = B*T, token n at position n % T. In place allowed (out == x). */
+static void rope_forward(float* out, const float* x, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style) {
+    int half = hd / 2;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < B * T; n++) {
+        int t = n % T;
+        for (int h = 0; h < nh; h++) {
+            const float* xi = x + ((size_t)n * nh + h) * hd;
+            float* o = out + ((size_t)n * nh + h) * hd;
+            for (int i = 0; i < half; i++) {
+                float y1, y2;
+                rope_rotate_pair(style, xi[i], xi[i + half], cos_t[t * half + i], sin_t[t * half + i], &y1, &y2);
+                o[i] = y1; o[i + half] = y2;
+            }
+        }
+    }
+}
+/* the rotation is orthogonal: the gradient is rotated back (sin -> -sin) */
+static void rope_backward(float* dx, const float* dout, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style) {
+    int half = hd / 2;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < B * T; n++) {
+        int t = n % T;
+        for (int h = 0; h < nh; h++) {
+            const float* g = dout + ((size_t)n * nh + h) * hd;
+            float* d = dx + ((size_t)n * nh + h) * hd;
+            for (int i = 0; i < half; i++) {
+                float y1, y2;
+                rope_rotate_pair(style, g[i], g[i + half], cos_t[t * half + i], -sin_t[t * half + i], &y1, &y2);
+                d[i] = y1; d[i + half] = y2;
+            }
+        }
+    }
+}
+
+/* ----------------------------------------------------------------------------------- attention
+ * Causal GQA attention, materialised: kv head j serves query heads j*g .. j*g+g-1, g = H/KV.
+ *   logits[b,h,t,s] = scale * q[b,t,h] . k[b,s,h/g]   (s <= t; 0 above the diagonal)
+ *   probs = softmax_s(logits),  out[b,t,h] = sum_s probs[b,h,t,s] v[b,s,h/g] */
+static void attention_forward(float* out, float* logits, float* probs, const float* q, const float* k, const float* v,
+                              int B, int T, int H, int KV, int hd) {
+    int g = H / KV;
+    float scale = 1.0f / sqrtf((float)hd);
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int kh = h / g;
+            for (int t = 0; t < T; t++) {
+                const float* qt = q + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                float* lrow = logits + (((size_t)b * H + h) * T + t) * T;
+                float* prow = probs + (((size_t)b * H + h) * T + t) * T;
+                float mx = -INFINITY;
+                for (int s = 0; s <= t; s++) {
+                    const float* kk = k + ((size_t)b * T + s) * ks + (size_t)kh * hd;
+                    float dot = 0.0f;
+                    for (int i = 0; i < hd; i++) dot += qt[i] * kk[i];
+                    lrow[s] = dot * scale;
+                    if (lrow[s] > mx) mx = lrow[s];
+                }
+                float sum = 0.0f;
+                for (int s = 0; s <= t; s++) { prow[s] = expf(lrow[s] - mx); sum += prow[s]; }
+                float inv = 1.0f / sum;
+                for (int s = 0; s <= t; s++) prow[s] *= inv;
+                for (int s = t + 1; s < T; s++) { lrow[s] = 0.0f; prow[s] = 0.0f; }
+                float* o = out + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                for (int i = 0; i < hd; i++) o[i] = 0.0f;
+                for (int s = 0; s <= t; s++) {
+                    const float* vv = v + ((size_t)b * T + s) * ks + (size_t)kh * hd;
+                    float p = prow[s];
+                    for (int i = 0; i < hd; i++) o[i] += p * vv[i];
+                }
+            }
+        }
+}
+/* dq, dk, dv overwritten. scratch: T floats per thread-task (dprobs row), allocated inside. */
+static void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs,
+                               const float* q, const float* k, const float* v, int B, int T, int H, int KV, int hd) {
+    int g = H / KV;
+    float scale = 1.0f / sqrtf((float)hd);
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+    /* one task per (b, kv head): it owns dk/dv of that head and dq of its g query heads */
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int kh = 0; kh < KV; kh++) {
+            float* drow = (float*)mallocCheck(sizeof(float) * T);
+            for (int s = 0; s < T; s++) {
+                memset(dk + ((size_t)b * T + s) * ks + (size_t)kh * hd, 0, sizeof(float) * hd);
+                memset(dv + ((size_t)b * T + s) * ks + (size_t)kh * hd, 0, sizeof(float) * hd);
+            }
+            for (int h = kh * g; h < kh * g + g; h++)
+                for (int t = 0; t < T; t++) {
+                    const float* prow = probs + (((size_t)b * H + h) * T + t) * T;
+                    const float* go = dout + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                    const float* qt = q + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                    float* dqt = dq + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                    float pd = 0.0f; /* sum_s p*dp */
+                    for (int s = 0; s <= t; s++) {
+                        const float* vv = v + ((size_t)b * T + s) * ks + (size_t)kh * hd;
+                        float* dvv = dv + ((size_t)b * T + s) * ks + (size_t)kh * hd;
+                        float dp = 0.0f;
+                        for (int i = 0; i < hd; i++) { dp += go[i] * vv[i]; dvv[i] += prow[s] * go[i]; }
+                        drow[s] = dp;
+                        pd += prow[s] * dp;
+                    }
+                    for (int i = 0; i < hd; i++) dqt[i] = 0.0f;
+                    for (int s = 0; s <= t; s++) {
+                        float dl = prow[s] * (drow[s] - pd) * scale;
+                        const float* kk = k + ((size_t)b * T + s) * ks + (size_t)kh * hd;
+                        float* dkk = dk + ((size_t)b * T + s) * ks + (size_t)kh * hd;
+                        for (int i = 0; i < hd; i++) { dqt[i] += dl * kk[i]; dkk[i] += dl * qt[i]; }
+                    }
+                }
+            free(drow);
+        }
+}
+
+/* ----------------------------------------------------------------------------------------- MLP */
+/* SwiGLU pieces: act = silu(gate) = gate*sigmoid(gate); prod = act * up */
+static void silu_forward(float* act, const float* gate, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) act[i] = gate[i] / (1.0f + expf(-gate[i]));
+}
+static void silu_backward(float* dgate, const float* dact, const float* gate, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + expf(-gate[i]));
+        dgate[i] = dact[i] * (s + gate[i] * s * (1.0f - s));
+    }
+}
+static void mul_forward(float* out, const float* a, const float* b, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+}
+/* out = a*b: da = dout*b, db = dout*a */
+static void mul_backward(float* da, float* db, const float* dout, const float* a, const float* b, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) { da[i] = dout[i] * b[i]; db[i] = dout[i] * a[i]; }
+}
+/* ReLU^2: act = relu(x)^2 */
+static void relu2_forward(float* act, const float* x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) { float r = x[i] > 0.0f ? x[i] : 0.0f; act[i] = r * r; }
+}
+static void relu2_backward(float* dx, const float* dact, const float* x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dact[i] * 2.0f * x[i] : 0.0f;
+}
+
+/* ----------------------------------------------------------------------------------- residual */
+static void residual_forward(float* out, const float* a, const float* b, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+/* ---------------------------------------------------------------------------------- embedding */
+static void embedding_forward(float* out, const int* tokens, const float* wte, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, sizeof(float) * C);
+}
+/* dwte[tok] += dout rows, tokens in order (serial over tokens, parallel over channels) */
+static void embedding_backward(float* dwte, const float* dout, const int* tokens, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++)
+        for (int n = 0; n < N; n++) dwte[(size_t)tokens[n] * C + c] += dout[(size_t)n * C + c];
+}
+
+/* ------------------------------------------------------------------------ softcap + cross-entropy
+ * logits [N,V] are the raw lm_head outputs z; in place they become the model's logits
+ * zc = cap*tanh(z/cap) (cap = 0: zc = z). losses[n] = logsumexp(zc_n) - zc_n[target] (fp32, in
+ * double for the sum). Targets < 0 are ignored (loss 0, no gradient). */
+static void softcap_forward(float* logits, size_t n, float cap) {
+    if (cap <= 0.0f) return;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
+}
+static void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* z = logits + (size_t)n * V;
+        if (targets[n] < 0) { losses[n] = 0.0f; continue; }
+        float mx = -INFINITY;
+        for (int i = 0; i < V; i++) if (z[i] > mx) mx = z[i];
+        double s = 0.0;
+        for (int i = 0; i < V; i++) s += exp((double)(z[i] - mx));
+        losses[n] = (float)(log(s) + mx - z[targets[n]]);
+    }
+}
+/* dlogits (in place of the model logits zc) = dloss * (softmax(zc) - onehot) * dcap,
+ * dcap = 1 - (zc/cap)^2 (the tanh derivative, from the stored zc) */
+static void crossentropy_softcap_backward(float* dlogits, const float* logits, const int* targets, int N, int V,
+                                          float dloss, float cap) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* z = logits + (size_t)n * V;
+        float* d = dlogits + (size_t)n * V;
+        if (targets[n] < 0) { memset(d, 0, sizeof(float) * V); continue; }
+        float mx = -INFINITY;
+        for (int i = 0; i < V; i++) if (z[i] > mx) mx = z[i];
+        double s = 0.0;
+        for (int i = 0; i < V; i++) s += exp((double)(z[i] - mx));
+        float inv = (float)(1.0 / s);
+        int y = targets[n];
+        for (int i = 0; i < V; i++) {
+            float p = expf(z[i] - mx) * inv;
+            float g = (p - (i == y ? 1.0f : 0.0f)) * dloss;
+            if (cap > 0.0f) { float t = z[i] / cap; g *= (1.0f - t * t); }
+            d[i] = g;
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,92 @@
+/* dataloader.h: token shards (docs/formats.md) and the deterministic batch order.
+ *
+ * A shard is loaded whole and validated: magic, version, token width, exact file size, checksum,
+ * and every token id < the model's vocabulary size. Errors name the file and the problem.
+ *
+ * Batch order: one optimizer step consumes R*A microbatches (R ranks, A accumulation steps) of B
+ * sequences of T+1 tokens (inputs and the next-token targets). Global microbatch g = r*A + a (each
+ * rank a contiguous slice of the step's batch), sequence j of it starts at pos + ((g*B + j) * T).
+ * After the step pos += R*A*B*T, wrapping to 0 when the next step would run past the end. So
+ * R ranks x A microbatches and 1 rank x R*A microbatches read exactly the same tokens. */
+#ifndef TSDC_DATALOADER_H
+#define TSDC_DATALOADER_H
+
+#include <stdint.h>
+#include "checksum.h"
+#include "utils.h"
+
+#define SHARD_HEADER_BYTES 256
+
+typedef struct {
+    char path[1024];
+    int width;          /* 2 or 4 */
+    uint32_t vocab;     /* vocabulary size recorded by the writer */
+    uint64_t n;         /* tokens */
+    uint8_t* raw;       /* token bytes */
+} Shard;
+
+static inline uint32_t shard_token(const Shard* s, uint64_t i) {
+    if (s->width == 2) { uint16_t t; memcpy(&t, s->raw + 2 * i, 2); return t; }
+    uint32_t t; memcpy(&t, s->raw + 4 * i, 4); return t;
+}
+
+static void shard_load(Shard* s, const char* path, int model_vocab) {
+    memset(s, 0, sizeof(*s));
+    snprintf(s->path, sizeof(s->path), "%s", path);
+    FILE* fp = fopen(path, "rb");
+    if (!fp) tsdc_fail("%s: cannot open token shard: %s", path, strerror(errno));
+    long long size = file_size_of(fp, path);
+    if (size < SHARD_HEADER_BYTES) tsdc_fail("%s: truncated token shard (%lld bytes, header is %d)", path, size, SHARD_HEADER_BYTES);
+    uint8_t h[SHARD_HEADER_BYTES];
+    fread_exact(h, SHARD_HEADER_BYTES, fp, path);
+    if (memcmp(h, "TSDCTOK\0", 8) != 0) tsdc_fail("%s: not a train_sdc token shard (bad magic)", path);
+    uint32_t version, width, vocab; uint64_t n, check;
+    memcpy(&version, h + 8, 4); memcpy(&width, h + 12, 4); memcpy(&vocab, h + 16, 4);
+    memcpy(&n, h + 24, 8); memcpy(&check, h + 32, 8);
+    if (version != 1) tsdc_fail("%s: unsupported token shard version %u (expected 1)", path, version);
+    if (width != 2 && width != 4) tsdc_fail("%s: bad token width %u (expected 2 or 4)", path, width);
+    if ((unsigned long long)size != SHARD_HEADER_BYTES + n * (unsigned long long)width)
+        tsdc_fail("%s: truncated or oversized token shard: header says %llu tokens (%llu bytes), file has %lld bytes",
+                  path, (unsigned long long)n, (unsigned long long)(SHARD_HEADER_BYTES + n * width), size);
+    s->width = (int)width; s->vocab = vocab; s->n = n;
+    s->raw = (uint8_t*)mallocCheck((size_t)(n * width));
+    fread_exact(s->raw, (size_t)(n * width), fp, path);
+    fclose(fp);
+    if (tsdc_checksum(s->raw, (size_t)(n * width)) != check) tsdc_fail("%s: checksum mismatch (corrupted token shard)", path);
+    uint32_t mx = 0; uint64_t at = 0;
+    for (uint64_t i = 0; i < n; i++) { uint32_t t = shard_token(s, i); if (t > mx) { mx = t; at = i; } }
+    if (n && mx >= (uint32_t)model_vocab)
+        tsdc_fail("%s: token id %u at position %llu >= model vocab size %d (pass -vocab or use the matching tokenizer)",
+                  path, mx, (unsigned long long)at, model_vocab);
+}
+
+static void shard_free(Shard* s) { free(s->raw); s->raw = NULL; }
+
+/* tokens needed for one step */
+static inline uint64_t batch_span(int world, int accum, int B, int T) { return (uint64_t)world * accum * B * T; }
+
+static inline void shard_require(const Shard* s, uint64_t need, const char* what) {
+    if (s->n < need)
+        tsdc_fail("%s: shard has %llu tokens, shorter than one %s (%llu tokens)", s->path,
+                  (unsigned long long)s->n, what, (unsigned long long)need);
+}
+
+/* fill inputs/targets [B*T] of global microbatch g of the step starting at position pos */
+static void shard_microbatch(const Shard* s, uint64_t pos, int g, int B, int T, int* inputs, int* targets) {
+    for (int j = 0; j < B; j++) {
+        uint64_t start = pos + ((uint64_t)g * B + j) * T;
+        for (int t = 0; t < T; t++) {
+            inputs[j * T + t] = (int)shard_token(s, start + t);
+            targets[j * T + t] = (int)shard_token(s, start + t + 1);
+        }
+    }
+}
+
+/* position of the step after the one starting at pos */
+static inline uint64_t shard_advance(const Shard* s, uint64_t pos, uint64_t span) {
+    pos += span;
+    if (pos + span + 1 > s->n) pos = 0;
+    return pos;
+}
+
+#endif

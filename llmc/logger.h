@@ -1,0 +1,32 @@
+/* logger.h: the JSONL run log, one JSON object a line (DESIGN.md section 9):
+ *   {"type":"run", ...config and flags...}
+ *   {"type":"step","step":s,"loss":..,"lr":..,"grad_norm":..,"ms":..,"tok_s":..,"k":..,"alarms":..,
+ *    "injections":..,"replayed":..}
+ *   {"type":"eval","step":s,"val_loss":..,"ppl":..,"tokens":..}
+ * Floats are printed with %.9g (float32 round-trips exactly), so a log compares bit for bit.
+ * Only rank 0 writes. On resume the log is appended to. Each line is flushed as it is written. */
+#ifndef TSDC_LOGGER_H
+#define TSDC_LOGGER_H
+
+#include <stdio.h>
+#include "utils.h"
+
+typedef struct { FILE* fp; char path[1024]; } Logger;
+
+static void logger_open(Logger* lg, const char* path, int append) {
+    snprintf(lg->path, sizeof(lg->path), "%s", path);
+    lg->fp = fopen(path, append ? "a" : "w");
+    if (!lg->fp) tsdc_fail("%s: cannot open log for writing: %s", path, strerror(errno));
+}
+static void logger_line(Logger* lg, const char* fmt, ...) {
+    if (!lg->fp) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(lg->fp, fmt, ap);
+    va_end(ap);
+    fputc('\n', lg->fp);
+    fflush(lg->fp);
+}
+static void logger_close(Logger* lg) { if (lg->fp) fclose(lg->fp); lg->fp = NULL; }
+
+#endif

@@ -1,0 +1,269 @@
+/* test_sdc.c: CPU tests of the model family, the shared element-wise logic and the file formats.
+ *
+ *   ./test_sdc -states DIR -ckpts DIR
+ *
+ * - parameter counts of the HF presets against DESIGN.md exactly;
+ * - bf16 round-to-nearest-even on hand-computed cases; checksum properties;
+ * - GEMM and whole-step bitwise independence from the OpenMP thread count;
+ * - the reference states of dev/reference (HF LlamaForCausalLM, Qwen3ForCausalLM and the nanochat
+ *   model): weights loaded through the user's import path (hf_to_ckpt.py -> checkpoint -> -init
+ *   loader), then logits, loss, every parameter gradient and the losses of 10 AdamW steps compared
+ *   in fp32, printing the largest absolute and relative error per tensor.
+ * Each check prints OK / NOT OK; the last line is "N passed, M failed"; exit 1 on any failure. */
+#define TESTING
+#include "train_sdc.c"
+
+static int n_pass = 0, n_fail = 0;
+
+static void check(int ok, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("  %s\n", ok ? "OK" : "NOT OK");
+    if (ok) n_pass++; else n_fail++;
+}
+
+/* every element: |got - ref| <= atol + rtol*|ref|. Prints the largest abs and rel error. */
+static int compare_tensor(const char* name, const float* got, const float* ref, size_t n, float atol, float rtol) {
+    double max_abs = 0, max_rel = 0; int ok = 1; size_t worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - ref[i]);
+        double rel = e / (fabs((double)ref[i]) + 1e-12);
+        if (!(e <= atol + rtol * fabs((double)ref[i]))) { if (ok) worst = i; ok = 0; }
+        if (e > max_abs || e != e) max_abs = e;
+        if (fabs(ref[i]) > 1e-6 && rel > max_rel) max_rel = rel;
+    }
+    check(ok, "  %-28s n=%-8zu max abs %.3e  max rel %.3e%s", name, n, max_abs, max_rel, ok ? "" : " (first bad element shown below)");
+    if (!ok) printf("    element %zu: got %.9g ref %.9g\n", worst, got[worst], ref[worst]);
+    return ok;
+}
+
+/* ------------------------------------------------------------------------------- unit tests */
+static void test_param_counts(void) {
+    printf("parameter counts (DESIGN.md section 2)\n");
+    struct { const char* name; size_t expect; } cases[] = {
+        {"llama3.2-1b", 1235814400ULL}, {"qwen3-0.6b", 596049920ULL}, {"smollm2-135m", 134515008ULL}};
+    for (int i = 0; i < 3; i++) {
+        size_t n = config_num_params(preset_find(cases[i].name));
+        check(n == cases[i].expect, "  %-14s %zu (expect %zu)", cases[i].name, n, cases[i].expect);
+    }
+}
+
+static void test_bf16(void) {
+    printf("bf16 round-to-nearest-even\n");
+    struct { uint32_t in; uint16_t out; } cases[] = {
+        {0x3F800000u, 0x3F80}, /* 1.0 exact */
+        {0x3F808000u, 0x3F80}, /* 1 + 2^-8: halfway, even stays */
+        {0x3F818000u, 0x3F82}, /* halfway with odd lsb: rounds up to even */
+        {0x3F808001u, 0x3F81}, /* just above halfway: up */
+        {0x3F807FFFu, 0x3F80}, /* just below halfway: down */
+        {0xBF808001u, 0xBF81}, /* negative: magnitude rounds the same way */
+        {0x7F7FFFFFu, 0x7F80}, /* FLT_MAX rounds to +inf */
+        {0x7F800000u, 0x7F80}, /* +inf */
+        {0x00000001u, 0x0000}, /* smallest denormal rounds to +0 */
+    };
+    int ok = 1;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint16_t got = f32_to_bf16_bits(bits_f32(cases[i].in));
+        if (got != cases[i].out) { printf("    %08x -> %04x, expected %04x\n", cases[i].in, got, cases[i].out); ok = 0; }
+    }
+    check(ok, "  %zu hand-computed cases", sizeof(cases) / sizeof(cases[0]));
+    uint16_t nan = f32_to_bf16_bits(bits_f32(0x7FC00001u));
+    check((nan & 0x7F80) == 0x7F80 && (nan & 0x7F), "  NaN stays NaN (%04x)", nan);
+}
+
+static void test_checksum(void) {
+    printf("checksum\n");
+    uint8_t buf[1003];
+    Rng r; rng_seed(&r, 1);
+    for (size_t i = 0; i < sizeof(buf); i++) buf[i] = (uint8_t)rng_u64(&r);
+    uint64_t base = tsdc_checksum(buf, sizeof(buf));
+    int all_differ = 1;
+    for (size_t i = 0; i < sizeof(buf); i++)
+        for (int b = 0; b < 8; b++) {
+            buf[i] ^= (uint8_t)(1u << b);
+            if (tsdc_checksum(buf, sizeof(buf)) == base) all_differ = 0;
+            buf[i] ^= (uint8_t)(1u << b);
+        }
+    check(all_differ, "  every single-bit flip of a 1003-byte buffer changes it");
+    int stream_ok = 1;
+    size_t cuts[] = {0, 1, 7, 8, 9, 500, 1002, 1003};
+    for (size_t i = 0; i < 8; i++)
+        for (size_t j = i; j < 8; j++) {
+            ChecksumStream cs; checksum_stream_init(&cs);
+            checksum_stream_update(&cs, buf, cuts[i]);
+            checksum_stream_update(&cs, buf + cuts[i], cuts[j] - cuts[i]);
+            checksum_stream_update(&cs, buf + cuts[j], sizeof(buf) - cuts[j]);
+            if (checksum_stream_final(&cs) != base) stream_ok = 0;
+        }
+    check(stream_ok, "  streaming in pieces of any length equals the one-shot checksum");
+    uint8_t z[16] = {0};
+    check(tsdc_checksum(z, 15) != tsdc_checksum(z, 16), "  length is part of the checksum (15 vs 16 zero bytes)");
+}
+
+static void test_schedule(void) {
+    printf("learning-rate schedule\n");
+    int ok = fabs(lr_at(0, 1.0, 10, 100, 0.1) - 0.1) < 1e-15 && fabs(lr_at(9, 1.0, 10, 100, 0.1) - 1.0) < 1e-15 &&
+             fabs(lr_at(10, 1.0, 10, 100, 0.1) - 1.0) < 1e-15 && fabs(lr_at(55, 1.0, 10, 100, 0.1) - 0.55) < 1e-12 &&
+             fabs(lr_at(100, 1.0, 10, 100, 0.1) - 0.1) < 1e-15 && fabs(lr_at(500, 1.0, 10, 100, 0.1) - 0.1) < 1e-15;
+    check(ok, "  warmup (s+1)/w, cosine midpoint 0.55, floor 0.1");
+}
+
+static void fill_normal(float* x, size_t n, uint64_t seed, float scale) {
+    Rng r; rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(scale * rng_normal(&r));
+}
+
+#ifdef _OPENMP
+static void test_thread_independence(void) {
+    printf("bitwise independence from the thread count\n");
+    int M = 37, K = 129, N = 200;
+    float *A = mallocCheck(sizeof(float) * M * K), *B = mallocCheck(sizeof(float) * K * N);
+    float *C1 = mallocCheck(sizeof(float) * M * N), *C2 = mallocCheck(sizeof(float) * M * N);
+    fill_normal(A, (size_t)M * K, 1, 1); fill_normal(B, (size_t)K * N, 2, 1);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1); gemm_nn(C1, A, K, 1, B, M, K, N, 0);
+    omp_set_num_threads(3); gemm_nn(C2, A, K, 1, B, M, K, N, 0);
+    check(memcmp(C1, C2, sizeof(float) * M * N) == 0, "  GEMM 37x129x200, 1 vs 3 threads");
+    /* a full forward + backward of tiny-qwen3 (GQA, QK norm) */
+    Config c = *preset_find("tiny-qwen3");
+    c.vocab_size = 256; c.seq_len = 16;
+    Model m1, m2;
+    float* g1 = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        Model* m = pass ? &m2 : &m1;
+        omp_set_num_threads(pass ? 3 : 1);
+        model_build(m, &c, 2, 16, 0);
+        model_init_weights(m, 5);
+        model_prepare_weights(m);
+        for (int i = 0; i < 32; i++) { m->inputs[i] = (i * 37) % 256; m->targets[i] = (i * 91 + 3) % 256; }
+        model_forward(m, 2, 16, m->targets);
+        model_backward(m, 2, 16, m->targets, 1.0f / 32);
+        if (!pass) g1 = m->grads;
+    }
+    check(memcmp(g1, m2.grads, sizeof(float) * m1.L.total) == 0, "  tiny-qwen3 forward+backward gradients, 1 vs 3 threads");
+    model_free(&m1); model_free(&m2);
+    omp_set_num_threads(saved);
+    free(A); free(B); free(C1); free(C2);
+}
+#endif
+
+/* --------------------------------------------------------------------------- reference states */
+typedef struct {
+    int B, T, V, n_steps, warmup;
+    uint64_t n_params;
+    float max_lr, final_frac, beta1, beta2, adam_eps, wd, clip;
+    int* tokens;
+    float *logits, loss, *grads, *losses;
+} RefState;
+
+static int read_state(const char* path, RefState* s) {
+    FILE* fp = fopen(path, "rb");
+    if (!fp) { printf("  cannot open %s\n", path); return 0; }
+    long long size = file_size_of(fp, path);
+    uint8_t* buf = mallocCheck((size_t)size);
+    fread_exact(buf, (size_t)size, fp, path);
+    fclose(fp);
+    if (size < 264 || memcmp(buf, "TSDCREF\0", 8)) { printf("  %s: bad magic\n", path); free(buf); return 0; }
+    uint64_t chk; memcpy(&chk, buf + size - 8, 8);
+    if (tsdc_checksum(buf, (size_t)size - 8) != chk) { printf("  %s: checksum mismatch\n", path); free(buf); return 0; }
+    memcpy(&s->B, buf + 12, 4); memcpy(&s->T, buf + 16, 4); memcpy(&s->V, buf + 20, 4); memcpy(&s->n_steps, buf + 24, 4);
+    memcpy(&s->warmup, buf + 28, 4); memcpy(&s->n_params, buf + 32, 8);
+    float hv[7]; memcpy(hv, buf + 40, sizeof(hv));
+    s->max_lr = hv[0]; s->final_frac = hv[1]; s->beta1 = hv[2]; s->beta2 = hv[3]; s->adam_eps = hv[4]; s->wd = hv[5]; s->clip = hv[6];
+    size_t off = 256, nt = (size_t)s->B * (s->T + 1), nl = (size_t)s->B * s->T * s->V;
+    size_t expect = off + nt * 4 + nl * 4 + 4 + s->n_params * 4 + (size_t)s->n_steps * 4 + 8;
+    if ((size_t)size != expect) { printf("  %s: size %lld, expected %zu\n", path, size, expect); free(buf); return 0; }
+    s->tokens = mallocCheck(nt * 4); memcpy(s->tokens, buf + off, nt * 4); off += nt * 4;
+    s->logits = mallocCheck(nl * 4); memcpy(s->logits, buf + off, nl * 4); off += nl * 4;
+    memcpy(&s->loss, buf + off, 4); off += 4;
+    s->grads = mallocCheck(s->n_params * 4); memcpy(s->grads, buf + off, s->n_params * 4); off += s->n_params * 4;
+    s->losses = mallocCheck((size_t)s->n_steps * 4); memcpy(s->losses, buf + off, (size_t)s->n_steps * 4);
+    free(buf);
+    return 1;
+}
+
+static void test_reference(const char* preset, const char* states_dir, const char* ckpt_dir) {
+    printf("reference state %s (vs PyTorch / HF transformers, fp32)\n", preset);
+    char spath[1200], cpath[1200];
+    snprintf(spath, sizeof(spath), "%s/%s.state", states_dir, preset);
+    snprintf(cpath, sizeof(cpath), "%s/%s.ckpt", ckpt_dir, preset);
+    RefState s;
+    if (!read_state(spath, &s)) { check(0, "  read %s", spath); return; }
+    Config c = *preset_find(preset);
+    c.vocab_size = s.V; c.seq_len = s.T;
+    Model model_, *model = &model_;
+    model_build(model, &c, s.B, s.T, 0);
+    check(model->L.total == s.n_params, "  parameter count %zu == state's %llu", model->L.total, (unsigned long long)s.n_params);
+    if (model->L.total != s.n_params) return;
+    /* the user's import path: hf_to_ckpt.py wrote cpath; load it as -init does */
+    CkptInfo ck;
+    checkpoint_read(cpath, &ck, NULL, NULL, NULL, 0);
+    const char* diff = config_diff(&ck.cfg, &c);
+    check(diff == NULL, "  imported checkpoint config equals the preset's (%s)", diff ? diff : "all fields");
+    checkpoint_read(cpath, &ck, model->params, NULL, NULL, model->L.total);
+    model_prepare_weights(model);
+    int N = s.B * s.T;
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.T; t++) {
+            model->inputs[b * s.T + t] = s.tokens[b * (s.T + 1) + t];
+            model->targets[b * s.T + t] = s.tokens[b * (s.T + 1) + t + 1];
+        }
+    float loss = model_forward(model, s.B, s.T, model->targets);
+    compare_tensor("logits", model->logits, s.logits, (size_t)N * s.V, 2e-5f, 1e-4f);
+    compare_tensor("loss", &loss, &s.loss, 1, 1e-6f, 1e-5f);
+    memset(model->grads, 0, sizeof(float) * model->L.total);
+    model_backward(model, s.B, s.T, model->targets, 1.0f / N);
+    int all_ok = 1;
+    for (int i = 0; i < model->L.n; i++) {
+        const TensorInfo* t = &model->L.t[i];
+        char name[64];
+        if (t->layer >= 0) snprintf(name, sizeof(name), "grad layers.%d.%s", t->layer, PT_NAMES[t->type]);
+        else snprintf(name, sizeof(name), "grad %s", PT_NAMES[t->type]);
+        /* gradients: absolute floor relative to the tensor's scale */
+        double mx = 0; for (size_t j = 0; j < t->numel; j++) mx = fmax(mx, fabs(s.grads[t->offset + j]));
+        all_ok &= compare_tensor(name, model->grads + t->offset, s.grads + t->offset, t->numel, (float)(1e-4 * mx + 1e-9), 1e-3f);
+    }
+    /* 10 AdamW steps on the same batch with the state's hyperparameters */
+    memset(model->m, 0, sizeof(float) * model->L.total);
+    memset(model->v, 0, sizeof(float) * model->L.total);
+    float* losses = mallocCheck(sizeof(float) * s.n_steps);
+    AdamW opt = {s.max_lr, s.beta1, s.beta2, s.adam_eps, s.wd};
+    for (int step = 0; step < s.n_steps; step++) {
+        memset(model->grads, 0, sizeof(float) * model->L.total);
+        losses[step] = model_forward(model, s.B, s.T, model->targets);
+        model_backward(model, s.B, s.T, model->targets, 1.0f / N);
+        clip_grads(model, s.clip);
+        opt.lr = lr_at(step, s.max_lr, s.warmup, s.n_steps, s.final_frac);
+        adamw_update(model, &opt, step + 1);
+        model_prepare_weights(model);
+    }
+    compare_tensor("losses of 10 AdamW steps", losses, s.losses, s.n_steps, 1e-5f, 1e-5f);
+    printf("  losses: ");
+    for (int i = 0; i < s.n_steps; i++) printf("%.6f/%.6f ", losses[i], s.losses[i]);
+    printf("(ours/reference)\n");
+    free(losses); free(s.tokens); free(s.logits); free(s.grads); free(s.losses);
+    model_free(model);
+    (void)all_ok;
+}
+
+int main(int argc, char** argv) {
+    const char *states = "dev/reference/states", *ckpts = "build/ref";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-states")) states = argv[i + 1];
+        else if (!strcmp(argv[i], "-ckpts")) ckpts = argv[i + 1];
+        else { fprintf(stderr, "usage: test_sdc [-states DIR] [-ckpts DIR]\n"); return 1; }
+    }
+    test_param_counts();
+    test_bf16();
+    test_checksum();
+    test_schedule();
+#ifdef _OPENMP
+    test_thread_independence();
+#endif
+    const char* presets[] = {"tiny-llama", "tiny-qwen3", "tiny-nanochat"};
+    for (int i = 0; i < 3; i++) test_reference(presets[i], states, ckpts);
+    printf("test_sdc: %d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
