@@ -23,41 +23,55 @@
 
 /* ------------------------------------------------------------------------------------------ GEMM
  * C[M,N] (+)= A[M,K] B[K,N], A element (m,k) at A[m*sam + k*sak] (so A may be read transposed),
- * B row-major [K,N]. Blocked 4 rows x 64 columns a task; the inner j loop vectorises. */
+ * B row-major [K,N]. Parallel tasks are tiles of GEMM_MT rows x GEMM_NB columns of C; inside a
+ * tile, K is walked in chunks of GEMM_KC so the chunk of B (GEMM_KC x GEMM_NB) stays in cache while
+ * the tile's micro-rows (GEMM_MB rows, accumulators in registers) pass over it. Every C element is
+ * summed over k = 0..K-1 in order by one thread: the result does not depend on the thread count. */
 #define GEMM_MB 4
 #define GEMM_NB 64
+#define GEMM_MT 64
+#define GEMM_KC 256
 static void gemm_nn(float* C, const float* A, long sam, long sak, const float* B, int M, int K, int N, int accumulate) {
-    int nmb = (M + GEMM_MB - 1) / GEMM_MB, nnb = (N + GEMM_NB - 1) / GEMM_NB;
+    int nmt = (M + GEMM_MT - 1) / GEMM_MT, nnb = (N + GEMM_NB - 1) / GEMM_NB;
 #pragma omp parallel for schedule(static)
-    for (long blk = 0; blk < (long)nmb * nnb; blk++) {
-        int m0 = (int)(blk / nnb) * GEMM_MB, n0 = (int)(blk % nnb) * GEMM_NB;
-        int mr = MIN(GEMM_MB, M - m0), nr = MIN(GEMM_NB, N - n0);
-        if (mr == GEMM_MB && nr == GEMM_NB) {
-            float acc[GEMM_MB][GEMM_NB];
-            for (int r = 0; r < GEMM_MB; r++)
-                for (int j = 0; j < GEMM_NB; j++) acc[r][j] = accumulate ? C[(size_t)(m0 + r) * N + n0 + j] : 0.0f;
-            const float* a0 = A + (size_t)(m0 + 0) * sam;
-            const float* a1 = A + (size_t)(m0 + 1) * sam;
-            const float* a2 = A + (size_t)(m0 + 2) * sam;
-            const float* a3 = A + (size_t)(m0 + 3) * sam;
-            for (int k = 0; k < K; k++) {
-                const float* b = B + (size_t)k * N + n0;
-                float x0 = a0[k * sak], x1 = a1[k * sak], x2 = a2[k * sak], x3 = a3[k * sak];
-                for (int j = 0; j < GEMM_NB; j++) {
-                    float bj = b[j];
-                    acc[0][j] += x0 * bj; acc[1][j] += x1 * bj; acc[2][j] += x2 * bj; acc[3][j] += x3 * bj;
+    for (long task = 0; task < (long)nmt * nnb; task++) {
+        int mt0 = (int)(task / nnb) * GEMM_MT, n0 = (int)(task % nnb) * GEMM_NB;
+        int mt1 = MIN(M, mt0 + GEMM_MT), nr = MIN(GEMM_NB, N - n0);
+        if (K == 0 && !accumulate)
+            for (int r = mt0; r < mt1; r++) memset(C + (size_t)r * N + n0, 0, sizeof(float) * nr);
+        for (int k0 = 0; k0 < K; k0 += GEMM_KC) {
+            int k1 = MIN(K, k0 + GEMM_KC);
+            int init_zero = (k0 == 0 && !accumulate);
+            for (int m0 = mt0; m0 < mt1; m0 += GEMM_MB) {
+                int mr = MIN(GEMM_MB, mt1 - m0);
+                if (mr == GEMM_MB && nr == GEMM_NB) {
+                    float acc[GEMM_MB][GEMM_NB];
+                    for (int r = 0; r < GEMM_MB; r++)
+                        for (int j = 0; j < GEMM_NB; j++) acc[r][j] = init_zero ? 0.0f : C[(size_t)(m0 + r) * N + n0 + j];
+                    const float* a0 = A + (size_t)(m0 + 0) * sam;
+                    const float* a1 = A + (size_t)(m0 + 1) * sam;
+                    const float* a2 = A + (size_t)(m0 + 2) * sam;
+                    const float* a3 = A + (size_t)(m0 + 3) * sam;
+                    for (int k = k0; k < k1; k++) {
+                        const float* b = B + (size_t)k * N + n0;
+                        float x0 = a0[k * sak], x1 = a1[k * sak], x2 = a2[k * sak], x3 = a3[k * sak];
+                        for (int j = 0; j < GEMM_NB; j++) {
+                            float bj = b[j];
+                            acc[0][j] += x0 * bj; acc[1][j] += x1 * bj; acc[2][j] += x2 * bj; acc[3][j] += x3 * bj;
+                        }
+                    }
+                    for (int r = 0; r < GEMM_MB; r++)
+                        for (int j = 0; j < GEMM_NB; j++) C[(size_t)(m0 + r) * N + n0 + j] = acc[r][j];
+                } else {
+                    for (int r = 0; r < mr; r++)
+                        for (int j = 0; j < nr; j++) {
+                            float acc = init_zero ? 0.0f : C[(size_t)(m0 + r) * N + n0 + j];
+                            const float* a = A + (size_t)(m0 + r) * sam;
+                            for (int k = k0; k < k1; k++) acc += a[k * sak] * B[(size_t)k * N + n0 + j];
+                            C[(size_t)(m0 + r) * N + n0 + j] = acc;
+                        }
                 }
             }
-            for (int r = 0; r < GEMM_MB; r++)
-                for (int j = 0; j < GEMM_NB; j++) C[(size_t)(m0 + r) * N + n0 + j] = acc[r][j];
-        } else {
-            for (int r = 0; r < mr; r++)
-                for (int j = 0; j < nr; j++) {
-                    float acc = accumulate ? C[(size_t)(m0 + r) * N + n0 + j] : 0.0f;
-                    const float* a = A + (size_t)(m0 + r) * sam;
-                    for (int k = 0; k < K; k++) acc += a[k * sak] * B[(size_t)k * N + n0 + j];
-                    C[(size_t)(m0 + r) * N + n0 + j] = acc;
-                }
         }
     }
 }
