@@ -1,6 +1,7 @@
 # train_sdc build. `make` builds the CPU trainer and tests (and the CUDA targets when nvcc is present
 # and the CUDA sources exist); `make test` runs every test. Autodetects mpicc (MPI data parallelism)
-# and OpenMP, and says what it found.
+# and OpenMP, and says what it found. -fno-trapping-math -fno-math-errno change no value (IEEE results
+# stay exact; only FP exception flags and errno are ignored) and let the lane loops vectorise.
 #   make NATIVE=0      portable build without -march=native
 #   make NO_MPI=1      single-process build even where mpicc exists
 CC_PLAIN ?= cc
@@ -9,7 +10,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 SHARED_DATA ?= $(abspath ../shared/data)
 
-CFLAGS := -O3 -std=gnu11 -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -Wno-stringop-truncation -Wno-format-truncation
+CFLAGS := -O3 -fno-trapping-math -fno-math-errno -std=gnu11 -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -Wno-stringop-truncation -Wno-format-truncation
 ifneq ($(NATIVE),0)
   CFLAGS += -march=native
 endif

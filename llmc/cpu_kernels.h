@@ -21,6 +21,32 @@
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #endif
 
+/* dot product with 16 independent lanes (vectorises without reassociating: the order is fixed),
+ * lanes combined pairwise in a fixed tree, then the scalar tail */
+static inline float dotf(const float* a, const float* b, int n) {
+    float lane[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) lane[j] += a[i + j] * b[i + j];
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) lane[j] += lane[j + w];
+    float s = lane[0];
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+/* max of a row with 16 lanes (max is exact, so any order gives the same value) */
+static inline float rowmax(const float* z, int n) {
+    float lane[16];
+    for (int j = 0; j < 16; j++) lane[j] = -INFINITY;
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) lane[j] = z[i + j] > lane[j] ? z[i + j] : lane[j];
+    float m = -INFINITY;
+    for (int j = 0; j < 16; j++) m = lane[j] > m ? lane[j] : m;
+    for (; i < n; i++) m = z[i] > m ? z[i] : m;
+    return m;
+}
+
 /* ------------------------------------------------------------------------------------------ GEMM
  * C[M,N] (+)= A[M,K] B[K,N], A element (m,k) at A[m*sam + k*sak] (so A may be read transposed),
  * B row-major [K,N]. Parallel tasks are tiles of GEMM_MT rows x GEMM_NB columns of C; inside a
@@ -42,6 +68,10 @@ static void gemm_nn(float* C, const float* A, long sam, long sak, const float* B
         for (int k0 = 0; k0 < K; k0 += GEMM_KC) {
             int k1 = MIN(K, k0 + GEMM_KC);
             int init_zero = (k0 == 0 && !accumulate);
+            /* pack the chunk of B: rows of B are N floats apart, which for large N (the vocabulary)
+             * puts them all in the same cache sets; the packed copy is contiguous */
+            float bp[GEMM_KC * GEMM_NB];
+            for (int k = k0; k < k1; k++) memcpy(bp + (size_t)(k - k0) * GEMM_NB, B + (size_t)k * N + n0, sizeof(float) * nr);
             for (int m0 = mt0; m0 < mt1; m0 += GEMM_MB) {
                 int mr = MIN(GEMM_MB, mt1 - m0);
                 if (mr == GEMM_MB && nr == GEMM_NB) {
@@ -53,7 +83,7 @@ static void gemm_nn(float* C, const float* A, long sam, long sak, const float* B
                     const float* a2 = A + (size_t)(m0 + 2) * sam;
                     const float* a3 = A + (size_t)(m0 + 3) * sam;
                     for (int k = k0; k < k1; k++) {
-                        const float* b = B + (size_t)k * N + n0;
+                        const float* b = bp + (size_t)(k - k0) * GEMM_NB;
                         float x0 = a0[k * sak], x1 = a1[k * sak], x2 = a2[k * sak], x3 = a3[k * sak];
                         for (int j = 0; j < GEMM_NB; j++) {
                             float bj = b[j];
@@ -67,7 +97,7 @@ static void gemm_nn(float* C, const float* A, long sam, long sak, const float* B
                         for (int j = 0; j < nr; j++) {
                             float acc = init_zero ? 0.0f : C[(size_t)(m0 + r) * N + n0 + j];
                             const float* a = A + (size_t)(m0 + r) * sam;
-                            for (int k = k0; k < k1; k++) acc += a[k * sak] * B[(size_t)k * N + n0 + j];
+                            for (int k = k0; k < k1; k++) acc += a[k * sak] * bp[(size_t)(k - k0) * GEMM_NB + j];
                             C[(size_t)(m0 + r) * N + n0 + j] = acc;
                         }
                 }
@@ -214,9 +244,7 @@ static void attention_forward(float* out, float* logits, float* probs, const flo
                 float mx = -INFINITY;
                 for (int s = 0; s <= t; s++) {
                     const float* kk = k + ((size_t)b * T + s) * ks + (size_t)kh * hd;
-                    float dot = 0.0f;
-                    for (int i = 0; i < hd; i++) dot += qt[i] * kk[i];
-                    lrow[s] = dot * scale;
+                    lrow[s] = dotf(qt, kk, hd) * scale;
                     if (lrow[s] > mx) mx = lrow[s];
                 }
                 float sum = 0.0f;
@@ -259,8 +287,9 @@ static void attention_backward(float* dq, float* dk, float* dv, const float* dou
                     for (int s = 0; s <= t; s++) {
                         const float* vv = v + ((size_t)b * T + s) * ks + (size_t)kh * hd;
                         float* dvv = dv + ((size_t)b * T + s) * ks + (size_t)kh * hd;
-                        float dp = 0.0f;
-                        for (int i = 0; i < hd; i++) { dp += go[i] * vv[i]; dvv[i] += prow[s] * go[i]; }
+                        float ps = prow[s];
+                        for (int i = 0; i < hd; i++) dvv[i] += ps * go[i];
+                        float dp = dotf(go, vv, hd);
                         drow[s] = dp;
                         pd += prow[s] * dp;
                     }
@@ -335,38 +364,61 @@ static void softcap_forward(float* logits, size_t n, float cap) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
 }
-static void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V) {
+/* exp(x) for float, branch-free so that loops over it vectorise: x = n*ln2 + r with |r| <= ln2/2,
+ * exp(r) by a degree-7 Taylor polynomial (relative error < 2e-7, about 1-2 ulp), scaled by 2^n
+ * through the exponent bits. Inputs are clamped to [-87.3, 88.7]: exp underflows to ~1e-38 (not 0)
+ * below, which is immaterial where it is used (softmax terms of at most 1). */
+static inline float fast_expf(float x) {
+    x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+    float n = (float)((int)(x * 1.44269504088896341f + 128.5f) - 128); /* round to nearest; argument > 0 */
+    float r = x - n * 0.693145751953125f;       /* ln2 split in two for an exact product */
+    r = r - n * 1.428606765330187e-06f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 + r * (1.0f / 5040)))))));
+    int32_t e = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &e, 4);
+    return p * scale;
+}
+
+/* per row: lse[n] = logsumexp(zc_n) and losses[n] = lse - zc_n[target] (sum of exps in double). */
+static void crossentropy_forward(float* losses, float* lse, const float* logits, const int* targets, int N, int V) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* z = logits + (size_t)n * V;
-        if (targets[n] < 0) { losses[n] = 0.0f; continue; }
-        float mx = -INFINITY;
-        for (int i = 0; i < V; i++) if (z[i] > mx) mx = z[i];
+        float mx = rowmax(z, V);
+        /* 16 float lanes (vectorised), each lane's partial flushed into a double every 1024 terms */
         double s = 0.0;
-        for (int i = 0; i < V; i++) s += exp((double)(z[i] - mx));
-        losses[n] = (float)(log(s) + mx - z[targets[n]]);
+        for (int c0 = 0; c0 < V; c0 += 1024) {
+            int c1 = MIN(V, c0 + 1024), i = c0;
+            float lane[16] = {0};
+            for (; i + 16 <= c1; i += 16)
+                for (int j = 0; j < 16; j++) lane[j] += fast_expf(z[i + j] - mx);
+            for (; i < c1; i++) lane[0] += fast_expf(z[i] - mx);
+            for (int j = 0; j < 16; j++) s += lane[j];
+        }
+        lse[n] = (float)(log(s) + mx);
+        losses[n] = targets && targets[n] >= 0 ? lse[n] - z[targets[n]] : 0.0f;
     }
 }
-/* dlogits (in place of the model logits zc) = dloss * (softmax(zc) - onehot) * dcap,
- * dcap = 1 - (zc/cap)^2 (the tanh derivative, from the stored zc) */
-static void crossentropy_softcap_backward(float* dlogits, const float* logits, const int* targets, int N, int V,
-                                          float dloss, float cap) {
+/* dlogits (may alias the model logits zc) = dloss * (softmax(zc) - onehot) * dcap, with
+ * softmax = exp(zc - lse) and dcap = 1 - (zc/cap)^2, the tanh derivative from the stored zc. */
+static void crossentropy_softcap_backward(float* dlogits, const float* logits, const float* lse, const int* targets,
+                                          int N, int V, float dloss, float cap) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* z = logits + (size_t)n * V;
         float* d = dlogits + (size_t)n * V;
         if (targets[n] < 0) { memset(d, 0, sizeof(float) * V); continue; }
-        float mx = -INFINITY;
-        for (int i = 0; i < V; i++) if (z[i] > mx) mx = z[i];
-        double s = 0.0;
-        for (int i = 0; i < V; i++) s += exp((double)(z[i] - mx));
-        float inv = (float)(1.0 / s);
-        int y = targets[n];
-        for (int i = 0; i < V; i++) {
-            float p = expf(z[i] - mx) * inv;
-            float g = (p - (i == y ? 1.0f : 0.0f)) * dloss;
-            if (cap > 0.0f) { float t = z[i] / cap; g *= (1.0f - t * t); }
-            d[i] = g;
+        float l = lse[n];
+        float zy = z[targets[n]];
+        if (cap > 0.0f) {
+            float inv = 1.0f / cap;
+            for (int i = 0; i < V; i++) { float t = z[i] * inv; d[i] = fast_expf(z[i] - l) * dloss * (1.0f - t * t); }
+            float t = zy * inv;
+            d[targets[n]] -= dloss * (1.0f - t * t);
+        } else {
+            for (int i = 0; i < V; i++) d[i] = fast_expf(z[i] - l) * dloss;
+            d[targets[n]] -= dloss;
         }
     }
 }

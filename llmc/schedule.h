@@ -7,6 +7,9 @@
 
 #include <math.h>
 
+/* AdamW hyperparameters of one update (lr from the schedule) */
+typedef struct { double lr, beta1, beta2, eps, weight_decay; } AdamW;
+
 static inline double lr_at(long long step, double max_lr, int warmup, long long total, double final_frac) {
     if (step < warmup) return max_lr * (double)(step + 1) / (double)warmup;
     if (total <= warmup) return max_lr;

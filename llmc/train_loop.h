@@ -1,0 +1,355 @@
+/* train_loop.h: the host side of training, shared by the CPU trainer (train_sdc.c) and the CUDA
+ * trainer (train_sdc.cu): flags, data, the step loop (gradient accumulation, data-parallel
+ * all-reduce, clipping, AdamW, schedule), evaluation and predictions, sampling, checkpoints and exact
+ * resume, progress and the JSONL log. The including file defines the model and these functions:
+ *
+ *   Model (with fields Config c; int B, T), TRAINER_NAME (a string),
+ *   model_build(Model*, const Config*, B, T, precision)     model_free(Model*)
+ *   model_init_weights(Model*, seed)                         model_num_params(const Model*)
+ *   model_load_state(Model*, params, m, v)                   (host fp32 arrays; m, v NULL: zero)
+ *   model_host_state(Model*, &params, &m, &v)                (host views of the fp32 state)
+ *   model_set_tokens(Model*, inputs, targets, n)             (targets NULL: none)
+ *   model_forward_step(Model*, B, T, with_targets) -> mean loss
+ *   model_backward_step(Model*, B, T, dloss)                 (adds into the gradients)
+ *   model_zero_grads(Model*)     model_allreduce_grads(Model*, Dist*)
+ *   model_update(Model*, const AdamW*, t, clip) -> gradient norm before clipping
+ *   model_token_losses(Model*, n, float*)   model_argmax(Model*, n, int*)   model_logits_row(Model*, row, float*)
+ *   model_weights_checksum(Model*)          model_threads(void)             model_set_threads(int)
+ */
+#ifndef TSDC_TRAIN_LOOP_H
+#define TSDC_TRAIN_LOOP_H
+
+#include <errno.h>
+#include <math.h>
+#include <sys/stat.h>
+#include "args.h"
+#include "checkpoint.h"
+#include "dataloader.h"
+#include "dist.h"
+#include "logger.h"
+#include "rng.h"
+#include "schedule.h"
+#include "tokenizer.h"
+
+typedef struct {
+    Args a;
+    Config c;
+    Dist dist;
+    Model model;
+    Shard train, val;
+    int have_val;
+    Tokenizer tok;
+    int have_tok;
+    TrainState ts;
+    Rng sample_rng;
+    Logger log;
+    int threads;
+} Run;
+
+static void mkdir_p(const char* dir) {
+    char tmp[1024];
+    snprintf(tmp, sizeof(tmp), "%s", dir);
+    for (char* p = tmp + 1; *p; p++)
+        if (*p == '/') { *p = 0; mkdir(tmp, 0755); *p = '/'; }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) tsdc_fail("-out %s: cannot create directory: %s", dir, strerror(errno));
+}
+
+/* evaluation on the fixed held-out set: the first n_seq*T+1 tokens of -val, B sequences a pass.
+ * Returns the mean loss; writes the argmax predictions when pred_path is set. Rank 0 only. */
+static double evaluate(Run* run, const char* pred_path) {
+    Model* model = &run->model;
+    int B = model->B, T = model->T, V = model->c.vocab_size;
+    long long n_seq = run->a.eval_tokens / T;
+    if (n_seq < 1) n_seq = 1;
+    if ((uint64_t)n_seq * T + 1 > run->val.n) n_seq = (long long)((run->val.n - 1) / T);
+    int* preds = pred_path ? (int*)mallocCheck(sizeof(int) * n_seq * T) : NULL;
+    int *inp = (int*)mallocCheck(sizeof(int) * B * T), *tgt = (int*)mallocCheck(sizeof(int) * B * T);
+    float* losses = (float*)mallocCheck(sizeof(float) * B * T);
+    double sum = 0.0; long long cnt = 0;
+    for (long long s0 = 0; s0 < n_seq; s0 += B) {
+        int nb = (int)(n_seq - s0 < B ? n_seq - s0 : B);
+        for (int j = 0; j < B; j++)
+            for (int t = 0; t < T; t++) {
+                uint64_t pos = (uint64_t)(s0 + j) * T + t;
+                inp[j * T + t] = j < nb ? (int)shard_token(&run->val, pos) : 0;
+                tgt[j * T + t] = j < nb ? (int)shard_token(&run->val, pos + 1) : -1;
+            }
+        model_set_tokens(model, inp, tgt, B * T);
+        model_forward_step(model, B, T, 1);
+        model_token_losses(model, nb * T, losses);
+        for (int n = 0; n < nb * T; n++) { sum += losses[n]; cnt++; }
+        if (preds) model_argmax(model, nb * T, preds + s0 * T);
+    }
+    free(inp); free(tgt); free(losses);
+    if (preds) {
+        /* a token shard (docs/formats.md), 4-byte ids, so tsdc_io.read_shard reads it */
+        char tmp[1100];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", pred_path);
+        FILE* fp = fopenCheck(tmp, "wb");
+        uint8_t h[SHARD_HEADER_BYTES] = {0};
+        memcpy(h, "TSDCTOK\0", 8);
+        uint32_t ver = 1, width = 4, vocab = (uint32_t)V; uint64_t n = (uint64_t)n_seq * T;
+        uint64_t chk = tsdc_checksum(preds, n * 4);
+        memcpy(h + 8, &ver, 4); memcpy(h + 12, &width, 4); memcpy(h + 16, &vocab, 4); memcpy(h + 24, &n, 8); memcpy(h + 32, &chk, 8);
+        fwrite_exact(h, sizeof(h), fp, tmp);
+        fwrite_exact(preds, n * 4, fp, tmp);
+        if (fclose(fp) != 0 || rename(tmp, pred_path) != 0) tsdc_fail("%s: cannot write predictions", pred_path);
+        free(preds);
+    }
+    return sum / (double)cnt;
+}
+
+/* print a sample continuing from the first token of -val (or BOS): rank 0 only */
+static void sample(Run* run) {
+    Model* model = &run->model;
+    int T = model->T, V = model->c.vocab_size, len = run->a.sample_len;
+    int start = run->have_tok && run->tok.bos != 0xFFFFFFFFu ? (int)run->tok.bos
+              : (run->have_val ? (int)shard_token(&run->val, 0) : 0);
+    int* ctx = (int*)mallocCheck(sizeof(int) * (len + 1));
+    float* z = (float*)mallocCheck(sizeof(float) * V);
+    ctx[0] = start;
+    printf("sample: ");
+    if (run->have_tok) tokenizer_print(&run->tok, start, stdout);
+    for (int i = 1; i <= len; i++) {
+        int lo = i > T ? i - T : 0, n = i - lo;
+        model_set_tokens(model, ctx + lo, NULL, n);
+        model_forward_step(model, 1, n, 0);
+        model_logits_row(model, n - 1, z);
+        int next = 0;
+        if (run->a.temperature <= 0) { for (int k = 1; k < V; k++) if (z[k] > z[next]) next = k; }
+        else {
+            double mx = -INFINITY, s = 0.0;
+            for (int k = 0; k < V; k++) if (z[k] > mx) mx = z[k];
+            for (int k = 0; k < V; k++) s += exp((z[k] - mx) / run->a.temperature);
+            double u = rng_uniform(&run->sample_rng) * s, acc = 0.0;
+            next = V - 1;
+            for (int k = 0; k < V; k++) { acc += exp((z[k] - mx) / run->a.temperature); if (acc > u) { next = k; break; } }
+        }
+        ctx[i] = next;
+        if (run->have_tok) tokenizer_print(&run->tok, next, stdout); else printf(" %d", next);
+    }
+    printf("\n");
+    fflush(stdout);
+    free(ctx); free(z);
+}
+
+static void save_checkpoint(Run* run, const char* path) {
+    Model* model = &run->model;
+    memcpy(run->ts.rng, run->sample_rng.s, sizeof(run->ts.rng));
+    uint64_t h = model_weights_checksum(model);
+    dist_check_same(&run->dist, h, "at checkpoint");
+    if (run->dist.rank == 0) {
+        const float *p, *m, *v;
+        model_host_state(model, &p, &m, &v);
+        checkpoint_write(path, &model->c, p, m, v, model_num_params(model), &run->ts);
+        printf("checkpoint %s (step %lld, weights %016llx)\n", path, (long long)run->ts.step, (unsigned long long)h);
+    }
+    dist_barrier(&run->dist);
+}
+
+static void fmt_eta(double s, char* buf, size_t n) {
+    if (s < 0 || s != s) s = 0;
+    long long t = (long long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%lldh%02lldm", t / 3600, (t / 60) % 60);
+    else snprintf(buf, n, "%lldm%02llds", t / 60, t % 60);
+}
+
+/* a resumed run must be the run that wrote the checkpoint: every setting that changes the math */
+static void check_resume_matches(const CkptInfo* ck, const Run* run, const char* path) {
+    const Args* a = &run->a;
+#define SAME(cond, flag, fmt, x, y) if (!(cond)) tsdc_fail("%s: checkpoint was written with " flag " " fmt ", this run has " fmt \
+                                                          " (pass the same flag to resume)", path, x, y)
+    SAME(ck->ts.B == a->B, "-B", "%d", ck->ts.B, a->B);
+    SAME(ck->ts.T == run->model.T, "-seq", "%d", ck->ts.T, run->model.T);
+    SAME((long long)ck->ts.world * ck->ts.A == (long long)run->dist.world * a->accum, "ranks x -accum", "%lld",
+         (long long)ck->ts.world * ck->ts.A, (long long)run->dist.world * a->accum);
+    SAME(ck->ts.total_steps == a->steps, "-steps", "%d", ck->ts.total_steps, a->steps);
+    SAME(ck->ts.warmup == a->warmup, "-warmup", "%d", ck->ts.warmup, a->warmup);
+    SAME(ck->ts.precision == a->precision, "-precision", "%d", ck->ts.precision, a->precision);
+    SAME(ck->ts.lr == a->lr, "-lr", "%g", ck->ts.lr, a->lr);
+    SAME(ck->ts.final_frac == a->final_lr_frac, "-final_lr_frac", "%g", ck->ts.final_frac, a->final_lr_frac);
+    SAME(ck->ts.beta1 == a->beta1, "-beta1", "%g", ck->ts.beta1, a->beta1);
+    SAME(ck->ts.beta2 == a->beta2, "-beta2", "%g", ck->ts.beta2, a->beta2);
+    SAME(ck->ts.adam_eps == a->adam_eps, "-adam_eps", "%g", ck->ts.adam_eps, a->adam_eps);
+    SAME(ck->ts.weight_decay == a->weight_decay, "-wd", "%g", ck->ts.weight_decay, a->weight_decay);
+    SAME(ck->ts.grad_clip == a->grad_clip, "-clip", "%g", ck->ts.grad_clip, a->grad_clip);
+#undef SAME
+}
+
+int train_main(int argc, char** argv) {
+    Run run_, *run = &run_;
+    memset(run, 0, sizeof(*run));
+    dist_init(&run->dist, &argc, &argv);
+    int rank = run->dist.rank, world = run->dist.world;
+    Args* a = &run->a;
+    args_parse(a, argc, argv);
+    args_config(a, &run->c);
+    if (a->threads) model_set_threads(a->threads);
+    run->threads = model_threads();
+    if (a->steps > 0 && !a->train[0]) usage_fail("%s", "-train FILE is required (or -steps 0)");
+    int T = run->c.seq_len;
+    if (rank == 0) {
+        printf("train_sdc (" TRAINER_NAME ") | preset %s | %zu parameters | %s | %d rank%s%s | %d thread%s | B %d x T %d x accum %d\n",
+               run->c.preset, config_num_params(&run->c), a->precision ? "bf16 (emulated AMP)" : "fp32", world,
+               world == 1 ? "" : "s", dist_built_with_mpi() ? "" : " (built without MPI: single process)",
+               run->threads, run->threads == 1 ? "" : "s", a->B, T, a->accum);
+    }
+
+    /* data */
+    if (a->train[0]) {
+        shard_load(&run->train, a->train, run->c.vocab_size);
+        shard_require(&run->train, batch_span(world, a->accum, a->B, T) + 1, "step's batch (ranks x -accum x -B x -seq + 1)");
+    }
+    if (a->val[0]) {
+        shard_load(&run->val, a->val, run->c.vocab_size);
+        shard_require(&run->val, (uint64_t)T + 1, "sequence (-seq + 1)");
+        run->have_val = 1;
+    }
+    char tokpath[1100] = {0};
+    if (a->tokenizer[0]) snprintf(tokpath, sizeof(tokpath), "%s", a->tokenizer);
+    else if (a->train[0]) {
+        snprintf(tokpath, sizeof(tokpath), "%s", a->train);
+        char* slash = strrchr(tokpath, '/');
+        snprintf(slash ? slash + 1 : tokpath, sizeof(tokpath) - (slash ? (size_t)(slash + 1 - tokpath) : 0), "tokenizer.bin");
+        FILE* probe = fopen(tokpath, "rb");
+        if (probe) fclose(probe); else tokpath[0] = 0;
+    }
+    if (tokpath[0]) {
+        tokenizer_load(&run->tok, tokpath);
+        if (run->tok.vocab > (uint32_t)run->c.vocab_size)
+            tsdc_fail("%s: decode table has %u tokens, more than the model vocab %d", tokpath, run->tok.vocab, run->c.vocab_size);
+        run->have_tok = 1;
+    }
+
+    /* model */
+    Model* model = &run->model;
+    model_build(model, &run->c, a->B, T, a->precision);
+    TrainState* ts = &run->ts;
+    ts->world = world; ts->B = a->B; ts->A = a->accum; ts->T = T; ts->warmup = a->warmup; ts->total_steps = a->steps;
+    ts->precision = a->precision; ts->lr = a->lr; ts->final_frac = a->final_lr_frac; ts->beta1 = a->beta1;
+    ts->beta2 = a->beta2; ts->adam_eps = a->adam_eps; ts->weight_decay = a->weight_decay; ts->grad_clip = a->grad_clip;
+    rng_seed(&run->sample_rng, a->seed ^ 0x5A3D1E5EULL);
+    if (a->resume[0] || a->init[0]) {
+        const char* path = a->resume[0] ? a->resume : a->init;
+        CkptInfo ck;
+        checkpoint_read(path, &ck, NULL, NULL, NULL, 0); /* validate the file and read its config first */
+        const char* diff = config_diff(&ck.cfg, &run->c);
+        if (diff) tsdc_fail("%s: checkpoint config differs from the flags in '%s' (checkpoint preset %s)", path, diff, ck.cfg.preset);
+        if (a->resume[0]) {
+            if (!ck.has_opt) tsdc_fail("%s: has no optimizer state (a weights-only checkpoint): use -init, not -resume", path);
+            check_resume_matches(&ck, run, path);
+        }
+        size_t P = model_num_params(model);
+        float* hp = (float*)mallocCheck(sizeof(float) * P);
+        float* hm = a->resume[0] ? (float*)mallocCheck(sizeof(float) * P) : NULL;
+        float* hv = a->resume[0] ? (float*)mallocCheck(sizeof(float) * P) : NULL;
+        checkpoint_read(path, &ck, hp, hm, hv, P);
+        model_load_state(model, hp, hm, hv);
+        free(hp); free(hm); free(hv);
+        if (a->resume[0]) {
+            ts->step = ck.ts.step; ts->data_pos = ck.ts.data_pos;
+            memcpy(run->sample_rng.s, ck.ts.rng, sizeof(ck.ts.rng));
+            if (run->train.n && ts->data_pos + batch_span(world, a->accum, a->B, T) + 1 > run->train.n)
+                tsdc_fail("%s: data position %llu lies beyond -train %s (%llu tokens): not the shard it was trained on",
+                          path, (unsigned long long)ts->data_pos, a->train, (unsigned long long)run->train.n);
+        }
+        if (rank == 0) printf("%s %s (step %lld)\n", a->resume[0] ? "resumed from" : "initialised from", path, (long long)ck.ts.step);
+    } else {
+        model_init_weights(model, a->seed);
+    }
+    dist_check_same(&run->dist, model_weights_checksum(model), "at start");
+
+    if (rank == 0) {
+        mkdir_p(a->out);
+        char logpath[1100];
+        snprintf(logpath, sizeof(logpath), "%s/log.jsonl", a->out);
+        logger_open(&run->log, logpath, a->resume[0] != 0);
+        logger_line(&run->log, "{\"type\":\"run\",\"trainer\":\"" TRAINER_NAME "\",\"preset\":\"%s\",\"params\":%zu,\"n_layer\":%d,\"d_model\":%d,"
+                    "\"vocab\":%d,\"seq\":%d,\"B\":%d,\"accum\":%d,\"world\":%d,\"threads\":%d,\"precision\":\"%s\",\"steps\":%d,"
+                    "\"lr\":%.9g,\"warmup\":%d,\"seed\":%llu,\"start_step\":%lld}",
+                    run->c.preset, model_num_params(model), run->c.n_layer, run->c.d_model, run->c.vocab_size, T, a->B, a->accum, world,
+                    run->threads, a->precision ? "bf16" : "fp32", a->steps, a->lr, a->warmup, a->seed, (long long)ts->step);
+    }
+
+    AdamW opt = {a->lr, a->beta1, a->beta2, a->adam_eps, a->weight_decay};
+    int last = a->stop_at && a->stop_at < a->steps ? a->stop_at : a->steps;
+    uint64_t span = batch_span(world, a->accum, a->B, T);
+    int N = a->B * T;
+    int *inp = (int*)mallocCheck(sizeof(int) * N), *tgt = (int*)mallocCheck(sizeof(int) * N);
+    float dloss = 1.0f / (float)((double)N * a->accum * world);
+    double t_start = wall_seconds(), ms_sum = 0; int timed = 0;
+    char path[1200];
+    while (ts->step < last) {
+        long long s = ts->step; /* update number, 0-based */
+        double t0 = wall_seconds();
+        model_zero_grads(model);
+        double loss_sum = 0.0;
+        for (int mb = 0; mb < a->accum; mb++) {
+            shard_microbatch(&run->train, ts->data_pos, rank * a->accum + mb, a->B, T, inp, tgt);
+            model_set_tokens(model, inp, tgt, N);
+            loss_sum += model_forward_step(model, a->B, T, 1);
+            model_backward_step(model, a->B, T, dloss);
+        }
+        model_allreduce_grads(model, &run->dist);
+        dist_allreduce_sum_f64(&run->dist, &loss_sum, 1);
+        float loss = (float)(loss_sum / ((double)a->accum * world));
+        opt.lr = lr_at(s, a->lr, a->warmup, a->steps, a->final_lr_frac);
+        double norm = model_update(model, &opt, s + 1, a->grad_clip);
+        ts->step = s + 1;
+        ts->data_pos = shard_advance(&run->train, ts->data_pos, span);
+        double dt = wall_seconds() - t0;
+        if (s > 0 || ts->step == last) { ms_sum += dt; timed++; }
+        double tok_s = span / dt;
+        if (rank == 0) {
+            logger_line(&run->log, "{\"type\":\"step\",\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
+                        "\"tok_s\":%.1f,\"k\":0,\"alarms\":0,\"injections\":0,\"replayed\":0}",
+                        (long long)ts->step, loss, opt.lr, norm, dt * 1e3, tok_s);
+            if (!a->quiet) {
+                char eta[32];
+                fmt_eta((last - ts->step) * (timed ? ms_sum / timed : dt), eta, sizeof(eta));
+                printf("step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | ETA %s\n",
+                       (long long)ts->step, a->steps, loss, opt.lr, norm, dt * 1e3, tok_s, eta);
+                fflush(stdout);
+            }
+        }
+        if (!isfinite(loss) && rank == 0) fprintf(stderr, "warning: non-finite loss at step %lld\n", (long long)ts->step);
+        int at_end = ts->step == last;
+        if (run->have_val && rank == 0 && ((a->eval_every && ts->step % a->eval_every == 0) || at_end)) {
+            const char* pred = at_end && a->pred_out[0] ? a->pred_out : NULL;
+            double vl = evaluate(run, pred);
+            logger_line(&run->log, "{\"type\":\"eval\",\"step\":%lld,\"val_loss\":%.9g,\"ppl\":%.9g}", (long long)ts->step, vl, exp(vl));
+            printf("eval step %lld | val loss %.6f | ppl %.3f%s%s\n", (long long)ts->step, vl, exp(vl),
+                   pred ? " | predictions " : "", pred ? pred : "");
+        }
+        if (rank == 0 && a->sample_every && (ts->step % a->sample_every == 0 || at_end)) sample(run);
+        if ((a->ckpt_every && ts->step % a->ckpt_every == 0) || at_end) {
+            snprintf(path, sizeof(path), "%s/step_%06lld.ckpt", a->out, (long long)ts->step);
+            save_checkpoint(run, path);
+        }
+    }
+    if (a->steps == 0 || ts->step >= last) {
+        if (a->steps == 0 && run->have_val && rank == 0) {
+            double vl = evaluate(run, a->pred_out[0] ? a->pred_out : NULL);
+            logger_line(&run->log, "{\"type\":\"eval\",\"step\":%lld,\"val_loss\":%.9g,\"ppl\":%.9g}", (long long)ts->step, vl, exp(vl));
+            printf("eval step %lld | val loss %.6f | ppl %.3f\n", (long long)ts->step, vl, exp(vl));
+            if (a->sample_every) sample(run);
+        }
+    }
+    uint64_t h = model_weights_checksum(model);
+    dist_check_same(&run->dist, h, "at the end");
+    if (rank == 0) {
+        printf("done: step %lld, %.1f s, final weights %016llx%s\n", (long long)ts->step, wall_seconds() - t_start,
+               (unsigned long long)h, world > 1 ? " (identical on all ranks)" : "");
+        logger_line(&run->log, "{\"type\":\"end\",\"step\":%lld,\"weights\":\"%016llx\"}", (long long)ts->step, (unsigned long long)h);
+        logger_close(&run->log);
+    }
+    free(inp); free(tgt);
+    model_free(model);
+    if (run->train.raw) shard_free(&run->train);
+    if (run->have_val) shard_free(&run->val);
+    if (run->have_tok) tokenizer_free(&run->tok);
+    dist_finalize(&run->dist);
+    return 0;
+}
+
+#endif
