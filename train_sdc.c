@@ -445,6 +445,9 @@ static void model_set_threads(int n) {
 
 #ifndef TESTING
 #define TRAINER_NAME "cpu"
+#define TRAINER_DEFAULT_PRECISION 0
+#define TRAINER_HAS_FP32 1
+#define TRAINER_BF16_NAME "bf16 (emulated AMP)"
 #include "llmc/train_loop.h"
 int main(int argc, char** argv) { return train_main(argc, argv); }
 #endif

@@ -19,7 +19,7 @@ typedef struct {
     /* optimisation */
     int steps, warmup;
     double lr, final_lr_frac, beta1, beta2, adam_eps, weight_decay, grad_clip;
-    int precision;             /* 0 fp32, 1 bf16 */
+    int precision;             /* 0 fp32, 1 bf16, -1 the trainer's default (CPU fp32, GPU bf16) */
     unsigned long long seed;
     /* evaluation, sampling */
     int eval_every, eval_tokens, sample_every, sample_len;
@@ -54,7 +54,8 @@ static const char* USAGE =
 "  -adam_eps X        AdamW epsilon (default 1e-8)\n"
 "  -wd X              weight decay on matrices and embeddings (default 0.1)\n"
 "  -clip X            global gradient-norm clipping, 0 = off (default 1.0)\n"
-"  -precision P       fp32 (exact reference) or bf16 (emulated AMP) (default fp32)\n"
+"  -precision P       fp32 (exact reference, CPU only) or bf16 (AMP; emulated on the CPU)\n"
+"                     (default: fp32 on the CPU, bf16 on the GPU)\n"
 "  -seed N            initialisation and sampling seed (default 8)\n"
 "evaluation and sampling\n"
 "  -eval_every N      evaluate on -val every N steps and at the end, 0 = only at the end (default 100)\n"
@@ -111,6 +112,7 @@ static void args_defaults(Args* a) {
     a->lr = 5e-5; a->final_lr_frac = 0.1; a->beta1 = 0.9; a->beta2 = 0.95; a->adam_eps = 1e-8;
     a->weight_decay = 0.1; a->grad_clip = 1.0;
     a->seed = 8;
+    a->precision = -1;
     a->eval_every = 100; a->eval_tokens = 16384; a->sample_len = 64; a->temperature = 1.0;
     snprintf(a->out, sizeof(a->out), "out");
 }

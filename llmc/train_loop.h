@@ -3,7 +3,8 @@
  * all-reduce, clipping, AdamW, schedule), evaluation and predictions, sampling, checkpoints and exact
  * resume, progress and the JSONL log. The including file defines the model and these functions:
  *
- *   Model (with fields Config c; int B, T), TRAINER_NAME (a string),
+ *   Model (with fields Config c; int B, T), TRAINER_NAME (a string), TRAINER_DEFAULT_PRECISION (0 fp32,
+ *   1 bf16), TRAINER_HAS_FP32 (0/1), TRAINER_BF16_NAME (how bf16 is described),
  *   model_build(Model*, const Config*, B, T, precision)     model_free(Model*)
  *   model_init_weights(Model*, seed)                         model_num_params(const Model*)
  *   model_load_state(Model*, params, m, v)                   (host fp32 arrays; m, v NULL: zero)
@@ -18,6 +19,11 @@
  */
 #ifndef TSDC_TRAIN_LOOP_H
 #define TSDC_TRAIN_LOOP_H
+
+#ifndef TRAINER_SETUP               /* device selection, NCCL (GPU trainer); nothing on the CPU */
+#define TRAINER_SETUP(dist) ((void)0)
+#define TRAINER_TEARDOWN() ((void)0)
+#endif
 
 #include <errno.h>
 #include <math.h>
@@ -184,13 +190,16 @@ int train_main(int argc, char** argv) {
     Args* a = &run->a;
     args_parse(a, argc, argv);
     args_config(a, &run->c);
+    if (a->precision < 0) a->precision = TRAINER_DEFAULT_PRECISION;
+    if (a->precision == 0 && !TRAINER_HAS_FP32) usage_fail("%s", "-precision fp32 is the CPU trainer's (./train_sdc); this trainer computes in bf16 AMP");
     if (a->threads) model_set_threads(a->threads);
+    TRAINER_SETUP(&run->dist);
     run->threads = model_threads();
     if (a->steps > 0 && !a->train[0]) usage_fail("%s", "-train FILE is required (or -steps 0)");
     int T = run->c.seq_len;
     if (rank == 0) {
         printf("train_sdc (" TRAINER_NAME ") | preset %s | %zu parameters | %s | %d rank%s%s | %d thread%s | B %d x T %d x accum %d\n",
-               run->c.preset, config_num_params(&run->c), a->precision ? "bf16 (emulated AMP)" : "fp32", world,
+               run->c.preset, config_num_params(&run->c), a->precision ? TRAINER_BF16_NAME : "fp32", world,
                world == 1 ? "" : "s", dist_built_with_mpi() ? "" : " (built without MPI: single process)",
                run->threads, run->threads == 1 ? "" : "s", a->B, T, a->accum);
     }
@@ -348,6 +357,7 @@ int train_main(int argc, char** argv) {
     if (run->train.raw) shard_free(&run->train);
     if (run->have_val) shard_free(&run->val);
     if (run->have_tok) tokenizer_free(&run->tok);
+    TRAINER_TEARDOWN();
     dist_finalize(&run->dist);
     return 0;
 }
