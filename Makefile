@@ -40,23 +40,39 @@ else
   $(info [make] MPI: no mpicc, train_sdc is built single-process (apt-get install openmpi-bin libopenmpi-dev))
 endif
 
-# CUDA (the GPU trainer arrives with train_sdc.cu)
+# CUDA: the GPU trainer and its tests, when nvcc is present. GPU_ARCH picks the target (90: H100/H200,
+# 80: A100); `make cuda-check` compiles every CUDA file for both sm_90 and sm_80 (CI runs it).
 NVCC := $(shell command -v nvcc 2>/dev/null)
-CUDA_SRC := $(wildcard train_sdc.cu)
+ifeq ($(NO_CUDA),1)
+  NVCC :=
+endif
+GPU_ARCH ?= 90
+NVCC_FLAGS := -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -Wall,-Wno-unused-function,-fopenmp -Wno-deprecated-gpu-targets
+NVCC_LIBS := -lcublasLt -lcublas -lgomp
 CUDA_TARGETS :=
 ifneq ($(NVCC),)
-  ifneq ($(CUDA_SRC),)
-    CUDA_TARGETS := train_sdc_cu test_sdc_cu
+  CUDA_TARGETS := train_sdc_cu $(if $(wildcard test_sdc.cu),test_sdc_cu)
+  NCCL_H := $(firstword $(wildcard $(dir $(NVCC))../include/nccl.h /usr/include/nccl.h /usr/local/include/nccl.h))
+  ifneq ($(NCCL_H),)
+    NVCC_FLAGS += -DUSE_NCCL
+    NVCC_LIBS += -lnccl
+    NCCL_NOTE := NCCL: yes
   else
-    $(info [make] CUDA: nvcc found, no CUDA sources yet)
+    NCCL_NOTE := NCCL: no (train_sdc_cu trains on one GPU)
   endif
+  ifneq ($(MPICC),)
+    NVCC_FLAGS += -DUSE_MPI $(shell $(MPICC) --showme:compile 2>/dev/null)
+    NVCC_LIBS += $(shell $(MPICC) --showme:link 2>/dev/null | sed 's/-Wl,[^ ]*//g')
+  endif
+  $(info [make] CUDA: $(NVCC), sm_$(GPU_ARCH); $(NCCL_NOTE))
 else
-  $(info [make] CUDA: no nvcc, skipping GPU targets)
+  $(info [make] CUDA: no nvcc, skipping the GPU trainer)
 endif
 
 HEADERS := $(wildcard llmc/*.h)
+CUDA_HEADERS := $(wildcard llmc/*.cuh)
 
-.PHONY: all test venv refckpts clean
+.PHONY: all test venv refckpts clean cuda-check
 all: train_sdc test_sdc $(CUDA_TARGETS)
 
 train_sdc: train_sdc.c $(HEADERS)
@@ -64,6 +80,22 @@ train_sdc: train_sdc.c $(HEADERS)
 
 test_sdc: test_sdc.c train_sdc.c $(HEADERS)
 	$(CC_PLAIN) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+train_sdc_cu: train_sdc.cu $(HEADERS) $(CUDA_HEADERS)
+	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) -o $@ $< $(NVCC_LIBS)
+
+test_sdc_cu: test_sdc.cu train_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS)
+	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) -o $@ $< $(NVCC_LIBS)
+
+# every CUDA source for both architectures (objects only; a compile error fails the build)
+CUDA_CHECK_SRCS := train_sdc $(if $(wildcard test_sdc.cu),test_sdc)
+cuda-check: $(if $(NVCC),$(foreach a,80 90,$(foreach f,$(CUDA_CHECK_SRCS),build/cuda/sm$(a)/$(f).o)))
+build/cuda/sm%/train_sdc.o: train_sdc.cu $(HEADERS) $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -arch=sm_$* -c -o $@ $<
+build/cuda/sm%/test_sdc.o: test_sdc.cu train_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -arch=sm_$* -c -o $@ $<
 
 # local Python environment for data preparation, the weight importer and the Python tests
 venv: $(VENV)/.stamp
@@ -81,7 +113,7 @@ build/ref/%.ckpt: dev/reference/states/%/model.safetensors dev/reference/hf_to_c
 	@mkdir -p build/ref
 	$(VPY) dev/reference/hf_to_ckpt.py dev/reference/states/$* $@ --preset $*
 
-test: all venv refckpts
+test: all cuda-check venv refckpts
 	OMP_NUM_THREADS=2 ./test_sdc -states dev/reference/states -ckpts build/ref
 	TSDC_DATA_DIR=$(SHARED_DATA) OMP_NUM_THREADS=2 $(VPY) -m pytest -q tests
 

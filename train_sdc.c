@@ -35,6 +35,7 @@
 #include "llmc/cpu_kernels.h"
 #include "llmc/dataloader.h"
 #include "llmc/dist.h"
+#include "llmc/fault.h"
 #include "llmc/logger.h"
 #include "llmc/rng.h"
 #include "llmc/rope.h"
@@ -76,11 +77,26 @@ typedef struct {
     int *inputs, *targets;
     /* backward scratch */
     float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt, *dF, *dF2, *dF3;
+    float* dlog;               /* [B,H,T,T]: dprobs, then dlogits, of the layer being differentiated */
+    FaultCtx* fx;              /* fault injection (NULL: off) */
     float* act_mem;
     size_t act_floats;
+    float* trace_mem;          /* snapshot of act_mem for the propagation trace (allocated on first use) */
 } Model;
 
 #define BF16_STORE(m, x, n) do { if ((m)->precision) bf16_round_array((x), (long long)(n)); } while (0)
+/* fault injection points: a module output (forward) or the gradient of that output (backward) */
+#define FAULT(pass, site, l, x, n) do { if (fault_due(model->fx, (site), (l), (pass))) fault_apply_host(model->fx, (x), (size_t)(n)); } while (0)
+#define FAULT_FWD(site, l, x, n) FAULT(PASS_FWD, site, l, x, n)
+#define FAULT_BWD(site, l, x, n) FAULT(PASS_BWD, site, l, x, n)
+/* the gradient of a module output that shares its tensor with the residual path (o_proj, down_proj):
+ * a fault there must hit only the module's own backward, so it goes into a copy */
+static const float* fault_private_grad(Model* model, int site, int l, const float* g, float* scratch, size_t n) {
+    if (!fault_due(model->fx, site, l, PASS_BWD)) return g;
+    memcpy(scratch, g, n * sizeof(float));
+    fault_apply_host(model->fx, scratch, n);
+    return scratch;
+}
 
 static int tensor_index(const Model* m, int type, int layer) {
     return m->tidx[(layer < 0 ? m->c.n_layer : layer) * PT_COUNT + type];
@@ -122,7 +138,7 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     size_t F = c->ffn_dim, V = c->vocab_size, att = (size_t)B * c->n_head * T * T, H = c->n_head, KV = c->n_kv_head;
     size_t per_layer = N * d * 6 + N * 2 + N * qd * 5 + N * kd * 5 + N * (H + KV) * 2 + att * 2 + N * F * 4;
     size_t total = N * d * 2 + N + (size_t)c->n_layer * per_layer + N * d + N + N * V + N * 2 /* forward */
-                 + N * d * 2 + N * qd * 3 + N * kd * 3 + N * F * 3;                         /* backward */
+                 + N * d * 2 + N * qd * 3 + N * kd * 3 + N * F * 3 + att;                   /* backward */
     model->act_mem = (float*)callocCheck(total, sizeof(float));
     model->act_floats = total;
     float* p = model->act_mem;
@@ -146,7 +162,7 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     CARVE(model->dres, N * d); CARVE(model->dbuf, N * d);
     CARVE(model->dq, N * qd); CARVE(model->dq2, N * qd); CARVE(model->datt, N * qd);
     CARVE(model->dk, N * kd); CARVE(model->dk2, N * kd); CARVE(model->dv, N * kd);
-    CARVE(model->dF, N * F); CARVE(model->dF2, N * F); CARVE(model->dF3, N * F);
+    CARVE(model->dF, N * F); CARVE(model->dF2, N * F); CARVE(model->dF3, N * F); CARVE(model->dlog, att);
 #undef CARVE
     if ((size_t)(p - model->act_mem) > total) tsdc_fail("internal: activation carve overflow");
     model->inputs = (int*)callocCheck(N, sizeof(int));
@@ -157,8 +173,10 @@ static void model_free(Model* model) {
     if (model->wr != model->params) free(model->wr);
     free(model->params); free(model->grads); free(model->m); free(model->v); free(model->wT);
     free(model->rope_cos); free(model->rope_sin); free(model->act_mem); free(model->la);
-    free(model->inputs); free(model->targets); free(model->tidx);
+    free(model->inputs); free(model->targets); free(model->tidx); free(model->trace_mem);
 }
+
+static void model_prepare_weights(Model* model);
 
 /* normal(0, 0.02) for matrices and embeddings, ones for norm weights; one seeded stream in
  * parameter order, so every rank and every run draws the same weights. */
@@ -171,6 +189,7 @@ static void model_init_weights(Model* model, uint64_t seed) {
         if (t->rows == 1) for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
         else for (size_t j = 0; j < t->numel; j++) p[j] = (float)(0.02 * rng_normal(&r));
     }
+    model_prepare_weights(model);
 }
 
 /* after every change of the master weights: the bf16 copy (bf16 mode) and the transposed copies */
@@ -208,44 +227,69 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         LayerActs* a = &model->la[l];
         /* attention block: x + o_proj(attn(rope(qk_norm(q, k)), v)) */
         rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps);   BF16_STORE(model, a->attn_norm, (size_t)N * d);
+        FAULT_FWD(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
         matmul_forward(a->q, a->attn_norm, WT(PT_WQ, l), N, d, qd);                       BF16_STORE(model, a->q, (size_t)N * qd);
+        FAULT_FWD(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
         matmul_forward(a->k, a->attn_norm, WT(PT_WK, l), N, d, kd);                       BF16_STORE(model, a->k, (size_t)N * kd);
+        FAULT_FWD(SITE_K_PROJ, l, a->k, (size_t)N * kd);
         matmul_forward(a->v, a->attn_norm, WT(PT_WV, l), N, d, kd);                       BF16_STORE(model, a->v, (size_t)N * kd);
+        FAULT_FWD(SITE_V_PROJ, l, a->v, (size_t)N * kd);
         float *qc = a->q, *kc = a->k;
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {                                    /* per head, over hd */
             rmsnorm_forward(a->qn, a->qn_ms, qc, W(PT_QNORM, l), N * H, hd, eps);          BF16_STORE(model, a->qn, (size_t)N * qd);
+            FAULT_FWD(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
             rmsnorm_forward(a->kn, a->kn_ms, kc, W(PT_KNORM, l), N * KV, hd, eps);         BF16_STORE(model, a->kn, (size_t)N * kd);
+            FAULT_FWD(SITE_K_NORM, l, a->kn, (size_t)N * kd);
             qc = a->qn; kc = a->kn;
         }
         rope_forward(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style);   BF16_STORE(model, a->qr, (size_t)N * qd);
+        FAULT_FWD(SITE_Q_ROPE, l, a->qr, (size_t)N * qd);
         rope_forward(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style);  BF16_STORE(model, a->kr, (size_t)N * kd);
+        FAULT_FWD(SITE_K_ROPE, l, a->kr, (size_t)N * kd);
         qc = a->qr; kc = a->kr;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
             rmsnorm_forward(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps);                    BF16_STORE(model, a->qf, (size_t)N * qd);
+            FAULT_FWD(SITE_Q_NORM, l, a->qf, (size_t)N * qd);
             rmsnorm_forward(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps);                   BF16_STORE(model, a->kf, (size_t)N * kd);
+            FAULT_FWD(SITE_K_NORM, l, a->kf, (size_t)N * kd);
             qc = a->qf; kc = a->kf;
         }
-        attention_forward(a->att_out, a->logits, a->probs, qc, kc, a->v, B, T, H, KV, hd);
-        BF16_STORE(model, a->logits, (size_t)B * H * T * T); BF16_STORE(model, a->probs, (size_t)B * H * T * T);
-        BF16_STORE(model, a->att_out, (size_t)N * qd);
+        size_t natt = (size_t)B * H * T * T;
+        attention_logits_forward(a->logits, qc, kc, B, T, H, KV, hd);                     BF16_STORE(model, a->logits, natt);
+        FAULT_FWD(SITE_ATT_LOGITS, l, a->logits, natt);
+        attention_softmax_forward(a->probs, a->logits, B, H, T);                          BF16_STORE(model, a->probs, natt);
+        FAULT_FWD(SITE_ATT_PROBS, l, a->probs, natt);
+        attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd);                BF16_STORE(model, a->att_out, (size_t)N * qd);
+        FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
         matmul_forward(a->o, a->att_out, WT(PT_WO, l), N, qd, d);                         BF16_STORE(model, a->o, (size_t)N * d);
+        FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
         residual_forward(a->resid_mid, x, a->o, (size_t)N * d);                           BF16_STORE(model, a->resid_mid, (size_t)N * d);
+        FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
         /* MLP block: x + down(silu(gate) * up)  or  x + down(relu(fc)^2) */
         rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps); BF16_STORE(model, a->mlp_norm, (size_t)N * d);
+        FAULT_FWD(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
         float* hidden;
         if (c->mlp == MLP_SWIGLU) {
             matmul_forward(a->gate, a->mlp_norm, WT(PT_WGATE, l), N, d, F);               BF16_STORE(model, a->gate, (size_t)N * F);
+            FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             matmul_forward(a->up, a->mlp_norm, WT(PT_WUP, l), N, d, F);                   BF16_STORE(model, a->up, (size_t)N * F);
+            FAULT_FWD(SITE_UP_PROJ, l, a->up, (size_t)N * F);
             silu_forward(a->act, a->gate, (size_t)N * F);                                  BF16_STORE(model, a->act, (size_t)N * F);
+            FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
             mul_forward(a->prod, a->act, a->up, (size_t)N * F);                            BF16_STORE(model, a->prod, (size_t)N * F);
+            FAULT_FWD(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
             hidden = a->prod;
         } else {
             matmul_forward(a->gate, a->mlp_norm, WT(PT_WFC, l), N, d, F);                 BF16_STORE(model, a->gate, (size_t)N * F);
+            FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             relu2_forward(a->act, a->gate, (size_t)N * F);                                 BF16_STORE(model, a->act, (size_t)N * F);
+            FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
             hidden = a->act;
         }
         matmul_forward(a->down, hidden, WT(PT_WDOWN, l), N, F, d);                        BF16_STORE(model, a->down, (size_t)N * d);
+        FAULT_FWD(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
         residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d);                   BF16_STORE(model, a->out, (size_t)N * d);
+        FAULT_FWD(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
         x = a->out;
     }
     rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps);
@@ -287,46 +331,74 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
     for (int l = c->n_layer - 1; l >= 0; l--) {
         LayerActs* a = &model->la[l];
         float* x_in = l > 0 ? model->la[l - 1].out : (c->embed_norm ? model->x0 : model->emb);
+        size_t natt = (size_t)B * H * T * T;
+        FAULT_BWD(SITE_BLOCK_OUT, l, dres, (size_t)N * d);
         /* MLP block: dres is d(block_out) = d(resid_mid) (through the skip) = d(down) */
+        const float* ddown = fault_private_grad(model, SITE_DOWN_PROJ, l, dres, dbuf, (size_t)N * d);
         if (c->mlp == MLP_SWIGLU) {
-            matmul_backward(model->dF, GR(PT_WDOWN, l), dres, a->prod, W(PT_WDOWN, l), N, F, d, 0);  BF16_STORE(model, model->dF, (size_t)N * F);
+            matmul_backward(model->dF, GR(PT_WDOWN, l), ddown, a->prod, W(PT_WDOWN, l), N, F, d, 0);  BF16_STORE(model, model->dF, (size_t)N * F);
+            FAULT_BWD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
             mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F);          /* d act, d up */
             BF16_STORE(model, model->dF2, (size_t)N * F); BF16_STORE(model, model->dF3, (size_t)N * F);
+            FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
+            FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
             silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F);                             BF16_STORE(model, model->dF, (size_t)N * F);
+            FAULT_BWD(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
             matmul_backward(dbuf, GR(PT_WGATE, l), model->dF, a->mlp_norm, W(PT_WGATE, l), N, d, F, 0);
             matmul_backward(dbuf, GR(PT_WUP, l), model->dF3, a->mlp_norm, W(PT_WUP, l), N, d, F, 1);
         } else {
-            matmul_backward(model->dF, GR(PT_WDOWN, l), dres, a->act, W(PT_WDOWN, l), N, F, d, 0);   BF16_STORE(model, model->dF, (size_t)N * F);
+            matmul_backward(model->dF, GR(PT_WDOWN, l), ddown, a->act, W(PT_WDOWN, l), N, F, d, 0);   BF16_STORE(model, model->dF, (size_t)N * F);
+            FAULT_BWD(SITE_ACT, l, model->dF, (size_t)N * F);
             relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F);                            BF16_STORE(model, model->dF2, (size_t)N * F);
+            FAULT_BWD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
             matmul_backward(dbuf, GR(PT_WFC, l), model->dF2, a->mlp_norm, W(PT_WFC, l), N, d, F, 0);
         }
         BF16_STORE(model, dbuf, (size_t)N * d);
+        FAULT_BWD(SITE_MLP_NORM, l, dbuf, (size_t)N * d);
         rmsnorm_backward(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1);
         BF16_STORE(model, dres, (size_t)N * d);
+        FAULT_BWD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
         /* attention block: dres is d(resid_mid) = d(x_in) (skip) = d(o) */
-        matmul_backward(model->datt, GR(PT_WO, l), dres, a->att_out, W(PT_WO, l), N, qd, d, 0);      BF16_STORE(model, model->datt, (size_t)N * qd);
+        const float* dout_o = fault_private_grad(model, SITE_O_PROJ, l, dres, dbuf, (size_t)N * d);
+        matmul_backward(model->datt, GR(PT_WO, l), dout_o, a->att_out, W(PT_WO, l), N, qd, d, 0);      BF16_STORE(model, model->datt, (size_t)N * qd);
+        FAULT_BWD(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
         const float* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
         const float* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
-        attention_backward(model->dq, model->dk, model->dv, model->datt, a->probs, qc, kc, a->v, B, T, H, KV, hd);
-        BF16_STORE(model, model->dq, (size_t)N * qd); BF16_STORE(model, model->dk, (size_t)N * kd); BF16_STORE(model, model->dv, (size_t)N * kd);
+        attention_av_backward(model->dlog, model->dv, model->datt, a->probs, a->v, B, T, H, KV, hd);
+        BF16_STORE(model, model->dlog, natt); BF16_STORE(model, model->dv, (size_t)N * kd);
+        FAULT_BWD(SITE_ATT_PROBS, l, model->dlog, natt);
+        FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
+        attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T);                 BF16_STORE(model, model->dlog, natt);
+        FAULT_BWD(SITE_ATT_LOGITS, l, model->dlog, natt);
+        attention_logits_backward(model->dq, model->dk, model->dlog, qc, kc, B, T, H, KV, hd);
+        BF16_STORE(model, model->dq, (size_t)N * qd); BF16_STORE(model, model->dk, (size_t)N * kd);
         float *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
+            FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
+            FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
             rmsnorm_backward(dq2, NULL, dq, a->qr, NULL, a->qf_ms, N * H, hd, eps, 0);              BF16_STORE(model, dq2, (size_t)N * qd);
             rmsnorm_backward(dk2, NULL, dk, a->kr, NULL, a->kf_ms, N * KV, hd, eps, 0);             BF16_STORE(model, dk2, (size_t)N * kd);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         }
+        FAULT_BWD(SITE_Q_ROPE, l, dq, (size_t)N * qd);
+        FAULT_BWD(SITE_K_ROPE, l, dk, (size_t)N * kd);
         rope_backward(dq2, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style);       BF16_STORE(model, dq2, (size_t)N * qd);
         rope_backward(dk2, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style);      BF16_STORE(model, dk2, (size_t)N * kd);
         t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
+            FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
+            FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
             rmsnorm_backward(dq2, GR(PT_QNORM, l), dq, a->q, W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0);   BF16_STORE(model, dq2, (size_t)N * qd);
             rmsnorm_backward(dk2, GR(PT_KNORM, l), dk, a->k, W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0);  BF16_STORE(model, dk2, (size_t)N * kd);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         }
+        FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
+        FAULT_BWD(SITE_K_PROJ, l, dk, (size_t)N * kd);
         matmul_backward(dbuf, GR(PT_WQ, l), dq, a->attn_norm, W(PT_WQ, l), N, d, qd, 0);
         matmul_backward(dbuf, GR(PT_WK, l), dk, a->attn_norm, W(PT_WK, l), N, d, kd, 1);
         matmul_backward(dbuf, GR(PT_WV, l), model->dv, a->attn_norm, W(PT_WV, l), N, d, kd, 1);
         BF16_STORE(model, dbuf, (size_t)N * d);
+        FAULT_BWD(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
         rmsnorm_backward(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1);
         BF16_STORE(model, dres, (size_t)N * d);
     }
@@ -441,6 +513,54 @@ static void model_set_threads(int n) {
 #else
     (void)n;
 #endif
+}
+
+static void model_set_fault(Model* model, FaultCtx* fx) { model->fx = fx; }
+
+/* the forward tensor of a site at a layer (site -1: the logits) */
+static float* model_site_tensor(Model* model, int site, int l, int B, int T, size_t* n) {
+    const Config* c = &model->c;
+    size_t N = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_head * c->head_dim, kd = (size_t)c->n_kv_head * c->head_dim;
+    size_t F = c->ffn_dim, att = (size_t)B * c->n_head * T * T;
+    if (site < 0) { *n = N * c->vocab_size; return model->logits; }
+    LayerActs* a = &model->la[l];
+    int pre = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE;
+    switch (site) {
+        case SITE_ATTN_NORM: *n = N * d; return a->attn_norm;
+        case SITE_Q_PROJ: *n = N * qd; return a->q;
+        case SITE_K_PROJ: *n = N * kd; return a->k;
+        case SITE_V_PROJ: *n = N * kd; return a->v;
+        case SITE_Q_NORM: *n = N * qd; return pre ? a->qn : a->qf;
+        case SITE_K_NORM: *n = N * kd; return pre ? a->kn : a->kf;
+        case SITE_Q_ROPE: *n = N * qd; return a->qr;
+        case SITE_K_ROPE: *n = N * kd; return a->kr;
+        case SITE_ATT_LOGITS: *n = att; return a->logits;
+        case SITE_ATT_PROBS: *n = att; return a->probs;
+        case SITE_ATT_OUT: *n = N * qd; return a->att_out;
+        case SITE_O_PROJ: *n = N * d; return a->o;
+        case SITE_ATTN_RESIDUAL: *n = N * d; return a->resid_mid;
+        case SITE_MLP_NORM: *n = N * d; return a->mlp_norm;
+        case SITE_GATE_PROJ: *n = N * F; return a->gate;
+        case SITE_UP_PROJ: *n = N * F; return a->up;
+        case SITE_ACT: *n = N * F; return a->act;
+        case SITE_MLP_PRODUCT: *n = N * F; return a->prod;
+        case SITE_DOWN_PROJ: *n = N * d; return a->down;
+        case SITE_BLOCK_OUT: *n = N * d; return a->out;
+    }
+    *n = 0;
+    return NULL;
+}
+static void model_trace_snapshot(Model* model) {
+    if (!model->trace_mem) model->trace_mem = (float*)mallocCheck(sizeof(float) * model->act_floats);
+    memcpy(model->trace_mem, model->act_mem, sizeof(float) * model->act_floats);
+}
+static void model_trace_diff(Model* model, int site, int l, int B, int T, double* num, double* den) {
+    size_t n;
+    const float* x = model_site_tensor(model, site, l, B, T, &n);
+    const float* y = model->trace_mem + (x - model->act_mem);
+    double a = 0, b = 0;
+    for (size_t i = 0; i < n; i++) { double e = (double)x[i] - y[i]; a += e * e; b += (double)y[i] * y[i]; }
+    *num = a; *den = b;
 }
 
 #ifndef TESTING

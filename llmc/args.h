@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include "config.h"
 
 typedef struct {
@@ -30,6 +31,14 @@ typedef struct {
     int ckpt_every, stop_at;
     int threads;
     int quiet;
+    /* fault injection (llmc/fault.h) */
+    char fault_mode[16], fault_sites[512], fault_pass[8], fault_log[1024];
+    int fault_layer, fault_bits, fault_rank, fault_mb;
+    long long fault_m, fault_start, fault_end;
+    double fault_frac, fault_rate;
+    unsigned long long fault_seed;
+    char trace_out[1024];
+    double perturb;            /* clean-envelope perturbation: ulp-level, see -perturb */
 } Args;
 
 static const char* USAGE =
@@ -72,6 +81,26 @@ static const char* USAGE =
 "  -stop_at S         stop after step S (the schedule still spans -steps), writing a checkpoint\n"
 "  -threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n"
 "  -quiet             no per-step lines on stdout (the log still has them)\n"
+"fault injection (DESIGN.md section 5; every event is logged to OUT/faults.jsonl)\n"
+"  -fault_mode M      off, char (characterisation) or campaign (one event a step) (default off)\n"
+"  -fault_sites LIST  comma-separated sites, or all, or qk (the Q/K path): attn_norm q_proj k_proj v_proj\n"
+"                     q_norm k_norm q_rope k_rope att_logits att_probs att_out o_proj attn_residual mlp_norm\n"
+"                     gate_proj up_proj act mlp_product down_proj block_out (default all)\n"
+"  -fault_pass P      fwd (module output), bwd (its gradient) or both (default fwd)\n"
+"  -fault_layer L     layer to inject, -1 = drawn each event (default -1)\n"
+"  -fault_m N         elements corrupted per event (default 100000, capped at the tensor size)\n"
+"  -fault_frac F      corrupt round(F * size) elements instead of -fault_m (default 0 = use -fault_m)\n"
+"  -fault_bits K      distinct bits flipped per element, in the storage dtype (default 4)\n"
+"  -fault_rank R      rank to inject, -1 = drawn (default 0)\n"
+"  -fault_mb A        microbatch to inject, -1 = drawn (default -1)\n"
+"  -fault_rate X      char mode: fraction of the window's steps with an event (default 0.01)\n"
+"  -fault_start S     first step of the fault window (default 1)\n"
+"  -fault_end S       last step of the fault window (default: the last step)\n"
+"  -fault_seed N      seed of the schedule and of the shared element/bit selection (default 1234)\n"
+"  -trace_out FILE    propagation trace (Experiment 2): for each forward event, run the microbatch clean and\n"
+"                     faulty and write R_x at every downstream module output as JSONL\n"
+"  -perturb X         clean-envelope repeats: add X ulps (integer, +-) to the first element of every weight\n"
+"                     matrix at the start (0 = off); the trainer is otherwise bitwise deterministic\n"
 "  -h                 this text\n";
 
 static void usage_fail(const char* fmt, const char* a) {
@@ -115,6 +144,11 @@ static void args_defaults(Args* a) {
     a->precision = -1;
     a->eval_every = 100; a->eval_tokens = 16384; a->sample_len = 64; a->temperature = 1.0;
     snprintf(a->out, sizeof(a->out), "out");
+    snprintf(a->fault_mode, sizeof(a->fault_mode), "off");
+    snprintf(a->fault_sites, sizeof(a->fault_sites), "all");
+    snprintf(a->fault_pass, sizeof(a->fault_pass), "fwd");
+    a->fault_layer = -1; a->fault_bits = 4; a->fault_rank = 0; a->fault_mb = -1;
+    a->fault_m = 100000; a->fault_start = 1; a->fault_end = -1; a->fault_rate = 0.01; a->fault_seed = 1234;
 }
 
 #define STRFLAG(name, field) if (!strcmp(f, name)) { snprintf(a->field, sizeof(a->field), "%s", v); continue; }
@@ -150,9 +184,23 @@ static void args_parse(Args* a, int argc, char** argv) {
         DBLFLAG("-temp", temperature, 0, 100)
         INTFLAG("-ckpt_every", ckpt_every, 0, 1 << 30) INTFLAG("-stop_at", stop_at, 1, 1 << 30)
         INTFLAG("-threads", threads, 1, 4096)
+        STRFLAG("-fault_mode", fault_mode) STRFLAG("-fault_sites", fault_sites) STRFLAG("-fault_pass", fault_pass)
+        STRFLAG("-trace_out", trace_out)
+        INTFLAG("-fault_layer", fault_layer, -1, 1 << 20) INTFLAG("-fault_bits", fault_bits, 1, 32)
+        INTFLAG("-fault_rank", fault_rank, -1, 1 << 20) INTFLAG("-fault_mb", fault_mb, -1, 1 << 20)
+        DBLFLAG("-fault_frac", fault_frac, 0, 1) DBLFLAG("-fault_rate", fault_rate, 0, 1) DBLFLAG("-perturb", perturb, -1e6, 1e6)
+        if (!strcmp(f, "-fault_m")) { a->fault_m = parse_int(f, v, 0, (long long)1 << 40); continue; }
+        if (!strcmp(f, "-fault_start")) { a->fault_start = parse_int(f, v, 1, (long long)1 << 40); continue; }
+        if (!strcmp(f, "-fault_end")) { a->fault_end = parse_int(f, v, -1, (long long)1 << 40); continue; }
+        if (!strcmp(f, "-fault_seed")) { a->fault_seed = (unsigned long long)parse_int(f, v, 0, (long long)1 << 62); continue; }
         usage_fail("unknown flag %s", f);
     }
     if (a->resume[0] && a->init[0]) usage_fail("%s", "-resume and -init exclude each other");
+    if (strcmp(a->fault_mode, "off") && strcmp(a->fault_mode, "char") && strcmp(a->fault_mode, "campaign"))
+        usage_fail("flag -fault_mode: '%s' is not off, char or campaign", a->fault_mode);
+    if (strcmp(a->fault_pass, "fwd") && strcmp(a->fault_pass, "bwd") && strcmp(a->fault_pass, "both"))
+        usage_fail("flag -fault_pass: '%s' is not fwd, bwd or both", a->fault_pass);
+    if (a->perturb != floor(a->perturb)) usage_fail("%s", "flag -perturb: a whole number of ulps");
 }
 
 /* the model config the flags ask for: preset plus overrides */

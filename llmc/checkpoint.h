@@ -32,7 +32,7 @@ static void ckpt_header_encode(uint8_t* h, const Config* c, size_t n_params, con
     memcpy(h, "TSDCCKPT", 8);
     uint32_t version = 1, hb = CKPT_HEADER_BYTES;
     ckpt_put(h, 8, &version, 4); ckpt_put(h, 12, &hb, 4);
-    strncpy((char*)h + 16, c->preset, 31);
+    memcpy(h + 16, c->preset, strnlen(c->preset, 31)); /* NUL-padded, at most 31 characters */
     int32_t iv[15] = {c->n_layer, c->d_model, c->n_head, c->n_kv_head, c->head_dim, c->ffn_dim, c->vocab_size, c->seq_len,
                       c->mlp, c->norm_weighted, c->qk_norm, c->rope_style, c->rope_llama3, c->tied, c->embed_norm};
     ckpt_put(h, 48, iv, sizeof(iv));

@@ -226,83 +226,134 @@ static void rope_backward(float* dx, const float* dout, const float* cos_t, cons
 
 /* ----------------------------------------------------------------------------------- attention
  * Causal GQA attention, materialised: kv head j serves query heads j*g .. j*g+g-1, g = H/KV.
- *   logits[b,h,t,s] = scale * q[b,t,h] . k[b,s,h/g]   (s <= t; 0 above the diagonal)
- *   probs = softmax_s(logits),  out[b,t,h] = sum_s probs[b,h,t,s] v[b,s,h/g] */
-static void attention_forward(float* out, float* logits, float* probs, const float* q, const float* k, const float* v,
-                              int B, int T, int H, int KV, int hd) {
+ *   logits[b,h,t,s] = scale * q[b,t,h] . k[b,s,h/g]   (s <= t; 0 above the diagonal), scale = 1/sqrt(hd)
+ *   probs = softmax_s(logits),  out[b,t,h] = sum_s probs[b,h,t,s] v[b,s,h/g]
+ * In three steps (logits, softmax, probs x v) so that a fault can be injected into the logits and the
+ * probabilities between them; the backward likewise (dprobs and dv; dlogits; dq and dk). */
+static void attention_logits_forward(float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd) {
     int g = H / KV;
     float scale = 1.0f / sqrtf((float)hd);
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            int kh = h / g;
+        for (int h = 0; h < H; h++)
             for (int t = 0; t < T; t++) {
                 const float* qt = q + ((size_t)b * T + t) * qs + (size_t)h * hd;
                 float* lrow = logits + (((size_t)b * H + h) * T + t) * T;
-                float* prow = probs + (((size_t)b * H + h) * T + t) * T;
-                float mx = -INFINITY;
-                for (int s = 0; s <= t; s++) {
-                    const float* kk = k + ((size_t)b * T + s) * ks + (size_t)kh * hd;
-                    lrow[s] = dotf(qt, kk, hd) * scale;
-                    if (lrow[s] > mx) mx = lrow[s];
-                }
-                float sum = 0.0f;
-                for (int s = 0; s <= t; s++) { prow[s] = expf(lrow[s] - mx); sum += prow[s]; }
-                float inv = 1.0f / sum;
-                for (int s = 0; s <= t; s++) prow[s] *= inv;
-                for (int s = t + 1; s < T; s++) { lrow[s] = 0.0f; prow[s] = 0.0f; }
+                for (int s = 0; s <= t; s++) lrow[s] = dotf(qt, k + ((size_t)b * T + s) * ks + (size_t)(h / g) * hd, hd) * scale;
+                for (int s = t + 1; s < T; s++) lrow[s] = 0.0f;
+            }
+}
+/* probs = causal softmax of each row of logits (entries above the diagonal are 0) */
+static void attention_softmax_forward(float* probs, const float* logits, int B, int H, int T) {
+#pragma omp parallel for schedule(static)
+    for (long long row = 0; row < (long long)B * H * T; row++) {
+        int t = (int)(row % T);
+        const float* lrow = logits + (size_t)row * T;
+        float* prow = probs + (size_t)row * T;
+        float mx = rowmax(lrow, t + 1);
+        float sum = 0.0f;
+        for (int s = 0; s <= t; s++) { prow[s] = expf(lrow[s] - mx); sum += prow[s]; }
+        float inv = 1.0f / sum;
+        for (int s = 0; s <= t; s++) prow[s] *= inv;
+        for (int s = t + 1; s < T; s++) prow[s] = 0.0f;
+    }
+}
+static void attention_av_forward(float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd) {
+    int g = H / KV;
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                const float* prow = probs + (((size_t)b * H + h) * T + t) * T;
                 float* o = out + ((size_t)b * T + t) * qs + (size_t)h * hd;
                 for (int i = 0; i < hd; i++) o[i] = 0.0f;
                 for (int s = 0; s <= t; s++) {
-                    const float* vv = v + ((size_t)b * T + s) * ks + (size_t)kh * hd;
+                    const float* vv = v + ((size_t)b * T + s) * ks + (size_t)(h / g) * hd;
                     float p = prow[s];
                     for (int i = 0; i < hd; i++) o[i] += p * vv[i];
                 }
             }
-        }
 }
-/* dq, dk, dv overwritten. scratch: T floats per thread-task (dprobs row), allocated inside. */
-static void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs,
-                               const float* q, const float* k, const float* v, int B, int T, int H, int KV, int hd) {
+static void attention_forward(float* out, float* logits, float* probs, const float* q, const float* k, const float* v,
+                              int B, int T, int H, int KV, int hd) {
+    attention_logits_forward(logits, q, k, B, T, H, KV, hd);
+    attention_softmax_forward(probs, logits, B, H, T);
+    attention_av_forward(out, probs, v, B, T, H, KV, hd);
+}
+
+/* dprobs[b,h,t,s] = dout[b,t,h] . v[b,s,h/g] (s <= t, else 0); dv overwritten with sum_t probs dout.
+ * One task per (b, kv head): it owns that head's dv rows. */
+static void attention_av_backward(float* dprobs, float* dv, const float* dout, const float* probs, const float* v,
+                                  int B, int T, int H, int KV, int hd) {
     int g = H / KV;
-    float scale = 1.0f / sqrtf((float)hd);
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
-    /* one task per (b, kv head): it owns dk/dv of that head and dq of its g query heads */
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int kh = 0; kh < KV; kh++) {
-            float* drow = (float*)mallocCheck(sizeof(float) * T);
-            for (int s = 0; s < T; s++) {
-                memset(dk + ((size_t)b * T + s) * ks + (size_t)kh * hd, 0, sizeof(float) * hd);
-                memset(dv + ((size_t)b * T + s) * ks + (size_t)kh * hd, 0, sizeof(float) * hd);
-            }
+            for (int s = 0; s < T; s++) memset(dv + ((size_t)b * T + s) * ks + (size_t)kh * hd, 0, sizeof(float) * hd);
             for (int h = kh * g; h < kh * g + g; h++)
                 for (int t = 0; t < T; t++) {
                     const float* prow = probs + (((size_t)b * H + h) * T + t) * T;
+                    float* drow = dprobs + (((size_t)b * H + h) * T + t) * T;
                     const float* go = dout + ((size_t)b * T + t) * qs + (size_t)h * hd;
-                    const float* qt = q + ((size_t)b * T + t) * qs + (size_t)h * hd;
-                    float* dqt = dq + ((size_t)b * T + t) * qs + (size_t)h * hd;
-                    float pd = 0.0f; /* sum_s p*dp */
                     for (int s = 0; s <= t; s++) {
                         const float* vv = v + ((size_t)b * T + s) * ks + (size_t)kh * hd;
                         float* dvv = dv + ((size_t)b * T + s) * ks + (size_t)kh * hd;
                         float ps = prow[s];
                         for (int i = 0; i < hd; i++) dvv[i] += ps * go[i];
-                        float dp = dotf(go, vv, hd);
-                        drow[s] = dp;
-                        pd += prow[s] * dp;
+                        drow[s] = dotf(go, vv, hd);
                     }
+                    for (int s = t + 1; s < T; s++) drow[s] = 0.0f;
+                }
+        }
+}
+/* dlogits = probs * (dprobs - sum_s probs*dprobs), s <= t (in place allowed: dlogits == dprobs) */
+static void attention_softmax_backward(float* dlogits, const float* dprobs, const float* probs, int B, int H, int T) {
+#pragma omp parallel for schedule(static)
+    for (long long row = 0; row < (long long)B * H * T; row++) {
+        int t = (int)(row % T);
+        const float* prow = probs + (size_t)row * T;
+        const float* dp = dprobs + (size_t)row * T;
+        float* dl = dlogits + (size_t)row * T;
+        float pd = 0.0f;
+        for (int s = 0; s <= t; s++) pd += prow[s] * dp[s];
+        for (int s = 0; s <= t; s++) dl[s] = prow[s] * (dp[s] - pd);
+        for (int s = t + 1; s < T; s++) dl[s] = 0.0f;
+    }
+}
+/* dq = scale * dlogits k, dk = scale * dlogits^T q (overwritten); one task per (b, kv head) */
+static void attention_logits_backward(float* dq, float* dk, const float* dlogits, const float* q, const float* k,
+                                      int B, int T, int H, int KV, int hd) {
+    int g = H / KV;
+    float scale = 1.0f / sqrtf((float)hd);
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int kh = 0; kh < KV; kh++) {
+            for (int s = 0; s < T; s++) memset(dk + ((size_t)b * T + s) * ks + (size_t)kh * hd, 0, sizeof(float) * hd);
+            for (int h = kh * g; h < kh * g + g; h++)
+                for (int t = 0; t < T; t++) {
+                    const float* dl = dlogits + (((size_t)b * H + h) * T + t) * T;
+                    const float* qt = q + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                    float* dqt = dq + ((size_t)b * T + t) * qs + (size_t)h * hd;
                     for (int i = 0; i < hd; i++) dqt[i] = 0.0f;
                     for (int s = 0; s <= t; s++) {
-                        float dl = prow[s] * (drow[s] - pd) * scale;
+                        float d = dl[s] * scale;
                         const float* kk = k + ((size_t)b * T + s) * ks + (size_t)kh * hd;
                         float* dkk = dk + ((size_t)b * T + s) * ks + (size_t)kh * hd;
-                        for (int i = 0; i < hd; i++) { dqt[i] += dl * kk[i]; dkk[i] += dl * qt[i]; }
+                        for (int i = 0; i < hd; i++) { dqt[i] += d * kk[i]; dkk[i] += d * qt[i]; }
                     }
                 }
-            free(drow);
         }
+}
+/* dq, dk, dv overwritten; datt [B,H,T,T] scratch (holds dprobs, then dlogits) */
+static void attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout, const float* probs,
+                               const float* q, const float* k, const float* v, int B, int T, int H, int KV, int hd) {
+    attention_av_backward(datt, dv, dout, probs, v, B, T, H, KV, hd);
+    attention_softmax_backward(datt, datt, probs, B, H, T);
+    attention_logits_backward(dq, dk, datt, q, k, B, T, H, KV, hd);
 }
 
 /* ----------------------------------------------------------------------------------------- MLP */

@@ -3,7 +3,8 @@
  *   {"type":"step","step":s,"loss":..,"lr":..,"grad_norm":..,"ms":..,"tok_s":..,"k":..,"alarms":..,
  *    "injections":..,"replayed":..}
  *   {"type":"eval","step":s,"val_loss":..,"ppl":..,"tokens":..}
- * Floats are printed with %.9g (float32 round-trips exactly), so a log compares bit for bit.
+ * Floats are printed with %.9g (float32 round-trips exactly), so a log compares bit for bit; NaN and
+ * infinities as NaN / Infinity (jnum).
  * Only rank 0 writes. On resume the log is appended to. Each line is flushed as it is written. */
 #ifndef TSDC_LOGGER_H
 #define TSDC_LOGGER_H
@@ -11,7 +12,19 @@
 #include <stdio.h>
 #include "utils.h"
 
-typedef struct { FILE* fp; char path[1024]; } Logger;
+typedef struct { FILE* fp; char path[2048]; } Logger;
+
+/* a number as JSON text: %.9g, or NaN / Infinity / -Infinity (what Python's json reads), since a
+ * faulty run can produce them. Use as "%s" with jnum(x).s. */
+typedef struct { char s[32]; } JNum;
+static inline JNum jnum(double x) {
+    JNum j;
+    if (x != x) snprintf(j.s, sizeof(j.s), "NaN");
+    else if (x > 1.7976931348623157e308) snprintf(j.s, sizeof(j.s), "Infinity");
+    else if (x < -1.7976931348623157e308) snprintf(j.s, sizeof(j.s), "-Infinity");
+    else snprintf(j.s, sizeof(j.s), "%.9g", x);
+    return j;
+}
 
 static void logger_open(Logger* lg, const char* path, int append) {
     snprintf(lg->path, sizeof(lg->path), "%s", path);

@@ -16,10 +16,17 @@
  *   model_update(Model*, const AdamW*, t, clip) -> gradient norm before clipping
  *   model_token_losses(Model*, n, float*)   model_argmax(Model*, n, int*)   model_logits_row(Model*, row, float*)
  *   model_weights_checksum(Model*)          model_threads(void)             model_set_threads(int)
+ *   model_set_fault(Model*, FaultCtx*)      (injection hooks on, or off with NULL)
+ *   model_trace_snapshot(Model*)            (keep a copy of the activations of the last forward)
+ *   model_trace_diff(Model*, site, layer, B, T, &num, &den)   (||x - x_snapshot||^2 and ||x_snapshot||^2 of a
+ *                                           site's forward tensor; site -1 = the logits)
  */
 #ifndef TSDC_TRAIN_LOOP_H
 #define TSDC_TRAIN_LOOP_H
 
+#ifndef TRAINER_FUSED_ATTENTION     /* 1: attention is one launcher, logits/probs cannot be injected between its steps */
+#define TRAINER_FUSED_ATTENTION 0
+#endif
 #ifndef TRAINER_SETUP               /* device selection, NCCL (GPU trainer); nothing on the CPU */
 #define TRAINER_SETUP(dist) ((void)0)
 #define TRAINER_TEARDOWN() ((void)0)
@@ -32,6 +39,7 @@
 #include "checkpoint.h"
 #include "dataloader.h"
 #include "dist.h"
+#include "fault.h"
 #include "logger.h"
 #include "rng.h"
 #include "schedule.h"
@@ -50,6 +58,8 @@ typedef struct {
     Rng sample_rng;
     Logger log;
     int threads;
+    FaultCtx fx;
+    FILE* trace;
 } Run;
 
 static void mkdir_p(const char* dir) {
@@ -182,6 +192,104 @@ static void check_resume_matches(const CkptInfo* ck, const Run* run, const char*
 #undef SAME
 }
 
+/* clean-envelope repeats: move the first element of every weight matrix by k ulps (integer steps of
+ * the fp32 bit pattern), so that otherwise bitwise-identical runs differ at the ulp level */
+static void perturb_weights(Model* model, long long k) {
+    const float *p0, *m0, *v0;
+    model_host_state(model, &p0, &m0, &v0);
+    size_t P = model_num_params(model);
+    float* p = (float*)mallocCheck(sizeof(float) * P);
+    memcpy(p, p0, sizeof(float) * P);
+    ParamLayout* L = (ParamLayout*)mallocCheck(sizeof(ParamLayout));
+    param_layout_build(&model->c, L);
+    for (int i = 0; i < L->n; i++)
+        if (L->t[i].rows > 1) {
+            float* x = p + L->t[i].offset;
+            int32_t b; memcpy(&b, x, 4);
+            b = (int32_t)((int64_t)b + k);
+            memcpy(x, &b, 4);
+        }
+    float *m = (float*)mallocCheck(sizeof(float) * P), *v = (float*)mallocCheck(sizeof(float) * P);
+    memcpy(m, m0, sizeof(float) * P); memcpy(v, v0, sizeof(float) * P);
+    model_load_state(model, p, m, v);
+    free(p); free(m); free(v); free(L);
+}
+
+/* fault injection set-up from the flags: the schedule, the storage width, the event log, the trace */
+static void fault_setup(Run* run) {
+    Args* a = &run->a;
+    FaultCtx* fx = &run->fx;
+    memset(fx, 0, sizeof(*fx));
+    fx->rank = run->dist.rank;
+    fx->width = a->precision ? 16 : 32;
+    FaultConfig* fc = &fx->cfg;
+    fc->mode = !strcmp(a->fault_mode, "char") ? FAULT_CHAR : !strcmp(a->fault_mode, "campaign") ? FAULT_CAMPAIGN : FAULT_OFF;
+    if (fc->mode == FAULT_OFF) { model_set_fault(&run->model, NULL); return; }
+    fc->sites = fault_parse_sites(a->fault_sites);
+    fc->pass = !strcmp(a->fault_pass, "fwd") ? PASS_FWD : !strcmp(a->fault_pass, "bwd") ? PASS_BWD : 2;
+    fc->layer = a->fault_layer; fc->m = a->fault_m; fc->frac = a->fault_frac; fc->nbits = a->fault_bits;
+    fc->rank = a->fault_rank; fc->mb = a->fault_mb; fc->rate = a->fault_rate;
+    fc->start = a->fault_start; fc->end = a->fault_end < 0 ? a->steps : a->fault_end; fc->seed = a->fault_seed;
+    if (fc->mode == FAULT_CHAR && __builtin_popcount(fc->sites) != 1)
+        usage_fail("%s", "-fault_mode char injects one site: give one name to -fault_sites");
+    if (fc->rank >= run->dist.world) tsdc_fail("flag -fault_rank: rank %d does not exist (%d ranks)", fc->rank, run->dist.world);
+    if (fc->mb >= a->accum) tsdc_fail("flag -fault_mb: microbatch %d does not exist (-accum %d)", fc->mb, a->accum);
+    fault_validate(fc, &run->c, strstr(a->fault_sites, "all") != NULL);
+    uint32_t att_sites = (1u << SITE_ATT_LOGITS) | (1u << SITE_ATT_PROBS);
+    if (TRAINER_FUSED_ATTENTION && (fc->sites & att_sites)) {
+        if (strstr(a->fault_sites, "all") == NULL)
+            tsdc_fail("flag -fault_sites: att_logits and att_probs are not injection points of this trainer yet (its attention is "
+                      "one fused launcher); the CPU trainer ./train_sdc has them");
+        fc->sites &= ~att_sites;
+    }
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/faults.jsonl", a->out);
+    if (run->dist.rank == 0) mkdir_p(a->out);
+    dist_barrier(&run->dist);
+    fx->log = fopen(path, a->resume[0] ? "a" : (run->dist.rank == 0 ? "w" : "a"));
+    if (!fx->log) tsdc_fail("%s: cannot open the fault log: %s", path, strerror(errno));
+    dist_barrier(&run->dist);
+    if (a->trace_out[0]) {
+        char tp[1100];
+        if (run->dist.world > 1) snprintf(tp, sizeof(tp), "%s.rank%d", a->trace_out, run->dist.rank);
+        else snprintf(tp, sizeof(tp), "%s", a->trace_out);
+        run->trace = fopen(tp, a->resume[0] ? "a" : "w");
+        if (!run->trace) tsdc_fail("%s: cannot open the trace file: %s", tp, strerror(errno));
+    }
+    model_set_fault(&run->model, fx);
+    if (run->dist.rank == 0)
+        printf("fault injection: %s, sites 0x%x, pass %s, layer %d, m %lld (frac %g), %d bits, rank %d, steps %lld-%lld%s, seed %llu\n",
+               a->fault_mode, fc->sites, a->fault_pass, fc->layer, fc->m, fc->frac, fc->nbits, fc->rank, fc->start, fc->end,
+               fc->mode == FAULT_CHAR ? "" : " (one event a step)", (unsigned long long)fc->seed);
+}
+
+/* Experiment 2 (propagation trace): before the due microbatch's forward, run it clean (injection off)
+ * and keep its activations; after the faulty forward, write R_x = ||x_fault - x_clean|| / ||x_clean||
+ * of every module output of every layer and of the logits, one JSONL line a tensor. */
+static void trace_clean(Run* run, int B, int T) {
+    run->fx.replay = 1;
+    model_forward_step(&run->model, B, T, 1);
+    model_trace_snapshot(&run->model);
+    run->fx.replay = 0;
+}
+static void trace_write(Run* run, int B, int T) {
+    Model* model = &run->model;
+    const FaultEvent* e = &run->fx.ev;
+    for (int l = 0; l <= model->c.n_layer; l++)
+        for (int site = 0; site < SITE_COUNT; site++) {
+            if (l == model->c.n_layer && site > 0) break;
+            int s = l == model->c.n_layer ? -1 : site;   /* -1: the logits */
+            if (s >= 0 && !site_exists(&model->c, s)) continue;
+            double num = 0, den = 0;
+            model_trace_diff(model, s, l, B, T, &num, &den);
+            fprintf(run->trace, "{\"step\":%lld,\"microbatch\":%d,\"rank\":%d,\"inj_site\":\"%s\",\"inj_layer\":%d,"
+                    "\"site\":\"%s\",\"layer\":%d,\"rx\":%s,\"norm_clean\":%s}\n", e->step, e->mb, e->rank,
+                    SITE_NAMES[e->site], e->layer, s < 0 ? "lm_output" : SITE_NAMES[s], s < 0 ? -1 : l,
+                    jnum(den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0)).s, jnum(sqrt(den)).s);
+        }
+    fflush(run->trace);
+}
+
 int train_main(int argc, char** argv) {
     Run run_, *run = &run_;
     memset(run, 0, sizeof(*run));
@@ -266,7 +374,9 @@ int train_main(int argc, char** argv) {
     } else {
         model_init_weights(model, a->seed);
     }
+    if (a->perturb != 0) perturb_weights(model, (long long)a->perturb);
     dist_check_same(&run->dist, model_weights_checksum(model), "at start");
+    fault_setup(run);
 
     if (rank == 0) {
         mkdir_p(a->out);
@@ -293,12 +403,21 @@ int train_main(int argc, char** argv) {
         double t0 = wall_seconds();
         model_zero_grads(model);
         double loss_sum = 0.0;
+        run->fx.ev = fault_plan_step(&run->fx.cfg, s + 1, world, a->accum, run->c.n_layer);
+        run->fx.injected = 0;
         for (int mb = 0; mb < a->accum; mb++) {
             shard_microbatch(&run->train, ts->data_pos, rank * a->accum + mb, a->B, T, inp, tgt);
             model_set_tokens(model, inp, tgt, N);
+            run->fx.mb = mb;
+            int tracing = run->trace && run->fx.ev.pass == PASS_FWD && fault_due(&run->fx, run->fx.ev.site, run->fx.ev.layer, PASS_FWD);
+            if (tracing) trace_clean(run, a->B, T);
             loss_sum += model_forward_step(model, a->B, T, 1);
+            if (tracing) trace_write(run, a->B, T);
             model_backward_step(model, a->B, T, dloss);
         }
+        run->fx.ev.active = 0; /* the event belongs to this step's microbatches, not to evaluation or sampling */
+        double inj = run->fx.injected;
+        dist_allreduce_sum_f64(&run->dist, &inj, 1);
         model_allreduce_grads(model, &run->dist);
         dist_allreduce_sum_f64(&run->dist, &loss_sum, 1);
         float loss = (float)(loss_sum / ((double)a->accum * world));
@@ -310,9 +429,9 @@ int train_main(int argc, char** argv) {
         if (s > 0 || ts->step == last) { ms_sum += dt; timed++; }
         double tok_s = span / dt;
         if (rank == 0) {
-            logger_line(&run->log, "{\"type\":\"step\",\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
-                        "\"tok_s\":%.1f,\"k\":0,\"alarms\":0,\"injections\":0,\"replayed\":0}",
-                        (long long)ts->step, loss, opt.lr, norm, dt * 1e3, tok_s);
+            logger_line(&run->log, "{\"type\":\"step\",\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,"
+                        "\"tok_s\":%.1f,\"k\":0,\"alarms\":0,\"injections\":%d,\"replayed\":0}",
+                        (long long)ts->step, jnum(loss).s, opt.lr, jnum(norm).s, dt * 1e3, tok_s, (int)inj);
             if (!a->quiet) {
                 char eta[32];
                 fmt_eta((last - ts->step) * (timed ? ms_sum / timed : dt), eta, sizeof(eta));
@@ -326,7 +445,7 @@ int train_main(int argc, char** argv) {
         if (run->have_val && rank == 0 && ((a->eval_every && ts->step % a->eval_every == 0) || at_end)) {
             const char* pred = at_end && a->pred_out[0] ? a->pred_out : NULL;
             double vl = evaluate(run, pred);
-            logger_line(&run->log, "{\"type\":\"eval\",\"step\":%lld,\"val_loss\":%.9g,\"ppl\":%.9g}", (long long)ts->step, vl, exp(vl));
+            logger_line(&run->log, "{\"type\":\"eval\",\"step\":%lld,\"val_loss\":%s,\"ppl\":%s}", (long long)ts->step, jnum(vl).s, jnum(exp(vl)).s);
             printf("eval step %lld | val loss %.6f | ppl %.3f%s%s\n", (long long)ts->step, vl, exp(vl),
                    pred ? " | predictions " : "", pred ? pred : "");
         }
@@ -339,7 +458,7 @@ int train_main(int argc, char** argv) {
     if (a->steps == 0 || ts->step >= last) {
         if (a->steps == 0 && run->have_val && rank == 0) {
             double vl = evaluate(run, a->pred_out[0] ? a->pred_out : NULL);
-            logger_line(&run->log, "{\"type\":\"eval\",\"step\":%lld,\"val_loss\":%.9g,\"ppl\":%.9g}", (long long)ts->step, vl, exp(vl));
+            logger_line(&run->log, "{\"type\":\"eval\",\"step\":%lld,\"val_loss\":%s,\"ppl\":%s}", (long long)ts->step, jnum(vl).s, jnum(exp(vl)).s);
             printf("eval step %lld | val loss %.6f | ppl %.3f\n", (long long)ts->step, vl, exp(vl));
             if (a->sample_every) sample(run);
         }
@@ -357,6 +476,8 @@ int train_main(int argc, char** argv) {
     if (run->train.raw) shard_free(&run->train);
     if (run->have_val) shard_free(&run->val);
     if (run->have_tok) tokenizer_free(&run->tok);
+    if (run->fx.log) fclose(run->fx.log);
+    if (run->trace) fclose(run->trace);
     TRAINER_TEARDOWN();
     dist_finalize(&run->dist);
     return 0;

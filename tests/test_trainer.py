@@ -135,12 +135,33 @@ def test_eval_predictions_and_sample(data, tmp_path):
     assert [e["step"] for e in evals] == [4] and abs(evals[0]["ppl"] - np.exp(evals[0]["val_loss"])) < 1e-3 * evals[0]["ppl"]
 
 
-def test_init_from_imported_checkpoint_reproduces_reference_loss(data, tmp_path):
-    ck = os.path.join(ROOT, "build", "ref", "tiny-llama.ckpt")
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3", "tiny-nanochat"])
+@pytest.mark.parametrize("entry", ["train", "eval"])
+def test_binary_reproduces_reference_loss(tmp_path, preset, entry):
+    """The trainer binary, from the imported HF weights (-init), on row 0 of the reference batch: its
+    step-1 training loss and its evaluation loss must equal the cross-entropy of PyTorch's logits."""
+    ck = os.path.join(ROOT, "build", "ref", f"{preset}.ckpt")
     if not os.path.exists(ck):
         pytest.skip("build/ref not built (make refckpts)")
-    p = run(base(data, tmp_path / "o", **{"-seq": 32, "-steps": 0, "-init": ck}))
-    assert "initialised from" in p.stdout and "val loss" in p.stdout
+    sys.path.insert(0, os.path.join(ROOT, "dev", "reference"))
+    from check_state import read_state
+    st = read_state(os.path.join(ROOT, "dev", "reference", "states", f"{preset}.state"))
+    T, V = st["T"], st["V"]
+    row = st["tokens"][0]                                # T+1 tokens
+    z = st["logits"][0].astype(np.float64)               # [T, V]
+    lse = np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1)
+    expect = float(np.mean(lse - z[np.arange(T), row[1:]]))
+    shard = tmp_path / "ref.bin"
+    tsdc_io.write_shard(shard, np.concatenate([row, np.zeros(T, dtype=np.int64)]), V)
+    args = ["-preset", preset, "-vocab", V, "-seq", T, "-B", 1, "-init", ck, "-out", tmp_path / "o", "-quiet",
+            "-eval_tokens", T, "-eval_every", 0]
+    if entry == "train":
+        run(args + ["-train", shard, "-steps", 1, "-lr", 0])
+        got = steps(tmp_path / "o")[1]["loss"]
+    else:
+        run(args + ["-val", shard, "-steps", 0])
+        got = [json.loads(l) for l in open(tmp_path / "o" / "log.jsonl") if '"eval"' in l][0]["val_loss"]
+    assert abs(got - expect) <= 2e-5 * abs(expect), (got, expect)
 
 
 # ------------------------------------------------------------------------------------------ bad input

@@ -1,0 +1,96 @@
+/* mlp.cuh: the element-wise pieces of the MLP blocks (bf16 in, fp32 math, bf16_rn out).
+ *
+ *   SwiGLU:  act = silu(gate) = gate / (1 + exp(-gate));  prod = act * up
+ *            dgate = dact * (s + gate * s * (1 - s)),  s = 1 / (1 + exp(-gate))
+ *            mul backward: da = dout * b,  db = dout * a
+ *   ReLU^2:  act = relu(x)^2;  dx = x > 0 ? dact * 2 * x : 0
+ *
+ * Layout: flat arrays of n = N*F elements ([N, F] row-major; the kernels do not care). Outputs may
+ * equal inputs (each element is read, then written, by one thread).
+ * expf is CUDA's full-precision expf (max error 2 ulp; not __expf: do not build with
+ * --use_fast_math). CPU reference: silu_forward, silu_backward, mul_forward, mul_backward,
+ * relu2_forward, relu2_backward in llmc/cpu_kernels.h (same expressions, same operation order). */
+#ifndef TSDC_MLP_CUH
+#define TSDC_MLP_CUH
+
+#include "cuda_common.cuh"
+#include "convert.cuh"
+
+struct SiluOp {
+    __device__ float operator()(float x) const { return x / (1.0f + expf(-x)); }
+};
+struct SiluBackwardOp { /* (dact, gate) */
+    __device__ float operator()(float dact, float x) const {
+        float s = 1.0f / (1.0f + expf(-x));
+        return dact * (s + x * s * (1.0f - s));
+    }
+};
+struct MulOp {
+    __device__ float operator()(float a, float b) const { return a * b; }
+};
+struct Relu2Op {
+    __device__ float operator()(float x) const { float r = x > 0.0f ? x : 0.0f; return r * r; }
+};
+struct Relu2BackwardOp { /* (dact, x) */
+    __device__ float operator()(float dact, float x) const { return x > 0.0f ? dact * 2.0f * x : 0.0f; }
+};
+
+/* act = silu(gate) */
+static void silu_forward(bf16* act, const bf16* gate, size_t n, cudaStream_t stream) {
+    ew_map1(act, gate, n, SiluOp(), stream);
+}
+/* dgate = dact * silu'(gate) */
+static void silu_backward(bf16* dgate, const bf16* dact, const bf16* gate, size_t n, cudaStream_t stream) {
+    ew_map2(dgate, dact, gate, n, SiluBackwardOp(), stream);
+}
+/* out = a * b */
+static void mul_forward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream) {
+    ew_map2(out, a, b, n, MulOp(), stream);
+}
+
+/* da = dout * b, db = dout * a (one pass over dout) */
+template <int VEC>
+__global__ static void mul_backward_kernel(bf16* da, bf16* db, const bf16* dout, const bf16* a, const bf16* b, size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t np = n / VEC;
+    for (size_t p = tid; p < np; p += stride) {
+        bf16_pack<VEC> g = *reinterpret_cast<const bf16_pack<VEC>*>(dout + p * VEC);
+        bf16_pack<VEC> x = *reinterpret_cast<const bf16_pack<VEC>*>(a + p * VEC);
+        bf16_pack<VEC> y = *reinterpret_cast<const bf16_pack<VEC>*>(b + p * VEC);
+        bf16_pack<VEC> ra, rb;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            float gj = __bfloat162float(g.v[j]);
+            ra.v[j] = __float2bfloat16_rn(gj * __bfloat162float(y.v[j]));
+            rb.v[j] = __float2bfloat16_rn(gj * __bfloat162float(x.v[j]));
+        }
+        *reinterpret_cast<bf16_pack<VEC>*>(da + p * VEC) = ra;
+        *reinterpret_cast<bf16_pack<VEC>*>(db + p * VEC) = rb;
+    }
+    for (size_t i = np * VEC + tid; i < n; i += stride) {
+        float gi = __bfloat162float(dout[i]), ai = __bfloat162float(a[i]), bi = __bfloat162float(b[i]);
+        da[i] = __float2bfloat16_rn(gi * bi);
+        db[i] = __float2bfloat16_rn(gi * ai);
+    }
+}
+static void mul_backward(bf16* da, bf16* db, const bf16* dout, const bf16* a, const bf16* b, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    if (ptr_aligned(da, 16) && ptr_aligned(db, 16) && ptr_aligned(dout, 16) && ptr_aligned(a, 16) && ptr_aligned(b, 16)) {
+        mul_backward_kernel<8><<<ew_grid(n / 8 + 1), EW_BLOCK, 0, stream>>>(da, db, dout, a, b, n);
+    } else {
+        mul_backward_kernel<1><<<ew_grid(n), EW_BLOCK, 0, stream>>>(da, db, dout, a, b, n);
+    }
+    cudaCheck(cudaGetLastError());
+}
+
+/* act = relu(x)^2 */
+static void relu2_forward(bf16* act, const bf16* x, size_t n, cudaStream_t stream) {
+    ew_map1(act, x, n, Relu2Op(), stream);
+}
+/* dx = x > 0 ? dact * 2x : 0 */
+static void relu2_backward(bf16* dx, const bf16* dact, const bf16* x, size_t n, cudaStream_t stream) {
+    ew_map2(dx, dact, x, n, Relu2BackwardOp(), stream);
+}
+
+#endif

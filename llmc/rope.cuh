@@ -1,0 +1,62 @@
+/* rope.cuh: rotary position embedding, forward and backward, both styles.
+ *
+ * Math: for token n (position t = n % T), head h, pair i < hd/2 of that head's vector
+ * (x1 = x[i], x2 = x[i + hd/2]), rope_rotate_pair(style, x1, x2, cos[t,i], sin[t,i]) from
+ * llmc/rope.h (the shared element math; HF half-split or nanochat direction). The rotation is
+ * orthogonal, so the backward pass is the same rotation with sin negated (exact in fp32).
+ * Layout: x, out, dout, dx [B*T, nh*hd] bf16 (heads interleaved per token); cos, sin [T, hd/2] fp32
+ * (rope_tables() in llmc/rope.h). One thread per pair; out may equal x (each thread reads its pair,
+ * then writes it). Index math in 32 bits when the pair count allows, else 64.
+ * CPU reference: rope_forward, rope_backward in llmc/cpu_kernels.h (same expressions). */
+#ifndef TSDC_ROPE_CUH
+#define TSDC_ROPE_CUH
+
+#include "cuda_common.cuh"
+#include "convert.cuh"
+#include "rope.h"
+
+template <typename I>
+__global__ static void rope_kernel(bf16* out, const bf16* x, const float* cos_t, const float* sin_t,
+                                   I npairs, int T, int nh, int hd, int style, bool inverse) {
+    const I half = (I)(hd / 2);
+    const I stride = (I)gridDim.x * blockDim.x;
+    for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < npairs; idx += stride) {
+        const I hr = idx / half;              /* head row: n * nh + h */
+        const int i = (int)(idx - hr * half);
+        const int t = (int)((hr / (I)nh) % (I)T);
+        const size_t base = (size_t)hr * hd;
+        const float c = cos_t[t * (int)half + i];
+        const float s = inverse ? -sin_t[t * (int)half + i] : sin_t[t * (int)half + i];
+        float y1, y2;
+        rope_rotate_pair(style, __bfloat162float(x[base + i]), __bfloat162float(x[base + i + half]), c, s, &y1, &y2);
+        out[base + i] = __float2bfloat16_rn(y1);
+        out[base + i + half] = __float2bfloat16_rn(y2);
+    }
+}
+
+static void rope_launch(bf16* out, const bf16* x, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd,
+                        int style, bool inverse, cudaStream_t stream) {
+    const size_t npairs = (size_t)B * T * nh * (hd / 2);
+    if (npairs == 0) return;
+    /* idx + stride must not wrap in 32 bits: stride <= EW_MAX_GRID * EW_BLOCK = 2^24 */
+    if (npairs <= 0xffffffffull - ((size_t)EW_MAX_GRID * EW_BLOCK)) {
+        rope_kernel<unsigned int><<<ew_grid(npairs), EW_BLOCK, 0, stream>>>(out, x, cos_t, sin_t, (unsigned int)npairs,
+                                                                            T, nh, hd, style, inverse);
+    } else {
+        rope_kernel<size_t><<<ew_grid(npairs), EW_BLOCK, 0, stream>>>(out, x, cos_t, sin_t, npairs, T, nh, hd, style, inverse);
+    }
+    cudaCheck(cudaGetLastError());
+}
+
+/* out = rope(x); out may equal x */
+static void rope_forward(bf16* out, const bf16* x, const float* cos, const float* sin, int B, int T, int nh, int hd,
+                         int style, cudaStream_t stream) {
+    rope_launch(out, x, cos, sin, B, T, nh, hd, style, false, stream);
+}
+/* dx = inverse rotation of dout (sin -> -sin); dx may equal dout */
+static void rope_backward(bf16* dx, const bf16* dout, const float* cos, const float* sin, int B, int T, int nh, int hd,
+                          int style, cudaStream_t stream) {
+    rope_launch(dx, dout, cos, sin, B, T, nh, hd, style, true, stream);
+}
+
+#endif

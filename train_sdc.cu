@@ -1,0 +1,630 @@
+/* train_sdc.cu: the GPU trainer.
+ *
+ * Same model family, flags, token shards, checkpoints and JSONL log as the CPU trainer (train_sdc.c):
+ * the host loop is llmc/train_loop.h, shared by both; this file holds the model on the device and the
+ * backend functions that loop calls. The math of each op is a kernel in an llmc .cuh file (contract:
+ * docs/cuda_kernels.md), each the twin of a CPU function in llmc/cpu_kernels.h.
+ *
+ * Precision: bf16 AMP. fp32 master weights, gradients and AdamW state; a bf16 copy of every weight
+ * (written by the AdamW kernel) feeds the math; activations and activation gradients are stored in
+ * bf16; matmuls accumulate in fp32 (cuBLASLt, CUBLAS_COMPUTE_32F); GEMM outputs that are summed
+ * (the dx of q/k/v, gate/up) are accumulated in fp32 and rounded once, as the CPU's -precision bf16.
+ * RMSNorm mean squares, losses and logsumexps are fp32.
+ *
+ * Determinism: no floating-point atomics in any training reduction, and every GEMM shape runs one
+ * cached cuBLASLt algorithm; the same command on the same GPU gives the same bits.
+ *
+ * Data parallelism: mpirun launches one process per GPU; MPI carries the NCCL unique id; gradients are
+ * summed with ncclAllReduce (the loss is pre-scaled by 1/(R*A*B*T), so the sum is the mean). Built
+ * without NCCL (or MPI) the binary runs on one GPU and says so. */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef USE_NCCL
+#include <nccl.h>
+#endif
+
+#include "llmc/utils.h"
+#include "llmc/bf16.h"
+#include "llmc/checksum.h"
+#include "llmc/config.h"
+#include "llmc/dist.h"
+#include "llmc/rng.h"
+#include "llmc/rope.h"
+#include "llmc/schedule.h"
+
+#include "llmc/cuda_common.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/rmsnorm.cuh"
+#include "llmc/rope.cuh"
+#include "llmc/mlp.cuh"
+#include "llmc/residual.cuh"
+#include "llmc/convert.cuh"
+#include "llmc/embedding.cuh"
+#include "llmc/classifier.cuh"
+#include "llmc/adamw.cuh"
+#include "llmc/global_norm.cuh"
+#include "llmc/fault.cuh"
+
+/* ------------------------------------------------------------------------------------- model */
+typedef struct {                         /* all bf16 but the mean squares (fp32); site names as on the CPU */
+    bf16 *attn_norm; float *attn_ms;     /* attn_norm */
+    bf16 *q, *k, *v;                     /* q_proj k_proj v_proj */
+    bf16 *qn, *kn; float *qn_ms, *kn_ms; /* q_norm k_norm (Qwen3, before RoPE) */
+    bf16 *qr, *kr;                       /* q_rope k_rope */
+    bf16 *qf, *kf; float *qf_ms, *kf_ms; /* q_norm k_norm (nanochat, after RoPE) */
+    bf16 *logits, *probs;                /* att_logits att_probs [B,H,T,T] */
+    bf16 *att_out, *o, *resid_mid;       /* att_out o_proj attn_residual */
+    bf16 *mlp_norm; float *mlp_ms;       /* mlp_norm */
+    bf16 *gate, *up, *act, *prod, *down; /* gate_proj (fc) up_proj act mlp_product down_proj */
+    bf16 *out;                           /* block_out */
+} LayerActs;
+
+typedef struct {
+    Config c;
+    ParamLayout L;
+    int* tidx;
+    int B, T, precision;
+    /* device state */
+    float *params, *grads, *m, *v;       /* fp32 [P] */
+    bf16* wbf;                           /* bf16 copy of the weights [P] */
+    float *rope_cos, *rope_sin;          /* [T, hd/2] */
+    bf16 *emb, *x0; float* emb_ms;
+    LayerActs* la;
+    bf16* final_norm; float* final_ms;
+    bf16* logits;                        /* [N, V]; dlogits in place in the backward */
+    float *lse, *losses;                 /* [N] */
+    int *inputs, *targets;               /* [N] device */
+    /* backward scratch */
+    bf16 *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt, *dF, *dF2, *dF3;
+    float* dx32;                         /* fp32 GEMM dx output [N, max(d, F, qd)] */
+    int* argmax;                         /* [N] */
+    /* host mirrors for checkpoints and the loop */
+    float *h_params, *h_m, *h_v;
+    float* h_losses;
+    int* h_targets;                      /* host copy of the targets of the current microbatch */
+    bf16* h_row;
+    cudaStream_t stream;
+    void* act_mem;
+    size_t act_bytes;
+    void* trace_mem;                     /* device snapshot of act_mem for the propagation trace */
+    FaultCtx* fx;                        /* fault injection (NULL: off) */
+} Model;
+
+static int tensor_index(const Model* m, int type, int layer) { return m->tidx[(layer < 0 ? m->c.n_layer : layer) * PT_COUNT + type]; }
+template <typename TT> static TT* tensor_ptr(const Model* m, TT* base, int type, int layer) {
+    int i = tensor_index(m, type, layer);
+    return i < 0 ? NULL : base + m->L.t[i].offset;
+}
+#define W(type, l) tensor_ptr(model, model->wbf, type, l)
+#define GR(type, l) tensor_ptr(model, model->grads, type, l)
+/* fault injection points (see train_sdc.c): a module output, or the gradient of that output */
+#define FAULT(pass, site, l, x, n) do { if (fault_due(model->fx, (site), (l), (pass))) fault_apply_device(model->fx, (x), (size_t)(n), s); } while (0)
+#define FAULT_FWD(site, l, x, n) FAULT(PASS_FWD, site, l, x, n)
+#define FAULT_BWD(site, l, x, n) FAULT(PASS_BWD, site, l, x, n)
+
+static void model_build(Model* model, const Config* c, int B, int T, int precision) {
+    memset(model, 0, sizeof(*model));
+    model->c = *c; model->B = B; model->T = T; model->precision = precision;
+    param_layout_build(c, &model->L);
+    model->tidx = (int*)mallocCheck(sizeof(int) * (c->n_layer + 1) * PT_COUNT);
+    for (int i = 0; i < (c->n_layer + 1) * PT_COUNT; i++) model->tidx[i] = -1;
+    for (int i = 0; i < model->L.n; i++) {
+        const TensorInfo* t = &model->L.t[i];
+        model->tidx[(t->layer < 0 ? c->n_layer : t->layer) * PT_COUNT + t->type] = i;
+    }
+    cudaCheck(cudaStreamCreate(&model->stream));
+    size_t P = model->L.total;
+    cudaCheck(cudaMalloc(&model->params, P * sizeof(float)));
+    cudaCheck(cudaMalloc(&model->grads, P * sizeof(float)));
+    cudaCheck(cudaMalloc(&model->m, P * sizeof(float)));
+    cudaCheck(cudaMalloc(&model->v, P * sizeof(float)));
+    cudaCheck(cudaMalloc(&model->wbf, P * sizeof(bf16)));
+    cudaCheck(cudaMemset(model->grads, 0, P * sizeof(float)));
+    cudaCheck(cudaMemset(model->m, 0, P * sizeof(float)));
+    cudaCheck(cudaMemset(model->v, 0, P * sizeof(float)));
+    model->h_params = (float*)mallocCheck(P * sizeof(float));
+    model->h_m = (float*)mallocCheck(P * sizeof(float));
+    model->h_v = (float*)mallocCheck(P * sizeof(float));
+
+    int half = c->head_dim / 2;
+    float* hc = (float*)mallocCheck(sizeof(float) * T * half);
+    float* hs = (float*)mallocCheck(sizeof(float) * T * half);
+    rope_tables(c, T, hc, hs);
+    cudaCheck(cudaMalloc(&model->rope_cos, sizeof(float) * T * half));
+    cudaCheck(cudaMalloc(&model->rope_sin, sizeof(float) * T * half));
+    cudaCheck(cudaMemcpy(model->rope_cos, hc, sizeof(float) * T * half, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model->rope_sin, hs, sizeof(float) * T * half, cudaMemcpyHostToDevice));
+    free(hc); free(hs);
+
+    /* activations: one allocation carved into tensors (sizes in elements; bf16 unless noted) */
+    size_t N = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_head * c->head_dim, kd = (size_t)c->n_kv_head * c->head_dim;
+    size_t F = c->ffn_dim, V = c->vocab_size, att = (size_t)B * c->n_head * T * T, H = c->n_head, KV = c->n_kv_head;
+    size_t mx = d > F ? d : F; if (qd > mx) mx = qd;
+    size_t bytes = 0;
+    /* first pass computes the size, second pass carves */
+    for (int pass = 0; pass < 2; pass++) {
+        char* p = (char*)model->act_mem;
+        size_t off = 0;
+#define CARVE_BF(ptr, n) do { if (pass) (ptr) = (bf16*)(p + off); off += ((n) * sizeof(bf16) + 255) / 256 * 256; } while (0)
+#define CARVE_F(ptr, n) do { if (pass) (ptr) = (float*)(p + off); off += ((n) * sizeof(float) + 255) / 256 * 256; } while (0)
+#define CARVE_I(ptr, n) do { if (pass) (ptr) = (int*)(p + off); off += ((n) * sizeof(int) + 255) / 256 * 256; } while (0)
+        CARVE_BF(model->emb, N * d); CARVE_F(model->emb_ms, N); CARVE_BF(model->x0, N * d);
+        if (pass) model->la = (LayerActs*)callocCheck(c->n_layer, sizeof(LayerActs));
+        for (int l = 0; l < c->n_layer; l++) {
+            LayerActs* a = pass ? &model->la[l] : NULL;
+            LayerActs dummy; if (!pass) a = &dummy;
+            CARVE_BF(a->attn_norm, N * d); CARVE_F(a->attn_ms, N);
+            CARVE_BF(a->q, N * qd); CARVE_BF(a->k, N * kd); CARVE_BF(a->v, N * kd);
+            if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
+                CARVE_BF(a->qn, N * qd); CARVE_BF(a->kn, N * kd); CARVE_F(a->qn_ms, N * H); CARVE_F(a->kn_ms, N * KV);
+            }
+            CARVE_BF(a->qr, N * qd); CARVE_BF(a->kr, N * kd);
+            if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
+                CARVE_BF(a->qf, N * qd); CARVE_BF(a->kf, N * kd); CARVE_F(a->qf_ms, N * H); CARVE_F(a->kf_ms, N * KV);
+            }
+            CARVE_BF(a->logits, att); CARVE_BF(a->probs, att);
+            CARVE_BF(a->att_out, N * qd); CARVE_BF(a->o, N * d); CARVE_BF(a->resid_mid, N * d);
+            CARVE_BF(a->mlp_norm, N * d); CARVE_F(a->mlp_ms, N);
+            CARVE_BF(a->gate, N * F); CARVE_BF(a->act, N * F);
+            if (c->mlp == MLP_SWIGLU) { CARVE_BF(a->up, N * F); CARVE_BF(a->prod, N * F); }
+            CARVE_BF(a->down, N * d); CARVE_BF(a->out, N * d);
+        }
+        CARVE_BF(model->final_norm, N * d); CARVE_F(model->final_ms, N);
+        CARVE_BF(model->logits, N * V); CARVE_F(model->lse, N); CARVE_F(model->losses, N);
+        CARVE_I(model->inputs, N); CARVE_I(model->targets, N); CARVE_I(model->argmax, N);
+        CARVE_BF(model->dres, N * d); CARVE_BF(model->dbuf, N * d);
+        CARVE_BF(model->dq, N * qd); CARVE_BF(model->dq2, N * qd); CARVE_BF(model->datt, N * qd);
+        CARVE_BF(model->dk, N * kd); CARVE_BF(model->dk2, N * kd); CARVE_BF(model->dv, N * kd);
+        CARVE_BF(model->dF, N * F); CARVE_BF(model->dF2, N * F); CARVE_BF(model->dF3, N * F);
+        CARVE_F(model->dx32, N * mx);
+#undef CARVE_BF
+#undef CARVE_F
+#undef CARVE_I
+        if (!pass) {
+            bytes = off;
+            cudaError_t e = cudaMalloc(&model->act_mem, bytes);
+            if (e != cudaSuccess)
+                tsdc_fail("cannot allocate %.2f GiB of activations for B %d x T %d (%s): lower -B or -seq", bytes / 1073741824.0,
+                          B, T, cudaGetErrorString(e));
+        }
+    }
+    model->act_bytes = bytes;
+    cudaCheck(cudaMemset(model->act_mem, 0, bytes));
+    model->h_losses = (float*)mallocCheck(sizeof(float) * N);
+    model->h_targets = (int*)mallocCheck(sizeof(int) * N);
+    model->h_row = (bf16*)mallocCheck(sizeof(bf16) * V);
+    matmul_init();
+}
+
+static void model_free(Model* model) {
+    cudaCheck(cudaFree(model->params)); cudaCheck(cudaFree(model->grads)); cudaCheck(cudaFree(model->m));
+    cudaCheck(cudaFree(model->v)); cudaCheck(cudaFree(model->wbf)); cudaCheck(cudaFree(model->rope_cos));
+    cudaCheck(cudaFree(model->rope_sin)); cudaCheck(cudaFree(model->act_mem));
+    if (model->trace_mem) cudaCheck(cudaFree(model->trace_mem));
+    cudaCheck(cudaStreamDestroy(model->stream));
+    free(model->h_params); free(model->h_m); free(model->h_v); free(model->h_losses); free(model->h_targets); free(model->h_row);
+    free(model->la); free(model->tidx);
+    matmul_free();
+}
+
+static size_t model_num_params(const Model* model) { return model->L.total; }
+
+/* host fp32 state -> device, and the bf16 weight copy */
+static void model_load_state(Model* model, const float* params, const float* m, const float* v) {
+    size_t P = model->L.total;
+    cudaCheck(cudaMemcpy(model->params, params, P * sizeof(float), cudaMemcpyHostToDevice));
+    if (m) cudaCheck(cudaMemcpy(model->m, m, P * sizeof(float), cudaMemcpyHostToDevice));
+    else cudaCheck(cudaMemset(model->m, 0, P * sizeof(float)));
+    if (v) cudaCheck(cudaMemcpy(model->v, v, P * sizeof(float), cudaMemcpyHostToDevice));
+    else cudaCheck(cudaMemset(model->v, 0, P * sizeof(float)));
+    f32_to_bf16(model->wbf, model->params, P, model->stream);
+    cudaCheck(cudaStreamSynchronize(model->stream));
+}
+
+/* the same weights as the CPU trainer: drawn on the host from the same seeded stream */
+static void model_init_weights(Model* model, uint64_t seed) {
+    Rng r;
+    rng_seed(&r, seed);
+    float* p = model->h_params;
+    for (int i = 0; i < model->L.n; i++) {
+        const TensorInfo* t = &model->L.t[i];
+        if (t->rows == 1) for (size_t j = 0; j < t->numel; j++) p[t->offset + j] = 1.0f;
+        else for (size_t j = 0; j < t->numel; j++) p[t->offset + j] = (float)(0.02 * rng_normal(&r));
+    }
+    model_load_state(model, p, NULL, NULL);
+}
+
+static void model_host_state(Model* model, const float** params, const float** m, const float** v) {
+    size_t P = model->L.total;
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    cudaCheck(cudaMemcpy(model->h_params, model->params, P * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(model->h_m, model->m, P * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(model->h_v, model->v, P * sizeof(float), cudaMemcpyDeviceToHost));
+    *params = model->h_params; *m = model->h_m; *v = model->h_v;
+}
+
+static void model_set_tokens(Model* model, const int* inputs, const int* targets, int n) {
+    cudaCheck(cudaMemcpyAsync(model->inputs, inputs, sizeof(int) * n, cudaMemcpyHostToDevice, model->stream));
+    if (targets) {
+        memcpy(model->h_targets, targets, sizeof(int) * n);
+        cudaCheck(cudaMemcpyAsync(model->targets, targets, sizeof(int) * n, cudaMemcpyHostToDevice, model->stream));
+    }
+    cudaCheck(cudaStreamSynchronize(model->stream)); /* the host buffers may be reused at once */
+}
+
+/* ---------------------------------------------------------------------------------- forward */
+static float model_forward_step(Model* model, int B, int T, int with_targets) {
+    const Config* c = &model->c;
+    cudaStream_t s = model->stream;
+    int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim;
+    int qd = H * hd, kd = KV * hd, F = c->ffn_dim, V = c->vocab_size;
+    float eps = (float)c->norm_eps;
+
+    embedding_forward(model->emb, model->inputs, W(PT_WTE, -1), N, d, s);
+    bf16* x = model->emb;
+    if (c->embed_norm) { rmsnorm_forward(model->x0, model->emb_ms, x, W(PT_EMBED_NORM, -1), N, d, eps, s); x = model->x0; }
+    for (int l = 0; l < c->n_layer; l++) {
+        LayerActs* a = &model->la[l];
+        rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, s);
+        FAULT_FWD(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
+        linear_forward(a->q, a->attn_norm, W(PT_WQ, l), N, d, qd, s);
+        FAULT_FWD(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
+        linear_forward(a->k, a->attn_norm, W(PT_WK, l), N, d, kd, s);
+        FAULT_FWD(SITE_K_PROJ, l, a->k, (size_t)N * kd);
+        linear_forward(a->v, a->attn_norm, W(PT_WV, l), N, d, kd, s);
+        FAULT_FWD(SITE_V_PROJ, l, a->v, (size_t)N * kd);
+        bf16 *qc = a->q, *kc = a->k;
+        if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
+            rmsnorm_forward(a->qn, a->qn_ms, qc, W(PT_QNORM, l), N * H, hd, eps, s);
+            FAULT_FWD(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
+            rmsnorm_forward(a->kn, a->kn_ms, kc, W(PT_KNORM, l), N * KV, hd, eps, s);
+            FAULT_FWD(SITE_K_NORM, l, a->kn, (size_t)N * kd);
+            qc = a->qn; kc = a->kn;
+        }
+        rope_forward(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        FAULT_FWD(SITE_Q_ROPE, l, a->qr, (size_t)N * qd);
+        rope_forward(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        FAULT_FWD(SITE_K_ROPE, l, a->kr, (size_t)N * kd);
+        qc = a->qr; kc = a->kr;
+        if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
+            rmsnorm_forward(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, s);
+            FAULT_FWD(SITE_Q_NORM, l, a->qf, (size_t)N * qd);
+            rmsnorm_forward(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, s);
+            FAULT_FWD(SITE_K_NORM, l, a->kf, (size_t)N * kd);
+            qc = a->qf; kc = a->kf;
+        }
+        attention_forward(a->att_out, a->logits, a->probs, qc, kc, a->v, B, T, H, KV, hd, s);
+        FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
+        linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
+        FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
+        residual_forward(a->resid_mid, x, a->o, (size_t)N * d, s);
+        FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
+        rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, s);
+        FAULT_FWD(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
+        bf16* hidden;
+        if (c->mlp == MLP_SWIGLU) {
+            linear_forward(a->gate, a->mlp_norm, W(PT_WGATE, l), N, d, F, s);
+            FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
+            linear_forward(a->up, a->mlp_norm, W(PT_WUP, l), N, d, F, s);
+            FAULT_FWD(SITE_UP_PROJ, l, a->up, (size_t)N * F);
+            silu_forward(a->act, a->gate, (size_t)N * F, s);
+            FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
+            mul_forward(a->prod, a->act, a->up, (size_t)N * F, s);
+            FAULT_FWD(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
+            hidden = a->prod;
+        } else {
+            linear_forward(a->gate, a->mlp_norm, W(PT_WFC, l), N, d, F, s);
+            FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
+            relu2_forward(a->act, a->gate, (size_t)N * F, s);
+            FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
+            hidden = a->act;
+        }
+        linear_forward(a->down, hidden, W(PT_WDOWN, l), N, F, d, s);
+        FAULT_FWD(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
+        residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d, s);
+        FAULT_FWD(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
+        x = a->out;
+    }
+    rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, s);
+    linear_forward(model->logits, model->final_norm, c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1), N, d, V, s);
+    softcap_forward(model->logits, (size_t)N * V, (float)c->softcap, s);
+    if (!with_targets) { cudaCheck(cudaStreamSynchronize(s)); return 0.0f; }
+    crossentropy_forward(model->losses, model->lse, model->logits, model->targets, N, V, s);
+    cudaCheck(cudaMemcpyAsync(model->h_losses, model->losses, sizeof(float) * N, cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    double sum = 0.0; int cnt = 0;
+    for (int n = 0; n < N; n++) if (model->h_targets[n] >= 0) { sum += model->h_losses[n]; cnt++; }
+    return cnt ? (float)(sum / cnt) : 0.0f;
+}
+
+/* --------------------------------------------------------------------------------- backward */
+static void model_backward_step(Model* model, int B, int T, float dloss) {
+    const Config* c = &model->c;
+    cudaStream_t s = model->stream;
+    int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim;
+    int qd = H * hd, kd = KV * hd, F = c->ffn_dim, V = c->vocab_size;
+    float eps = (float)c->norm_eps;
+    bf16 *dres = model->dres, *dbuf = model->dbuf;
+    float* dx32 = model->dx32;
+
+    bf16* dlogits = model->logits;
+    crossentropy_softcap_backward(dlogits, model->logits, model->lse, model->targets, N, V, dloss, (float)c->softcap, s);
+    const bf16* lm_w = c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1);
+    float* lm_g = c->tied ? GR(PT_WTE, -1) : GR(PT_LMHEAD, -1);
+    linear_backward_dx(dx32, dlogits, lm_w, N, d, V, 0, s);
+    linear_backward_dw(lm_g, dlogits, model->final_norm, N, d, V, s);
+    f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
+    rmsnorm_backward(dres, GR(PT_FINAL_NORM, -1), dbuf, model->la[c->n_layer - 1].out, W(PT_FINAL_NORM, -1), model->final_ms,
+                     N, d, eps, 0, s);
+    for (int l = c->n_layer - 1; l >= 0; l--) {
+        LayerActs* a = &model->la[l];
+        bf16* x_in = l > 0 ? model->la[l - 1].out : (c->embed_norm ? model->x0 : model->emb);
+        FAULT_BWD(SITE_BLOCK_OUT, l, dres, (size_t)N * d);
+        /* d(down) shares dres with the skip path: a fault there goes into a private copy (dbuf) */
+        const bf16* ddown = dres;
+        if (fault_due(model->fx, SITE_DOWN_PROJ, l, PASS_BWD)) {
+            cudaCheck(cudaMemcpyAsync(dbuf, dres, sizeof(bf16) * N * d, cudaMemcpyDeviceToDevice, s));
+            fault_apply_device(model->fx, dbuf, (size_t)N * d, s);
+            ddown = dbuf;
+        }
+        /* MLP block */
+        if (c->mlp == MLP_SWIGLU) {
+            linear_backward_dx(dx32, ddown, W(PT_WDOWN, l), N, F, d, 0, s);
+            linear_backward_dw(GR(PT_WDOWN, l), ddown, a->prod, N, F, d, s);
+            f32_to_bf16(model->dF, dx32, (size_t)N * F, s);
+            FAULT_BWD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
+            mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F, s);
+            FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
+            FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
+            silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F, s);
+            FAULT_BWD(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
+            linear_backward_dx(dx32, model->dF, W(PT_WGATE, l), N, d, F, 0, s);
+            linear_backward_dx(dx32, model->dF3, W(PT_WUP, l), N, d, F, 1, s);
+            linear_backward_dw(GR(PT_WGATE, l), model->dF, a->mlp_norm, N, d, F, s);
+            linear_backward_dw(GR(PT_WUP, l), model->dF3, a->mlp_norm, N, d, F, s);
+        } else {
+            linear_backward_dx(dx32, ddown, W(PT_WDOWN, l), N, F, d, 0, s);
+            linear_backward_dw(GR(PT_WDOWN, l), ddown, a->act, N, F, d, s);
+            f32_to_bf16(model->dF, dx32, (size_t)N * F, s);
+            FAULT_BWD(SITE_ACT, l, model->dF, (size_t)N * F);
+            relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F, s);
+            FAULT_BWD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
+            linear_backward_dx(dx32, model->dF2, W(PT_WFC, l), N, d, F, 0, s);
+            linear_backward_dw(GR(PT_WFC, l), model->dF2, a->mlp_norm, N, d, F, s);
+        }
+        f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
+        FAULT_BWD(SITE_MLP_NORM, l, dbuf, (size_t)N * d);
+        rmsnorm_backward(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, s);
+        FAULT_BWD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
+        /* attention block; d(o) shares dres with the skip path, as d(down) */
+        const bf16* dout_o = dres;
+        if (fault_due(model->fx, SITE_O_PROJ, l, PASS_BWD)) {
+            cudaCheck(cudaMemcpyAsync(dbuf, dres, sizeof(bf16) * N * d, cudaMemcpyDeviceToDevice, s));
+            fault_apply_device(model->fx, dbuf, (size_t)N * d, s);
+            dout_o = dbuf;
+        }
+        linear_backward_dx(dx32, dout_o, W(PT_WO, l), N, qd, d, 0, s);
+        linear_backward_dw(GR(PT_WO, l), dout_o, a->att_out, N, qd, d, s);
+        f32_to_bf16(model->datt, dx32, (size_t)N * qd, s);
+        FAULT_BWD(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
+        const bf16* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
+        const bf16* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
+        attention_backward(model->dq, model->dk, model->dv, model->datt, a->probs, qc, kc, a->v, B, T, H, KV, hd, s);
+        FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
+        bf16 *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
+        if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
+            FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
+            FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
+            rmsnorm_backward(dq2, NULL, dq, a->qr, NULL, a->qf_ms, N * H, hd, eps, 0, s);
+            rmsnorm_backward(dk2, NULL, dk, a->kr, NULL, a->kf_ms, N * KV, hd, eps, 0, s);
+            t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
+        }
+        FAULT_BWD(SITE_Q_ROPE, l, dq, (size_t)N * qd);
+        FAULT_BWD(SITE_K_ROPE, l, dk, (size_t)N * kd);
+        rope_backward(dq2, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        rope_backward(dk2, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
+        if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
+            FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
+            FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
+            rmsnorm_backward(dq2, GR(PT_QNORM, l), dq, a->q, W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0, s);
+            rmsnorm_backward(dk2, GR(PT_KNORM, l), dk, a->k, W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0, s);
+            t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
+        }
+        FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
+        FAULT_BWD(SITE_K_PROJ, l, dk, (size_t)N * kd);
+        linear_backward_dx(dx32, dq, W(PT_WQ, l), N, d, qd, 0, s);
+        linear_backward_dx(dx32, dk, W(PT_WK, l), N, d, kd, 1, s);
+        linear_backward_dx(dx32, model->dv, W(PT_WV, l), N, d, kd, 1, s);
+        linear_backward_dw(GR(PT_WQ, l), dq, a->attn_norm, N, d, qd, s);
+        linear_backward_dw(GR(PT_WK, l), dk, a->attn_norm, N, d, kd, s);
+        linear_backward_dw(GR(PT_WV, l), model->dv, a->attn_norm, N, d, kd, s);
+        f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
+        FAULT_BWD(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
+        rmsnorm_backward(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, s);
+    }
+    if (c->embed_norm) {
+        rmsnorm_backward(dbuf, GR(PT_EMBED_NORM, -1), dres, model->emb, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0, s);
+        dres = dbuf;
+    }
+    embedding_backward(GR(PT_WTE, -1), dres, model->inputs, N, d, s);
+}
+
+/* --------------------------------------------------------------------------------- optimizer */
+static void model_zero_grads(Model* model) {
+    cudaCheck(cudaMemsetAsync(model->grads, 0, model->L.total * sizeof(float), model->stream));
+}
+
+#ifdef USE_NCCL
+static ncclComm_t g_nccl;
+static int g_nccl_ready = 0;
+#endif
+
+static void model_allreduce_grads(Model* model, Dist* dist) {
+    if (dist->world == 1) return;
+#ifdef USE_NCCL
+    ncclCheck(ncclAllReduce(model->grads, model->grads, model->L.total, ncclFloat, ncclSum, g_nccl, model->stream));
+#else
+    (void)model;
+    tsdc_fail("%d ranks: this binary was built without NCCL, so it trains on one GPU only", dist->world);
+#endif
+}
+
+static double model_update(Model* model, const AdamW* o, long long t, double clip) {
+    double norm = sqrt(global_norm_squared(model->grads, model->L.total, model->stream));
+    float coef = 1.0f;
+    if (clip > 0) { double cc = clip / (norm + 1e-6); if (cc < 1.0) coef = (float)cc; }
+    double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
+    float step_size = (float)(o->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    for (int i = 0; i < model->L.n; i++) {
+        const TensorInfo* ti = &model->L.t[i];
+        float decay = ti->decay ? (float)(1.0 - o->lr * o->weight_decay) : 1.0f;
+        adamw_update(model->params + ti->offset, model->wbf + ti->offset, model->grads + ti->offset, model->m + ti->offset,
+                     model->v + ti->offset, ti->numel, coef, decay, (float)o->beta1, (float)o->beta2, (float)o->eps,
+                     step_size, bc2_sqrt, model->stream);
+    }
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    return norm;
+}
+
+/* --------------------------------------------------------------------- evaluation and sampling */
+/* row argmax, first maximum on ties (as the CPU's strict '>' scan) */
+__global__ static void argmax_kernel(int* out, const bf16* logits, int V) {
+    int row = blockIdx.x;
+    const bf16* z = logits + (size_t)row * V;
+    float best = -INFINITY; int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float x = __bfloat162float(z[i]);
+        if (x > best || (x == best && i < bi)) { best = x; bi = i; }
+    }
+    __shared__ float sb[1024];
+    __shared__ int si[1024];
+    sb[threadIdx.x] = best; si[threadIdx.x] = bi;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) {
+            float ob = sb[threadIdx.x + w]; int oi = si[threadIdx.x + w];
+            if (ob > sb[threadIdx.x] || (ob == sb[threadIdx.x] && oi < si[threadIdx.x])) { sb[threadIdx.x] = ob; si[threadIdx.x] = oi; }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[row] = si[0];
+}
+
+static void model_token_losses(Model* model, int n, float* out) { memcpy(out, model->h_losses, sizeof(float) * n); }
+static void model_argmax(Model* model, int n, int* out) {
+    argmax_kernel<<<n, 256, 0, model->stream>>>(model->argmax, model->logits, model->c.vocab_size);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaMemcpyAsync(out, model->argmax, sizeof(int) * n, cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+}
+static void model_logits_row(Model* model, int row, float* out) {
+    int V = model->c.vocab_size;
+    cudaCheck(cudaMemcpy(model->h_row, model->logits + (size_t)row * V, sizeof(bf16) * V, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < V; i++) out[i] = __bfloat162float(model->h_row[i]);
+}
+static uint64_t model_weights_checksum(Model* model) {
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    cudaCheck(cudaMemcpy(model->h_params, model->params, model->L.total * sizeof(float), cudaMemcpyDeviceToHost));
+    return tsdc_checksum(model->h_params, model->L.total * sizeof(float));
+}
+static void model_set_fault(Model* model, FaultCtx* fx) { model->fx = fx; }
+
+/* the forward tensor of a site at a layer (site -1: the logits) */
+static bf16* model_site_tensor(Model* model, int site, int l, int B, int T, size_t* n) {
+    const Config* c = &model->c;
+    size_t N = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_head * c->head_dim, kd = (size_t)c->n_kv_head * c->head_dim;
+    size_t F = c->ffn_dim, att = (size_t)B * c->n_head * T * T;
+    if (site < 0) { *n = N * c->vocab_size; return model->logits; }
+    LayerActs* a = &model->la[l];
+    int pre = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE;
+    switch (site) {
+        case SITE_ATTN_NORM: *n = N * d; return a->attn_norm;
+        case SITE_Q_PROJ: *n = N * qd; return a->q;
+        case SITE_K_PROJ: *n = N * kd; return a->k;
+        case SITE_V_PROJ: *n = N * kd; return a->v;
+        case SITE_Q_NORM: *n = N * qd; return pre ? a->qn : a->qf;
+        case SITE_K_NORM: *n = N * kd; return pre ? a->kn : a->kf;
+        case SITE_Q_ROPE: *n = N * qd; return a->qr;
+        case SITE_K_ROPE: *n = N * kd; return a->kr;
+        case SITE_ATT_LOGITS: *n = att; return a->logits;
+        case SITE_ATT_PROBS: *n = att; return a->probs;
+        case SITE_ATT_OUT: *n = N * qd; return a->att_out;
+        case SITE_O_PROJ: *n = N * d; return a->o;
+        case SITE_ATTN_RESIDUAL: *n = N * d; return a->resid_mid;
+        case SITE_MLP_NORM: *n = N * d; return a->mlp_norm;
+        case SITE_GATE_PROJ: *n = N * F; return a->gate;
+        case SITE_UP_PROJ: *n = N * F; return a->up;
+        case SITE_ACT: *n = N * F; return a->act;
+        case SITE_MLP_PRODUCT: *n = N * F; return a->prod;
+        case SITE_DOWN_PROJ: *n = N * d; return a->down;
+        case SITE_BLOCK_OUT: *n = N * d; return a->out;
+    }
+    *n = 0;
+    return NULL;
+}
+static void model_trace_snapshot(Model* model) {
+    if (!model->trace_mem) cudaCheck(cudaMalloc(&model->trace_mem, model->act_bytes));
+    cudaCheck(cudaMemcpyAsync(model->trace_mem, model->act_mem, model->act_bytes, cudaMemcpyDeviceToDevice, model->stream));
+}
+static void model_trace_diff(Model* model, int site, int l, int B, int T, double* num, double* den) {
+    size_t n;
+    const bf16* x = model_site_tensor(model, site, l, B, T, &n);
+    const bf16* y = (const bf16*)((const char*)model->trace_mem + ((const char*)x - (const char*)model->act_mem));
+    fault_sumsq(x, y, n, num, den, model->stream);
+}
+
+static int model_threads(void) { return 1; }
+static void model_set_threads(int n) { (void)n; }
+
+/* --------------------------------------------------------------------- device and NCCL set-up */
+/* one GPU per process: the rank on this node picks the device; rank 0's NCCL id goes out over MPI */
+static void gpu_setup(Dist* dist) {
+    cuda_device_check_or_exit("train_sdc_cu");
+    int ndev = 0;
+    cudaCheck(cudaGetDeviceCount(&ndev));
+    int local = 0;
+#ifdef USE_MPI
+    MPI_Comm node;
+    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, dist->rank, MPI_INFO_NULL, &node));
+    mpiCheck(MPI_Comm_rank(node, &local));
+    MPI_Comm_free(&node);
+#endif
+    if (local >= ndev) tsdc_fail("rank %d is local rank %d on its node, which has only %d GPU(s)", dist->rank, local, ndev);
+    cudaCheck(cudaSetDevice(local));
+#ifndef USE_NCCL
+    if (dist->rank == 0) printf("built without NCCL: one GPU per run\n");
+#endif
+#ifdef USE_NCCL
+    if (dist->world > 1) {
+        ncclUniqueId id;
+        if (dist->rank == 0) ncclCheck(ncclGetUniqueId(&id));
+        dist_bcast_bytes(dist, &id, sizeof(id), 0);
+        ncclCheck(ncclCommInitRank(&g_nccl, dist->world, id, dist->rank));
+        g_nccl_ready = 1;
+    }
+#endif
+}
+static void gpu_teardown(void) {
+#ifdef USE_NCCL
+    if (g_nccl_ready) ncclCommDestroy(g_nccl);
+#endif
+}
+
+#ifndef TESTING
+#define TRAINER_NAME "gpu"
+#define TRAINER_DEFAULT_PRECISION 1
+#define TRAINER_HAS_FP32 0
+#define TRAINER_BF16_NAME "bf16 AMP"
+#define TRAINER_FUSED_ATTENTION 1    /* att_logits / att_probs are not injection points here (yet) */
+#define TRAINER_SETUP(dist) gpu_setup(dist)
+#define TRAINER_TEARDOWN() gpu_teardown()
+#include "llmc/train_loop.h"
+int main(int argc, char** argv) { return train_main(argc, argv); }
+#endif
