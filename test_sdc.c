@@ -149,6 +149,68 @@ static void test_thread_independence(void) {
 }
 #endif
 
+/* ------------------------------------------------------------------------------ fault model */
+static void test_fault_flips(void) {
+    printf("fault injection: bit flips in the storage dtype (hand-computed)\n");
+    struct { float x; uint32_t mask; int width; uint32_t expect_bits; } cases[] = {
+        {1.0f, 0x00000001u, 32, 0x3F800001u},   /* fp32 mantissa lsb: 1 + 2^-23 */
+        {1.0f, 0x40000000u, 32, 0x7F800000u},   /* fp32 exponent msb of 1.0 (0x3F800000): +inf */
+        {1.0f, 0x80000000u, 32, 0xBF800000u},   /* fp32 sign */
+        {1.0f, 0x00800000u, 32, 0x3F000000u},   /* fp32 exponent lsb: 1.0 -> 0.5 */
+        {1.0f, 0x0001u, 16, 0x3F810000u},       /* bf16 mantissa lsb: 1 + 2^-7 = 1.0078125 */
+        {1.0f, 0x4000u, 16, 0x7F800000u},       /* bf16 exponent msb: +inf */
+        {-2.5f, 0x8000u, 16, 0x40200000u},      /* bf16 sign: -2.5 -> 2.5 */
+        {0.15625f, 0x0080u, 16, 0x3E200000u},   /* bf16 0x3E20 ^ 0x0080 (exponent lsb) = 0x3EA0 = 0.3125: expect below */
+    };
+    cases[7].expect_bits = 0x3EA00000u;     /* 0.15625 * 2 = 0.3125 */
+    int ok = 1;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint32_t got = f32_bits(fault_flip_value(cases[i].x, cases[i].mask, cases[i].width));
+        if (got != cases[i].expect_bits) { printf("    %g ^ %x (w%d) -> %08x, expected %08x\n", cases[i].x, cases[i].mask, cases[i].width, got, cases[i].expect_bits); ok = 0; }
+    }
+    check(ok, "  %zu cases, fp32 and bf16", sizeof(cases) / sizeof(cases[0]));
+}
+
+static void test_fault_selection(void) {
+    printf("fault injection: the shared random selection\n");
+    FaultEvent a; memset(&a, 0, sizeof(a));
+    a.active = 1; a.step = 17; a.seed = 99; a.nbits = 4; a.site = SITE_Q_PROJ;
+    size_t n = 5000, m = 700;
+    size_t *i1 = mallocCheck(sizeof(size_t) * m), *i2 = mallocCheck(sizeof(size_t) * m), *i3 = mallocCheck(sizeof(size_t) * m);
+    uint32_t *k1 = mallocCheck(4 * m), *k2 = mallocCheck(4 * m), *k3 = mallocCheck(4 * m);
+    fault_select(&a, n, m, 16, i1, k1);
+    fault_select(&a, n, m, 16, i2, k2);
+    check(!memcmp(i1, i2, sizeof(size_t) * m) && !memcmp(k1, k2, 4 * m), "  reproducible: the same event selects the same elements and bits");
+    int ok = 1;
+    for (size_t j = 0; j < m; j++) {
+        if (i1[j] >= n || (j && i1[j] <= i1[j - 1])) ok = 0;            /* in range, sorted, distinct */
+        if (__builtin_popcount(k1[j]) != 4 || (k1[j] >> 16)) ok = 0;    /* 4 distinct bits below 16 */
+    }
+    check(ok, "  %zu distinct sorted indices in [0,%zu), each mask 4 distinct bits of 16", m, n);
+    FaultEvent b = a; b.site = SITE_DOWN_PROJ; b.layer = 3; b.pass = PASS_BWD;
+    fault_select(&b, n, m, 16, i3, k3);
+    check(!memcmp(i1, i3, sizeof(size_t) * m) && !memcmp(k1, k3, 4 * m), "  shared: another site/layer/pass of equal size gets the same selection");
+    FaultEvent c = a; c.step = 18;
+    fault_select(&c, n, m, 16, i3, k3);
+    check(memcmp(i1, i3, sizeof(size_t) * m) != 0, "  another step selects differently");
+    size_t* all = mallocCheck(sizeof(size_t) * n); uint32_t* km = mallocCheck(4 * n);
+    fault_select(&a, n, n, 32, all, km);
+    int perm = 1;
+    for (size_t j = 0; j < n; j++) if (all[j] != j) perm = 0;
+    check(perm, "  m = n selects every element exactly once");
+    /* char schedule: about rate x window events, deterministic */
+    FaultConfig fc; memset(&fc, 0, sizeof(fc));
+    fc.mode = FAULT_CHAR; fc.sites = 1u << SITE_V_PROJ; fc.pass = PASS_FWD; fc.layer = 1; fc.m = 10; fc.nbits = 4;
+    fc.rank = 0; fc.mb = -1; fc.rate = 0.1; fc.start = 101; fc.end = 10100; fc.seed = 5;
+    int events = 0, outside = 0;
+    for (long long st = 1; st <= 10200; st++) {
+        FaultEvent e = fault_plan_step(&fc, st, 1, 4, 4);
+        if (e.active) { events++; if (st < 101 || st > 10100 || e.site != SITE_V_PROJ || e.layer != 1 || e.mb > 3) outside++; }
+    }
+    check(outside == 0 && events > 900 && events < 1100, "  char schedule: %d events in 10000 window steps at rate 0.1, none outside", events);
+    free(i1); free(i2); free(i3); free(k1); free(k2); free(k3); free(all); free(km);
+}
+
 /* --------------------------------------------------------------------------- reference states */
 typedef struct {
     int B, T, V, n_steps, warmup;
@@ -259,6 +321,8 @@ int main(int argc, char** argv) {
     test_bf16();
     test_checksum();
     test_schedule();
+    test_fault_flips();
+    test_fault_selection();
 #ifdef _OPENMP
     test_thread_independence();
 #endif

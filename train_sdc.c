@@ -86,9 +86,9 @@ typedef struct {
 
 #define BF16_STORE(m, x, n) do { if ((m)->precision) bf16_round_array((x), (long long)(n)); } while (0)
 /* fault injection points: a module output (forward) or the gradient of that output (backward) */
-#define FAULT(pass, site, l, x, n) do { if (fault_due(model->fx, (site), (l), (pass))) fault_apply_host(model->fx, (x), (size_t)(n)); } while (0)
-#define FAULT_FWD(site, l, x, n) FAULT(PASS_FWD, site, l, x, n)
-#define FAULT_BWD(site, l, x, n) FAULT(PASS_BWD, site, l, x, n)
+#define FAULT_AT(pass, site, l, x, n) do { if (fault_due(model->fx, (site), (l), (pass))) fault_apply_host(model->fx, (x), (size_t)(n)); } while (0)
+#define FAULT_FWD(site, l, x, n) FAULT_AT(PASS_FWD, site, l, x, n)
+#define FAULT_BWD(site, l, x, n) FAULT_AT(PASS_BWD, site, l, x, n)
 /* the gradient of a module output that shares its tensor with the residual path (o_proj, down_proj):
  * a fault there must hit only the module's own backward, so it goes into a copy */
 static const float* fault_private_grad(Model* model, int site, int l, const float* g, float* scratch, size_t n) {

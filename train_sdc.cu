@@ -104,9 +104,9 @@ template <typename TT> static TT* tensor_ptr(const Model* m, TT* base, int type,
 #define W(type, l) tensor_ptr(model, model->wbf, type, l)
 #define GR(type, l) tensor_ptr(model, model->grads, type, l)
 /* fault injection points (see train_sdc.c): a module output, or the gradient of that output */
-#define FAULT(pass, site, l, x, n) do { if (fault_due(model->fx, (site), (l), (pass))) fault_apply_device(model->fx, (x), (size_t)(n), s); } while (0)
-#define FAULT_FWD(site, l, x, n) FAULT(PASS_FWD, site, l, x, n)
-#define FAULT_BWD(site, l, x, n) FAULT(PASS_BWD, site, l, x, n)
+#define FAULT_AT(pass, site, l, x, n) do { if (fault_due(model->fx, (site), (l), (pass))) fault_apply_device(model->fx, (x), (size_t)(n), s); } while (0)
+#define FAULT_FWD(site, l, x, n) FAULT_AT(PASS_FWD, site, l, x, n)
+#define FAULT_BWD(site, l, x, n) FAULT_AT(PASS_BWD, site, l, x, n)
 
 static void model_build(Model* model, const Config* c, int B, int T, int precision) {
     memset(model, 0, sizeof(*model));

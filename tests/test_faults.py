@@ -1,0 +1,122 @@
+"""Fault injection in the CPU trainer binary (llmc/fault.h, DESIGN.md section 5): every site is
+reachable on each tiny preset, forward and backward, and its injection changes the run; a site that a
+family lacks is a clear error; m = 0 is bitwise a clean run; a faulty run resumes bit for bit; the
+event log carries every field; the -perturb flag moves the run by rounding only."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_trainer import BIN, run, steps, loss_bits, data  # noqa: F401,E402  (data is a fixture)
+
+SITES = ["attn_norm", "q_proj", "k_proj", "v_proj", "q_norm", "k_norm", "q_rope", "k_rope", "att_logits", "att_probs",
+         "att_out", "o_proj", "attn_residual", "mlp_norm", "gate_proj", "up_proj", "act", "mlp_product", "down_proj",
+         "block_out"]
+MISSING = {"tiny-llama": {"q_norm", "k_norm"}, "tiny-qwen3": set(), "tiny-nanochat": {"up_proj", "mlp_product"}}
+
+
+def small(data, out, **kw):
+    a = ["-vocab", 256, "-seq", 32, "-B", 2, "-train", data / "train.bin", "-steps", 2, "-lr", 1e-3, "-warmup", 1,
+         "-eval_every", 0, "-out", out, "-quiet"]
+    for k, v in kw.items():
+        a += [k, v]
+    return a
+
+
+def faults(out):
+    p = os.path.join(out, "faults.jsonl")
+    return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
+
+
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3", "tiny-nanochat"])
+def test_every_site_reachable_forward_and_backward(data, tmp_path, preset):
+    run(small(data, tmp_path / "clean", **{"-preset": preset}))
+    clean = open(tmp_path / "clean" / "step_000002.ckpt", "rb").read()
+    for site in SITES:
+        for pas in ("fwd", "bwd"):
+            out = tmp_path / f"{site}_{pas}"
+            p = run(small(data, out, **{"-preset": preset, "-fault_mode": "char", "-fault_rate": 1, "-fault_sites": site,
+                                        "-fault_pass": pas, "-fault_layer": 1, "-fault_m": 50, "-fault_start": 1,
+                                        "-fault_end": 1}), check=False)
+            if site in MISSING[preset]:
+                assert p.returncode == 1 and f"site {site} does not exist" in p.stderr, p.stderr
+                continue
+            assert p.returncode == 0, p.stderr
+            ev = faults(out)
+            assert len(ev) == 1, (site, pas, ev)
+            e = ev[0]
+            assert (e["site"], e["pass"], e["layer"], e["step"], e["m"]) == (site, pas, 1, 1, 50)
+            assert e["rms_after"] != e["rms_before"] or e["rms_before"] != e["rms_before"]
+            assert steps(out)[1]["injections"] == 1 and steps(out)[2]["injections"] == 0
+            # the fault changed the training run (att_logits above the diagonal are masked; 50 of
+            # the 8192 elements may all fall there only with negligible probability)
+            assert open(out / "step_000002.ckpt", "rb").read() != clean, (site, pas)
+
+
+def test_m_zero_is_bitwise_clean(data, tmp_path):
+    run(small(data, tmp_path / "clean", **{"-preset": "tiny-qwen3", "-steps": 4}))
+    run(small(data, tmp_path / "m0", **{"-preset": "tiny-qwen3", "-steps": 4, "-fault_mode": "campaign", "-fault_m": 0,
+                                        "-fault_pass": "both"}))
+    assert len(faults(tmp_path / "m0")) == 4  # events happen (and are logged) but flip nothing
+    assert loss_bits(tmp_path / "clean") == loss_bits(tmp_path / "m0")
+    assert open(tmp_path / "clean" / "step_000004.ckpt", "rb").read() == open(tmp_path / "m0" / "step_000004.ckpt", "rb").read()
+
+
+def test_bf16_injection_flips_bf16_bits(data, tmp_path):
+    run(small(data, tmp_path / "b", **{"-preset": "tiny-llama", "-precision": "bf16", "-fault_mode": "campaign",
+                                       "-fault_m": 5, "-steps": 2}))
+    assert {e["dtype"] for e in faults(tmp_path / "b")} == {"bf16"}
+    run(small(data, tmp_path / "f", **{"-preset": "tiny-llama", "-fault_mode": "campaign", "-fault_m": 5, "-steps": 2}))
+    assert {e["dtype"] for e in faults(tmp_path / "f")} == {"fp32"}
+
+
+def test_campaign_log_fields_and_resume(data, tmp_path):
+    kw = {"-preset": "tiny-llama", "-steps": 8, "-fault_mode": "campaign", "-fault_pass": "both", "-fault_m": 20,
+          "-fault_start": 3, "-fault_seed": 7}
+    run(small(data, tmp_path / "full", **kw))
+    ev = faults(tmp_path / "full")
+    assert [e["step"] for e in ev] == [3, 4, 5, 6, 7, 8]
+    for e in ev:
+        assert set(e) >= {"step", "microbatch", "rank", "layer", "site", "pass", "m", "nbits", "seed", "rms_before", "rms_after"}
+        assert e["nbits"] == 4 and e["seed"] == 7 and e["rank"] == 0
+    run(small(data, tmp_path / "part", **kw, **{"-stop_at": 5}))
+    run(small(data, tmp_path / "part", **kw, **{"-resume": tmp_path / "part" / "step_000005.ckpt"}))
+    assert faults(tmp_path / "part") == ev
+    assert loss_bits(tmp_path / "part") == loss_bits(tmp_path / "full")
+
+
+def test_missing_site_and_bad_flags(data, tmp_path):
+    p = run(small(data, tmp_path / "o", **{"-preset": "tiny-llama", "-fault_mode": "char", "-fault_sites": "q_norm"}), check=False)
+    assert p.returncode == 1 and "q_norm does not exist in preset tiny-llama" in p.stderr
+    p = run(small(data, tmp_path / "o", **{"-preset": "tiny-llama", "-fault_mode": "char", "-fault_sites": "q_proj,k_proj"}), check=False)
+    assert p.returncode == 1 and "one site" in p.stderr
+    p = run(small(data, tmp_path / "o", **{"-preset": "tiny-llama", "-fault_mode": "campaign", "-fault_sites": "qproj"}), check=False)
+    assert p.returncode == 1 and "unknown site 'qproj'" in p.stderr
+    p = run(small(data, tmp_path / "o", **{"-preset": "tiny-llama", "-fault_mode": "char", "-fault_sites": "v_proj",
+                                           "-fault_layer": 9}), check=False)
+    assert p.returncode == 1 and "layer 9 does not exist" in p.stderr
+
+
+def test_trace_records_downstream_deviation(data, tmp_path):
+    out = tmp_path / "t"
+    run(small(data, out, **{"-preset": "tiny-llama", "-fault_mode": "char", "-fault_rate": 1, "-fault_sites": "v_proj",
+                            "-fault_layer": 1, "-fault_m": 30, "-fault_end": 1, "-trace_out": out / "trace.jsonl"}))
+    rec = [json.loads(l) for l in open(out / "trace.jsonl")]
+    rx = {(r["site"], r["layer"]): r["rx"] for r in rec}
+    assert rx[("v_proj", 0)] == 0 and rx[("block_out", 0)] == 0       # upstream of the fault: untouched
+    assert rx[("v_proj", 1)] > 0 and rx[("attn_residual", 1)] > 0 and rx[("lm_output", -1)] > 0
+    # the traced step's training is the same as without the trace
+    run(small(data, tmp_path / "nt", **{"-preset": "tiny-llama", "-fault_mode": "char", "-fault_rate": 1,
+                                        "-fault_sites": "v_proj", "-fault_layer": 1, "-fault_m": 30, "-fault_end": 1}))
+    assert loss_bits(out) == loss_bits(tmp_path / "nt")
+
+
+def test_perturb_is_ulp_level(data, tmp_path):
+    run(small(data, tmp_path / "a", **{"-preset": "tiny-llama", "-steps": 4}))
+    run(small(data, tmp_path / "b", **{"-preset": "tiny-llama", "-steps": 4, "-perturb": 1}))
+    la, lb = steps(tmp_path / "a"), steps(tmp_path / "b")
+    assert loss_bits(tmp_path / "a") != loss_bits(tmp_path / "b")
+    assert max(abs(la[s]["loss"] - lb[s]["loss"]) / la[s]["loss"] for s in la) < 1e-4
