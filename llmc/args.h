@@ -99,8 +99,9 @@ static const char* USAGE =
 "  -fault_seed N      seed of the schedule and of the shared element/bit selection (default 1234)\n"
 "  -trace_out FILE    propagation trace (Experiment 2): for each forward event, run the microbatch clean and\n"
 "                     faulty and write R_x at every downstream module output as JSONL\n"
-"  -perturb X         clean-envelope repeats: add X ulps (integer, +-) to the first element of every weight\n"
-"                     matrix at the start (0 = off); the trainer is otherwise bitwise deterministic\n"
+"  -perturb X         clean-envelope repeats: add X ulps (integer, +-; bf16 ulps under -precision bf16) to the\n"
+"                     first element of every weight matrix at the start (0 = off); the trainer is otherwise\n"
+"                     bitwise deterministic\n"
 "  -h                 this text\n";
 
 static void usage_fail(const char* fmt, const char* a) {

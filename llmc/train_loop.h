@@ -192,9 +192,12 @@ static void check_resume_matches(const CkptInfo* ck, const Run* run, const char*
 #undef SAME
 }
 
-/* clean-envelope repeats: move the first element of every weight matrix by k ulps (integer steps of
- * the fp32 bit pattern), so that otherwise bitwise-identical runs differ at the ulp level */
-static void perturb_weights(Model* model, long long k) {
+/* clean-envelope repeats: move the first element of every weight matrix by k ulps of the storage
+ * dtype the math uses (fp32 ulps with -precision fp32; bf16 ulps, 2^16 fp32 ulps, with bf16, since a
+ * smaller move of the fp32 master weight vanishes in the bf16 copy), so that otherwise bitwise-identical
+ * runs differ at the ulp level */
+static void perturb_weights(Model* model, long long k, int precision) {
+    if (precision) k *= 65536;
     const float *p0, *m0, *v0;
     model_host_state(model, &p0, &m0, &v0);
     size_t P = model_num_params(model);
@@ -285,7 +288,7 @@ static void trace_write(Run* run, int B, int T) {
             fprintf(run->trace, "{\"step\":%lld,\"microbatch\":%d,\"rank\":%d,\"inj_site\":\"%s\",\"inj_layer\":%d,"
                     "\"site\":\"%s\",\"layer\":%d,\"rx\":%s,\"norm_clean\":%s}\n", e->step, e->mb, e->rank,
                     SITE_NAMES[e->site], e->layer, s < 0 ? "lm_output" : SITE_NAMES[s], s < 0 ? -1 : l,
-                    jnum(den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0)).s, jnum(sqrt(den)).s);
+                    jnum(den != den || num != num ? NAN : den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0)).s, jnum(sqrt(den)).s);
         }
     fflush(run->trace);
 }
@@ -374,7 +377,7 @@ int train_main(int argc, char** argv) {
     } else {
         model_init_weights(model, a->seed);
     }
-    if (a->perturb != 0) perturb_weights(model, (long long)a->perturb);
+    if (a->perturb != 0) perturb_weights(model, (long long)a->perturb, a->precision);
     dist_check_same(&run->dist, model_weights_checksum(model), "at start");
     fault_setup(run);
 
