@@ -36,6 +36,8 @@
 #include "llmc/dataloader.h"
 #include "llmc/dist.h"
 #include "llmc/fault.h"
+#include "llmc/fingerprint.h"
+#include "llmc/rgg.h"
 #include "llmc/logger.h"
 #include "llmc/rng.h"
 #include "llmc/rope.h"
@@ -79,6 +81,12 @@ typedef struct {
     float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt, *dF, *dF2, *dF3;
     float* dlog;               /* [B,H,T,T]: dprobs, then dlogits, of the layer being differentiated */
     FaultCtx* fx;              /* fault injection (NULL: off) */
+    /* protection */
+    int protect_qk;            /* Q/K path recomputation on */
+    int qk_alarms, qk_first_layer;   /* mismatches in the current microbatch's forward */
+    uint32_t* exp_hist;        /* exponent profiling: [L.n][256] counts of dL/dY codes, NULL = off */
+    int exp_samples;
+    Rng exp_rng;
     float* act_mem;
     size_t act_floats;
     float* trace_mem;          /* snapshot of act_mem for the propagation trace (allocated on first use) */
@@ -173,7 +181,7 @@ static void model_free(Model* model) {
     if (model->wr != model->params) free(model->wr);
     free(model->params); free(model->grads); free(model->m); free(model->v); free(model->wT);
     free(model->rope_cos); free(model->rope_sin); free(model->act_mem); free(model->la);
-    free(model->inputs); free(model->targets); free(model->tidx); free(model->trace_mem);
+    free(model->inputs); free(model->targets); free(model->tidx); free(model->trace_mem); free(model->exp_hist);
 }
 
 static void model_prepare_weights(Model* model);
@@ -202,6 +210,61 @@ static void model_prepare_weights(Model* model) {
     for (int i = 0; i < model->L.n; i++) {
         const TensorInfo* t = &model->L.t[i];
         if (t->rows > 1) transpose(model->wT + t->offset, model->wr + t->offset, t->rows, t->cols);
+    }
+}
+
+/* ---------------------------------------------------------------- Q/K path recomputation
+ * The whole Q/K path of layer l (projections, QK norm, RoPE) run again from the same attn_norm output
+ * and weights into backward scratch (dq, dq2, dk, dk2; the mean squares into dlog), both results
+ * reduced to 128-bit fingerprints and compared with those of the Q and K the forward gave attention.
+ * The recomputation has no injection points: a transient fault hits one execution, not both. */
+static void qk_recompute_check(Model* model, int l, int B, int T, const float* q_used, const float* k_used) {
+    const Config* c = &model->c;
+    LayerActs* a = &model->la[l];
+    int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
+    float eps = (float)c->norm_eps;
+    int width = model->precision ? 16 : 32;
+    float *q1 = model->dq, *q2 = model->dq2, *k1 = model->dk, *k2 = model->dk2, *ms = model->dlog, *t;
+    matmul_forward(q1, a->attn_norm, WT(PT_WQ, l), N, d, qd);  BF16_STORE(model, q1, (size_t)N * qd);
+    matmul_forward(k1, a->attn_norm, WT(PT_WK, l), N, d, kd);  BF16_STORE(model, k1, (size_t)N * kd);
+    if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
+        rmsnorm_forward(q2, ms, q1, W(PT_QNORM, l), N * H, hd, eps);   BF16_STORE(model, q2, (size_t)N * qd);
+        rmsnorm_forward(k2, ms, k1, W(PT_KNORM, l), N * KV, hd, eps);  BF16_STORE(model, k2, (size_t)N * kd);
+        t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
+    }
+    rope_forward(q2, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style);   BF16_STORE(model, q2, (size_t)N * qd);
+    rope_forward(k2, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style);  BF16_STORE(model, k2, (size_t)N * kd);
+    t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
+    if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
+        rmsnorm_forward(q2, ms, q1, NULL, N * H, hd, eps);   BF16_STORE(model, q2, (size_t)N * qd);
+        rmsnorm_forward(k2, ms, k1, NULL, N * KV, hd, eps);  BF16_STORE(model, k2, (size_t)N * kd);
+        t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
+    }
+    int bad = !fp_equal(qk_fingerprint(q_used, (size_t)N * qd, width), qk_fingerprint(q1, (size_t)N * qd, width)) ||
+              !fp_equal(qk_fingerprint(k_used, (size_t)N * kd, width), qk_fingerprint(k1, (size_t)N * kd, width));
+    if (bad) { if (!model->qk_alarms) model->qk_first_layer = l; model->qk_alarms++; }
+}
+
+/* exponent profiling: sample dL/dY of a linear layer (its output gradient) and count the exponent
+ * codes (bits 23..30, the same field in fp32 and bf16) of the nonzero finite samples */
+static void exp_profile(Model* model, int type, int l, const float* dy, size_t n) {
+    if (!model->exp_hist || !n) return;
+    uint32_t* h = model->exp_hist + (size_t)tensor_index(model, type, l) * 256;
+    for (int i = 0; i < model->exp_samples; i++) {
+        uint32_t b = f32_bits(dy[rng_below(&model->exp_rng, n)]);
+        uint32_t code = (b >> 23) & 0xFF;
+        if (code != 0 && code != 255) h[code]++;
+    }
+}
+
+/* the residual gains of the monitored layers from the last forward's mean squares: out[i*2 + p] */
+static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n_mon, double* out) {
+    int N = B * T, L = model->c.n_layer;
+    for (int i = 0; i < n_mon; i++) {
+        int l = layers[i];
+        const float* ms_next = l + 1 < L ? model->la[l + 1].attn_ms : model->final_ms;
+        out[i * 2 + RGG_ATTN] = residual_gain(model->la[l].attn_ms, model->la[l].mlp_ms, N);
+        out[i * 2 + RGG_MLP] = residual_gain(model->la[l].mlp_ms, ms_next, N);
     }
 }
 
@@ -254,6 +317,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             FAULT_FWD(SITE_K_NORM, l, a->kf, (size_t)N * kd);
             qc = a->qf; kc = a->kf;
         }
+        if (model->protect_qk) qk_recompute_check(model, l, B, T, qc, kc);
         size_t natt = (size_t)B * H * T * T;
         attention_logits_forward(a->logits, qc, kc, B, T, H, KV, hd);                     BF16_STORE(model, a->logits, natt);
         FAULT_FWD(SITE_ATT_LOGITS, l, a->logits, natt);
@@ -321,6 +385,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
     float* dlogits = model->logits;
     crossentropy_softcap_backward(dlogits, model->logits, model->lse, targets, N, V, dloss_scale, (float)c->softcap);
     BF16_STORE(model, dlogits, (size_t)N * V);
+    exp_profile(model, c->tied ? PT_WTE : PT_LMHEAD, -1, dlogits, (size_t)N * V);
     if (c->tied) matmul_backward(dbuf, GR(PT_WTE, -1), dlogits, model->final_norm, W(PT_WTE, -1), N, d, V, 0);
     else matmul_backward(dbuf, GR(PT_LMHEAD, -1), dlogits, model->final_norm, W(PT_LMHEAD, -1), N, d, V, 0);
     BF16_STORE(model, dbuf, (size_t)N * d);
@@ -336,6 +401,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         /* MLP block: dres is d(block_out) = d(resid_mid) (through the skip) = d(down) */
         const float* ddown = fault_private_grad(model, SITE_DOWN_PROJ, l, dres, dbuf, (size_t)N * d);
         if (c->mlp == MLP_SWIGLU) {
+            exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
             matmul_backward(model->dF, GR(PT_WDOWN, l), ddown, a->prod, W(PT_WDOWN, l), N, F, d, 0);  BF16_STORE(model, model->dF, (size_t)N * F);
             FAULT_BWD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
             mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F);          /* d act, d up */
@@ -344,13 +410,17 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
             silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F);                             BF16_STORE(model, model->dF, (size_t)N * F);
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
+            exp_profile(model, PT_WGATE, l, model->dF, (size_t)N * F);
+            exp_profile(model, PT_WUP, l, model->dF3, (size_t)N * F);
             matmul_backward(dbuf, GR(PT_WGATE, l), model->dF, a->mlp_norm, W(PT_WGATE, l), N, d, F, 0);
             matmul_backward(dbuf, GR(PT_WUP, l), model->dF3, a->mlp_norm, W(PT_WUP, l), N, d, F, 1);
         } else {
+            exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
             matmul_backward(model->dF, GR(PT_WDOWN, l), ddown, a->act, W(PT_WDOWN, l), N, F, d, 0);   BF16_STORE(model, model->dF, (size_t)N * F);
             FAULT_BWD(SITE_ACT, l, model->dF, (size_t)N * F);
             relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F);                            BF16_STORE(model, model->dF2, (size_t)N * F);
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
+            exp_profile(model, PT_WFC, l, model->dF2, (size_t)N * F);
             matmul_backward(dbuf, GR(PT_WFC, l), model->dF2, a->mlp_norm, W(PT_WFC, l), N, d, F, 0);
         }
         BF16_STORE(model, dbuf, (size_t)N * d);
@@ -360,6 +430,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         FAULT_BWD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
         /* attention block: dres is d(resid_mid) = d(x_in) (skip) = d(o) */
         const float* dout_o = fault_private_grad(model, SITE_O_PROJ, l, dres, dbuf, (size_t)N * d);
+        exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
         matmul_backward(model->datt, GR(PT_WO, l), dout_o, a->att_out, W(PT_WO, l), N, qd, d, 0);      BF16_STORE(model, model->datt, (size_t)N * qd);
         FAULT_BWD(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
         const float* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
@@ -394,6 +465,9 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         }
         FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
         FAULT_BWD(SITE_K_PROJ, l, dk, (size_t)N * kd);
+        exp_profile(model, PT_WQ, l, dq, (size_t)N * qd);
+        exp_profile(model, PT_WK, l, dk, (size_t)N * kd);
+        exp_profile(model, PT_WV, l, model->dv, (size_t)N * kd);
         matmul_backward(dbuf, GR(PT_WQ, l), dq, a->attn_norm, W(PT_WQ, l), N, d, qd, 0);
         matmul_backward(dbuf, GR(PT_WK, l), dk, a->attn_norm, W(PT_WK, l), N, d, kd, 1);
         matmul_backward(dbuf, GR(PT_WV, l), model->dv, a->attn_norm, W(PT_WV, l), N, d, kd, 1);
@@ -516,6 +590,26 @@ static void model_set_threads(int n) {
 }
 
 static void model_set_fault(Model* model, FaultCtx* fx) { model->fx = fx; }
+static void model_set_protect_qk(Model* model, int on) { model->protect_qk = on; }
+/* Q/K mismatches of the last forward (and the first layer that had one) */
+static int model_qk_alarms(Model* model, int* first_layer) { *first_layer = model->qk_first_layer; return model->qk_alarms; }
+static void model_qk_reset(Model* model) { model->qk_alarms = 0; model->qk_first_layer = -1; }
+static void model_exp_profile_start(Model* model, int samples, uint64_t seed) {
+    if (!model->exp_hist) model->exp_hist = (uint32_t*)callocCheck((size_t)model->L.n * 256, sizeof(uint32_t));
+    model->exp_samples = samples;
+    rng_seed(&model->exp_rng, seed);
+}
+static void model_exp_profile_stop(Model* model) { model->exp_samples = 0; }
+static const uint32_t* model_exp_hist(Model* model) { return model->exp_hist; }
+/* grads *= s (exact for a power of two), and whether any gradient is non-finite */
+static int model_unscale_check(Model* model, float s) {
+    if (s != 1.0f) scale_grads(model, s);
+    size_t P = model->L.total;
+    int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static)
+    for (size_t i = 0; i < P; i++) bad |= !isfinite(model->grads[i]);
+    return bad;
+}
 
 /* the forward tensor of a site at a layer (site -1: the logits) */
 static float* model_site_tensor(Model* model, int site, int l, int B, int T, size_t* n) {

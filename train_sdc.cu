@@ -50,6 +50,8 @@
 #include "llmc/adamw.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/fault.cuh"
+#include "llmc/fingerprint.h"
+#include "llmc/rgg.h"
 
 /* ------------------------------------------------------------------------------------- model */
 typedef struct {                         /* all bf16 but the mean squares (fp32); site names as on the CPU */
@@ -94,6 +96,10 @@ typedef struct {
     size_t act_bytes;
     void* trace_mem;                     /* device snapshot of act_mem for the propagation trace */
     FaultCtx* fx;                        /* fault injection (NULL: off) */
+    int protect_qk, qk_alarms, qk_first_layer;
+    uint32_t* exp_hist;                  /* exponent profiling [L.n][256] (host), NULL = off */
+    int exp_samples;
+    Rng exp_rng;
 } Model;
 
 static int tensor_index(const Model* m, int type, int layer) { return m->tidx[(layer < 0 ? m->c.n_layer : layer) * PT_COUNT + type]; }
@@ -209,7 +215,7 @@ static void model_free(Model* model) {
     if (model->trace_mem) cudaCheck(cudaFree(model->trace_mem));
     cudaCheck(cudaStreamDestroy(model->stream));
     free(model->h_params); free(model->h_m); free(model->h_v); free(model->h_losses); free(model->h_targets); free(model->h_row);
-    free(model->la); free(model->tidx);
+    free(model->la); free(model->tidx); free(model->exp_hist);
     matmul_free();
 }
 
@@ -258,6 +264,91 @@ static void model_set_tokens(Model* model, const int* inputs, const int* targets
     cudaCheck(cudaStreamSynchronize(model->stream)); /* the host buffers may be reused at once */
 }
 
+/* ------------------------------------------------------------------ protection (device side)
+ * Q/K fingerprints of bf16 tensors: each thread XORs its elements' contributions (fingerprint.h), the
+ * block XOR-reduces (order-free), the block results are XORed on the host. The recomputation runs the
+ * same launchers as the forward into backward scratch; its fingerprint is taken from that scratch. */
+#define FP_BLOCKS 256
+__global__ static void fingerprint_kernel(unsigned long long* part, const bf16* z, size_t n) {
+    Fingerprint f = {0, 0};
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        fp_add(&f, i, (uint64_t)__bfloat16_as_ushort(z[i]), 16);
+    for (int off = 16; off > 0; off >>= 1) {
+        f.raw ^= __shfl_xor_sync(0xffffffffu, f.raw, off);
+        f.idx ^= __shfl_xor_sync(0xffffffffu, f.idx, off);
+    }
+    __shared__ unsigned long long sr[32], si[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sr[warp] = f.raw; si[warp] = f.idx; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long r = 0, x = 0;
+        for (int w = 0; w < (int)(blockDim.x / 32); w++) { r ^= sr[w]; x ^= si[w]; }
+        part[2 * blockIdx.x] = r; part[2 * blockIdx.x + 1] = x;
+    }
+}
+static Fingerprint qk_fingerprint_dev(const bf16* z, size_t n, cudaStream_t s) {
+    unsigned long long* part = (unsigned long long*)cuda_workspace_f32(3, 4 * FP_BLOCKS);
+    fingerprint_kernel<<<FP_BLOCKS, 256, 0, s>>>(part, z, n);
+    cudaCheck(cudaGetLastError());
+    static unsigned long long h[2 * FP_BLOCKS];
+    cudaCheck(cudaMemcpyAsync(h, part, sizeof(h), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    Fingerprint f = {0, 0};
+    for (int b = 0; b < FP_BLOCKS; b++) { f.raw ^= h[2 * b]; f.idx ^= h[2 * b + 1]; }
+    return f;
+}
+static void qk_recompute_check(Model* model, int l, int B, int T, const bf16* q_used, const bf16* k_used) {
+    const Config* c = &model->c;
+    cudaStream_t s = model->stream;
+    LayerActs* a = &model->la[l];
+    int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
+    float eps = (float)c->norm_eps;
+    bf16 *q1 = model->dq, *q2 = model->dq2, *k1 = model->dk, *k2 = model->dk2, *t;
+    float* ms = model->dx32;   /* the recomputation's mean squares go to the fp32 dx scratch (free in the forward) */
+    linear_forward(q1, a->attn_norm, W(PT_WQ, l), N, d, qd, s);
+    linear_forward(k1, a->attn_norm, W(PT_WK, l), N, d, kd, s);
+    if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
+        rmsnorm_forward(q2, ms, q1, W(PT_QNORM, l), N * H, hd, eps, s);
+        rmsnorm_forward(k2, ms, k1, W(PT_KNORM, l), N * KV, hd, eps, s);
+        t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
+    }
+    rope_forward(q2, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+    rope_forward(k2, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+    t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
+    if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
+        rmsnorm_forward(q2, ms, q1, NULL, N * H, hd, eps, s);
+        rmsnorm_forward(k2, ms, k1, NULL, N * KV, hd, eps, s);
+        t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
+    }
+    int bad = !fp_equal(qk_fingerprint_dev(q_used, (size_t)N * qd, s), qk_fingerprint_dev(q1, (size_t)N * qd, s)) ||
+              !fp_equal(qk_fingerprint_dev(k_used, (size_t)N * kd, s), qk_fingerprint_dev(k1, (size_t)N * kd, s));
+    if (bad) { if (!model->qk_alarms) model->qk_first_layer = l; model->qk_alarms++; }
+}
+
+/* exponent profiling: gather random samples of dL/dY on the device, count codes on the host */
+__global__ static void gather_bf16_kernel(uint16_t* out, const bf16* x, const unsigned long long* idx, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __bfloat16_as_ushort(x[idx[i]]);
+}
+static void exp_profile(Model* model, int type, int l, const bf16* dy, size_t n) {
+    if (!model->exp_hist || !model->exp_samples || !n) return;
+    int m = model->exp_samples;
+    unsigned long long* h_idx = (unsigned long long*)mallocCheck(sizeof(unsigned long long) * m);
+    for (int i = 0; i < m; i++) h_idx[i] = rng_below(&model->exp_rng, n);
+    unsigned long long* d_idx = (unsigned long long*)cuda_workspace_f32(2, 2 * (size_t)m + (size_t)m);
+    uint16_t* d_out = (uint16_t*)(d_idx + m);
+    cudaCheck(cudaMemcpyAsync(d_idx, h_idx, sizeof(unsigned long long) * m, cudaMemcpyHostToDevice, model->stream));
+    gather_bf16_kernel<<<CEIL_DIV(m, 256), 256, 0, model->stream>>>(d_out, dy, d_idx, m);
+    cudaCheck(cudaGetLastError());
+    uint16_t* h_out = (uint16_t*)mallocCheck(sizeof(uint16_t) * m);
+    cudaCheck(cudaMemcpyAsync(h_out, d_out, sizeof(uint16_t) * m, cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    uint32_t* hist = model->exp_hist + (size_t)tensor_index(model, type, l) * 256;
+    for (int i = 0; i < m; i++) { uint32_t code = (h_out[i] >> 7) & 0xFF; if (code != 0 && code != 255) hist[code]++; }
+    free(h_idx); free(h_out);
+}
+
 /* ---------------------------------------------------------------------------------- forward */
 static float model_forward_step(Model* model, int B, int T, int with_targets) {
     const Config* c = &model->c;
@@ -299,6 +390,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             FAULT_FWD(SITE_K_NORM, l, a->kf, (size_t)N * kd);
             qc = a->qf; kc = a->kf;
         }
+        if (model->protect_qk) qk_recompute_check(model, l, B, T, qc, kc);
         attention_forward(a->att_out, a->logits, a->probs, qc, kc, a->v, B, T, H, KV, hd, s);
         FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
@@ -357,6 +449,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     crossentropy_softcap_backward(dlogits, model->logits, model->lse, model->targets, N, V, dloss, (float)c->softcap, s);
     const bf16* lm_w = c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1);
     float* lm_g = c->tied ? GR(PT_WTE, -1) : GR(PT_LMHEAD, -1);
+    exp_profile(model, c->tied ? PT_WTE : PT_LMHEAD, -1, dlogits, (size_t)N * V);
     linear_backward_dx(dx32, dlogits, lm_w, N, d, V, 0, s);
     linear_backward_dw(lm_g, dlogits, model->final_norm, N, d, V, s);
     f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
@@ -375,6 +468,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         }
         /* MLP block */
         if (c->mlp == MLP_SWIGLU) {
+            exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
             linear_backward_dx(dx32, ddown, W(PT_WDOWN, l), N, F, d, 0, s);
             linear_backward_dw(GR(PT_WDOWN, l), ddown, a->prod, N, F, d, s);
             f32_to_bf16(model->dF, dx32, (size_t)N * F, s);
@@ -384,17 +478,21 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
             silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F, s);
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
+            exp_profile(model, PT_WGATE, l, model->dF, (size_t)N * F);
+            exp_profile(model, PT_WUP, l, model->dF3, (size_t)N * F);
             linear_backward_dx(dx32, model->dF, W(PT_WGATE, l), N, d, F, 0, s);
             linear_backward_dx(dx32, model->dF3, W(PT_WUP, l), N, d, F, 1, s);
             linear_backward_dw(GR(PT_WGATE, l), model->dF, a->mlp_norm, N, d, F, s);
             linear_backward_dw(GR(PT_WUP, l), model->dF3, a->mlp_norm, N, d, F, s);
         } else {
+            exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
             linear_backward_dx(dx32, ddown, W(PT_WDOWN, l), N, F, d, 0, s);
             linear_backward_dw(GR(PT_WDOWN, l), ddown, a->act, N, F, d, s);
             f32_to_bf16(model->dF, dx32, (size_t)N * F, s);
             FAULT_BWD(SITE_ACT, l, model->dF, (size_t)N * F);
             relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F, s);
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
+            exp_profile(model, PT_WFC, l, model->dF2, (size_t)N * F);
             linear_backward_dx(dx32, model->dF2, W(PT_WFC, l), N, d, F, 0, s);
             linear_backward_dw(GR(PT_WFC, l), model->dF2, a->mlp_norm, N, d, F, s);
         }
@@ -409,6 +507,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             fault_apply_device(model->fx, dbuf, (size_t)N * d, s);
             dout_o = dbuf;
         }
+        exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
         linear_backward_dx(dx32, dout_o, W(PT_WO, l), N, qd, d, 0, s);
         linear_backward_dw(GR(PT_WO, l), dout_o, a->att_out, N, qd, d, s);
         f32_to_bf16(model->datt, dx32, (size_t)N * qd, s);
@@ -439,6 +538,9 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         }
         FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
         FAULT_BWD(SITE_K_PROJ, l, dk, (size_t)N * kd);
+        exp_profile(model, PT_WQ, l, dq, (size_t)N * qd);
+        exp_profile(model, PT_WK, l, dk, (size_t)N * kd);
+        exp_profile(model, PT_WV, l, model->dv, (size_t)N * kd);
         linear_backward_dx(dx32, dq, W(PT_WQ, l), N, d, qd, 0, s);
         linear_backward_dx(dx32, dk, W(PT_WK, l), N, d, kd, 1, s);
         linear_backward_dx(dx32, model->dv, W(PT_WV, l), N, d, kd, 1, s);
@@ -578,6 +680,44 @@ static void model_trace_diff(Model* model, int site, int l, int B, int T, double
     const bf16* x = model_site_tensor(model, site, l, B, T, &n);
     const bf16* y = (const bf16*)((const char*)model->trace_mem + ((const char*)x - (const char*)model->act_mem));
     fault_sumsq(x, y, n, num, den, model->stream);
+}
+
+static void model_set_protect_qk(Model* model, int on) { model->protect_qk = on; }
+static int model_qk_alarms(Model* model, int* first_layer) { *first_layer = model->qk_first_layer; return model->qk_alarms; }
+static void model_qk_reset(Model* model) { model->qk_alarms = 0; model->qk_first_layer = -1; }
+static void model_exp_profile_start(Model* model, int samples, uint64_t seed) {
+    if (!model->exp_hist) model->exp_hist = (uint32_t*)callocCheck((size_t)model->L.n * 256, sizeof(uint32_t));
+    model->exp_samples = samples;
+    rng_seed(&model->exp_rng, seed);
+}
+static const uint32_t* model_exp_hist(Model* model) { return model->exp_hist; }
+/* the residual gains of the monitored layers from the norms' mean squares (copied to the host) */
+static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n_mon, double* out) {
+    int N = B * T, L = model->c.n_layer;
+    float *a = (float*)mallocCheck(sizeof(float) * N), *b = (float*)mallocCheck(sizeof(float) * N), *c = (float*)mallocCheck(sizeof(float) * N);
+    for (int i = 0; i < n_mon; i++) {
+        int l = layers[i];
+        const float* ms_next = l + 1 < L ? model->la[l + 1].attn_ms : model->final_ms;
+        cudaCheck(cudaMemcpyAsync(a, model->la[l].attn_ms, sizeof(float) * N, cudaMemcpyDeviceToHost, model->stream));
+        cudaCheck(cudaMemcpyAsync(b, model->la[l].mlp_ms, sizeof(float) * N, cudaMemcpyDeviceToHost, model->stream));
+        cudaCheck(cudaMemcpyAsync(c, ms_next, sizeof(float) * N, cudaMemcpyDeviceToHost, model->stream));
+        cudaCheck(cudaStreamSynchronize(model->stream));
+        out[i * 2 + RGG_ATTN] = residual_gain(a, b, N);
+        out[i * 2 + RGG_MLP] = residual_gain(b, c, N);
+    }
+    free(a); free(b); free(c);
+}
+__global__ static void scale_f32_kernel(float* x, size_t n, float s) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= s;
+}
+/* grads *= s (exact for a power of two); 1 if any gradient is non-finite (the squared norm is then not finite) */
+static int model_unscale_check(Model* model, float s) {
+    if (s != 1.0f) {
+        scale_f32_kernel<<<1024, 256, 0, model->stream>>>(model->grads, model->L.total, s);
+        cudaCheck(cudaGetLastError());
+    }
+    double n2 = global_norm_squared(model->grads, model->L.total, model->stream);
+    return !isfinite(n2);
 }
 
 static int model_threads(void) { return 1; }

@@ -32,13 +32,17 @@ typedef struct {
     int threads;
     int quiet;
     /* fault injection (llmc/fault.h) */
-    char fault_mode[16], fault_sites[512], fault_pass[8], fault_log[1024];
+    char fault_mode[16], fault_sites[512], fault_pass[8], fault_log[1024], fault_field[16];
     int fault_layer, fault_bits, fault_rank, fault_mb;
     long long fault_m, fault_start, fault_end;
     double fault_frac, fault_rate;
     unsigned long long fault_seed;
     char trace_out[1024];
     double perturb;            /* clean-envelope perturbation: ulp-level, see -perturb */
+    /* protection (TrainSDC) */
+    char protect[64], rgg_layers[256], rgg_calibrate[1024], rgg_calibration[1024], exp_profile[1024];
+    double rgg_alpha;
+    int rgg_window, expscale_k, exp_samples;
 } Args;
 
 static const char* USAGE =
@@ -91,6 +95,7 @@ static const char* USAGE =
 "  -fault_m N         elements corrupted per event (default 100000, capped at the tensor size)\n"
 "  -fault_frac F      corrupt round(F * size) elements instead of -fault_m (default 0 = use -fault_m)\n"
 "  -fault_bits K      distinct bits flipped per element, in the storage dtype (default 4)\n"
+"  -fault_field F     draw the flipped bits from all, exponent, mantissa or sign (default all)\n"
 "  -fault_rank R      rank to inject, -1 = drawn (default 0)\n"
 "  -fault_mb A        microbatch to inject, -1 = drawn (default -1)\n"
 "  -fault_rate X      char mode: fraction of the window's steps with an event (default 0.01)\n"
@@ -99,6 +104,20 @@ static const char* USAGE =
 "  -fault_seed N      seed of the schedule and of the shared element/bit selection (default 1234)\n"
 "  -trace_out FILE    propagation trace (Experiment 2): for each forward event, run the microbatch clean and\n"
 "                     faulty and write R_x at every downstream module output as JSONL\n"
+"protection (TrainSDC, DESIGN.md section 6; alarms are logged and the step is replayed)\n"
+"  -protect LIST      none, or any of qk (Q/K path recomputation), rgg (Residual Gain Guard), exp (exponent\n"
+"                     scaling), comma-separated, or all (default none)\n"
+"  -rgg_calibration F load the Residual Gain Guard's calibration (seed window and floors) from F\n"
+"  -rgg_calibrate F   calibration mode: run the steps clean, seed the window with the first -rgg_window of\n"
+"                     them, record the largest clean scores as floors, write F at the end (no alarms)\n"
+"  -rgg_alpha X       threshold multiplier alpha (default 2.5)\n"
+"  -rgg_layers LIST   monitored layers, comma-separated (default four evenly spaced: 0,5,10,15 for 16)\n"
+"  -rgg_window W      accepted steps in the sliding window (default 64)\n"
+"  -expscale_k K      scale the loss by 2^K, unscale right before clipping; a non-finite gradient then\n"
+"                     skips the update (found_inf) (default 15 with -protect exp, else 0)\n"
+"  -exp_profile F     write the exponent-code histograms of dL/dY at every linear layer, sampled on every\n"
+"                     step of this run, to F (JSON) at the end, for scripts/expscale_select.py\n"
+"  -exp_samples N     samples a linear layer a microbatch for -exp_profile (default 8192)\n"
 "  -perturb X         clean-envelope repeats: add X ulps (integer, +-; bf16 ulps under -precision bf16) to the\n"
 "                     first element of every weight matrix at the start (0 = off); the trainer is otherwise\n"
 "                     bitwise deterministic\n"
@@ -148,8 +167,11 @@ static void args_defaults(Args* a) {
     snprintf(a->fault_mode, sizeof(a->fault_mode), "off");
     snprintf(a->fault_sites, sizeof(a->fault_sites), "all");
     snprintf(a->fault_pass, sizeof(a->fault_pass), "fwd");
+    snprintf(a->fault_field, sizeof(a->fault_field), "all");
     a->fault_layer = -1; a->fault_bits = 4; a->fault_rank = 0; a->fault_mb = -1;
     a->fault_m = 100000; a->fault_start = 1; a->fault_end = -1; a->fault_rate = 0.01; a->fault_seed = 1234;
+    snprintf(a->protect, sizeof(a->protect), "none");
+    a->rgg_alpha = 2.5; a->rgg_window = 64; a->expscale_k = -1; a->exp_samples = 8192;
 }
 
 #define STRFLAG(name, field) if (!strcmp(f, name)) { snprintf(a->field, sizeof(a->field), "%s", v); continue; }
@@ -185,8 +207,12 @@ static void args_parse(Args* a, int argc, char** argv) {
         DBLFLAG("-temp", temperature, 0, 100)
         INTFLAG("-ckpt_every", ckpt_every, 0, 1 << 30) INTFLAG("-stop_at", stop_at, 1, 1 << 30)
         INTFLAG("-threads", threads, 1, 4096)
-        STRFLAG("-fault_mode", fault_mode) STRFLAG("-fault_sites", fault_sites) STRFLAG("-fault_pass", fault_pass)
+        STRFLAG("-fault_mode", fault_mode) STRFLAG("-fault_sites", fault_sites) STRFLAG("-fault_pass", fault_pass) STRFLAG("-fault_field", fault_field)
         STRFLAG("-trace_out", trace_out)
+        STRFLAG("-protect", protect) STRFLAG("-rgg_layers", rgg_layers) STRFLAG("-rgg_calibrate", rgg_calibrate)
+        STRFLAG("-rgg_calibration", rgg_calibration) STRFLAG("-exp_profile", exp_profile)
+        DBLFLAG("-rgg_alpha", rgg_alpha, 0, 1e6) INTFLAG("-rgg_window", rgg_window, 1, 1 << 16)
+        INTFLAG("-expscale_k", expscale_k, 0, 127) INTFLAG("-exp_samples", exp_samples, 1, 1 << 24)
         INTFLAG("-fault_layer", fault_layer, -1, 1 << 20) INTFLAG("-fault_bits", fault_bits, 1, 32)
         INTFLAG("-fault_rank", fault_rank, -1, 1 << 20) INTFLAG("-fault_mb", fault_mb, -1, 1 << 20)
         DBLFLAG("-fault_frac", fault_frac, 0, 1) DBLFLAG("-fault_rate", fault_rate, 0, 1) DBLFLAG("-perturb", perturb, -1e6, 1e6)
@@ -201,6 +227,9 @@ static void args_parse(Args* a, int argc, char** argv) {
         usage_fail("flag -fault_mode: '%s' is not off, char or campaign", a->fault_mode);
     if (strcmp(a->fault_pass, "fwd") && strcmp(a->fault_pass, "bwd") && strcmp(a->fault_pass, "both"))
         usage_fail("flag -fault_pass: '%s' is not fwd, bwd or both", a->fault_pass);
+    if (strcmp(a->fault_field, "all") && strcmp(a->fault_field, "exponent") && strcmp(a->fault_field, "mantissa") &&
+        strcmp(a->fault_field, "sign"))
+        usage_fail("flag -fault_field: '%s' is not all, exponent, mantissa or sign", a->fault_field);
     if (a->perturb != floor(a->perturb)) usage_fail("%s", "flag -perturb: a whole number of ulps");
 }
 

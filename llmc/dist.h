@@ -68,6 +68,14 @@ static void dist_bcast_bytes(Dist* d, void* buf, size_t n, int root) {
     if (d->world > 1) mpiCheck(MPI_Bcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD));
 #endif
 }
+/* all-gather equal blocks of doubles in place: rank r's block is buf[r*n .. r*n+n) on entry (the
+ * others are ignored) and every block is filled on return */
+static void dist_allgather_f64_block(Dist* d, double* buf, size_t n) {
+#ifdef USE_MPI
+    if (d->world > 1) { mpiCheck(MPI_Allgather(MPI_IN_PLACE, (int)n, MPI_DOUBLE, buf, (int)n, MPI_DOUBLE, MPI_COMM_WORLD)); return; }
+#endif
+    (void)d; (void)buf; (void)n;
+}
 /* every rank passes its weight checksum; a mismatch is an error naming the ranks */
 static void dist_check_same(Dist* d, uint64_t h, const char* when) {
 #ifdef USE_MPI

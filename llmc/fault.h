@@ -13,7 +13,8 @@
  *   - element and bit choices of step s: fault_rng(seed, s, FAULT_STREAM_SELECT). It does not depend on
  *     the site, so sites of equal size get the same elements and bits ("shared random selection").
  * Element indices: m distinct indices drawn uniformly from [0, n) (Floyd's algorithm, sorted);
- * bits: nbits distinct bit positions in [0, width) per element, as an XOR mask.
+ * bits: nbits distinct bit positions in [0, width) per element (or within one field: -fault_field), as
+ * an XOR mask.
  *
  * Schedules: -fault_mode char (characterisation: one site and layer; each step in the window
  * [-fault_start, -fault_end] has an event with probability -fault_rate, default 1%) and -fault_mode
@@ -75,7 +76,19 @@ typedef struct {
     double rate;               /* characterisation: probability that a step in the window has an event */
     long long start, end;      /* step window, inclusive (1-based step numbers as in the log) */
     uint64_t seed;
+    int field;                 /* bits to draw from: FIELD_ALL, FIELD_EXPONENT, FIELD_MANTISSA, FIELD_SIGN */
 } FaultConfig;
+enum { FIELD_ALL = 0, FIELD_EXPONENT = 1, FIELD_MANTISSA = 2, FIELD_SIGN = 3 };
+/* the bit positions of a field in a storage word of `width` bits (fp32: 1-8-23, bf16: 1-8-7) */
+static inline void fault_field_range(int field, int width, int* lo, int* hi) {
+    int man = width == 32 ? 23 : 7;
+    switch (field) {
+        case FIELD_EXPONENT: *lo = man; *hi = man + 8; break;
+        case FIELD_MANTISSA: *lo = 0; *hi = man; break;
+        case FIELD_SIGN: *lo = width - 1; *hi = width; break;
+        default: *lo = 0; *hi = width;
+    }
+}
 
 typedef struct {
     int active;
@@ -85,6 +98,7 @@ typedef struct {
     double frac;
     int nbits;
     uint64_t seed;
+    int field;
 } FaultEvent;
 
 #define FAULT_STREAM_PLAN 0x504C414EULL
@@ -110,7 +124,7 @@ static FaultEvent fault_plan_step(const FaultConfig* fc, long long step, int wor
     ev.layer = fc->layer >= 0 ? fc->layer : (int)rng_below(&r, (uint64_t)n_layer);
     ev.rank = fc->rank >= 0 ? fc->rank : (int)rng_below(&r, (uint64_t)world);
     ev.mb = fc->mb >= 0 ? fc->mb : (int)rng_below(&r, (uint64_t)accum);
-    ev.m = fc->m; ev.frac = fc->frac; ev.nbits = fc->nbits; ev.seed = fc->seed;
+    ev.m = fc->m; ev.frac = fc->frac; ev.nbits = fc->nbits; ev.seed = fc->seed; ev.field = fc->field;
     ev.step = step;
     ev.active = 1;
     return ev;
@@ -157,12 +171,14 @@ static void fault_select(const FaultEvent* ev, size_t n, size_t m, int width, si
                 idx[j] = t;
             }
     }
-    int nb = ev->nbits < width ? ev->nbits : width;
+    int lo, hi;
+    fault_field_range(ev->field, width, &lo, &hi);
+    int nb = ev->nbits < hi - lo ? ev->nbits : hi - lo;
     for (size_t i = 0; i < m; i++) {
         uint32_t msk = 0;
         int got = 0;
         while (got < nb) {
-            uint32_t b = (uint32_t)rng_below(&r, (uint64_t)width);
+            uint32_t b = (uint32_t)lo + (uint32_t)rng_below(&r, (uint64_t)(hi - lo));
             if (!(msk & (1u << b))) { msk |= 1u << b; got++; }
         }
         mask[i] = msk;

@@ -20,6 +20,10 @@
  *   model_trace_snapshot(Model*)            (keep a copy of the activations of the last forward)
  *   model_trace_diff(Model*, site, layer, B, T, &num, &den)   (||x - x_snapshot||^2 and ||x_snapshot||^2 of a
  *                                           site's forward tensor; site -1 = the logits)
+ *   model_set_protect_qk(Model*, on)   model_qk_reset(Model*)   model_qk_alarms(Model*, &first_layer)
+ *   model_rgg_gains(Model*, B, T, layers, n_mon, double* out[n_mon*2])   (from the norms' mean squares)
+ *   model_unscale_check(Model*, scale) -> 1 if a gradient is non-finite after grads *= scale
+ *   model_exp_profile_start(Model*, samples, seed)   model_exp_hist(Model*) -> [tensors][256] counts
  */
 #ifndef TSDC_TRAIN_LOOP_H
 #define TSDC_TRAIN_LOOP_H
@@ -40,6 +44,7 @@
 #include "dataloader.h"
 #include "dist.h"
 #include "fault.h"
+#include "rgg.h"
 #include "logger.h"
 #include "rng.h"
 #include "schedule.h"
@@ -60,6 +65,11 @@ typedef struct {
     int threads;
     FaultCtx fx;
     FILE* trace;
+    /* protection */
+    int prot_qk, prot_rgg, prot_exp, expscale_k;
+    Rgg rgg;
+    double* gains;             /* [n_obs][n_mon][2] gains of the step (all ranks, gathered) */
+    long long alarms_total, replays_total, found_inf_total;
 } Run;
 
 static void mkdir_p(const char* dir) {
@@ -233,14 +243,18 @@ static void fault_setup(Run* run) {
     fc->layer = a->fault_layer; fc->m = a->fault_m; fc->frac = a->fault_frac; fc->nbits = a->fault_bits;
     fc->rank = a->fault_rank; fc->mb = a->fault_mb; fc->rate = a->fault_rate;
     fc->start = a->fault_start; fc->end = a->fault_end < 0 ? a->steps : a->fault_end; fc->seed = a->fault_seed;
+    fc->field = !strcmp(a->fault_field, "exponent") ? FIELD_EXPONENT : !strcmp(a->fault_field, "mantissa") ? FIELD_MANTISSA
+              : !strcmp(a->fault_field, "sign") ? FIELD_SIGN : FIELD_ALL;
     if (fc->mode == FAULT_CHAR && __builtin_popcount(fc->sites) != 1)
         usage_fail("%s", "-fault_mode char injects one site: give one name to -fault_sites");
     if (fc->rank >= run->dist.world) tsdc_fail("flag -fault_rank: rank %d does not exist (%d ranks)", fc->rank, run->dist.world);
     if (fc->mb >= a->accum) tsdc_fail("flag -fault_mb: microbatch %d does not exist (-accum %d)", fc->mb, a->accum);
-    fault_validate(fc, &run->c, strstr(a->fault_sites, "all") != NULL);
+    /* "all" and "qk" name sets: a member the family lacks is left out, not an error */
+    int set_requested = strstr(a->fault_sites, "all") != NULL || strstr(a->fault_sites, "qk") != NULL;
+    fault_validate(fc, &run->c, set_requested);
     uint32_t att_sites = (1u << SITE_ATT_LOGITS) | (1u << SITE_ATT_PROBS);
     if (TRAINER_FUSED_ATTENTION && (fc->sites & att_sites)) {
-        if (strstr(a->fault_sites, "all") == NULL)
+        if (!set_requested)
             tsdc_fail("flag -fault_sites: att_logits and att_probs are not injection points of this trainer yet (its attention is "
                       "one fused launcher); the CPU trainer ./train_sdc has them");
         fc->sites &= ~att_sites;
@@ -291,6 +305,80 @@ static void trace_write(Run* run, int B, int T) {
                     jnum(den != den || num != num ? NAN : den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0)).s, jnum(sqrt(den)).s);
         }
     fflush(run->trace);
+}
+
+/* the exponent-code histograms (summed over ranks) as JSON: {"k": the scaling in effect, "projections":
+ * {"layers.0.wq": [256 counts of the codes of dL/dY as computed, i.e. shifted by k], ...}} */
+static void exp_profile_write(Run* run, const char* path) {
+    Model* model = &run->model;
+    const uint32_t* h = model_exp_hist(model);
+    if (!h) return;
+    ParamLayout* L = (ParamLayout*)mallocCheck(sizeof(ParamLayout));
+    param_layout_build(&model->c, L);
+    double* all = (double*)callocCheck((size_t)L->n * 256, sizeof(double));
+    for (size_t i = 0; i < (size_t)L->n * 256; i++) all[i] = h[i];
+    dist_allreduce_sum_f64(&run->dist, all, L->n * 256);
+    if (run->dist.rank == 0) {
+        char tmp[1100];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        FILE* fp = fopenCheck(tmp, "w");
+        fprintf(fp, "{\"k\": %d, \"steps\": %lld, \"samples_per_microbatch\": %d, \"preset\": \"%s\", \"projections\": {",
+                run->expscale_k, (long long)run->ts.step, run->a.exp_samples, model->c.preset);
+        int first = 1;
+        for (int i = 0; i < L->n; i++) {
+            if (L->t[i].rows <= 1) continue;
+            const double* c = all + (size_t)i * 256;
+            double tot = 0; for (int k = 0; k < 256; k++) tot += c[k];
+            if (tot == 0) continue;
+            if (L->t[i].layer >= 0) fprintf(fp, "%s\n  \"layers.%d.%s\": [", first ? "" : ",", L->t[i].layer, PT_NAMES[L->t[i].type]);
+            else fprintf(fp, "%s\n  \"%s\": [", first ? "" : ",", PT_NAMES[L->t[i].type] );
+            for (int k = 0; k < 256; k++) fprintf(fp, "%s%.0f", k ? "," : "", c[k]);
+            fprintf(fp, "]");
+            first = 0;
+        }
+        fprintf(fp, "\n}}\n");
+        if (fclose(fp) != 0 || rename(tmp, path) != 0) tsdc_fail("%s: cannot write the exponent profile", path);
+        printf("exponent profile %s\n", path);
+    }
+    free(all); free(L);
+}
+
+/* -protect and the Residual Gain Guard's set-up from the flags */
+static void protect_setup(Run* run) {
+    Args* a = &run->a;
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s", a->protect);
+    for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (!strcmp(tok, "none")) continue;
+        else if (!strcmp(tok, "all")) run->prot_qk = run->prot_rgg = run->prot_exp = 1;
+        else if (!strcmp(tok, "qk")) run->prot_qk = 1;
+        else if (!strcmp(tok, "rgg")) run->prot_rgg = 1;
+        else if (!strcmp(tok, "exp")) run->prot_exp = 1;
+        else usage_fail("flag -protect: '%s' is not none, qk, rgg, exp or all", tok);
+    }
+    run->expscale_k = a->expscale_k >= 0 ? a->expscale_k : (run->prot_exp ? 15 : 0);
+    model_set_protect_qk(&run->model, run->prot_qk);
+    if (a->rgg_calibrate[0] && a->rgg_calibration[0]) usage_fail("%s", "-rgg_calibrate and -rgg_calibration exclude each other");
+    if (!run->prot_rgg && !a->rgg_calibrate[0]) {
+        if (a->rgg_calibration[0]) usage_fail("%s", "-rgg_calibration needs -protect rgg");
+        return;
+    }
+    int layers[RGG_MAX_MON], n = 0;
+    if (a->rgg_layers[0]) {
+        char lb[256];
+        snprintf(lb, sizeof(lb), "%s", a->rgg_layers);
+        for (char* tok = strtok(lb, ","); tok; tok = strtok(NULL, ",")) {
+            if (n == RGG_MAX_MON) usage_fail("flag -rgg_layers: at most %s layers", "16");
+            layers[n++] = (int)parse_int("-rgg_layers", tok, 0, 1 << 20);
+        }
+    } else n = rgg_default_layers(run->c.n_layer, layers);
+    rgg_init(&run->rgg, run->c.n_layer, layers, n, run->dist.world * a->accum, a->rgg_window, a->rgg_alpha);
+    if (a->rgg_calibrate[0]) run->rgg.calibrating = 1;
+    if (a->rgg_calibration[0]) rgg_load_calibration(&run->rgg, a->rgg_calibration);
+    run->gains = (double*)callocCheck((size_t)run->rgg.n_obs * n * 2, sizeof(double));
+    if (run->prot_rgg && !a->rgg_calibration[0] && !a->rgg_calibrate[0] && run->dist.rank == 0)
+        printf("note: -protect rgg without -rgg_calibration: the window seeds itself from the first %d steps, which are "
+               "not checked\n", a->rgg_window);
 }
 
 int train_main(int argc, char** argv) {
@@ -380,6 +468,8 @@ int train_main(int argc, char** argv) {
     if (a->perturb != 0) perturb_weights(model, (long long)a->perturb, a->precision);
     dist_check_same(&run->dist, model_weights_checksum(model), "at start");
     fault_setup(run);
+    protect_setup(run);
+    if (a->exp_profile[0]) model_exp_profile_start(model, a->exp_samples, a->seed ^ 0xE4905EULL);
 
     if (rank == 0) {
         mkdir_p(a->out);
@@ -404,28 +494,84 @@ int train_main(int argc, char** argv) {
     while (ts->step < last) {
         long long s = ts->step; /* update number, 0-based */
         double t0 = wall_seconds();
-        model_zero_grads(model);
-        double loss_sum = 0.0;
         run->fx.ev = fault_plan_step(&run->fx.cfg, s + 1, world, a->accum, run->c.n_layer);
         run->fx.injected = 0;
-        for (int mb = 0; mb < a->accum; mb++) {
-            shard_microbatch(&run->train, ts->data_pos, rank * a->accum + mb, a->B, T, inp, tgt);
-            model_set_tokens(model, inp, tgt, N);
-            run->fx.mb = mb;
-            int tracing = run->trace && run->fx.ev.pass == PASS_FWD && fault_due(&run->fx, run->fx.ev.site, run->fx.ev.layer, PASS_FWD);
-            if (tracing) trace_clean(run, a->B, T);
-            loss_sum += model_forward_step(model, a->B, T, 1);
-            if (tracing) trace_write(run, a->B, T);
-            model_backward_step(model, a->B, T, dloss);
+        run->fx.replay = 0;
+        double loss_sum = 0.0, replay_ms = 0.0;
+        int replayed = 0, n_alarms = 0;
+        char alarm_desc[160] = "";
+        float kscale = ldexpf(1.0f, run->expscale_k);            /* 2^k, exact */
+        for (int attempt = 0; attempt < 2; attempt++) {
+            double ta = wall_seconds();
+            model_zero_grads(model);
+            loss_sum = 0.0;
+            int qk_alarms = 0, qk_layer = -1, qk_mb = -1;
+            for (int mb = 0; mb < a->accum; mb++) {
+                shard_microbatch(&run->train, ts->data_pos, rank * a->accum + mb, a->B, T, inp, tgt);
+                model_set_tokens(model, inp, tgt, N);
+                run->fx.mb = mb;
+                int tracing = run->trace && run->fx.ev.pass == PASS_FWD && fault_due(&run->fx, run->fx.ev.site, run->fx.ev.layer, PASS_FWD);
+                if (tracing) trace_clean(run, a->B, T);
+                model_qk_reset(model);
+                loss_sum += model_forward_step(model, a->B, T, 1);
+                int ql, qn = model_qk_alarms(model, &ql);
+                if (qn && !qk_alarms) { qk_layer = ql; qk_mb = mb; }
+                qk_alarms += qn;
+                if (tracing) trace_write(run, a->B, T);
+                if (run->gains)
+                    model_rgg_gains(model, a->B, T, run->rgg.layers, run->rgg.n_mon,
+                                    run->gains + ((size_t)(rank * a->accum + mb) * run->rgg.n_mon) * 2);
+                model_backward_step(model, a->B, T, dloss * kscale);
+            }
+            /* the step's alarm: Q/K mismatches OR-reduced over ranks; the Residual Gain Guard decided
+             * identically on every rank from the gathered gains */
+            double qa = qk_alarms;
+            dist_allreduce_sum_f64(&run->dist, &qa, 1);
+            RggResult rr;
+            memset(&rr, 0, sizeof(rr));
+            if (run->gains) {
+                dist_allgather_f64_block(&run->dist, run->gains, (size_t)a->accum * run->rgg.n_mon * 2);
+                rr = rgg_check(&run->rgg, run->gains);
+                if (!run->prot_rgg) rr.alarm = 0, rr.n_alarms = 0;   /* calibration alone never alarms */
+            }
+            int alarm = (run->prot_qk && qa > 0) || rr.alarm;
+            if (attempt == 1) replay_ms = (wall_seconds() - ta) * 1e3;
+            if (!alarm) {
+                if (run->gains) rgg_admit(&run->rgg, run->gains);
+                break;
+            }
+            n_alarms += (int)qa + rr.n_alarms;
+            if (attempt == 0) {
+                if (qa > 0) snprintf(alarm_desc, sizeof(alarm_desc), "qk: %d mismatch%s, first layer %d mb %d on rank %d%s",
+                                     (int)qa, qa > 1 ? "es" : "", qk_layer, qk_mb, rank, rr.alarm ? " + rgg" : "");
+                else snprintf(alarm_desc, sizeof(alarm_desc), "rgg: %s layer %d %s obs %d (rank %d mb %d) z %.3g/%.3g rel %.3g/%.3g",
+                              rr.why, rr.layer, rr.path ? "mlp" : "attn", rr.obs, rr.obs / a->accum, rr.obs % a->accum,
+                              rr.z, rr.tau_z, rr.rel, rr.tau_rel);
+                run->alarms_total++;
+                run->fx.replay = 1;   /* the replay runs every microbatch again with injection off */
+                replayed = 1;
+                run->replays_total++;
+            } else {
+                /* the clean replay alarmed too: keep it (a second replay would compute the same bits) */
+                if (rank == 0) fprintf(stderr, "warning: step %lld: the replay raised an alarm too; its result is kept\n", s + 1);
+            }
         }
         run->fx.ev.active = 0; /* the event belongs to this step's microbatches, not to evaluation or sampling */
+        run->fx.replay = 0;
         double inj = run->fx.injected;
         dist_allreduce_sum_f64(&run->dist, &inj, 1);
         model_allreduce_grads(model, &run->dist);
         dist_allreduce_sum_f64(&run->dist, &loss_sum, 1);
         float loss = (float)(loss_sum / ((double)a->accum * world));
         opt.lr = lr_at(s, a->lr, a->warmup, a->steps, a->final_lr_frac);
-        double norm = model_update(model, &opt, s + 1, a->grad_clip);
+        /* exponent scaling: unscale right before clipping; a non-finite gradient skips the update */
+        int found_inf = model_unscale_check(model, ldexpf(1.0f, -run->expscale_k));
+        double fi = found_inf;
+        dist_allreduce_sum_f64(&run->dist, &fi, 1);
+        found_inf = fi > 0;
+        double norm = NAN;
+        if (!found_inf) norm = model_update(model, &opt, s + 1, a->grad_clip);
+        else run->found_inf_total++;
         ts->step = s + 1;
         ts->data_pos = shard_advance(&run->train, ts->data_pos, span);
         double dt = wall_seconds() - t0;
@@ -433,13 +579,16 @@ int train_main(int argc, char** argv) {
         double tok_s = span / dt;
         if (rank == 0) {
             logger_line(&run->log, "{\"type\":\"step\",\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,"
-                        "\"tok_s\":%.1f,\"k\":0,\"alarms\":0,\"injections\":%d,\"replayed\":0}",
-                        (long long)ts->step, jnum(loss).s, opt.lr, jnum(norm).s, dt * 1e3, tok_s, (int)inj);
+                        "\"tok_s\":%.1f,\"k\":%d,\"alarms\":%d,\"injections\":%d,\"replayed\":%d,\"replay_ms\":%.3f,"
+                        "\"found_inf\":%d,\"alarm\":\"%s\"}",
+                        (long long)ts->step, jnum(loss).s, opt.lr, jnum(norm).s, dt * 1e3, tok_s, run->expscale_k, n_alarms,
+                        (int)inj, replayed, replay_ms, found_inf, alarm_desc);
             if (!a->quiet) {
                 char eta[32];
                 fmt_eta((last - ts->step) * (timed ? ms_sum / timed : dt), eta, sizeof(eta));
-                printf("step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | ETA %s\n",
-                       (long long)ts->step, a->steps, loss, opt.lr, norm, dt * 1e3, tok_s, eta);
+                printf("step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | ETA %s%s%s%s%s\n",
+                       (long long)ts->step, a->steps, loss, opt.lr, norm, dt * 1e3, tok_s, eta, inj > 0 ? " | fault injected" : "",
+                       replayed ? " | ALARM, replayed: " : "", alarm_desc, found_inf ? " | found_inf: update skipped" : "");
                 fflush(stdout);
             }
         }
@@ -466,6 +615,20 @@ int train_main(int argc, char** argv) {
             if (a->sample_every) sample(run);
         }
     }
+    if (a->rgg_calibrate[0] && rank == 0) {
+        rgg_write_calibration(&run->rgg, a->rgg_calibrate);
+        printf("calibration %s: %d clean steps, window %d seeded; floors (z, rel) per monitored layer:", a->rgg_calibrate,
+               run->rgg.cal_steps, run->rgg.W);
+        for (int i = 0; i < run->rgg.n_mon; i++)
+            printf(" L%d attn (%.3g, %.3g) mlp (%.3g, %.3g)", run->rgg.layers[i], run->rgg.cal_z[i][0], run->rgg.cal_rel[i][0],
+                   run->rgg.cal_z[i][1], run->rgg.cal_rel[i][1]);
+        printf("\n");
+    }
+    if (a->exp_profile[0]) exp_profile_write(run, a->exp_profile);
+    if (rank == 0 && (run->prot_qk || run->prot_rgg || run->prot_exp || run->fx.cfg.mode != FAULT_OFF))
+        printf("protection %s (k %d): %lld alarm%s, %lld replayed step%s, %lld found_inf; faults injected: %lld (this rank)\n",
+               a->protect, run->expscale_k, run->alarms_total, run->alarms_total == 1 ? "" : "s", run->replays_total,
+               run->replays_total == 1 ? "" : "s", run->found_inf_total, run->fx.injected_total);
     uint64_t h = model_weights_checksum(model);
     dist_check_same(&run->dist, h, "at the end");
     if (rank == 0) {
@@ -480,6 +643,7 @@ int train_main(int argc, char** argv) {
     if (run->have_val) shard_free(&run->val);
     if (run->have_tok) tokenizer_free(&run->tok);
     if (run->fx.log) fclose(run->fx.log);
+    if (run->gains) { rgg_free(&run->rgg); free(run->gains); }
     if (run->trace) fclose(run->trace);
     TRAINER_TEARDOWN();
     dist_finalize(&run->dist);
