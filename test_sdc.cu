@@ -1,0 +1,1231 @@
+/* test_sdc.cu: GPU tests of the CUDA trainer (needs one NVIDIA GPU; built by `make test_sdc_cu`).
+ *
+ *   ./test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]
+ *
+ * LIST (comma-separated): kernels, reference, determinism, or one kernel test: convert embedding rmsnorm
+ * rope attention elementwise classifier adamw global_norm matmul. Default: everything.
+ *
+ * (a) kernels: every launcher of the llmc .cuh files against its CPU reference (llmc/cpu_kernels.h; AdamW
+ *     against the formula of train_sdc.c) on fresh seeded normal inputs, never zeros. The inputs are
+ *     rounded to bf16 (bf16_round) and the CPU gets exactly the values the GPU reads. Every output is
+ *     poisoned with NaN bit patterns (0xFFFF bf16, 0xFFFFFFFF fp32) before the launch, with 64 guard
+ *     elements after its end, so an element left unwritten or a write past the end is reported.
+ *     Each comparison prints the largest abs error, the largest rel error (over |ref| >= 1e-3 max|ref|)
+ *     and the relative L2 error ||gpu - cpu|| / ||cpu||, and passes when every element is within its
+ *     bound (below) and, where given, the relative L2 error is under its limit (1e-2 for bf16 data).
+ *     Bounds per element, each justified where it is used:
+ *       - bitwise where the GPU does the same fp32 operations in the same order as the CPU (copies,
+ *         products of two bf16, a single add, the embedding gradient, the conversions);
+ *       - 1 bf16 ulp of max(|gpu|, |cpu|) where both compute an fp32 value that differs by a few fp32
+ *         ulps (other expf/tanhf, FMA contraction, another summation order) and the GPU rounds it
+ *         to bf16 once: the two can round to neighbours, never further apart;
+ *       - plus c * mag[i] where cancellation or a long sum is involved: mag[i] is the sum of the
+ *         absolute values of the terms of that element (computed here on the CPU), and c the
+ *         worst-case relative error of fp32 summation in either order (about K * 2^-24 for K terms);
+ *       - attention out, dq, dk: larger, derived from the extra bf16 roundings of the GPU (probs and
+ *         dlogits are GEMM inputs there, fp32 on the CPU), see test_attention.
+ * (b) reference states (dev/reference/states, HF transformers / nanochat in fp32) for tiny-llama,
+ *     tiny-qwen3 and tiny-nanochat: the converted checkpoints (build/ref, `make refckpts`) loaded into
+ *     the GPU model (vocab 256, T 32, B 2); logits, loss, every parameter gradient and the losses of 10
+ *     AdamW steps. Beside the GPU, the CPU trainer (train_sdc.c, included below in namespace cpu) runs
+ *     the same with -precision bf16, its emulation of the same AMP: each line shows the GPU's error
+ *     against the fp32 reference, the CPU bf16 emulation's, and GPU vs CPU bf16. Pass: relative L2
+ *     error < max(2e-2, 2 x the CPU bf16 emulation's own error on that tensor). (Measured on the CPU,
+ *     2026-11: the emulation itself reaches 1.7e-2 to 2.5e-2 on tiny-qwen3's QK-norm weight gradients and
+ *     1.2e-2 relative on tiny-llama's AdamW-step losses, so a flat 2e-2 would fail on bf16 noise alone,
+ *     while a real bug gives errors near 1.) Loss: relative error < max(2e-3, 2 x the emulation's).
+ * (c) determinism: two forward+backward passes give bitwise identical logits, per-token losses, loss
+ *     and gradients; two 3-step training runs from the same weights give identical losses, gradient
+ *     norms, weights, bf16 weight copies and AdamW moments.
+ * Each check prints OK / NOT OK; the last line is "test_sdc_cu: N passed, M failed"; exit 1 on any
+ * failure (or when no GPU is present). */
+#define TESTING
+#include "train_sdc.cu"
+
+#include <errno.h>
+#include <sys/stat.h>
+#include "llmc/args.h"
+#include "llmc/checkpoint.h"
+#include "llmc/cpu_kernels.h"
+#include "llmc/dataloader.h"
+#include "llmc/logger.h"
+#include "llmc/tokenizer.h"
+#if __has_include("llmc/fault.h")
+#include "llmc/fault.h"
+#endif
+
+/* The CPU trainer (its -precision bf16 is the emulation the GPU is compared with in (b)). Every header
+ * it includes is already included above (include guards), so the namespace holds only its own model
+ * code; its calls of the CPU kernels resolve to the float overloads of llmc/cpu_kernels.h. */
+/* macros both trainers define (train_sdc.c's replace train_sdc.cu's inside the namespace, then go) */
+#undef W
+#undef WT
+#undef GR
+#undef BF16_STORE
+#undef CARVE
+#undef FAULT
+#undef FAULT_AT
+#undef FAULT_FWD
+#undef FAULT_BWD
+namespace cpu {
+#include "train_sdc.c"
+}
+#undef W
+#undef WT
+#undef GR
+#undef BF16_STORE
+#undef CARVE
+#undef FAULT
+#undef FAULT_AT
+#undef FAULT_FWD
+#undef FAULT_BWD
+
+/* -------------------------------------------------------------------------------- reporting */
+static int n_pass = 0, n_fail = 0;
+
+static void check(int ok, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("  %s\n", ok ? "OK" : "NOT OK");
+    fflush(stdout);
+    if (ok) n_pass++; else n_fail++;
+}
+
+/* one bf16 unit in the last place at |x| (7 stored mantissa bits); subnormal range: the smallest */
+static double ulp_bf16(double x) {
+    x = fabs(x);
+    if (!(x >= 1.1754943508222875e-38)) return ldexp(1.0, -133);
+    int e;
+    frexp(x, &e); /* x = m 2^e, m in [0.5, 1): floor(log2 x) = e - 1 */
+    return ldexp(1.0, e - 8);
+}
+
+typedef struct {
+    double ulps;       /* allowed bf16 ulps of max(|gpu|, |ref|) */
+    double atol;       /* absolute */
+    double rtol;       /* times |ref| */
+    const float* mag;  /* optional: sum of |terms| per element */
+    double mtol;       /* times mag[i] */
+    double l2;         /* relative L2 limit; 0: not checked */
+    int bitwise;       /* identical bits required */
+    int round_ref;     /* the GPU stored bf16: compare with bf16_round(ref) */
+} Tol;
+
+static Tol tol_bitwise(int round_ref) { Tol t; memset(&t, 0, sizeof(t)); t.bitwise = 1; t.round_ref = round_ref; return t; }
+/* a bf16 output: 1 ulp (+ rtol |ref|) against the rounded reference, relative L2 < 1e-2 */
+static Tol tol_bf16(double rtol) { Tol t; memset(&t, 0, sizeof(t)); t.ulps = 1; t.rtol = rtol; t.l2 = 1e-2; t.round_ref = 1; return t; }
+static Tol tol_bf16_mag(const float* mag, double mtol) { Tol t = tol_bf16(0); t.mag = mag; t.mtol = mtol; return t; }
+/* an fp32 output: mtol * mag[i] (+ atol, rtol |ref|) */
+static Tol tol_f32(const float* mag, double mtol, double atol, double rtol) {
+    Tol t; memset(&t, 0, sizeof(t)); t.mag = mag; t.mtol = mtol; t.atol = atol; t.rtol = rtol; t.l2 = 1e-2; return t;
+}
+
+typedef struct { size_t unwritten, overrun; } Written;
+
+static int compare(const char* name, const float* got, const float* ref_in, size_t n, Tol t, const Written* w) {
+    double scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        double r = t.round_ref ? bf16_round(ref_in[i]) : ref_in[i];
+        if (fabs(r) > scale) scale = fabs(r);
+    }
+    double max_abs = 0, max_rel = 0, se = 0, sr = 0;
+    size_t bad = 0, first = 0;
+    double first_bound = 0;
+    for (size_t i = 0; i < n; i++) {
+        float rf = t.round_ref ? bf16_round(ref_in[i]) : ref_in[i];
+        double g = got[i], r = rf;
+        double e = fabs(g - r);
+        int ok;
+        double bound = 0;
+        if (t.bitwise) {
+            ok = f32_bits(got[i]) == f32_bits(rf);
+        } else {
+            double big = fabs(g) > fabs(r) ? fabs(g) : fabs(r);
+            bound = t.ulps * (t.ulps > 0 ? ulp_bf16(big) : 0) + t.atol + t.rtol * fabs(r) + (t.mag ? t.mtol * t.mag[i] : 0);
+            ok = e <= bound; /* false for NaN */
+        }
+        if (!ok) { if (!bad) { first = i; first_bound = bound; } bad++; }
+        if (e == e) { se += e * e; if (e > max_abs) max_abs = e; } else { max_abs = NAN; se = NAN; }
+        sr += r * r;
+        if (fabs(r) >= 1e-3 * scale && scale > 0 && e / fabs(r) > max_rel) max_rel = e / fabs(r);
+    }
+    double rl2 = sr > 0 ? sqrt(se / sr) : (se > 0 ? INFINITY : 0.0);
+    size_t unw = w ? w->unwritten : 0, ovr = w ? w->overrun : 0;
+    int ok = bad == 0 && unw == 0 && ovr == 0 && !(t.l2 > 0 && !(rl2 < t.l2));
+    check(ok, "    %-46s n %-9zu max abs %.2e  max rel %.2e  rel L2 %.2e%s", name, n, max_abs, max_rel, rl2,
+          t.bitwise ? "  (bitwise)" : "");
+    if (!ok) {
+        if (bad) {
+            if (t.bitwise)
+                printf("      %zu elements differ; first [%zu]: gpu %.9g (%08x) ref %.9g (%08x)\n", bad, first, got[first],
+                       f32_bits(got[first]), t.round_ref ? bf16_round(ref_in[first]) : ref_in[first],
+                       f32_bits(t.round_ref ? bf16_round(ref_in[first]) : ref_in[first]));
+            else
+                printf("      %zu elements outside their bound; first [%zu]: gpu %.9g ref %.9g |err| %.3e bound %.3e\n", bad, first,
+                       got[first], t.round_ref ? bf16_round(ref_in[first]) : ref_in[first],
+                       fabs((double)got[first] - (t.round_ref ? bf16_round(ref_in[first]) : ref_in[first])), first_bound);
+        }
+        if (unw) printf("      %zu elements unwritten (still the NaN poison)\n", unw);
+        if (ovr) printf("      %zu guard elements after the end were overwritten\n", ovr);
+        if (t.l2 > 0 && !(rl2 < t.l2)) printf("      relative L2 error %.3e >= %.1e\n", rl2, t.l2);
+    }
+    return ok;
+}
+
+/* ------------------------------------------------------------------- host and device buffers */
+static Rng g_rng;
+static cudaStream_t g_s;
+
+static float* h_alloc(size_t n) { return (float*)mallocCheck(n * sizeof(float)); }
+static float* h_copy(const float* x, size_t n) { float* y = h_alloc(n); memcpy(y, x, n * sizeof(float)); return y; }
+/* shift + scale * N(0,1), rounded to bf16 when `round` */
+static float* h_normal(size_t n, double scale, double shift, int round) {
+    float* x = h_alloc(n);
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)(shift + scale * rng_normal(&g_rng));
+        x[i] = round ? bf16_round(v) : v;
+    }
+    return x;
+}
+static float* h_abs(const float* x, size_t n) { float* y = h_alloc(n); for (size_t i = 0; i < n; i++) y[i] = fabsf(x[i]); return y; }
+static float max_abs_of(const float* x, size_t n) { float m = 0; for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i])); return m; }
+
+#define GUARD 64
+#define MAX_DEV 512
+static struct { void* p; size_t n; int elem; } g_dev[MAX_DEV];
+static int g_ndev = 0;
+
+static void* dalloc_raw(size_t n, int elem) {
+    if (g_ndev == MAX_DEV) tsdc_fail("test_sdc_cu: more than %d device buffers", MAX_DEV);
+    void* p = NULL;
+    cudaCheck(cudaMalloc(&p, (n + GUARD) * elem));
+    cudaCheck(cudaMemset(p, 0xFF, (n + GUARD) * elem)); /* NaN poison, guard included */
+    g_dev[g_ndev].p = p; g_dev[g_ndev].n = n; g_dev[g_ndev].elem = elem; g_ndev++;
+    return p;
+}
+static void dfree_all(void) {
+    cudaCheck(cudaDeviceSynchronize());
+    for (int i = 0; i < g_ndev; i++) cudaCheck(cudaFree(g_dev[i].p));
+    g_ndev = 0;
+}
+static bf16* d_bf16_poison(size_t n) { return (bf16*)dalloc_raw(n, 2); }
+static float* d_f32_poison(size_t n) { return (float*)dalloc_raw(n, 4); }
+/* upload: h must hold bf16-exact values (h_normal(..., round 1)) */
+static bf16* d_bf16(const float* h, size_t n) {
+    bf16* d = d_bf16_poison(n);
+    uint16_t* t = (uint16_t*)mallocCheck(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        t[i] = f32_to_bf16_bits(h[i]);
+        if (bf16_bits_to_f32(t[i]) != h[i] && h[i] == h[i]) tsdc_fail("test_sdc_cu: internal: upload of a non-bf16 value");
+    }
+    cudaCheck(cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice));
+    free(t);
+    return d;
+}
+static float* d_f32(const float* h, size_t n) {
+    float* d = d_f32_poison(n);
+    cudaCheck(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
+    return d;
+}
+static int* d_i32(const int* h, size_t n) {
+    int* d = (int*)dalloc_raw(n, 4);
+    cudaCheck(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
+    return d;
+}
+/* the guard of a registered buffer (elements n .. n+GUARD) must still be poison */
+static size_t guard_overrun(const void* d, size_t n) {
+    for (int i = 0; i < g_ndev; i++)
+        if (g_dev[i].p == d && g_dev[i].n == n) {
+            int el = g_dev[i].elem;
+            uint8_t* t = (uint8_t*)mallocCheck(GUARD * el);
+            cudaCheck(cudaMemcpy(t, (const uint8_t*)d + n * el, GUARD * el, cudaMemcpyDeviceToHost));
+            size_t bad = 0;
+            for (int j = 0; j < GUARD * el; j++) bad += t[j] != 0xFF;
+            free(t);
+            return bad;
+        }
+    return 0;
+}
+static float* dl_bf16(const bf16* d, size_t n, Written* w) {
+    cudaCheck(cudaDeviceSynchronize()); /* the kernel tests' stream and the model's */
+    cudaCheck(cudaGetLastError());
+    uint16_t* t = (uint16_t*)mallocCheck(n * 2);
+    cudaCheck(cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost));
+    float* x = h_alloc(n);
+    size_t unw = 0;
+    for (size_t i = 0; i < n; i++) { unw += t[i] == 0xFFFF; x[i] = bf16_bits_to_f32(t[i]); }
+    free(t);
+    if (w) { w->unwritten = unw; w->overrun = guard_overrun(d, n); }
+    return x;
+}
+static float* dl_f32(const float* d, size_t n, Written* w) {
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaGetLastError());
+    float* x = h_alloc(n);
+    cudaCheck(cudaMemcpy(x, d, n * 4, cudaMemcpyDeviceToHost));
+    size_t unw = 0;
+    for (size_t i = 0; i < n; i++) unw += f32_bits(x[i]) == 0xFFFFFFFFu;
+    if (w) { w->unwritten = unw; w->overrun = guard_overrun(d, n); }
+    return x;
+}
+
+#define FREE_ALL(...) do { void* ptrs_[] = {__VA_ARGS__}; for (size_t i_ = 0; i_ < sizeof(ptrs_) / sizeof(ptrs_[0]); i_++) free(ptrs_[i_]); } while (0)
+
+/* ------------------------------------------------------------------------ (a) kernel tests */
+static void test_convert(void) {
+    printf("f32 <-> bf16 conversion (llmc/convert.cuh) vs bf16.h, bitwise\n");
+    size_t n = 1000003;
+    float* x = h_alloc(n);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(rng_normal(&g_rng) * ldexp(1.0, (int)rng_below(&g_rng, 90) - 45));
+    const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7F7FFFFFu, 0x00000001u, 0x807FFFFFu,
+                                 0x3F808000u, 0x3F818000u, 0x3F808001u, 0x3F807FFFu, 0xBF808001u, 0x00008000u, 0x00018000u,
+                                 0x7F7F8000u, 0x7FC00001u, 0xFFC00000u, 0x7F800001u};
+    const int ns = (int)(sizeof(specials) / sizeof(specials[0]));
+    for (int j = 0; j < ns; j++) x[j] = bits_f32(specials[j]);
+    float* dx = d_f32(x, n);
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0: aligned, vector path; pass 1: both pointers one element in (scalar path) */
+        size_t off = pass, m = n - off;
+        bf16* dy = d_bf16_poison(n);
+        f32_to_bf16(dy + off, dx + off, m, g_s);
+        Written w;
+        float* y = dl_bf16(dy, n, &w);
+        size_t bad = 0, first = 0;
+        for (size_t i = off; i < n; i++) {
+            uint16_t got = f32_to_bf16_bits(y[i]) /* y is exact */, want = f32_to_bf16_bits(x[i]);
+            int okv = x[i] != x[i] ? ((got & 0x7F80) == 0x7F80 && (got & 0x7F)) : got == want;
+            if (!okv) { if (!bad) first = i; bad++; }
+        }
+        int head_ok = !off || f32_bits(y[0]) == 0xFFFF0000u; /* the element before the range untouched */
+        check(bad == 0 && w.overrun == 0 && head_ok, "    f32_to_bf16 %-30s n %-9zu %zu mismatches%s%s (specials: +-0 +-inf FLT_MAX "
+              "denormals ties NaN)", off ? "(offset 1: scalar path)" : "(aligned: vector path)", m, bad,
+              w.overrun ? ", wrote past the end" : "", head_ok ? "" : ", wrote before the start");
+        if (bad) printf("      first [%zu]: in %08x -> gpu %04x, expected %04x\n", first, f32_bits(x[first]), f32_to_bf16_bits(y[first]),
+                        f32_to_bf16_bits(x[first]));
+        free(y);
+    }
+    /* bf16 -> f32: every bit pattern, 16 times, plus a tail */
+    size_t nb = 16 * 65536 + 5;
+    uint16_t* hb = (uint16_t*)mallocCheck(nb * 2);
+    for (size_t i = 0; i < nb; i++) hb[i] = (uint16_t)(i * 40503u);
+    bf16* db = d_bf16_poison(nb);
+    cudaCheck(cudaMemcpy(db, hb, nb * 2, cudaMemcpyHostToDevice));
+    for (int pass = 0; pass < 2; pass++) {
+        size_t off = pass, m = nb - off;
+        float* dy = d_f32_poison(nb);
+        bf16_to_f32(dy + off, db + off, m, g_s);
+        Written w;
+        float* y = dl_f32(dy, nb, &w);
+        size_t bad = 0;
+        for (size_t i = off; i < nb; i++) {
+            int nan_in = (hb[i] & 0x7F80) == 0x7F80 && (hb[i] & 0x7F);
+            /* NaN stays NaN (sm_90's cvt.f32.bf16 may canonicalise the payload); all else exact */
+            bad += nan_in ? !(y[i] != y[i] && f32_bits(y[i]) != 0xFFFFFFFFu) : f32_bits(y[i]) != ((uint32_t)hb[i] << 16);
+        }
+        int head_ok = !off || f32_bits(y[0]) == 0xFFFFFFFFu;
+        check(bad == 0 && w.overrun == 0 && head_ok, "    bf16_to_f32 %-30s n %-9zu %zu mismatches (all 65536 bit patterns; NaN -> any NaN)%s",
+              off ? "(offset 1: scalar path)" : "(aligned: vector path)", m, bad, w.overrun || !head_ok ? ", wrote outside" : "");
+        free(y);
+    }
+    free(x); free(hb);
+    dfree_all();
+}
+
+static void test_embedding(void) {
+    printf("embedding (llmc/embedding.cuh) vs embedding_forward / embedding_backward\n");
+    struct { int N, V, C; } fw[] = {{517, 1000, 128}, {300, 77, 100}};
+    for (int c = 0; c < 2; c++) {
+        int N = fw[c].N, V = fw[c].V, C = fw[c].C;
+        float* wte = h_normal((size_t)V * C, 1.0, 0.0, 1);
+        int* tok = (int*)mallocCheck(sizeof(int) * N);
+        for (int i = 0; i < N; i++) tok[i] = (int)rng_below(&g_rng, V);
+        bf16* dout = d_bf16_poison((size_t)N * C);
+        embedding_forward(dout, d_i32(tok, N), d_bf16(wte, (size_t)V * C), N, C, g_s);
+        Written w;
+        float* got = dl_bf16(dout, (size_t)N * C, &w);
+        float* ref = h_alloc((size_t)N * C);
+        embedding_forward(ref, tok, wte, N, C);
+        char name[96];
+        snprintf(name, sizeof(name), "forward N %d V %d C %d", N, V, C);
+        compare(name, got, ref, (size_t)N * C, tol_bitwise(0), &w);
+        FREE_ALL(wte, tok, got, ref);
+    }
+    /* backward: many repeats of few tokens; N 4100 crosses the 2048-token staging chunk; C 96 leaves
+     * part of a 128-channel block idle. Same fp32 additions in the same (token) order as the CPU. */
+    struct { int N, V, C; } bw[] = {{600, 50, 128}, {4100, 50, 96}, {333, 1000, 128}};
+    for (int c = 0; c < 3; c++) {
+        int N = bw[c].N, V = bw[c].V, C = bw[c].C;
+        float* dwte0 = h_normal((size_t)V * C, 0.1, 0.0, 0);
+        float* dout = h_normal((size_t)N * C, 1.0, 0.0, 1);
+        int* tok = (int*)mallocCheck(sizeof(int) * N);
+        for (int i = 0; i < N; i++) tok[i] = (int)rng_below(&g_rng, V);
+        float* ddw = d_f32(dwte0, (size_t)V * C);
+        embedding_backward(ddw, d_bf16(dout, (size_t)N * C), d_i32(tok, N), N, C, g_s);
+        Written w;
+        float* got = dl_f32(ddw, (size_t)V * C, &w);
+        float* ref = h_copy(dwte0, (size_t)V * C);
+        embedding_backward(ref, dout, tok, N, C);
+        char name[96];
+        snprintf(name, sizeof(name), "backward (+=) N %d V %d C %d", N, V, C);
+        compare(name, got, ref, (size_t)V * C, tol_bitwise(0), &w);
+        FREE_ALL(dwte0, dout, tok, got, ref);
+    }
+    dfree_all();
+}
+
+static void test_rmsnorm(void) {
+    printf("rmsnorm (llmc/rmsnorm.cuh) vs rmsnorm_forward / rmsnorm_backward\n");
+    struct { int rows, C, weighted; float eps; const char* what; } cases[] = {
+        {300, 128, 1, 1e-5f, "300 x 128 weighted"},
+        {300, 128, 0, (float)FP32_EPS, "300 x 128 parameter-free"},
+        {296, 64, 1, 1e-6f, "QK norm 2*37*4 x 64 weighted (Qwen3)"},
+        {296, 64, 0, (float)FP32_EPS, "QK norm 2*37*4 x 64 free (nanochat)"},
+        {1000, 128, 1, 1e-5f, "1000 x 128 weighted (8 dw chunks)"},
+        {64, 2048, 1, 1e-5f, "64 x 2048 weighted"},
+        {50, 100, 1, 1e-5f, "50 x 100 weighted (C%8: scalar path)"},
+    };
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int rows = cases[ci].rows, C = cases[ci].C, wt = cases[ci].weighted;
+        float eps = cases[ci].eps;
+        size_t n = (size_t)rows * C;
+        float* x = h_normal(n, 1.3, 0.2, 1);
+        float* w = wt ? h_normal(C, 0.2, 1.0, 1) : NULL;
+        bf16* dx = d_bf16(x, n);
+        bf16* dw = wt ? d_bf16(w, C) : NULL;
+        /* forward */
+        bf16* dout = d_bf16_poison(n);
+        float* dms = d_f32_poison(rows);
+        rmsnorm_forward(dout, dms, dx, dw, rows, C, eps, g_s);
+        Written w1, w2;
+        float* out = dl_bf16(dout, n, &w1);
+        float* ms = dl_f32(dms, rows, &w2);
+        float *rout = h_alloc(n), *rms = h_alloc(rows);
+        rmsnorm_forward(rout, rms, x, w, rows, C, eps);
+        /* ms: C positive terms, the CPU serially (<= (C-1) u relative), the GPU per lane then a 5-level
+         * tree (<= (C/32 + 5) u): |err| <= (1.1 C + 8) 2^-24 |ms| */
+        double sum_tol = (1.1 * C + 8) * ldexp(1.0, -24);
+        char name[128];
+        printf("  %s\n", cases[ci].what);
+        compare("forward out (bf16)", out, rout, n, tol_bf16(0), &w1);
+        compare("forward ms (fp32)", ms, rms, rows, tol_f32(NULL, 0, 0, sum_tol), &w2);
+        /* backward: both sides get the CPU's ms, so only the kernel's own arithmetic is compared */
+        float* dmsin = d_f32(rms, rows);
+        for (int acc = 0; acc < 2; acc++) {
+            float* g = h_normal(n, 1.0, 0.0, 1);
+            float* dx_old = acc ? h_normal(n, 0.5, 0.0, 1) : NULL;
+            float* dw_old = wt ? h_normal(C, 0.3, 0.0, 0) : NULL;
+            bf16* ddx = acc ? d_bf16(dx_old, n) : d_bf16_poison(n);
+            float* ddw = wt ? d_f32(dw_old, C) : NULL;
+            rmsnorm_backward(ddx, ddw, d_bf16(g, n), dx, dw, dmsin, rows, C, eps, acc, g_s);
+            Written wx, ww;
+            float* gdx = dl_bf16(ddx, n, &wx);
+            float* gdw = wt ? dl_f32(ddw, C, &ww) : NULL;
+            float* rdx = acc ? h_copy(dx_old, n) : h_alloc(n);
+            float* rdw = wt ? h_copy(dw_old, C) : NULL;
+            rmsnorm_backward(rdx, rdw, g, x, w, rms, rows, C, eps, acc);
+            /* mag of dx: |wg| rstd + |x| rstd^3 sum_j |wg_j x_j| / C (+ |dx_old|); the dot has C terms */
+            float* mdx = h_alloc(n);
+            float* mdw = wt ? h_alloc(C) : NULL;
+            if (wt) for (int i = 0; i < C; i++) mdw[i] = fabsf(dw_old[i]);
+            for (int r = 0; r < rows; r++) {
+                double rstd = 1.0 / sqrt((double)rms[r] + eps), sabs = 0;
+                for (int i = 0; i < C; i++) sabs += fabs((double)(w ? w[i] : 1.0f) * g[(size_t)r * C + i] * x[(size_t)r * C + i]);
+                for (int i = 0; i < C; i++) {
+                    size_t k = (size_t)r * C + i;
+                    mdx[k] = (float)(fabs((double)(w ? w[i] : 1.0f) * g[k]) * rstd + fabs((double)x[k]) * rstd * rstd * rstd * sabs / C +
+                                     (acc ? fabs((double)dx_old[k]) : 0.0));
+                    if (wt) mdw[i] += (float)fabs((double)g[k] * x[k] * rstd);
+                }
+            }
+            snprintf(name, sizeof(name), "backward dx (bf16)%s", acc ? " accumulate" : "");
+            compare(name, gdx, rdx, n, tol_bf16_mag(mdx, sum_tol + ldexp(1.0, -22)), &wx);
+            if (wt) {
+                /* dw: rows terms per column, the CPU serially (<= rows u), the GPU in chunks (fewer) */
+                snprintf(name, sizeof(name), "backward dw (fp32, +=)%s", acc ? " [2nd draw]" : "");
+                compare(name, gdw, rdw, C, tol_f32(mdw, (rows + 32) * ldexp(1.0, -24), 0, 0), &ww);
+            }
+            free(g); free(dx_old); free(dw_old); free(gdx); free(gdw); free(rdx); free(rdw); free(mdx); free(mdw);
+        }
+        free(x); free(w); free(out); free(ms); free(rout); free(rms);
+        dfree_all();
+    }
+}
+
+/* |x1 c| + |x2 s| of each output element of the rotation (the two products the fp32 result sums) */
+static float* rope_mag(const float* x, const float* cs, const float* sn, int B, int T, int nh, int hd) {
+    int half = hd / 2;
+    size_t n = (size_t)B * T * nh * hd;
+    float* m = h_alloc(n);
+    for (int r = 0; r < B * T; r++) {
+        int t = r % T;
+        for (int h = 0; h < nh; h++)
+            for (int i = 0; i < half; i++) {
+                size_t b = ((size_t)r * nh + h) * hd;
+                float c = fabsf(cs[t * half + i]), s = fabsf(sn[t * half + i]);
+                m[b + i] = fabsf(x[b + i]) * c + fabsf(x[b + i + half]) * s;
+                m[b + i + half] = fabsf(x[b + i + half]) * c + fabsf(x[b + i]) * s;
+            }
+    }
+    return m;
+}
+
+static void test_rope(void) {
+    printf("rope (llmc/rope.cuh) vs rope_forward / rope_backward; 1 ulp + 2^-22 (|x1 c| + |x2 s|) (FMA contraction)\n");
+    struct { const char* preset; int B, T, nh; } cases[] = {
+        {"tiny-llama", 2, 37, 4}, {"tiny-qwen3", 2, 37, 4}, {"tiny-nanochat", 2, 37, 2}, {"llama3.2-1b", 1, 1024, 8}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const Config* c = preset_find(cases[ci].preset);
+        int B = cases[ci].B, T = cases[ci].T, nh = cases[ci].nh, hd = c->head_dim, half = hd / 2;
+        size_t n = (size_t)B * T * nh * hd;
+        float *cs = h_alloc((size_t)T * half), *sn = h_alloc((size_t)T * half);
+        rope_tables(c, T, cs, sn);
+        float *dcs = d_f32(cs, (size_t)T * half), *dsn = d_f32(sn, (size_t)T * half);
+        printf("  %s style, %s tables (theta %g%s), B %d T %d heads %d hd %d\n", c->rope_style == ROPE_HF ? "HF" : "nanochat",
+               cases[ci].preset, c->rope_theta, c->rope_llama3 ? ", Llama-3 scaling" : "", B, T, nh, hd);
+        float* x = h_normal(n, 1.0, 0.0, 1);
+        bf16* dx = d_bf16(x, n);
+        bf16* dy = d_bf16_poison(n);
+        rope_forward(dy, dx, dcs, dsn, B, T, nh, hd, c->rope_style, g_s);
+        Written w;
+        float* y = dl_bf16(dy, n, &w);
+        float* ry = h_alloc(n);
+        rope_forward(ry, x, cs, sn, B, T, nh, hd, c->rope_style);
+        float* mag = rope_mag(x, cs, sn, B, T, nh, hd);
+        compare("forward", y, ry, n, tol_bf16_mag(mag, ldexp(1.0, -22)), &w);
+        bf16* dxi = d_bf16(x, n); /* in place: out == x */
+        rope_forward(dxi, dxi, dcs, dsn, B, T, nh, hd, c->rope_style, g_s);
+        float* yi = dl_bf16(dxi, n, &w);
+        compare("forward in place == out of place", yi, y, n, tol_bitwise(0), &w);
+        float* g = h_normal(n, 1.0, 0.0, 1);
+        bf16* dg = d_bf16_poison(n);
+        rope_backward(dg, d_bf16(g, n), dcs, dsn, B, T, nh, hd, c->rope_style, g_s);
+        float* gx = dl_bf16(dg, n, &w);
+        float* rgx = h_alloc(n);
+        rope_backward(rgx, g, cs, sn, B, T, nh, hd, c->rope_style);
+        float* magb = rope_mag(g, cs, sn, B, T, nh, hd);
+        compare("backward", gx, rgx, n, tol_bf16_mag(magb, ldexp(1.0, -22)), &w);
+        FREE_ALL(cs, sn, x, y, ry, mag, yi, g, gx, rgx, magb);
+        dfree_all();
+    }
+}
+
+static void test_attention(void) {
+    printf("attention (llmc/attention.cuh) vs attention_forward / attention_backward\n");
+    struct { int B, T, H, KV, hd; } cases[] = {
+        {2, 37, 4, 2, 32}, {2, 37, 4, 2, 64}, {2, 128, 4, 2, 32}, {2, 128, 4, 2, 64}, {1, 64, 4, 1, 64}, {2, 50, 2, 2, 64}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int B = cases[ci].B, T = cases[ci].T, H = cases[ci].H, KV = cases[ci].KV, hd = cases[ci].hd, g = H / KV;
+        size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
+        float scale = 1.0f / sqrtf((float)hd);
+        printf("  B %d T %d H %d KV %d hd %d\n", B, T, H, KV, hd);
+        float* q = h_normal(nq, 1.5, 0.0, 1);
+        float* k = h_normal(nk, 1.0, 0.0, 1);
+        float* v = h_normal(nk, 1.0, 0.0, 1);
+        bf16 *dq = d_bf16(q, nq), *dk = d_bf16(k, nk), *dv = d_bf16(v, nk);
+        bf16 *dout = d_bf16_poison(nq), *dlog = d_bf16_poison(na), *dprob = d_bf16_poison(na);
+        attention_forward(dout, dlog, dprob, dq, dk, dv, B, T, H, KV, hd, g_s);
+        Written wo, wl, wp;
+        float* out = dl_bf16(dout, nq, &wo);
+        float* lg = dl_bf16(dlog, na, &wl);
+        float* pr = dl_bf16(dprob, na, &wp);
+        float *rout = h_alloc(nq), *rlg = h_alloc(na), *rpr = h_alloc(na);
+        attention_forward(rout, rlg, rpr, q, k, v, B, T, H, KV, hd);
+        /* logits: one fp32 dot of hd terms each side, rounded once: 1 ulp + (hd+8) 2^-24 scale sum|q k| */
+        float* mlg = h_alloc(na);
+        float mlg_max = 0;
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < T; t++)
+                    for (int s = 0; s < T; s++) {
+                        double a = 0;
+                        if (s <= t)
+                            for (int i = 0; i < hd; i++)
+                                a += fabs((double)q[((size_t)b * T + t) * H * hd + (size_t)h * hd + i] *
+                                          k[((size_t)b * T + s) * KV * hd + (size_t)(h / g) * hd + i]);
+                        mlg[(((size_t)b * H + h) * T + t) * T + s] = (float)(a * scale);
+                        mlg_max = fmaxf(mlg_max, (float)(a * scale));
+                    }
+        double dot_tol = 2 * (hd + 8) * ldexp(1.0, -24); /* x2: tensor-core accumulation may truncate */
+        compare("logits [B,H,T,T] (masked entries 0)", lg, rlg, na, tol_bf16_mag(mlg, dot_tol), &wl);
+        /* probs: softmax of the fp32 logits on both sides; those differ by <= dot_tol * mlg_max, which
+         * moves p by a relative 2x that (max and sum shift too): 1 ulp + rtol */
+        compare("probs (masked entries 0)", pr, rpr, na, tol_bf16(2 * dot_tol * mlg_max + ldexp(1.0, -20)), &wp);
+        /* out: the GPU multiplies the bf16 probs (relative rounding <= 2^-9, so sum_s |dp_s| <= 2^-9
+         * and |dout| <= 2^-9 max|v|), the CPU the fp32 ones: 1 ulp + 2^-8 max|v| (2x margin) */
+        Tol to = tol_bf16(0);
+        to.atol = ldexp(1.0, -8) * max_abs_of(v, nk);
+        compare("out", out, rout, nq, to, &wo);
+        /* backward: both sides get the same bf16 probs and dout */
+        float* go = h_normal(nq, 1.0, 0.0, 1);
+        float* prr = h_alloc(na);
+        for (size_t i = 0; i < na; i++) prr[i] = bf16_round(rpr[i]);
+        bf16 *gdq = d_bf16_poison(nq), *gdk = d_bf16_poison(nk), *gdv = d_bf16_poison(nk);
+        attention_backward(gdq, gdk, gdv, d_bf16(go, nq), d_bf16(prr, na), dq, dk, dv, B, T, H, KV, hd, g_s);
+        Written wq, wk, wv;
+        float* xdq = dl_bf16(gdq, nq, &wq);
+        float* xdk = dl_bf16(gdk, nk, &wk);
+        float* xdv = dl_bf16(gdv, nk, &wv);
+        float *rdq = h_alloc(nq), *rdk = h_alloc(nk), *rdv = h_alloc(nk), *rdatt = h_alloc(na);
+        attention_backward(rdq, rdk, rdv, rdatt, go, prr, q, k, v, B, T, H, KV, hd);
+        /* dv = P^T dO from identical bf16 inputs, g*T terms: 1 ulp + 2 (g T + 16) 2^-24 sum p |dO| */
+        float* mdv = h_alloc(nk);
+        memset(mdv, 0, nk * sizeof(float));
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < T; t++)
+                    for (int s = 0; s <= t; s++) {
+                        float p = prr[(((size_t)b * H + h) * T + t) * T + s];
+                        for (int i = 0; i < hd; i++)
+                            mdv[((size_t)b * T + s) * KV * hd + (size_t)(h / g) * hd + i] +=
+                                p * fabsf(go[((size_t)b * T + t) * H * hd + (size_t)h * hd + i]);
+                    }
+        compare("backward dv", xdv, rdv, nk, tol_bf16_mag(mdv, 2 * (g * T + 16) * ldexp(1.0, -24)), &wv);
+        /* dq, dk: the GPU's GEMMs read bf16 dlogits (relative rounding 2^-9, random sign), the CPU's
+         * fp32 ones: typical relative error 2^-9 of the element's magnitude, the largest a few times
+         * that; bound 2^-6 of the tensor's max|ref| (plus 1 ulp) and relative L2 < 1e-2 */
+        Tol tq = tol_bf16(0);
+        tq.atol = ldexp(1.0, -6) * max_abs_of(rdq, nq);
+        compare("backward dq", xdq, rdq, nq, tq, &wq);
+        Tol tk = tol_bf16(0);
+        tk.atol = ldexp(1.0, -6) * max_abs_of(rdk, nk);
+        compare("backward dk (sum over the g query heads)", xdk, rdk, nk, tk, &wk);
+        FREE_ALL(q, k, v, out, lg, pr, rout, rlg, rpr, mlg, go, prr, xdq, xdk, xdv, rdq, rdk, rdv, rdatt, mdv);
+        dfree_all();
+    }
+}
+
+static void test_elementwise(void) {
+    printf("element-wise (llmc/mlp.cuh, llmc/residual.cuh) vs silu/mul/relu2/residual\n");
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0: n = 100003 aligned (vector path + tail); pass 1: pointers one element in (scalar) */
+        size_t n = pass ? 4099 : 100003, off = pass;
+        printf("  n %zu%s\n", n, pass ? ", every pointer offset by one element (scalar path)" : ", aligned (vector path and tail)");
+        float* a = h_normal(n, 2.0, 0.0, 1);
+        float* b = h_normal(n, 1.0, 0.0, 1);
+        float* g = h_normal(n, 1.0, 0.0, 1);
+        /* device copies placed `off` elements into their buffers */
+        float *a2 = h_alloc(n + off), *b2 = h_alloc(n + off), *g2 = h_alloc(n + off);
+        a2[0] = b2[0] = g2[0] = 0.5f;
+        memcpy(a2 + off, a, n * 4); memcpy(b2 + off, b, n * 4); memcpy(g2 + off, g, n * 4);
+        bf16 *da = d_bf16(a2, n + off) + off, *db = d_bf16(b2, n + off) + off, *dg = d_bf16(g2, n + off) + off;
+        Written w;
+        float* ref = h_alloc(n);
+        float* ref2 = h_alloc(n);
+        /* silu: expf (CUDA 2 ulp, glibc < 1 ulp) and a division: a few fp32 ulps apart, 1 bf16 ulp */
+        bf16* o = d_bf16_poison(n + off);
+        silu_forward(o + off, da, n, g_s);
+        float* y = dl_bf16(o + off, n, &w);
+        w.overrun = guard_overrun(o, n + off);
+        silu_forward(ref, a, n);
+        compare("silu forward", y, ref, n, tol_bf16(ldexp(1.0, -20)), &w);
+        free(y);
+        o = d_bf16_poison(n + off);
+        silu_backward(o + off, dg, da, n, g_s);
+        y = dl_bf16(o + off, n, &w);
+        w.overrun = guard_overrun(o, n + off);
+        silu_backward(ref, g, a, n);
+        float* mag = h_alloc(n);
+        for (size_t i = 0; i < n; i++) {
+            double s = 1.0 / (1.0 + exp(-(double)a[i]));
+            mag[i] = (float)(fabs((double)g[i]) * (s + fabs(a[i] * s * (1 - s))));
+        }
+        compare("silu backward (1 ulp + 2^-20 |dact| (s + |x s (1-s)|))", y, ref, n, tol_bf16_mag(mag, ldexp(1.0, -20)), &w);
+        free(y);
+        /* products of two bf16 are exact in fp32, a single fp32 add is the same on both: bitwise */
+        o = d_bf16_poison(n + off);
+        mul_forward(o + off, da, db, n, g_s);
+        y = dl_bf16(o + off, n, &w);
+        w.overrun = guard_overrun(o, n + off);
+        mul_forward(ref, a, b, n);
+        compare("mul forward", y, ref, n, tol_bitwise(1), &w);
+        free(y);
+        bf16 *o1 = d_bf16_poison(n + off), *o2 = d_bf16_poison(n + off);
+        mul_backward(o1 + off, o2 + off, dg, da, db, n, g_s);
+        mul_backward(ref, ref2, g, a, b, n);
+        y = dl_bf16(o1 + off, n, &w);
+        w.overrun = guard_overrun(o1, n + off);
+        compare("mul backward da", y, ref, n, tol_bitwise(1), &w);
+        free(y);
+        y = dl_bf16(o2 + off, n, &w);
+        w.overrun = guard_overrun(o2, n + off);
+        compare("mul backward db", y, ref2, n, tol_bitwise(1), &w);
+        free(y);
+        o = d_bf16_poison(n + off);
+        relu2_forward(o + off, da, n, g_s);
+        y = dl_bf16(o + off, n, &w);
+        w.overrun = guard_overrun(o, n + off);
+        relu2_forward(ref, a, n);
+        compare("relu2 forward", y, ref, n, tol_bitwise(1), &w);
+        free(y);
+        o = d_bf16_poison(n + off);
+        relu2_backward(o + off, dg, da, n, g_s);
+        y = dl_bf16(o + off, n, &w);
+        w.overrun = guard_overrun(o, n + off);
+        relu2_backward(ref, g, a, n);
+        compare("relu2 backward", y, ref, n, tol_bitwise(1), &w);
+        free(y);
+        o = d_bf16_poison(n + off);
+        residual_forward(o + off, da, db, n, g_s);
+        y = dl_bf16(o + off, n, &w);
+        w.overrun = guard_overrun(o, n + off);
+        residual_forward(ref, a, b, n);
+        compare("residual forward", y, ref, n, tol_bitwise(1), &w);
+        free(y);
+        FREE_ALL(a, b, g, a2, b2, g2, ref, ref2, mag);
+        dfree_all();
+    }
+}
+
+static void test_classifier(void) {
+    printf("classifier (llmc/classifier.cuh) vs softcap_forward / crossentropy_forward / crossentropy_softcap_backward\n");
+    struct { int N, V; float cap; } cases[] = {{96, 1000, 0.0f}, {96, 1000, 15.0f}, {32, 50257, 0.0f}, {32, 50257, 15.0f}, {64, 8192, 30.0f}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int N = cases[ci].N, V = cases[ci].V;
+        float cap = cases[ci].cap;
+        size_t n = (size_t)N * V;
+        printf("  N %d V %d softcap %g (every 5th target -1)\n", N, V, cap);
+        float* z = h_normal(n, 4.0, 0.0, 1);
+        int* tg = (int*)mallocCheck(sizeof(int) * N);
+        for (int i = 0; i < N; i++) tg[i] = i % 5 == 3 ? -1 : (int)rng_below(&g_rng, V);
+        int* dtg = d_i32(tg, N);
+        bf16* dz = d_bf16(z, n);
+        softcap_forward(dz, n, cap, g_s);
+        Written w;
+        float* zc = dl_bf16(dz, n, &w);
+        float* rzc = h_copy(z, n);
+        softcap_forward(rzc, n, cap);
+        /* cap 0: untouched; else tanhf (CUDA 2 ulp vs glibc) and a division: 1 bf16 ulp */
+        compare(cap > 0 ? "softcap (in place)" : "softcap 0 leaves the logits untouched", zc, rzc, n,
+                cap > 0 ? tol_bf16(ldexp(1.0, -20)) : tol_bitwise(1), &w);
+        /* cross-entropy on the GPU's capped logits (both sides read the same bf16 values) */
+        float *dl = d_f32_poison(N), *dlse = d_f32_poison(N);
+        crossentropy_forward(dl, dlse, dz, dtg, N, V, g_s);
+        Written w1, w2;
+        float* loss = dl_f32(dl, N, &w1);
+        float* lse = dl_f32(dlse, N, &w2);
+        float *rloss = h_alloc(N), *rlse = h_alloc(N);
+        crossentropy_forward(rloss, rlse, zc, tg, N, V);
+        /* GPU: fp32 sum of V exps (per thread ~V/512 terms, then a 9-level tree: relative error of the
+         * sum <= (V/512 + 10) u ~ 6e-6 at V 50257, i.e. that much absolute in lse), expf 2 ulp; CPU:
+         * double sum of fast_expf (2e-7); plus lse's own fp32 rounding (<= 2^-24 |lse|): 2e-5 + 1e-6 |lse| */
+        compare("forward losses (fp32)", loss, rloss, N, tol_f32(NULL, 0, 2e-5, 1e-6), &w1);
+        compare("forward lse (fp32)", lse, rlse, N, tol_f32(NULL, 0, 2e-5, 1e-6), &w2);
+        int ign_ok = 1;
+        for (int i = 0; i < N; i++) if (tg[i] < 0 && f32_bits(loss[i]) != 0) ign_ok = 0;
+        check(ign_ok, "    %-46s", "ignored targets (-1) give loss exactly 0");
+        /* backward out of place, with the CPU's lse on both sides */
+        float dloss = 0.7f / N;
+        float* dlse_in = d_f32(rlse, N);
+        bf16* dd = d_bf16_poison(n);
+        crossentropy_softcap_backward(dd, dz, dlse_in, dtg, N, V, dloss, cap, g_s);
+        float* gd = dl_bf16(dd, n, &w);
+        float* rd = h_alloc(n);
+        crossentropy_softcap_backward(rd, zc, rlse, tg, N, V, dloss, cap);
+        /* expf(z - lse) from the same fp32 argument: expf vs fast_expf, a few fp32 ulps (rtol 2^-19);
+         * the target element p - 1 cancels when p ~ 1 (2^-22 dloss) */
+        Tol tb = tol_bf16(ldexp(1.0, -19));
+        tb.atol = ldexp(1.0, -22) * dloss;
+        compare("backward dlogits", gd, rd, n, tb, &w);
+        /* in place (dlogits == logits, as the model calls it) */
+        bf16* dz2 = d_bf16_poison(n);
+        cudaCheck(cudaMemcpy(dz2, dz, n * 2, cudaMemcpyDeviceToDevice));
+        crossentropy_softcap_backward(dz2, dz2, dlse_in, dtg, N, V, dloss, cap, g_s);
+        float* gd2 = dl_bf16(dz2, n, &w);
+        compare("backward in place == out of place", gd2, gd, n, tol_bitwise(0), &w);
+        FREE_ALL(z, tg, zc, rzc, loss, lse, rloss, rlse, gd, rd, gd2);
+        dfree_all();
+    }
+}
+
+static void test_adamw(void) {
+    printf("adamw (llmc/adamw.cuh) vs the formula of train_sdc.c adamw_update (+ scale_grads, bf16 copy)\n");
+    struct { size_t n, off; double lr, wd, grad_scale; long long t; } cases[] = {
+        {1000003, 0, 3e-4, 0.1, 0.6, 7}, {4099, 1, 1e-3, 0.0, 1.0, 1}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        size_t n = cases[ci].n, off = cases[ci].off;
+        double lr = cases[ci].lr;
+        float b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, gs = (float)cases[ci].grad_scale;
+        float decay = (float)(1.0 - lr * cases[ci].wd);
+        double bc1 = 1.0 - pow(0.9, (double)cases[ci].t), bc2 = 1.0 - pow(0.95, (double)cases[ci].t);
+        float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+        printf("  n %zu%s, lr %g, decay %.6f, grad_scale %g, t %lld\n", n, off ? " (pointers offset: scalar path)" : "", lr,
+               decay, gs, cases[ci].t);
+        float* p = h_normal(n + off, 0.02, 0.0, 0);
+        float* g = h_normal(n + off, 1e-3, 0.0, 0);
+        float* m = h_normal(n + off, 1e-4, 0.0, 0);
+        float* v = h_normal(n + off, 1e-3, 0.0, 0);
+        for (size_t i = 0; i < n + off; i++) v[i] = v[i] * v[i];
+        float *dp = d_f32(p, n + off), *dg = d_f32(g, n + off), *dm = d_f32(m, n + off), *dv = d_f32(v, n + off);
+        bf16* dpb = d_bf16_poison(n + off);
+        adamw_update(dp + off, dpb + off, dg + off, dm + off, dv + off, n, gs, decay, b1, b2, eps, step_size, bc2_sqrt, g_s);
+        Written wp, wm, wv, wb;
+        float* gp = dl_f32(dp + off, n, &wp);
+        float* gm = dl_f32(dm + off, n, &wm);
+        float* gv = dl_f32(dv + off, n, &wv);
+        float* gb = dl_bf16(dpb + off, n, &wb);
+        wb.overrun = guard_overrun(dpb, n + off);
+        /* the CPU: scale_grads, then adamw_update's loop, then model_prepare_weights' rounding */
+        float *rp = h_alloc(n), *rm = h_alloc(n), *rv = h_alloc(n), *mp = h_alloc(n), *mm = h_alloc(n), *mv = h_alloc(n);
+        for (size_t j = 0; j < n; j++) {
+            float gg = g[off + j] * gs, pp = p[off + j], m0 = m[off + j], v0 = v[off + j];
+            float pj = pp, mj = m0, vj = v0;
+            pj *= decay;
+            mj += (1.0f - b1) * (gg - mj);
+            vj = vj * b2 + (1.0f - b2) * gg * gg;
+            float denom = sqrtf(vj) / bc2_sqrt + eps;
+            pj -= step_size * (mj / denom);
+            rp[j] = pj; rm[j] = mj; rv[j] = vj;
+            /* magnitudes of the terms of each result (a few fp32 roundings each, FMA contraction) */
+            mm[j] = fabsf(m0) + fabsf(gg);
+            mv[j] = v0 + gg * gg;
+            mp[j] = fabsf(pp) + step_size * ((fabsf(m0) + fabsf(gg)) / denom + fabsf(mj / denom));
+        }
+        compare("p (fp32): 2^-20 (|p| + step (|m|+|g|)/denom + ...)", gp, rp, n, tol_f32(mp, ldexp(1.0, -20), 0, 0), &wp);
+        compare("m (fp32): 2^-21 (|m| + |g|)", gm, rm, n, tol_f32(mm, ldexp(1.0, -21), 0, 0), &wm);
+        compare("v (fp32): 2^-21 (v + g^2)", gv, rv, n, tol_f32(mv, ldexp(1.0, -21), 0, 0), &wv);
+        float* gpr = h_alloc(n);
+        for (size_t j = 0; j < n; j++) gpr[j] = bf16_round(gp[j]);
+        compare("p_bf16 == bf16_rn(p) of the GPU's own p", gb, gpr, n, tol_bitwise(0), &wb);
+        compare("p_bf16 vs bf16_rn(p) of the CPU", gb, rp, n, tol_bf16(0), &wb);
+        FREE_ALL(p, g, m, v, gp, gm, gv, gb, rp, rm, rv, mp, mm, mv, gpr);
+        dfree_all();
+    }
+}
+
+static void test_global_norm(void) {
+    printf("global norm (llmc/global_norm.cuh) vs sumsq_det (both in double: rel err <= (n + 1024) 2^-53)\n");
+    size_t sizes[] = {1, 7, 1000003, 10000019};
+    for (int ci = 0; ci < 4; ci++) {
+        size_t n = sizes[ci];
+        float* g = h_normal(n, 1e-2, 0.0, 0);
+        float* dg = d_f32(g, n);
+        double a = global_norm_squared(dg, n, g_s);
+        double b = global_norm_squared(dg, n, g_s);
+        double r = sumsq_det(g, n);
+        double rel = fabs(a - r) / r;
+        check(rel <= (n + 1024) * ldexp(1.0, -53) && memcmp(&a, &b, sizeof(a)) == 0,
+              "    n %-10zu gpu %.17g cpu %.17g rel err %.2e, two calls bitwise %s", n, a, r, rel,
+              memcmp(&a, &b, sizeof(a)) == 0 ? "equal" : "DIFFERENT");
+        free(g);
+        dfree_all();
+    }
+}
+
+/* mag[m,n] = |A| |B| with the layout of gemm_nn */
+static float* gemm_mag(const float* A, long sam, long sak, size_t na, const float* B, size_t nb, int M, int K, int N) {
+    float *aa = h_abs(A, na), *ab = h_abs(B, nb), *c = h_alloc((size_t)M * N);
+    gemm_nn(c, aa, sam, sak, ab, M, K, N, 0);
+    free(aa); free(ab);
+    return c;
+}
+
+static void test_matmul(void) {
+    printf("linear layers (llmc/matmul.cuh, cuBLASLt) vs matmul_forward / matmul_backward; fp32 sums of K terms:\n"
+           "  |err| <= 2^-12 sum|terms| (the worst case K 2^-24 of either order for K <= 4096) (+ 1 bf16 ulp for bf16 outputs)\n");
+    struct { int N, I, O; } cases[] = {{74, 128, 384}, {64, 384, 128}, {64, 2048, 512}, {32, 64, 50257}};
+    const double mt = ldexp(1.0, -12);
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int N = cases[ci].N, I = cases[ci].I, O = cases[ci].O;
+        printf("  N %d I %d O %d\n", N, I, O);
+        float* x = h_normal((size_t)N * I, 1.0, 0.0, 1);
+        float* W = h_normal((size_t)O * I, 0.05, 0.0, 1);
+        float* dy = h_normal((size_t)N * O, 1.0, 0.0, 1);
+        float* wT = h_alloc((size_t)I * O);
+        transpose(wT, W, O, I);
+        bf16 *dx = d_bf16(x, (size_t)N * I), *dW = d_bf16(W, (size_t)O * I), *ddy = d_bf16(dy, (size_t)N * O);
+        /* forward */
+        bf16* dyo = d_bf16_poison((size_t)N * O);
+        linear_forward(dyo, dx, dW, N, I, O, g_s);
+        Written w;
+        float* y = dl_bf16(dyo, (size_t)N * O, &w);
+        float* ry = h_alloc((size_t)N * O);
+        matmul_forward(ry, x, wT, N, I, O);
+        float* my = gemm_mag(x, I, 1, (size_t)N * I, wT, (size_t)I * O, N, I, O);
+        compare("linear_forward y = x W^T (bf16)", y, ry, (size_t)N * O, tol_bf16_mag(my, mt), &w);
+        /* dx, = and += */
+        float* dx_old = h_normal((size_t)N * I, 0.5, 0.0, 0);
+        float* mdx = gemm_mag(dy, O, 1, (size_t)N * O, W, (size_t)O * I, N, O, I);
+        for (int acc = 0; acc < 2; acc++) {
+            float* gdx = acc ? d_f32(dx_old, (size_t)N * I) : d_f32_poison((size_t)N * I);
+            linear_backward_dx(gdx, ddy, dW, N, I, O, acc, g_s);
+            float* hx = dl_f32(gdx, (size_t)N * I, &w);
+            float* rdx = acc ? h_copy(dx_old, (size_t)N * I) : h_alloc((size_t)N * I);
+            gemm_nn(rdx, dy, O, 1, W, N, O, I, acc);
+            float* m2 = h_copy(mdx, (size_t)N * I);
+            if (acc) for (size_t i = 0; i < (size_t)N * I; i++) m2[i] += fabsf(dx_old[i]);
+            compare(acc ? "linear_backward_dx += dy W (fp32)" : "linear_backward_dx = dy W (fp32)", hx, rdx, (size_t)N * I,
+                    tol_f32(m2, mt, 0, 0), &w);
+            FREE_ALL(hx, rdx, m2);
+        }
+        /* dW += dy^T x */
+        float* dW0 = h_normal((size_t)O * I, 0.01, 0.0, 0);
+        float* gdW = d_f32(dW0, (size_t)O * I);
+        linear_backward_dw(gdW, ddy, dx, N, I, O, g_s);
+        float* hW = dl_f32(gdW, (size_t)O * I, &w);
+        float* rdW = h_copy(dW0, (size_t)O * I);
+        gemm_nn(rdW, dy, 1, O, x, O, N, I, 1);
+        float* mW = gemm_mag(dy, 1, O, (size_t)N * O, x, (size_t)N * I, O, N, I);
+        for (size_t i = 0; i < (size_t)O * I; i++) mW[i] += fabsf(dW0[i]);
+        compare("linear_backward_dw += dy^T x (fp32)", hW, rdW, (size_t)O * I, tol_f32(mW, mt, 0, 0), &w);
+        FREE_ALL(x, W, dy, wT, y, ry, my, dx_old, mdx, dW0, hW, rdW, mW);
+        dfree_all();
+    }
+    /* matmul_bf16 itself: batched, strided (padding between problems), every transpose combination */
+    printf("  matmul_bf16 batched: m 40 n 24 k 56, batch 3, strides padded by 8\n");
+    const int m = 40, n = 24, k = 56, batch = 3;
+    const long sA = (long)m * k + 8, sB = (long)k * n + 8, sC = (long)m * n + 8;
+    for (int combo = 0; combo < 5; combo++) {
+        int tA = combo & 1, tB = (combo >> 1) & 1, cf = combo < 4;
+        float alpha = cf ? 0.5f : 1.0f, beta = cf ? 1.0f : 0.0f;
+        float* A = h_normal((size_t)sA * batch, 1.0, 0.0, 1);
+        float* Bm = h_normal((size_t)sB * batch, 1.0, 0.0, 1);
+        float* C0 = h_normal((size_t)sC * batch, 1.0, 0.0, 0);
+        bf16 *dA = d_bf16(A, (size_t)sA * batch), *dB = d_bf16(Bm, (size_t)sB * batch);
+        void* dC = cf ? (void*)d_f32(C0, (size_t)sC * batch) : (void*)d_bf16_poison((size_t)sC * batch);
+        matmul_bf16(dC, cf, dA, dB, m, n, k, tA, tB, alpha, beta, batch, sA, sB, sC, g_s);
+        Written w;
+        float* got = cf ? dl_f32((float*)dC, (size_t)sC * batch, &w) : dl_bf16((bf16*)dC, (size_t)sC * batch, &w);
+        float* ref = h_copy(C0, (size_t)sC * batch);
+        float* mag = h_alloc((size_t)sC * batch);
+        float* Bkn = h_alloc((size_t)k * n);
+        float* ab = h_alloc((size_t)m * n);
+        size_t pad_written = 0;
+        for (int bt = 0; bt < batch; bt++) {
+            const float* Ab = A + bt * sA;
+            if (tB) transpose(Bkn, Bm + bt * sB, n, k); else memcpy(Bkn, Bm + bt * sB, sizeof(float) * k * n);
+            long sam = tA ? 1 : k, sak = tA ? m : 1;
+            gemm_nn(ab, Ab, sam, sak, Bkn, m, k, n, 0);
+            float* mab = gemm_mag(Ab, sam, sak, (size_t)m * k, Bkn, (size_t)k * n, m, k, n);
+            for (int i = 0; i < m * n; i++) {
+                ref[bt * sC + i] = alpha * ab[i] + beta * C0[bt * sC + i];
+                mag[bt * sC + i] = fabsf(alpha) * mab[i] + fabsf(beta * C0[bt * sC + i]);
+            }
+            for (long i = m * n; i < sC; i++) { /* padding between problems: untouched */
+                mag[bt * sC + i] = 0;
+                if (cf ? f32_bits(got[bt * sC + i]) != f32_bits(C0[bt * sC + i]) : f32_bits(got[bt * sC + i]) != 0xFFFF0000u) pad_written++;
+                got[bt * sC + i] = ref[bt * sC + i] = 0;
+            }
+            free(mab);
+        }
+        if (!cf) w.unwritten -= (size_t)(sC - m * n) * batch; /* the padding keeps its poison */
+        char name[96];
+        snprintf(name, sizeof(name), "transA %d transB %d C %s alpha %g beta %g", tA, tB, cf ? "fp32" : "bf16", alpha, beta);
+        Tol t = cf ? tol_f32(mag, mt, 0, 0) : tol_bf16_mag(mag, mt);
+        compare(name, got, ref, (size_t)sC * batch, t, &w);
+        check(pad_written == 0, "    %-46s", "  padding between the batched problems untouched");
+        FREE_ALL(A, Bm, C0, got, ref, mag, Bkn, ab);
+        dfree_all();
+    }
+}
+
+/* ----------------------------------------------------------------- (b) reference states */
+typedef struct {
+    int B, T, V, n_steps, warmup;
+    uint64_t n_params;
+    float max_lr, final_frac, beta1, beta2, adam_eps, wd, clip;
+    int* tokens;
+    float *logits, loss, *grads, *losses;
+} RefState;
+
+/* the reader of test_sdc.c (docs/formats.md, reference state) */
+static int read_state(const char* path, RefState* s) {
+    FILE* fp = fopen(path, "rb");
+    if (!fp) { printf("  cannot open %s\n", path); return 0; }
+    long long size = file_size_of(fp, path);
+    uint8_t* buf = (uint8_t*)mallocCheck((size_t)size);
+    fread_exact(buf, (size_t)size, fp, path);
+    fclose(fp);
+    if (size < 264 || memcmp(buf, "TSDCREF\0", 8)) { printf("  %s: bad magic\n", path); free(buf); return 0; }
+    uint64_t chk; memcpy(&chk, buf + size - 8, 8);
+    if (tsdc_checksum(buf, (size_t)size - 8) != chk) { printf("  %s: checksum mismatch\n", path); free(buf); return 0; }
+    memcpy(&s->B, buf + 12, 4); memcpy(&s->T, buf + 16, 4); memcpy(&s->V, buf + 20, 4); memcpy(&s->n_steps, buf + 24, 4);
+    memcpy(&s->warmup, buf + 28, 4); memcpy(&s->n_params, buf + 32, 8);
+    float hv[7]; memcpy(hv, buf + 40, sizeof(hv));
+    s->max_lr = hv[0]; s->final_frac = hv[1]; s->beta1 = hv[2]; s->beta2 = hv[3]; s->adam_eps = hv[4]; s->wd = hv[5]; s->clip = hv[6];
+    size_t off = 256, nt = (size_t)s->B * (s->T + 1), nl = (size_t)s->B * s->T * s->V;
+    size_t expect = off + nt * 4 + nl * 4 + 4 + s->n_params * 4 + (size_t)s->n_steps * 4 + 8;
+    if ((size_t)size != expect) { printf("  %s: size %lld, expected %zu\n", path, size, expect); free(buf); return 0; }
+    s->tokens = (int*)mallocCheck(nt * 4); memcpy(s->tokens, buf + off, nt * 4); off += nt * 4;
+    s->logits = (float*)mallocCheck(nl * 4); memcpy(s->logits, buf + off, nl * 4); off += nl * 4;
+    memcpy(&s->loss, buf + off, 4); off += 4;
+    s->grads = (float*)mallocCheck(s->n_params * 4); memcpy(s->grads, buf + off, s->n_params * 4); off += s->n_params * 4;
+    s->losses = (float*)mallocCheck((size_t)s->n_steps * 4); memcpy(s->losses, buf + off, (size_t)s->n_steps * 4);
+    free(buf);
+    return 1;
+}
+
+typedef struct { double max_abs, max_rel, rl2; } Err;
+static Err err_of(const float* got, const float* ref, size_t n) {
+    Err e = {0, 0, 0};
+    double se = 0, sr = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (d != d) { e.max_abs = e.max_rel = e.rl2 = NAN; return e; }
+        se += d * d; sr += (double)ref[i] * ref[i];
+        if (d > e.max_abs) e.max_abs = d;
+        if (fabs(ref[i]) >= 1e-3 * scale && scale > 0 && d / fabs(ref[i]) > e.max_rel) e.max_rel = d / fabs(ref[i]);
+    }
+    e.rl2 = sr > 0 ? sqrt(se / sr) : (se > 0 ? INFINITY : 0.0);
+    return e;
+}
+/* GPU vs the fp32 reference, with the CPU bf16 emulation's own error as the yardstick */
+static int compare_ref(const char* name, const float* gpu, const float* cpub, const float* ref, size_t n, double floor_tol) {
+    Err g = err_of(gpu, ref, n), c = err_of(cpub, ref, n), gc = err_of(gpu, cpub, n);
+    double lim = fmax(floor_tol, 2.0 * c.rl2);
+    int ok = g.rl2 < lim;
+    check(ok, "    %-28s n %-7zu GPU vs ref: max abs %.2e max rel %.2e rel L2 %.2e (limit %.1e) | CPU bf16 vs ref %.2e | GPU vs CPU bf16 %.2e",
+          name, n, g.max_abs, g.max_rel, g.rl2, lim, c.rl2, gc.rl2);
+    return ok;
+}
+
+static int file_exists(const char* p) { FILE* f = fopen(p, "rb"); if (f) fclose(f); return f != NULL; }
+
+static void test_reference(const char* preset, const char* states_dir, const char* ckpt_dir) {
+    printf("reference state %s: GPU (bf16 AMP) vs PyTorch fp32, beside the CPU's -precision bf16\n", preset);
+    char spath[1200], cpath[1200];
+    snprintf(spath, sizeof(spath), "%s/%s.state", states_dir, preset);
+    snprintf(cpath, sizeof(cpath), "%s/%s.ckpt", ckpt_dir, preset);
+    RefState s;
+    if (!read_state(spath, &s)) { check(0, "  read %s", spath); return; }
+    if (!file_exists(cpath)) { check(0, "  %s missing (make refckpts, or carry build/ref)", cpath); return; }
+    Config c = *preset_find(preset);
+    c.vocab_size = s.V; c.seq_len = s.T;
+    size_t P = config_num_params(&c);
+    check(P == s.n_params, "  parameter count %zu == state's %llu", P, (unsigned long long)s.n_params);
+    if (P != s.n_params) return;
+    CkptInfo ck;
+    checkpoint_read(cpath, &ck, NULL, NULL, NULL, 0);
+    const char* diff = config_diff(&ck.cfg, &c);
+    check(diff == NULL, "  imported checkpoint config equals the preset's (%s)", diff ? diff : "all fields");
+    if (diff) return;
+    float* params = h_alloc(P);
+    checkpoint_read(cpath, &ck, params, NULL, NULL, P);
+    int B = s.B, T = s.T, N = B * T, V = s.V;
+    int *inp = (int*)mallocCheck(sizeof(int) * N), *tgt = (int*)mallocCheck(sizeof(int) * N);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            inp[b * T + t] = s.tokens[b * (T + 1) + t];
+            tgt[b * T + t] = s.tokens[b * (T + 1) + t + 1];
+        }
+    /* GPU model */
+    Model gm_, *gm = &gm_;
+    model_build(gm, &c, B, T, 1);
+    model_load_state(gm, params, NULL, NULL);
+    model_set_tokens(gm, inp, tgt, N);
+    float gloss = model_forward_step(gm, B, T, 1);
+    float* glogits = dl_bf16(gm->logits, (size_t)N * V, NULL);
+    model_zero_grads(gm);
+    model_backward_step(gm, B, T, 1.0f / N);
+    float* ggrads = dl_f32(gm->grads, P, NULL);
+    /* CPU -precision bf16 */
+    cpu::Model cm_, *cm = &cm_;
+    cpu::model_build(cm, &c, B, T, 1);
+    memcpy(cm->params, params, P * sizeof(float));
+    cpu::model_prepare_weights(cm);
+    memcpy(cm->inputs, inp, sizeof(int) * N);
+    memcpy(cm->targets, tgt, sizeof(int) * N);
+    float closs = cpu::model_forward(cm, B, T, cm->targets);
+    float* clogits = h_copy(cm->logits, (size_t)N * V);
+    memset(cm->grads, 0, P * sizeof(float));
+    cpu::model_backward(cm, B, T, cm->targets, 1.0f / N);
+
+    compare_ref("logits", glogits, clogits, s.logits, (size_t)N * V, 2e-2);
+    {
+        double ge = fabs((double)gloss - s.loss) / fabs((double)s.loss), ce = fabs((double)closs - s.loss) / fabs((double)s.loss);
+        double lim = fmax(2e-3, 2.0 * ce);
+        check(ge < lim, "    %-28s GPU %.6f CPU bf16 %.6f ref %.6f: GPU rel err %.2e (limit %.1e), CPU bf16 %.2e", "loss", gloss, closs,
+              s.loss, ge, lim, ce);
+    }
+    int n_grad_ok = 0;
+    for (int i = 0; i < gm->L.n; i++) {
+        const TensorInfo* t = &gm->L.t[i];
+        char name[64];
+        if (t->layer >= 0) snprintf(name, sizeof(name), "grad layers.%d.%s", t->layer, PT_NAMES[t->type]);
+        else snprintf(name, sizeof(name), "grad %s", PT_NAMES[t->type]);
+        n_grad_ok += compare_ref(name, ggrads + t->offset, cm->grads + t->offset, s.grads + t->offset, t->numel, 2e-2);
+    }
+    printf("    %d of %d gradient tensors within their limit\n", n_grad_ok, gm->L.n);
+    /* 10 AdamW steps on the same batch with the state's hyperparameters */
+    model_load_state(gm, params, NULL, NULL);
+    memcpy(cm->params, params, P * sizeof(float));
+    memset(cm->m, 0, P * sizeof(float));
+    memset(cm->v, 0, P * sizeof(float));
+    cpu::model_prepare_weights(cm);
+    float *gl = h_alloc(s.n_steps), *cl = h_alloc(s.n_steps);
+    AdamW opt = {s.max_lr, s.beta1, s.beta2, s.adam_eps, s.wd};
+    for (int step = 0; step < s.n_steps; step++) {
+        opt.lr = lr_at(step, s.max_lr, s.warmup, s.n_steps, s.final_frac);
+        model_zero_grads(gm);
+        gl[step] = model_forward_step(gm, B, T, 1);
+        model_backward_step(gm, B, T, 1.0f / N);
+        model_update(gm, &opt, step + 1, s.clip);
+        memset(cm->grads, 0, P * sizeof(float));
+        cl[step] = cpu::model_forward(cm, B, T, cm->targets);
+        cpu::model_backward(cm, B, T, cm->targets, 1.0f / N);
+        cpu::clip_grads(cm, s.clip);
+        cpu::adamw_update(cm, &opt, step + 1);
+        cpu::model_prepare_weights(cm);
+    }
+    double ge = 0, ce = 0;
+    for (int i = 0; i < s.n_steps; i++) {
+        ge = fmax(ge, fabs((double)gl[i] - s.losses[i]) / fabs((double)s.losses[i]));
+        ce = fmax(ce, fabs((double)cl[i] - s.losses[i]) / fabs((double)s.losses[i]));
+    }
+    double lim = fmax(2e-2, 2.0 * ce);
+    check(ge < lim, "    %-28s largest rel err GPU %.2e (limit %.1e), CPU bf16 %.2e", "losses of 10 AdamW steps", ge, lim, ce);
+    printf("      GPU     : "); for (int i = 0; i < s.n_steps; i++) printf("%.5f ", gl[i]); printf("\n");
+    printf("      CPU bf16: "); for (int i = 0; i < s.n_steps; i++) printf("%.5f ", cl[i]); printf("\n");
+    printf("      reference: "); for (int i = 0; i < s.n_steps; i++) printf("%.5f ", s.losses[i]); printf("\n");
+    model_free(gm);
+    cpu::model_free(cm);
+    FREE_ALL(params, inp, tgt, glogits, ggrads, clogits, gl, cl, s.tokens, s.logits, s.grads, s.losses);
+}
+
+/* ------------------------------------------------------------------------ (c) determinism */
+static void test_determinism(const char* preset, int vocab, int B, int T, const char* ckpt_dir) {
+    Config c = *preset_find(preset);
+    c.vocab_size = vocab; c.seq_len = T;
+    size_t P = config_num_params(&c);
+    int N = B * T;
+    Model gm_, *gm = &gm_;
+    model_build(gm, &c, B, T, 1);
+    char cpath[1200];
+    snprintf(cpath, sizeof(cpath), "%s/%s.ckpt", ckpt_dir, preset);
+    int from_ref = vocab == 256 && T == 32 && file_exists(cpath);
+    float* params0 = h_alloc(P);
+    if (from_ref) {
+        CkptInfo ck;
+        checkpoint_read(cpath, &ck, params0, NULL, NULL, P);
+        model_load_state(gm, params0, NULL, NULL);
+    } else {
+        model_init_weights(gm, 11);
+        memcpy(params0, gm->h_params, P * sizeof(float));
+    }
+    printf("determinism %s (vocab %d, B %d, T %d, %s weights)\n", preset, vocab, B, T, from_ref ? "reference" : "seeded random");
+    int *inp = (int*)mallocCheck(sizeof(int) * N), *tgt = (int*)mallocCheck(sizeof(int) * N);
+    for (int i = 0; i < N; i++) { inp[i] = (int)rng_below(&g_rng, vocab); tgt[i] = (int)rng_below(&g_rng, vocab); }
+    model_set_tokens(gm, inp, tgt, N);
+    float loss[2];
+    uint16_t* lg[2];
+    float *tl[2], *gr[2];
+    for (int r = 0; r < 2; r++) {
+        model_zero_grads(gm);
+        loss[r] = model_forward_step(gm, B, T, 1);
+        lg[r] = (uint16_t*)mallocCheck((size_t)N * vocab * 2);
+        cudaCheck(cudaMemcpy(lg[r], gm->logits, (size_t)N * vocab * 2, cudaMemcpyDeviceToHost));
+        tl[r] = h_alloc(N);
+        model_token_losses(gm, N, tl[r]);
+        model_backward_step(gm, B, T, 1.0f / N);
+        gr[r] = dl_f32(gm->grads, P, NULL);
+    }
+    check(f32_bits(loss[0]) == f32_bits(loss[1]) && !memcmp(lg[0], lg[1], (size_t)N * vocab * 2) && !memcmp(tl[0], tl[1], sizeof(float) * N),
+          "  forward twice: loss %.9g / %.9g, logits and per-token losses bitwise %s", loss[0], loss[1],
+          !memcmp(lg[0], lg[1], (size_t)N * vocab * 2) && !memcmp(tl[0], tl[1], sizeof(float) * N) ? "equal" : "DIFFERENT");
+    size_t ndiff = 0;
+    for (size_t i = 0; i < P; i++) ndiff += f32_bits(gr[0][i]) != f32_bits(gr[1][i]);
+    check(ndiff == 0, "  backward twice: %zu of %zu gradient elements differ", ndiff, P);
+    /* two 3-step training runs from the same weights */
+    float sl[2][3];
+    double sn[2][3];
+    float *fp[2], *fm[2], *fv[2];
+    uint16_t* fb[2];
+    AdamW opt = {1e-3, 0.9, 0.95, 1e-8, 0.1};
+    for (int r = 0; r < 2; r++) {
+        model_load_state(gm, params0, NULL, NULL);
+        for (int step = 0; step < 3; step++) {
+            opt.lr = lr_at(step, 1e-3, 2, 3, 0.1);
+            model_zero_grads(gm);
+            sl[r][step] = model_forward_step(gm, B, T, 1);
+            model_backward_step(gm, B, T, 1.0f / N);
+            sn[r][step] = model_update(gm, &opt, step + 1, 1.0);
+        }
+        fp[r] = dl_f32(gm->params, P, NULL);
+        fm[r] = dl_f32(gm->m, P, NULL);
+        fv[r] = dl_f32(gm->v, P, NULL);
+        fb[r] = (uint16_t*)mallocCheck(P * 2);
+        cudaCheck(cudaMemcpy(fb[r], gm->wbf, P * 2, cudaMemcpyDeviceToHost));
+    }
+    int same_l = !memcmp(sl[0], sl[1], sizeof(sl[0])) && !memcmp(sn[0], sn[1], sizeof(sn[0]));
+    int same_s = !memcmp(fp[0], fp[1], P * 4) && !memcmp(fm[0], fm[1], P * 4) && !memcmp(fv[0], fv[1], P * 4) && !memcmp(fb[0], fb[1], P * 2);
+    check(same_l && same_s, "  3 AdamW steps twice: losses %.9g %.9g %.9g / %.9g %.9g %.9g, grad norms %s, weights, bf16 copies and moments %s",
+          sl[0][0], sl[0][1], sl[0][2], sl[1][0], sl[1][1], sl[1][2], !memcmp(sn[0], sn[1], sizeof(sn[0])) ? "equal" : "DIFFERENT",
+          same_s ? "bitwise equal" : "DIFFERENT");
+    model_free(gm);
+    for (int r = 0; r < 2; r++) FREE_ALL(lg[r], tl[r], gr[r], fp[r], fm[r], fv[r], fb[r]);
+    FREE_ALL(params0, inp, tgt);
+}
+
+/* -only LIST: comma-separated test names, or the groups "kernels" (every kernel test), "reference" and
+ * "determinism"; empty: everything */
+static const char* g_only = "";
+static int want(const char* name, const char* group) {
+    if (!g_only[0]) return 1;
+    char buf[512];
+    snprintf(buf, sizeof(buf), "%s", g_only);
+    for (char* t = strtok(buf, ","); t; t = strtok(NULL, ","))
+        if (!strcmp(t, name) || (group && !strcmp(t, group))) return 1;
+    return 0;
+}
+
+#define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
+    "  LIST: comma-separated, of kernels reference determinism convert embedding rmsnorm rope attention\n" \
+    "        elementwise classifier adamw global_norm matmul\n"
+
+int main(int argc, char** argv) {
+    const char *states = "dev/reference/states", *ckpts = "build/ref";
+    unsigned long long seed = 1234;
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc) { fprintf(stderr, USAGE_TEXT); return 1; }
+        if (!strcmp(argv[i], "-states")) states = argv[i + 1];
+        else if (!strcmp(argv[i], "-ckpts")) ckpts = argv[i + 1];
+        else if (!strcmp(argv[i], "-seed")) seed = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "-only")) g_only = argv[i + 1];
+        else { fprintf(stderr, USAGE_TEXT); return 1; }
+    }
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev < 1) {
+        printf("no usable CUDA GPU (%s)\ntest_sdc_cu: 0 passed, 1 failed\n", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
+        return 1;
+    }
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    printf("test_sdc_cu: %s (sm_%d%d, %d SMs, %.1f GiB), driver %d, runtime %d, seed %llu%s%s\n", prop.name, prop.major, prop.minor,
+           prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, drv, rt, seed, g_only[0] ? ", only " : "", g_only);
+    cudaCheck(cudaStreamCreate(&g_s));
+    rng_seed(&g_rng, seed);
+    struct { const char* name; void (*fn)(void); } kernels[] = {
+        {"convert", test_convert}, {"embedding", test_embedding}, {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
+        {"attention", test_attention}, {"elementwise", test_elementwise}, {"classifier", test_classifier},
+        {"adamw", test_adamw}, {"global_norm", test_global_norm}, {"matmul", test_matmul}};
+    double t0 = wall_seconds();
+    int any = 0;
+    matmul_init();
+    for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++)
+        if (want(kernels[i].name, "kernels")) { kernels[i].fn(); any = 1; }
+    matmul_free();
+    if (any) printf("(kernels: %.1f s)\n", wall_seconds() - t0);
+    double t1 = wall_seconds();
+    const char* presets[] = {"tiny-llama", "tiny-qwen3", "tiny-nanochat"};
+    if (want("reference", NULL)) {
+        for (int i = 0; i < 3; i++) test_reference(presets[i], states, ckpts);
+        printf("(reference states: %.1f s)\n", wall_seconds() - t1);
+    }
+    double t2 = wall_seconds();
+    if (want("determinism", NULL)) {
+        test_determinism("tiny-qwen3", 256, 2, 32, ckpts);
+        test_determinism("tiny-llama", 8192, 4, 128, ckpts);
+        test_determinism("tiny-nanochat", 8192, 4, 128, ckpts);
+        printf("(determinism: %.1f s)\n", wall_seconds() - t2);
+    }
+    if (n_pass + n_fail == 0) { printf("-only %s: no such test\n", g_only); n_fail = 1; }
+    cuda_workspace_free_all();
+    printf("test_sdc_cu: %d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
