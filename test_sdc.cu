@@ -2,8 +2,8 @@
  *
  *   ./test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]
  *
- * LIST (comma-separated): kernels, reference, determinism, or one kernel test: convert embedding rmsnorm
- * rope attention elementwise classifier adamw global_norm matmul. Default: everything.
+ * LIST (comma-separated): kernels, reference, determinism, att_faults, or one kernel test: convert embedding
+ * rmsnorm rope attention attention_split elementwise classifier adamw global_norm matmul. Default: everything.
  *
  * (a) kernels: every launcher of the llmc .cuh files against its CPU reference (llmc/cpu_kernels.h; AdamW
  *     against the formula of train_sdc.c) on fresh seeded normal inputs, never zeros. The inputs are
@@ -37,6 +37,11 @@
  * (c) determinism: two forward+backward passes give bitwise identical logits, per-token losses, loss
  *     and gradients; two 3-step training runs from the same weights give identical losses, gradient
  *     norms, weights, bf16 weight copies and AdamW moments.
+ * (d) att_faults: injection into att_logits / att_probs at layer 1 (the split attention path): a forward
+ *     fault changes the model's logits and only the probs rows it hit (logits) / layer 1 onwards; with
+ *     m = 0 the forward and backward are bitwise the clean run's; a backward fault (split backward)
+ *     leaves the gradients of the layers above bitwise alone, with m = 0 the gradients are within
+ *     rel L2 1e-2 of the fused backward's and with m = 64 the lower layers' change.
  * Each check prints OK / NOT OK; the last line is "test_sdc_cu: N passed, M failed"; exit 1 on any
  * failure (or when no GPU is present). */
 #define TESTING
@@ -592,6 +597,172 @@ static void test_attention(void) {
         tk.atol = ldexp(1.0, -6) * max_abs_of(rdk, nk);
         compare("backward dk (sum over the g query heads)", xdk, rdk, nk, tk, &wk);
         FREE_ALL(q, k, v, out, lg, pr, rout, rlg, rpr, mlg, go, prr, xdq, xdk, xdv, rdq, rdk, rdv, rdatt, mdv);
+        dfree_all();
+    }
+}
+
+/* the split attention pieces (fault injection into att_logits / att_probs and their gradients) against
+ * the CPU's three-step attention, each from identical bf16 inputs; wherever the CPU reads only s <= t the
+ * input holds garbage at s > t, which must change nothing */
+static void test_attention_split(void) {
+    printf("attention split path (llmc/attention.cuh) vs attention_softmax_forward / attention_av_forward /\n"
+           "  attention_av_backward / attention_softmax_backward / attention_logits_backward\n");
+    struct { int B, T, H, KV, hd; } cases[] = {{2, 37, 4, 2, 32}, {2, 128, 4, 2, 64}, {1, 64, 4, 1, 64}, {2, 50, 2, 2, 64}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int B = cases[ci].B, T = cases[ci].T, H = cases[ci].H, KV = cases[ci].KV, hd = cases[ci].hd, g = H / KV;
+        size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T, rows = (size_t)B * H * T;
+        float scale = 1.0f / sqrtf((float)hd);
+        printf("  B %d T %d H %d KV %d hd %d\n", B, T, H, KV, hd);
+        float* q = h_normal(nq, 1.5, 0.0, 1);
+        float* k = h_normal(nk, 1.0, 0.0, 1);
+        float* v = h_normal(nk, 1.0, 0.0, 1);
+        bf16 *gq = d_bf16(q, nq), *gk = d_bf16(k, nk), *gv = d_bf16(v, nk);
+        Written w;
+
+        /* softmax from bf16 logits (garbage at s > t). Same inputs: expf (a few fp32 ulps) and the sum
+         * order ((T+8) 2^-24 relative, x2): 1 ulp + rtol */
+        double rt = 2 * (T + 8) * ldexp(1.0, -24) + ldexp(1.0, -21);
+        float* lg = h_normal(na, 2.0, 0.0, 1);
+        bf16 *glg = d_bf16(lg, na), *gpr = d_bf16_poison(na);
+        attention_softmax_from_logits(gpr, glg, NULL, B, H, T, g_s);
+        float* pr = dl_bf16(gpr, na, &w);
+        float* rpr = h_alloc(na);
+        attention_softmax_forward(rpr, lg, B, H, T);
+        compare("softmax from bf16 logits (garbage at s > t)", pr, rpr, na, tol_bf16(rt), &w);
+        /* with ref: rows changed at s <= t recomputed, rows changed only at s > t and unchanged rows
+         * left alone (here: still the poison) */
+        float* lg2 = h_copy(lg, na);
+        size_t expect_sel = 0;
+        for (size_t r = 0; r < rows; r++) {
+            int t = (int)(r % T);
+            if (r % 3 == 0) { lg2[r * T + t / 2] = bf16_round(lg2[r * T + t / 2] + 1.0f); expect_sel++; }
+            else if (r % 3 == 1 && t < T - 1) lg2[r * T + T - 1] = bf16_round(lg2[r * T + T - 1] + 1.0f);
+        }
+        bf16* gpr2 = d_bf16_poison(na);
+        attention_softmax_from_logits(gpr2, d_bf16(lg2, na), glg, B, H, T, g_s);
+        float* pr2 = dl_bf16(gpr2, na, &w);
+        float* rpr2 = h_alloc(na);
+        attention_softmax_forward(rpr2, lg2, B, H, T);
+        float *gs = h_alloc(na), *rs = h_alloc(na);
+        size_t nsel = 0, touched = 0, unw = 0;
+        for (size_t r = 0; r < rows; r++) {
+            int t = (int)(r % T), changed = 0;
+            for (int s2 = 0; s2 <= t; s2++) changed |= f32_bits(lg2[r * T + s2]) != f32_bits(lg[r * T + s2]);
+            for (int s2 = 0; s2 < T; s2++) {
+                uint32_t bits = f32_bits(pr2[r * T + s2]);
+                if (changed) { gs[nsel] = pr2[r * T + s2]; rs[nsel] = rpr2[r * T + s2]; nsel++; unw += bits == 0xFFFF0000u; }
+                else touched += bits != 0xFFFF0000u;
+            }
+        }
+        Written ws = {unw, w.overrun};
+        compare("  ref given: the rows changed at s <= t", gs, rs, nsel, tol_bf16(rt), &ws);
+        check(touched == 0 && nsel == expect_sel * T, "      the other rows (changed only at s > t, or not at all) untouched: %zu elements written, "
+              "%zu of %zu rows recomputed", touched, nsel / T, rows);
+
+        /* probs x v from the bf16 probs (0 at s > t): the same fp32 sums in another order, T terms:
+         * 1 ulp + 2 (T + 16) 2^-24 sum_s p |v| */
+        float* p = h_alloc(na);
+        for (size_t i = 0; i < na; i++) p[i] = bf16_round(rpr[i]);
+        bf16 *gp = d_bf16(p, na), *gout = d_bf16_poison(nq);
+        attention_av(gout, gp, gv, B, T, H, KV, hd, g_s);
+        float* out = dl_bf16(gout, nq, &w);
+        float *rout = h_alloc(nq), *mo = h_alloc(nq);
+        attention_av_forward(rout, p, v, B, T, H, KV, hd);
+        float* av = h_abs(v, nk);
+        attention_av_forward(mo, p, av, B, T, H, KV, hd); /* p >= 0: sum_s p |v| */
+        compare("av: out = probs v", out, rout, nq, tol_bf16_mag(mo, 2 * (T + 16) * ldexp(1.0, -24)), &w);
+        /* the forward's own probs: attention_av gives attention_forward's out bit for bit (m = 0 faults) */
+        bf16 *fout = d_bf16_poison(nq), *flg = d_bf16_poison(na), *fpr = d_bf16_poison(na), *fout2 = d_bf16_poison(nq);
+        attention_forward(fout, flg, fpr, gq, gk, gv, B, T, H, KV, hd, g_s);
+        attention_av(fout2, fpr, gv, B, T, H, KV, hd, g_s);
+        float* o1 = dl_bf16(fout, nq, NULL);
+        float* o2 = dl_bf16(fout2, nq, &w);
+        compare("av from attention_forward's probs == its out", o2, o1, nq, tol_bitwise(0), &w);
+        /* and softmax_from_logits with ref = the logits themselves recomputes nothing */
+        float* fp0 = dl_bf16(fpr, na, NULL);
+        attention_softmax_from_logits(fpr, flg, flg, B, H, T, g_s);
+        float* fp1 = dl_bf16(fpr, na, &w);
+        compare("softmax_from_logits, ref = logits: probs unchanged", fp1, fp0, na, tol_bitwise(0), &w);
+
+        /* backward step 1: dprobs = dout . v (hd terms: 1 ulp + 2 (hd + 16) 2^-24 sum |dout v|), 0 at s > t;
+         * dv = P^T dO as the fused backward, bit for bit */
+        float* go = h_normal(nq, 1.0, 0.0, 1);
+        bf16* ggo = d_bf16(go, nq);
+        bf16 *gdp = d_bf16_poison(na), *gdv = d_bf16_poison(nk);
+        attention_split_av_backward(gdp, gdv, ggo, gp, gv, B, T, H, KV, hd, g_s);
+        Written wd, wv;
+        float* xdp = dl_bf16(gdp, na, &wd);
+        float* xdv = dl_bf16(gdv, nk, &wv);
+        float *rdp = h_alloc(na), *rdv = h_alloc(nk), *mdp = h_alloc(na), *mdv = h_alloc(nk);
+        attention_av_backward(rdp, rdv, go, p, v, B, T, H, KV, hd);
+        float* ago = h_abs(go, nq);
+        attention_av_backward(mdp, mdv, ago, p, av, B, T, H, KV, hd); /* sum |dout v| and sum p |dout| */
+        compare("split av backward: dprobs (bf16, 0 at s > t)", xdp, rdp, na, tol_bf16_mag(mdp, 2 * (hd + 16) * ldexp(1.0, -24)), &wd);
+        compare("split av backward: dv", xdv, rdv, nk, tol_bf16_mag(mdv, 2 * (g * T + 16) * ldexp(1.0, -24)), &wv);
+        bf16 *fdq = d_bf16_poison(nq), *fdk = d_bf16_poison(nk), *fdv = d_bf16_poison(nk);
+        attention_backward(fdq, fdk, fdv, ggo, gp, gq, gk, gv, B, T, H, KV, hd, g_s);
+        float* xfdv = dl_bf16(fdv, nk, NULL);
+        compare("split av backward: dv == the fused backward's", xdv, xfdv, nk, tol_bitwise(0), &wv);
+
+        /* step 2 (garbage dprobs at s > t): dl = p (dp - sum p dp); 1 ulp + 2 (T + 16) 2^-24 p (|dp| + sum p |dp|) */
+        float* dpin = h_normal(na, 4.0, 0.0, 1);
+        bf16 *gdpin = d_bf16(dpin, na), *gdl = d_bf16_poison(na);
+        attention_split_softmax_backward(gdl, gdpin, gp, B, H, T, g_s);
+        Written wl;
+        float* xdl = dl_bf16(gdl, na, &wl);
+        float *rdl = h_alloc(na), *mdl = h_alloc(na);
+        attention_softmax_backward(rdl, dpin, p, B, H, T);
+        for (size_t r = 0; r < rows; r++) {
+            int t = (int)(r % T);
+            double sp = 0;
+            for (int s2 = 0; s2 <= t; s2++) sp += (double)p[r * T + s2] * fabsf(dpin[r * T + s2]);
+            for (int s2 = 0; s2 < T; s2++) mdl[r * T + s2] = s2 <= t ? (float)(p[r * T + s2] * (fabsf(dpin[r * T + s2]) + sp)) : 0.0f;
+        }
+        compare("split softmax backward: dlogits (unscaled, 0 at s > t)", xdl, rdl, na, tol_bf16_mag(mdl, 2 * (T + 16) * ldexp(1.0, -24)), &wl);
+        attention_split_softmax_backward(gdpin, gdpin, gp, B, H, T, g_s);
+        float* xdl2 = dl_bf16(gdpin, na, &wl);
+        compare("split softmax backward in place == out of place", xdl2, xdl, na, tol_bitwise(0), &wl);
+
+        /* step 3 (garbage dlogits at s > t, zeroed in place): dq = scale dL K, dk = scale dL^T Q;
+         * 1 ulp + 2 (terms + 16) 2^-24 scale sum |dl| |k or q| */
+        float* dlin = h_normal(na, 0.1, 0.0, 1);
+        bf16 *gdlin = d_bf16(dlin, na), *gdq = d_bf16_poison(nq), *gdk = d_bf16_poison(nk);
+        attention_split_logits_backward(gdq, gdk, gdlin, gq, gk, B, T, H, KV, hd, g_s);
+        Written wq, wk, wm;
+        float* xdq = dl_bf16(gdq, nq, &wq);
+        float* xdk = dl_bf16(gdk, nk, &wk);
+        float* xdlm = dl_bf16(gdlin, na, &wm);
+        float *rdq = h_alloc(nq), *rdk = h_alloc(nk), *mdq = h_alloc(nq), *mdk = h_alloc(nk);
+        attention_logits_backward(rdq, rdk, dlin, q, k, B, T, H, KV, hd);
+        float *adl = h_abs(dlin, na), *aq = h_abs(q, nq), *ak = h_abs(k, nk);
+        attention_logits_backward(mdq, mdk, adl, aq, ak, B, T, H, KV, hd);
+        compare("split logits backward: dq", xdq, rdq, nq, tol_bf16_mag(mdq, 2 * (T + 16) * ldexp(1.0, -24)), &wq);
+        compare("split logits backward: dk", xdk, rdk, nk, tol_bf16_mag(mdk, 2 * (g * T + 16) * ldexp(1.0, -24)), &wk);
+        float* dlm = h_alloc(na);
+        for (size_t i = 0; i < na; i++) dlm[i] = (int)(i % T) > (int)((i / T) % T) ? 0.0f : dlin[i];
+        compare("split logits backward: dlogits zeroed at s > t, else kept", xdlm, dlm, na, tol_bitwise(0), &wm);
+
+        /* the three steps chained (dprobs, dlogits in one bf16 buffer, in place) vs the CPU's attention_backward:
+         * the tolerance of the fused backward (test_attention); the split one rounds dprobs to bf16 too */
+        bf16 *gbuf = d_bf16_poison(na), *sdq = d_bf16_poison(nq), *sdk = d_bf16_poison(nk), *sdv = d_bf16_poison(nk);
+        attention_split_av_backward(gbuf, sdv, ggo, gp, gv, B, T, H, KV, hd, g_s);
+        attention_split_softmax_backward(gbuf, gbuf, gp, B, H, T, g_s);
+        attention_split_logits_backward(sdq, sdk, gbuf, gq, gk, B, T, H, KV, hd, g_s);
+        Written cq, ck;
+        float* cdq = dl_bf16(sdq, nq, &cq);
+        float* cdk = dl_bf16(sdk, nk, &ck);
+        float *bdq = h_alloc(nq), *bdk = h_alloc(nk), *bdv = h_alloc(nk), *batt = h_alloc(na);
+        attention_backward(bdq, bdk, bdv, batt, go, p, q, k, v, B, T, H, KV, hd);
+        Tol tq = tol_bf16(0);
+        tq.atol = ldexp(1.0, -6) * max_abs_of(bdq, nq);
+        compare("split backward chained: dq", cdq, bdq, nq, tq, &cq);
+        Tol tk = tol_bf16(0);
+        tk.atol = ldexp(1.0, -6) * max_abs_of(bdk, nk);
+        compare("split backward chained: dk", cdk, bdk, nk, tk, &ck);
+
+        FREE_ALL(q, k, v, lg, pr, rpr, lg2, pr2, rpr2, gs, rs, p, out, rout, mo, av, o1, o2, fp0, fp1, go, xdp, xdv, rdp, rdv, mdp, mdv,
+                 ago, xfdv, dpin, xdl, rdl, mdl, xdl2, dlin, xdq, xdk, xdlm, rdq, rdk, mdq, mdk, adl, aq, ak, dlm, cdq, cdk, bdq, bdk,
+                 bdv, batt);
         dfree_all();
     }
 }
@@ -1158,6 +1329,110 @@ static void test_determinism(const char* preset, int vocab, int B, int T, const 
     FREE_ALL(params0, inp, tgt);
 }
 
+/* ------------------------------------------------------- (d) att_logits / att_probs injection */
+typedef struct { float loss; uint16_t *logits, *probs0, *probs1; float* grads; } AttRun;
+/* one forward + backward of the model with the fault context fx (NULL: clean) */
+static AttRun att_run(Model* gm, FaultCtx* fx, int B, int T) {
+    AttRun r;
+    const Config* c = &gm->c;
+    size_t nl = (size_t)B * T * c->vocab_size, na = (size_t)B * c->n_head * T * T;
+    if (fx) fx->injected = 0;
+    model_set_fault(gm, fx);
+    model_zero_grads(gm);
+    r.loss = model_forward_step(gm, B, T, 1);
+    r.logits = (uint16_t*)mallocCheck(nl * 2);
+    r.probs0 = (uint16_t*)mallocCheck(na * 2);
+    r.probs1 = (uint16_t*)mallocCheck(na * 2);
+    cudaCheck(cudaMemcpy(r.logits, gm->logits, nl * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(r.probs0, gm->la[0].probs, na * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(r.probs1, gm->la[1].probs, na * 2, cudaMemcpyDeviceToHost));
+    model_backward_step(gm, B, T, 1.0f / (B * T));
+    r.grads = dl_f32(gm->grads, gm->L.total, NULL);
+    model_set_fault(gm, NULL);
+    return r;
+}
+static void att_free(AttRun* r) { FREE_ALL(r->logits, r->probs0, r->probs1, r->grads); }
+/* rows of a [B,H,T,T] tensor (bf16 bits) that differ */
+static size_t rows_differ(const uint16_t* a, const uint16_t* b, size_t rows, int T) {
+    size_t n = 0;
+    for (size_t r = 0; r < rows; r++) n += memcmp(a + r * T, b + r * T, (size_t)T * 2) != 0;
+    return n;
+}
+/* gradient elements of the tensors of layers >= l0 (l0 -1: every tensor) that differ bitwise */
+static size_t grads_differ(const Model* gm, const float* a, const float* b, int l0) {
+    size_t n = 0;
+    for (int i = 0; i < gm->L.n; i++) {
+        const TensorInfo* t = &gm->L.t[i];
+        if (l0 >= 0 && t->layer < l0) continue;
+        for (size_t j = 0; j < t->numel; j++) n += f32_bits(a[t->offset + j]) != f32_bits(b[t->offset + j]);
+    }
+    return n;
+}
+static double rel_l2(const float* a, const float* ref, size_t n) {
+    double se = 0, sr = 0;
+    for (size_t i = 0; i < n; i++) { double e = (double)a[i] - ref[i]; se += e * e; sr += (double)ref[i] * ref[i]; }
+    return sr > 0 ? sqrt(se / sr) : (se > 0 ? INFINITY : 0.0);
+}
+
+static void test_att_faults(const char* preset) {
+    Config c = *preset_find(preset);
+    int B = 2, T = 32, N = B * T;
+    c.vocab_size = 256; c.seq_len = T;
+    Model gm_, *gm = &gm_;
+    model_build(gm, &c, B, T, 1);
+    model_init_weights(gm, 11);
+    printf("att_logits / att_probs injection, %s (vocab 256, B %d, T %d, seeded random weights), faults at layer 1\n", preset, B, T);
+    int *inp = (int*)mallocCheck(sizeof(int) * N), *tgt = (int*)mallocCheck(sizeof(int) * N);
+    for (int i = 0; i < N; i++) { inp[i] = (int)rng_below(&g_rng, 256); tgt[i] = (int)rng_below(&g_rng, 256); }
+    model_set_tokens(gm, inp, tgt, N);
+    size_t nl = (size_t)N * c.vocab_size, rows = (size_t)B * c.n_head * T;
+    AttRun clean = att_run(gm, NULL, B, T);
+    FaultCtx fx;
+    memset(&fx, 0, sizeof(fx));
+    fx.width = 16; /* rank 0, microbatch 0, no log */
+    fx.ev.active = 1; fx.ev.step = 1; fx.ev.layer = 1; fx.ev.nbits = 1; fx.ev.seed = 99; fx.ev.field = FIELD_EXPONENT;
+    const int sites[2] = {SITE_ATT_LOGITS, SITE_ATT_PROBS};
+    for (int si = 0; si < 2; si++) {
+        const char* sn = SITE_NAMES[sites[si]];
+        fx.ev.site = sites[si];
+        /* forward: m = 64 elements of layer 1's tensor, one exponent bit each */
+        fx.ev.pass = PASS_FWD; fx.ev.m = 64;
+        AttRun f = att_run(gm, &fx, B, T);
+        size_t r1 = rows_differ(f.probs1, clean.probs1, rows, T), r0 = rows_differ(f.probs0, clean.probs0, rows, T);
+        int lchg = memcmp(f.logits, clean.logits, nl * 2) != 0;
+        check(fx.injected == 1 && lchg && r0 == 0 && (sites[si] == SITE_ATT_PROBS || (r1 > 0 && r1 <= 64)),
+              "  fwd %s m 64: injected %d, model logits %s, probs rows changed: layer 0 %zu (want 0), layer 1 %zu%s", sn, fx.injected,
+              lchg ? "changed" : "UNCHANGED", r0, r1, sites[si] == SITE_ATT_LOGITS ? " (want 1..64: only the rows hit)" : "");
+        att_free(&f);
+        /* m = 0: the recomputation must give the clean bits */
+        fx.ev.m = 0;
+        f = att_run(gm, &fx, B, T);
+        int same = memcmp(f.logits, clean.logits, nl * 2) == 0 && f32_bits(f.loss) == f32_bits(clean.loss) &&
+                   memcmp(f.probs1, clean.probs1, rows * T * 2) == 0 && grads_differ(gm, f.grads, clean.grads, -1) == 0;
+        check(fx.injected == 1 && same, "  fwd %s m 0: logits, loss, probs and gradients bitwise the clean run's: %s", sn, same ? "yes" : "NO");
+        att_free(&f);
+        /* backward: m = 0 runs the split backward (dprobs, dlogits stored bf16): the layers above bitwise
+         * the clean gradients, all close to them; m = 64 changes the gradients of layers 0..1 only */
+        fx.ev.pass = PASS_BWD; fx.ev.m = 0;
+        AttRun z = att_run(gm, &fx, B, T);
+        size_t up0 = grads_differ(gm, z.grads, clean.grads, 2);
+        double e0 = rel_l2(z.grads, clean.grads, gm->L.total);
+        check(fx.injected == 1 && up0 == 0 && e0 < 1e-2 && memcmp(z.logits, clean.logits, nl * 2) == 0,
+              "  bwd %s m 0 (split backward): gradients of layers 2.. differing %zu (want 0), all: rel L2 %.2e vs the fused (< 1e-2)",
+              sn, up0, e0);
+        fx.ev.m = 64;
+        f = att_run(gm, &fx, B, T);
+        size_t up = grads_differ(gm, f.grads, z.grads, 2), low = grads_differ(gm, f.grads, z.grads, -1);
+        check(fx.injected == 1 && up == 0 && low > 0, "  bwd %s m 64: gradients differing from m 0: layers 2.. %zu (want 0), all %zu (want > 0)",
+              sn, up, low);
+        att_free(&f);
+        att_free(&z);
+    }
+    att_free(&clean);
+    model_free(gm);
+    FREE_ALL(inp, tgt);
+}
+
 /* -only LIST: comma-separated test names, or the groups "kernels" (every kernel test), "reference" and
  * "determinism"; empty: everything */
 static const char* g_only = "";
@@ -1171,8 +1446,8 @@ static int want(const char* name, const char* group) {
 }
 
 #define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
-    "  LIST: comma-separated, of kernels reference determinism convert embedding rmsnorm rope attention\n" \
-    "        elementwise classifier adamw global_norm matmul\n"
+    "  LIST: comma-separated, of kernels reference determinism att_faults convert embedding rmsnorm rope\n" \
+    "        attention attention_split elementwise classifier adamw global_norm matmul\n"
 
 int main(int argc, char** argv) {
     const char *states = "dev/reference/states", *ckpts = "build/ref";
@@ -1202,7 +1477,7 @@ int main(int argc, char** argv) {
     rng_seed(&g_rng, seed);
     struct { const char* name; void (*fn)(void); } kernels[] = {
         {"convert", test_convert}, {"embedding", test_embedding}, {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
-        {"attention", test_attention}, {"elementwise", test_elementwise}, {"classifier", test_classifier},
+        {"attention", test_attention}, {"attention_split", test_attention_split}, {"elementwise", test_elementwise}, {"classifier", test_classifier},
         {"adamw", test_adamw}, {"global_norm", test_global_norm}, {"matmul", test_matmul}};
     double t0 = wall_seconds();
     int any = 0;
@@ -1223,6 +1498,10 @@ int main(int argc, char** argv) {
         test_determinism("tiny-llama", 8192, 4, 128, ckpts);
         test_determinism("tiny-nanochat", 8192, 4, 128, ckpts);
         printf("(determinism: %.1f s)\n", wall_seconds() - t2);
+    }
+    if (want("att_faults", NULL)) {
+        test_att_faults("tiny-llama");
+        test_att_faults("tiny-nanochat");
     }
     if (n_pass + n_fail == 0) { printf("-only %s: no such test\n", g_only); n_fail = 1; }
     cuda_workspace_free_all();

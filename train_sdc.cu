@@ -50,7 +50,7 @@
 #include "llmc/adamw.cuh"
 #include "llmc/global_norm.cuh"
 #include "llmc/fault.cuh"
-#include "llmc/fingerprint.h"
+#include "llmc/fingerprint.cuh"
 #include "llmc/rgg.h"
 
 /* ------------------------------------------------------------------------------------- model */
@@ -96,6 +96,7 @@ typedef struct {
     size_t act_bytes;
     void* trace_mem;                     /* device snapshot of act_mem for the propagation trace */
     FaultCtx* fx;                        /* fault injection (NULL: off) */
+    bf16* att_scratch;                   /* [B,H,T,T] for att_logits/att_probs faults (model_att_scratch), else NULL */
     int protect_qk, qk_alarms, qk_first_layer;
     uint32_t* exp_hist;                  /* exponent profiling [L.n][256] (host), NULL = off */
     int exp_samples;
@@ -113,6 +114,44 @@ template <typename TT> static TT* tensor_ptr(const Model* m, TT* base, int type,
 #define FAULT_AT(pass, site, l, x, n) do { if (fault_due(model->fx, (site), (l), (pass))) fault_apply_device(model->fx, (x), (size_t)(n), s); } while (0)
 #define FAULT_FWD(site, l, x, n) FAULT_AT(PASS_FWD, site, l, x, n)
 #define FAULT_BWD(site, l, x, n) FAULT_AT(PASS_BWD, site, l, x, n)
+
+/* att_logits / att_probs faults: attention_forward / attention_backward are fused (no stored tensor
+ * between their steps is read back), so when such a fault is due the affected steps are redone with the
+ * split launchers of llmc/attention.cuh; with no such fault due the fused path runs unchanged. Their
+ * scratch: one bf16 [B,H,T,T] buffer outside the activations (so outside the trace snapshot), allocated
+ * on the first use. One event hits one site in one pass, so at most one use is live at a time. */
+static bf16* model_att_scratch(Model* model) {
+    if (!model->att_scratch) {
+        size_t n = (size_t)model->B * model->c.n_head * model->T * model->T;
+        cudaError_t e = cudaMalloc(&model->att_scratch, n * sizeof(bf16));
+        if (e != cudaSuccess)
+            tsdc_fail("cannot allocate %.2f GiB of attention scratch for an att_logits/att_probs fault: %s", n * 2 / 1073741824.0,
+                      cudaGetErrorString(e));
+    }
+    return model->att_scratch;
+}
+/* forward, after attention_forward: a fault in the logits reaches the probs of the rows it hit (softmax
+ * from the bf16 logits, the CPU's -precision bf16; the other rows keep their bits) and the output; a fault
+ * in the probs reaches the output through a copy masked at s > t (the CPU reads only s <= t; the tensor
+ * keeps what was injected, as the CPU's) */
+static void attention_forward_faults(Model* model, LayerActs* a, int l, int B, int T, cudaStream_t s) {
+    const Config* c = &model->c;
+    const int H = c->n_head, KV = c->n_kv_head, hd = c->head_dim;
+    const size_t natt = (size_t)B * H * T * T;
+    if (fault_due(model->fx, SITE_ATT_LOGITS, l, PASS_FWD)) {
+        bf16* before = model_att_scratch(model);
+        cudaCheck(cudaMemcpyAsync(before, a->logits, natt * sizeof(bf16), cudaMemcpyDeviceToDevice, s));
+        fault_apply_device(model->fx, a->logits, natt, s);
+        attention_softmax_from_logits(a->probs, a->logits, before, B, H, T, s);
+        attention_av(a->att_out, a->probs, a->v, B, T, H, KV, hd, s);
+    }
+    if (fault_due(model->fx, SITE_ATT_PROBS, l, PASS_FWD)) {
+        fault_apply_device(model->fx, a->probs, natt, s);
+        bf16* pm = model_att_scratch(model);
+        attention_causal_mask(pm, a->probs, B, H, T, s);
+        attention_av(a->att_out, pm, a->v, B, T, H, KV, hd, s);
+    }
+}
 
 static void model_build(Model* model, const Config* c, int B, int T, int precision) {
     memset(model, 0, sizeof(*model));
@@ -213,6 +252,7 @@ static void model_free(Model* model) {
     cudaCheck(cudaFree(model->v)); cudaCheck(cudaFree(model->wbf)); cudaCheck(cudaFree(model->rope_cos));
     cudaCheck(cudaFree(model->rope_sin)); cudaCheck(cudaFree(model->act_mem));
     if (model->trace_mem) cudaCheck(cudaFree(model->trace_mem));
+    if (model->att_scratch) cudaCheck(cudaFree(model->att_scratch));
     cudaCheck(cudaStreamDestroy(model->stream));
     free(model->h_params); free(model->h_m); free(model->h_v); free(model->h_losses); free(model->h_targets); free(model->h_row);
     free(model->la); free(model->tidx); free(model->exp_hist);
@@ -265,40 +305,13 @@ static void model_set_tokens(Model* model, const int* inputs, const int* targets
 }
 
 /* ------------------------------------------------------------------ protection (device side)
- * Q/K fingerprints of bf16 tensors: each thread XORs its elements' contributions (fingerprint.h), the
- * block XOR-reduces (order-free), the block results are XORed on the host. The recomputation runs the
- * same launchers as the forward into backward scratch; its fingerprint is taken from that scratch. */
-#define FP_BLOCKS 256
-__global__ static void fingerprint_kernel(unsigned long long* part, const bf16* z, size_t n) {
-    Fingerprint f = {0, 0};
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        fp_add(&f, i, (uint64_t)__bfloat16_as_ushort(z[i]), 16);
-    for (int off = 16; off > 0; off >>= 1) {
-        f.raw ^= __shfl_xor_sync(0xffffffffu, f.raw, off);
-        f.idx ^= __shfl_xor_sync(0xffffffffu, f.idx, off);
-    }
-    __shared__ unsigned long long sr[32], si[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) { sr[warp] = f.raw; si[warp] = f.idx; }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned long long r = 0, x = 0;
-        for (int w = 0; w < (int)(blockDim.x / 32); w++) { r ^= sr[w]; x ^= si[w]; }
-        part[2 * blockIdx.x] = r; part[2 * blockIdx.x + 1] = x;
-    }
-}
-static Fingerprint qk_fingerprint_dev(const bf16* z, size_t n, cudaStream_t s) {
-    unsigned long long* part = (unsigned long long*)cuda_workspace_f32(3, 4 * FP_BLOCKS);
-    fingerprint_kernel<<<FP_BLOCKS, 256, 0, s>>>(part, z, n);
-    cudaCheck(cudaGetLastError());
-    static unsigned long long h[2 * FP_BLOCKS];
-    cudaCheck(cudaMemcpyAsync(h, part, sizeof(h), cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaStreamSynchronize(s));
-    Fingerprint f = {0, 0};
-    for (int b = 0; b < FP_BLOCKS; b++) { f.raw ^= h[2 * b]; f.idx ^= h[2 * b + 1]; }
-    return f;
-}
-static void qk_recompute_check(Model* model, int l, int B, int T, const bf16* q_used, const bf16* k_used) {
+ * Q/K path recomputation with fused fingerprints (llmc/fingerprint.cuh): the kernel that produces the
+ * Q and K attention consumes (RoPE, or nanochat's norm after RoPE) fingerprints what it writes, in the
+ * forward; the recomputation runs the projections (and Qwen3's QK norm) into backward scratch and then
+ * the same final kernel in fingerprint-only mode, so the recomputed Q and K are never written out.
+ * When a fault was injected into the final tensor after its kernel, the forward's fingerprint is taken
+ * from the stored tensor instead (the fault stands for an error inside that kernel). */
+static void qk_recompute_check(Model* model, int l, int B, int T, Fingerprint fq, Fingerprint fk) {
     const Config* c = &model->c;
     cudaStream_t s = model->stream;
     LayerActs* a = &model->la[l];
@@ -313,17 +326,17 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const bf16* q_
         rmsnorm_forward(k2, ms, k1, W(PT_KNORM, l), N * KV, hd, eps, s);
         t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
     }
-    rope_forward(q2, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-    rope_forward(k2, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
-    t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
+    Fingerprint rq, rk;
     if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-        rmsnorm_forward(q2, ms, q1, NULL, N * H, hd, eps, s);
-        rmsnorm_forward(k2, ms, k1, NULL, N * KV, hd, eps, s);
-        t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
+        rope_forward(q2, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        rope_forward(k2, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        rq = rmsnorm_forward_fp(NULL, NULL, q2, NULL, N * H, hd, eps, s);
+        rk = rmsnorm_forward_fp(NULL, NULL, k2, NULL, N * KV, hd, eps, s);
+    } else {
+        rq = rope_forward_fp(NULL, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        rk = rope_forward_fp(NULL, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
     }
-    int bad = !fp_equal(qk_fingerprint_dev(q_used, (size_t)N * qd, s), qk_fingerprint_dev(q1, (size_t)N * qd, s)) ||
-              !fp_equal(qk_fingerprint_dev(k_used, (size_t)N * kd, s), qk_fingerprint_dev(k1, (size_t)N * kd, s));
-    if (bad) { if (!model->qk_alarms) model->qk_first_layer = l; model->qk_alarms++; }
+    if (!fp_equal(fq, rq) || !fp_equal(fk, rk)) { if (!model->qk_alarms) model->qk_first_layer = l; model->qk_alarms++; }
 }
 
 /* exponent profiling: gather random samples of dL/dY on the device, count codes on the host */
@@ -378,20 +391,40 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             FAULT_FWD(SITE_K_NORM, l, a->kn, (size_t)N * kd);
             qc = a->qn; kc = a->kn;
         }
-        rope_forward(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-        FAULT_FWD(SITE_Q_ROPE, l, a->qr, (size_t)N * qd);
-        rope_forward(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
-        FAULT_FWD(SITE_K_ROPE, l, a->kr, (size_t)N * kd);
+        /* the kernel producing the Q and K attention consumes also fingerprints them (protect qk) */
+        int fused_q = model->protect_qk && c->qk_norm != QKNORM_PLAIN_POST_ROPE;
+        Fingerprint fq = {0, 0}, fk = {0, 0};
+        if (fused_q) fq = rope_forward_fp(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        else rope_forward(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        if (fault_due(model->fx, SITE_Q_ROPE, l, PASS_FWD)) {
+            fault_apply_device(model->fx, a->qr, (size_t)N * qd, s);
+            if (fused_q) fq = qk_fingerprint_dev(a->qr, (size_t)N * qd, s);
+        }
+        if (fused_q) fk = rope_forward_fp(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        else rope_forward(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        if (fault_due(model->fx, SITE_K_ROPE, l, PASS_FWD)) {
+            fault_apply_device(model->fx, a->kr, (size_t)N * kd, s);
+            if (fused_q) fk = qk_fingerprint_dev(a->kr, (size_t)N * kd, s);
+        }
         qc = a->qr; kc = a->kr;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-            rmsnorm_forward(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, s);
-            FAULT_FWD(SITE_Q_NORM, l, a->qf, (size_t)N * qd);
-            rmsnorm_forward(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, s);
-            FAULT_FWD(SITE_K_NORM, l, a->kf, (size_t)N * kd);
+            if (model->protect_qk) fq = rmsnorm_forward_fp(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, s);
+            else rmsnorm_forward(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, s);
+            if (fault_due(model->fx, SITE_Q_NORM, l, PASS_FWD)) {
+                fault_apply_device(model->fx, a->qf, (size_t)N * qd, s);
+                if (model->protect_qk) fq = qk_fingerprint_dev(a->qf, (size_t)N * qd, s);
+            }
+            if (model->protect_qk) fk = rmsnorm_forward_fp(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, s);
+            else rmsnorm_forward(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, s);
+            if (fault_due(model->fx, SITE_K_NORM, l, PASS_FWD)) {
+                fault_apply_device(model->fx, a->kf, (size_t)N * kd, s);
+                if (model->protect_qk) fk = qk_fingerprint_dev(a->kf, (size_t)N * kd, s);
+            }
             qc = a->qf; kc = a->kf;
         }
-        if (model->protect_qk) qk_recompute_check(model, l, B, T, qc, kc);
+        if (model->protect_qk) qk_recompute_check(model, l, B, T, fq, fk);
         attention_forward(a->att_out, a->logits, a->probs, qc, kc, a->v, B, T, H, KV, hd, s);
+        attention_forward_faults(model, a, l, B, T, s);
         FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
@@ -514,7 +547,27 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         FAULT_BWD(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
         const bf16* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
         const bf16* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
-        attention_backward(model->dq, model->dk, model->dv, model->datt, a->probs, qc, kc, a->v, B, T, H, KV, hd, s);
+        /* att_logits / att_probs: see attention_forward_faults. A forward fault in the probs may have put a
+         * value at s > t, which the CPU never reads: the backward gets a masked copy. A backward fault runs
+         * the split backward, which stores dprobs (the gradient of att_probs) and then, in place, dlogits
+         * (of att_logits) as bf16 [B,H,T,T] tensors to inject into. */
+        const bf16* probs = a->probs;
+        if (fault_due(model->fx, SITE_ATT_PROBS, l, PASS_FWD)) {
+            bf16* pm = model_att_scratch(model);
+            attention_causal_mask(pm, a->probs, B, H, T, s);
+            probs = pm;
+        }
+        if (fault_due(model->fx, SITE_ATT_PROBS, l, PASS_BWD) || fault_due(model->fx, SITE_ATT_LOGITS, l, PASS_BWD)) {
+            const size_t natt = (size_t)B * H * T * T;
+            bf16* dpl = model_att_scratch(model); /* not the masked probs: that needs a forward event */
+            attention_split_av_backward(dpl, model->dv, model->datt, probs, a->v, B, T, H, KV, hd, s);
+            FAULT_BWD(SITE_ATT_PROBS, l, dpl, natt);
+            attention_split_softmax_backward(dpl, dpl, probs, B, H, T, s);
+            FAULT_BWD(SITE_ATT_LOGITS, l, dpl, natt);
+            attention_split_logits_backward(model->dq, model->dk, dpl, qc, kc, B, T, H, KV, hd, s);
+        } else {
+            attention_backward(model->dq, model->dk, model->dv, model->datt, probs, qc, kc, a->v, B, T, H, KV, hd, s);
+        }
         FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
         bf16 *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
@@ -638,7 +691,9 @@ static uint64_t model_weights_checksum(Model* model) {
 }
 static void model_set_fault(Model* model, FaultCtx* fx) { model->fx = fx; }
 
-/* the forward tensor of a site at a layer (site -1: the logits) */
+/* the forward tensor of a site at a layer (site -1: the logits). att_logits / att_probs: the stored bf16
+ * [B,H,T,T] tensors, with any injected value in place and the probs recomputed after a logits fault
+ * (attention_forward_faults), as the CPU's */
 static bf16* model_site_tensor(Model* model, int site, int l, int B, int T, size_t* n) {
     const Config* c = &model->c;
     size_t N = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_head * c->head_dim, kd = (size_t)c->n_kv_head * c->head_dim;
@@ -762,7 +817,6 @@ static void gpu_teardown(void) {
 #define TRAINER_DEFAULT_PRECISION 1
 #define TRAINER_HAS_FP32 0
 #define TRAINER_BF16_NAME "bf16 AMP"
-#define TRAINER_FUSED_ATTENTION 1    /* att_logits / att_probs are not injection points here (yet) */
 #define TRAINER_SETUP(dist) gpu_setup(dist)
 #define TRAINER_TEARDOWN() gpu_teardown()
 #include "llmc/train_loop.h"

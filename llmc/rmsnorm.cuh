@@ -30,6 +30,7 @@
 
 #include "cuda_common.cuh"
 #include "convert.cuh"
+#include "fingerprint.cuh"
 
 #define RMSNORM_BLOCK 256     /* 8 warps, each 32/L rows at a time */
 #define RMSNORM_DW_TX 32      /* dw kernels: columns per block */
@@ -42,8 +43,11 @@ __device__ __forceinline__ float rmsnorm_group_sum(float v, int L) {
     return v;
 }
 
+/* FP: also fold every output element into the Q/K fingerprint; out and ms may then be NULL */
+template <bool FP>
 __global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* x, const bf16* w,
-                                              int rows, int C, float eps, int L, bool vec) {
+                                              int rows, int C, float eps, int L, bool vec, unsigned long long* fp_part) {
+    Fingerprint fp = {0, 0};
     const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
     const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
     /* base is the same for the whole warp, so every lane reaches the shuffles */
@@ -66,7 +70,7 @@ __global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* 
         const float m = rmsnorm_group_sum(acc, L) / C;
         if (!valid) continue;
         const float rstd = 1.0f / sqrtf(m + eps);
-        if (gl == 0) ms[row] = m;
+        if (gl == 0 && ms) ms[row] = m;
         for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
             const int cnt = min(8, C - c0);
             float f[8], wv[8];
@@ -79,9 +83,13 @@ __global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* 
 #pragma unroll
                 for (int j = 0; j < 8; j++) f[j] = f[j] * rstd;
             }
-            store8_bf16(o + c0, f, cnt, vec);
+            if (!FP || out) store8_bf16(o + c0, f, cnt, vec);
+            if (FP)
+                for (int j = 0; j < cnt; j++)
+                    fp_add(&fp, (uint64_t)row * C + c0 + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(f[j])), 16);
         }
     }
+    if (FP) fp_block_reduce(fp, fp_part);
 }
 
 __global__ static void rmsnorm_backward_dx_kernel(bf16* dx, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
@@ -192,8 +200,22 @@ static void rmsnorm_forward(bf16* out, float* ms, const bf16* x, const bf16* w, 
     if (rows <= 0 || C <= 0) return;
     bool vec = C % 8 == 0 && ptr_aligned(out, 16) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
     const int L = rmsnorm_lanes(C);
-    rmsnorm_forward_kernel<<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, eps, L, vec);
+    rmsnorm_forward_kernel<false><<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, eps, L, vec, NULL);
     cudaCheck(cudaGetLastError());
+}
+/* rmsnorm_forward with the Q/K fingerprint of its output (out, ms NULL: fingerprint only); synchronises */
+static Fingerprint rmsnorm_forward_fp(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, float eps,
+                                      cudaStream_t stream) {
+    Fingerprint none = {0, 0};
+    if (rows <= 0 || C <= 0) return none;
+    bool vec = C % 8 == 0 && (!out || ptr_aligned(out, 16)) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
+    const int L = rmsnorm_lanes(C);
+    int grid = rmsnorm_grid(rows, L);
+    if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
+    unsigned long long* part = fingerprint_partials();
+    rmsnorm_forward_kernel<true><<<grid, RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, eps, L, vec, part);
+    cudaCheck(cudaGetLastError());
+    return fingerprint_collect(part, grid, stream);
 }
 
 /* dx (= or +=) d/dx; dw (may be NULL) += the weight gradient. Uses workspace slot 0 when dw != NULL. */

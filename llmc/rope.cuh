@@ -14,10 +14,14 @@
 #include "cuda_common.cuh"
 #include "convert.cuh"
 #include "rope.h"
+#include "fingerprint.cuh"
 
-template <typename I>
+/* FP: also fold every output element into the Q/K fingerprint (fingerprint.cuh); out may then be NULL
+ * (fingerprint only: the recomputation of Q/K path protection) */
+template <typename I, bool FP>
 __global__ static void rope_kernel(bf16* out, const bf16* x, const float* cos_t, const float* sin_t,
-                                   I npairs, int T, int nh, int hd, int style, bool inverse) {
+                                   I npairs, int T, int nh, int hd, int style, bool inverse, unsigned long long* fp_part) {
+    Fingerprint f = {0, 0};
     const I half = (I)(hd / 2);
     const I stride = (I)gridDim.x * blockDim.x;
     for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < npairs; idx += stride) {
@@ -29,9 +33,14 @@ __global__ static void rope_kernel(bf16* out, const bf16* x, const float* cos_t,
         const float s = inverse ? -sin_t[t * (int)half + i] : sin_t[t * (int)half + i];
         float y1, y2;
         rope_rotate_pair(style, __bfloat162float(x[base + i]), __bfloat162float(x[base + i + half]), c, s, &y1, &y2);
-        out[base + i] = __float2bfloat16_rn(y1);
-        out[base + i + half] = __float2bfloat16_rn(y2);
+        const bf16 o1 = __float2bfloat16_rn(y1), o2 = __float2bfloat16_rn(y2);
+        if (!FP || out) { out[base + i] = o1; out[base + i + half] = o2; }
+        if (FP) {
+            fp_add(&f, (uint64_t)(base + i), (uint64_t)__bfloat16_as_ushort(o1), 16);
+            fp_add(&f, (uint64_t)(base + i + half), (uint64_t)__bfloat16_as_ushort(o2), 16);
+        }
     }
+    if (FP) fp_block_reduce(f, fp_part);
 }
 
 static void rope_launch(bf16* out, const bf16* x, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd,
@@ -40,10 +49,11 @@ static void rope_launch(bf16* out, const bf16* x, const float* cos_t, const floa
     if (npairs == 0) return;
     /* idx + stride must not wrap in 32 bits: stride <= EW_MAX_GRID * EW_BLOCK = 2^24 */
     if (npairs <= 0xffffffffull - ((size_t)EW_MAX_GRID * EW_BLOCK)) {
-        rope_kernel<unsigned int><<<ew_grid(npairs), EW_BLOCK, 0, stream>>>(out, x, cos_t, sin_t, (unsigned int)npairs,
-                                                                            T, nh, hd, style, inverse);
+        rope_kernel<unsigned int, false><<<ew_grid(npairs), EW_BLOCK, 0, stream>>>(out, x, cos_t, sin_t, (unsigned int)npairs,
+                                                                                   T, nh, hd, style, inverse, NULL);
     } else {
-        rope_kernel<size_t><<<ew_grid(npairs), EW_BLOCK, 0, stream>>>(out, x, cos_t, sin_t, npairs, T, nh, hd, style, inverse);
+        rope_kernel<size_t, false><<<ew_grid(npairs), EW_BLOCK, 0, stream>>>(out, x, cos_t, sin_t, npairs, T, nh, hd, style,
+                                                                             inverse, NULL);
     }
     cudaCheck(cudaGetLastError());
 }
@@ -52,6 +62,18 @@ static void rope_launch(bf16* out, const bf16* x, const float* cos_t, const floa
 static void rope_forward(bf16* out, const bf16* x, const float* cos, const float* sin, int B, int T, int nh, int hd,
                          int style, cudaStream_t stream) {
     rope_launch(out, x, cos, sin, B, T, nh, hd, style, false, stream);
+}
+/* out = rope(x) (out NULL: not written) and the Q/K fingerprint of rope(x), from the same arithmetic as
+ * rope_forward; synchronises */
+static Fingerprint rope_forward_fp(bf16* out, const bf16* x, const float* cos, const float* sin, int B, int T, int nh, int hd,
+                                   int style, cudaStream_t stream) {
+    const size_t npairs = (size_t)B * T * nh * (hd / 2);
+    unsigned long long* part = fingerprint_partials();
+    int grid = ew_grid(npairs);
+    if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
+    rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(out, x, cos, sin, npairs, T, nh, hd, style, false, part);
+    cudaCheck(cudaGetLastError());
+    return fingerprint_collect(part, grid, stream);
 }
 /* dx = inverse rotation of dout (sin -> -sin); dx may equal dout */
 static void rope_backward(bf16* dx, const bf16* dout, const float* cos, const float* sin, int B, int T, int nh, int hd,

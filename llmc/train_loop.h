@@ -28,9 +28,6 @@
 #ifndef TSDC_TRAIN_LOOP_H
 #define TSDC_TRAIN_LOOP_H
 
-#ifndef TRAINER_FUSED_ATTENTION     /* 1: attention is one launcher, logits/probs cannot be injected between its steps */
-#define TRAINER_FUSED_ATTENTION 0
-#endif
 #ifndef TRAINER_SETUP               /* device selection, NCCL (GPU trainer); nothing on the CPU */
 #define TRAINER_SETUP(dist) ((void)0)
 #define TRAINER_TEARDOWN() ((void)0)
@@ -252,13 +249,6 @@ static void fault_setup(Run* run) {
     /* "all" and "qk" name sets: a member the family lacks is left out, not an error */
     int set_requested = strstr(a->fault_sites, "all") != NULL || strstr(a->fault_sites, "qk") != NULL;
     fault_validate(fc, &run->c, set_requested);
-    uint32_t att_sites = (1u << SITE_ATT_LOGITS) | (1u << SITE_ATT_PROBS);
-    if (TRAINER_FUSED_ATTENTION && (fc->sites & att_sites)) {
-        if (!set_requested)
-            tsdc_fail("flag -fault_sites: att_logits and att_probs are not injection points of this trainer yet (its attention is "
-                      "one fused launcher); the CPU trainer ./train_sdc has them");
-        fc->sites &= ~att_sites;
-    }
     char path[1200];
     snprintf(path, sizeof(path), "%s/faults.jsonl", a->out);
     if (run->dist.rank == 0) mkdir_p(a->out);

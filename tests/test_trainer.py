@@ -277,3 +277,18 @@ def test_bad_flags_print_usage(data, tmp_path, args, needle):
     assert needle in p.stderr
     if "preset" not in needle:
         assert "usage: train_sdc" in p.stderr
+
+
+# ------------------------------------------------------------------------------------ GPU binary
+GPU_BIN = os.path.join(ROOT, "train_sdc_cu")
+
+
+@pytest.mark.skipif(not os.path.exists(GPU_BIN), reason="train_sdc_cu not built (no nvcc)")
+def test_gpu_binary_without_gpu_says_so_in_one_line(data, tmp_path):
+    if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0:
+        pytest.skip("a GPU is present")
+    p = subprocess.run([GPU_BIN] + [str(a) for a in base(data, tmp_path / "o", **{"-steps": 1})],
+                       capture_output=True, text=True, errors="replace")
+    assert p.returncode == 1, p
+    err = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(err) == 1 and err[0].startswith("error: no usable CUDA GPU (") and "./train_sdc is the CPU trainer" in err[0], err
