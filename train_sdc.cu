@@ -701,28 +701,7 @@ static bf16* model_site_tensor(Model* model, int site, int l, int B, int T, size
     if (site < 0) { *n = N * c->vocab_size; return model->logits; }
     LayerActs* a = &model->la[l];
     int pre = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE;
-    switch (site) {
-        case SITE_ATTN_NORM: *n = N * d; return a->attn_norm;
-        case SITE_Q_PROJ: *n = N * qd; return a->q;
-        case SITE_K_PROJ: *n = N * kd; return a->k;
-        case SITE_V_PROJ: *n = N * kd; return a->v;
-        case SITE_Q_NORM: *n = N * qd; return pre ? a->qn : a->qf;
-        case SITE_K_NORM: *n = N * kd; return pre ? a->kn : a->kf;
-        case SITE_Q_ROPE: *n = N * qd; return a->qr;
-        case SITE_K_ROPE: *n = N * kd; return a->kr;
-        case SITE_ATT_LOGITS: *n = att; return a->logits;
-        case SITE_ATT_PROBS: *n = att; return a->probs;
-        case SITE_ATT_OUT: *n = N * qd; return a->att_out;
-        case SITE_O_PROJ: *n = N * d; return a->o;
-        case SITE_ATTN_RESIDUAL: *n = N * d; return a->resid_mid;
-        case SITE_MLP_NORM: *n = N * d; return a->mlp_norm;
-        case SITE_GATE_PROJ: *n = N * F; return a->gate;
-        case SITE_UP_PROJ: *n = N * F; return a->up;
-        case SITE_ACT: *n = N * F; return a->act;
-        case SITE_MLP_PRODUCT: *n = N * F; return a->prod;
-        case SITE_DOWN_PROJ: *n = N * d; return a->down;
-        case SITE_BLOCK_OUT: *n = N * d; return a->out;
-    }
+    SITE_TENSOR_SWITCH(a, site, pre, N, d, qd, kd, F, att, n)
     *n = 0;
     return NULL;
 }

@@ -58,6 +58,33 @@ static inline int site_exists(const Config* c, int site) {
     if (site == SITE_UP_PROJ || site == SITE_MLP_PRODUCT) return c->mlp == MLP_SWIGLU;
     return site >= 0 && site < SITE_COUNT;
 }
+/* the body of a trainer's model_site_tensor: both trainers name their LayerActs fields alike. `a` the
+ * layer's activations, `pre` 1 when the QK norm comes before RoPE (its outputs qn/kn, else qf/kf),
+ * sizes in elements; sets *n and returns the tensor */
+#define SITE_TENSOR_SWITCH(a, site, pre, N, d, qd, kd, F, att, n) \
+    switch (site) {                                                                              \
+        case SITE_ATTN_NORM: *(n) = (N) * (d); return (a)->attn_norm;                            \
+        case SITE_Q_PROJ: *(n) = (N) * (qd); return (a)->q;                                      \
+        case SITE_K_PROJ: *(n) = (N) * (kd); return (a)->k;                                      \
+        case SITE_V_PROJ: *(n) = (N) * (kd); return (a)->v;                                      \
+        case SITE_Q_NORM: *(n) = (N) * (qd); return (pre) ? (a)->qn : (a)->qf;                   \
+        case SITE_K_NORM: *(n) = (N) * (kd); return (pre) ? (a)->kn : (a)->kf;                   \
+        case SITE_Q_ROPE: *(n) = (N) * (qd); return (a)->qr;                                     \
+        case SITE_K_ROPE: *(n) = (N) * (kd); return (a)->kr;                                     \
+        case SITE_ATT_LOGITS: *(n) = (att); return (a)->logits;                                  \
+        case SITE_ATT_PROBS: *(n) = (att); return (a)->probs;                                    \
+        case SITE_ATT_OUT: *(n) = (N) * (qd); return (a)->att_out;                               \
+        case SITE_O_PROJ: *(n) = (N) * (d); return (a)->o;                                       \
+        case SITE_ATTN_RESIDUAL: *(n) = (N) * (d); return (a)->resid_mid;                        \
+        case SITE_MLP_NORM: *(n) = (N) * (d); return (a)->mlp_norm;                              \
+        case SITE_GATE_PROJ: *(n) = (N) * (F); return (a)->gate;                                 \
+        case SITE_UP_PROJ: *(n) = (N) * (F); return (a)->up;                                     \
+        case SITE_ACT: *(n) = (N) * (F); return (a)->act;                                        \
+        case SITE_MLP_PRODUCT: *(n) = (N) * (F); return (a)->prod;                               \
+        case SITE_DOWN_PROJ: *(n) = (N) * (d); return (a)->down;                                 \
+        case SITE_BLOCK_OUT: *(n) = (N) * (d); return (a)->out;                                  \
+    }
+
 /* the Q/K path: the tensors that produce the Q and K that attention consumes */
 static inline int site_is_qk_path(int site) {
     return site == SITE_Q_PROJ || site == SITE_K_PROJ || site == SITE_Q_NORM || site == SITE_K_NORM ||
