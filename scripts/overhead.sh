@@ -45,32 +45,38 @@ COMMON=(-preset "$PRESET" -train "$WORK/train.bin" -B "$B" -accum "$ACCUM" -seq 
         -precision "$PRECISION" -eval_every 0 -threads "$THREADS" -quiet)
 echo "== calibration (70 clean steps, not timed)"
 ./train_sdc "${COMMON[@]}" -steps 70 -out "$WORK/cal" -rgg_calibrate "$WORK/rgg.cal" | grep calibration
-CONFIGS=(none qk rgg exp all)
-for r in $(seq 1 "$ROUNDS"); do
-  for c in "${CONFIGS[@]}"; do
-    extra=(-protect "$c")
-    case "$c" in rgg|all) extra+=(-rgg_calibration "$WORK/rgg.cal") ;; esac
-    echo "== round $r/$ROUNDS: -protect $c, $STEPS steps"
-    ./train_sdc "${COMMON[@]}" -steps "$STEPS" -out "$WORK/$c.$r" "${extra[@]}" > /dev/null
-  done
-done
-.venv/bin/python - "$WORK" "$ROUNDS" "$PRESET" "$B" "$ACCUM" "$T" "$THREADS" "$PRECISION" <<'PY'
-import json, statistics, sys
-work, rounds = sys.argv[1], int(sys.argv[2])
-def mean_ms(d):
-    st = [json.loads(l) for l in open(f"{d}/log.jsonl") if '"type":"step"' in l]
-    ms = [r["ms"] for r in st[5:]]             # the first 5 steps are warm-up
-    alarms = sum(r["alarms"] for r in st)
-    return sum(ms) / len(ms), alarms
-res = {}
-for c in ("none", "qk", "rgg", "exp", "all"):
-    runs = [mean_ms(f"{work}/{c}.{r}") for r in range(1, rounds + 1)]
-    res[c] = (statistics.median(m for m, _ in runs), sum(a for _, a in runs))
-print(f"\n{sys.argv[3]}, B {sys.argv[4]} x accum {sys.argv[5]} x T {sys.argv[6]}, {sys.argv[8]}, {sys.argv[7]} threads; "
-      f"median over {rounds} interleaved rounds of the mean step time (first 5 steps skipped)")
-print("| -protect | ms/step | overhead % | alarms (fault-free) |")
-print("|---|---|---|---|")
-base = res["none"][0]
-for c, (m, a) in res.items():
-    print(f"| {c} | {m:.1f} | {100 * (m / base - 1):+.2f} | {a} |")
+# Each run's CPU time (user + system of the process) is measured besides its wall time: with
+# OMP_WAIT_POLICY=passive (set here unless given) idle threads sleep instead of spinning, so the CPU time
+# is the work done and stays meaningful on a loaded machine, where wall times are not.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+.venv/bin/python - "$WORK" "$ROUNDS" "$STEPS" "$PRESET" "$B" "$ACCUM" "$T" "$THREADS" "$PRECISION" -- "${COMMON[@]}" <<'PY'
+import json, os, resource, statistics, subprocess, sys, time
+work, rounds, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+preset, B, A, T, threads, prec = sys.argv[4:10]
+common = sys.argv[sys.argv.index("--") + 1:]
+configs = ["none", "qk", "rgg", "exp", "all"]
+res = {c: [] for c in configs}
+for r in range(1, rounds + 1):
+    for c in configs:
+        extra = ["-protect", c] + (["-rgg_calibration", f"{work}/rgg.cal"] if c in ("rgg", "all") else [])
+        print(f"== round {r}/{rounds}: -protect {c}, {steps} steps", flush=True)
+        u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.time()
+        subprocess.run(["./train_sdc", *common, "-steps", str(steps), "-out", f"{work}/{c}.{r}", *extra],
+                       check=True, stdout=subprocess.DEVNULL)
+        wall = time.time() - t0
+        u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
+        st = [json.loads(l) for l in open(f"{work}/{c}.{r}/log.jsonl") if '"type":"step"' in l]
+        ms = [x["ms"] for x in st[5:]]                  # the first 5 steps are warm-up
+        res[c].append((sum(ms) / len(ms), 1000 * cpu / steps, sum(x["alarms"] for x in st)))
+print(f"\n{preset}, B {B} x accum {A} x T {T}, {prec}, {threads} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; "
+      f"median over {rounds} interleaved rounds")
+print("| -protect | wall ms/step | overhead % (wall) | CPU ms/step | overhead % (CPU) | alarms (fault-free) |")
+print("|---|---|---|---|---|---|")
+base_w = statistics.median(x[0] for x in res["none"])
+base_c = statistics.median(x[1] for x in res["none"])
+for c in configs:
+    w = statistics.median(x[0] for x in res[c]); cp = statistics.median(x[1] for x in res[c])
+    print(f"| {c} | {w:.1f} | {100 * (w / base_w - 1):+.2f} | {cp:.1f} | {100 * (cp / base_c - 1):+.2f} | {sum(x[2] for x in res[c])} |")
 PY
