@@ -29,38 +29,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
-# The presets of llmc/config.h that have an HF model class here.
-PRESETS = {
-    "llama3.2-1b": dict(kind="llama", n_layer=16, d_model=2048, n_head=32, n_kv_head=8, head_dim=64, ffn_dim=8192,
-                        vocab_size=128256, seq_len=1024, rope_theta=500000.0, norm_eps=1e-5, tied=1,
-                        rope_factor=32.0, rope_low=1.0, rope_high=4.0, rope_orig=8192),
-    "qwen3-0.6b": dict(kind="qwen3", n_layer=28, d_model=1024, n_head=16, n_kv_head=8, head_dim=128, ffn_dim=3072,
-                       vocab_size=151936, seq_len=1024, rope_theta=1e6, norm_eps=1e-6, tied=1),
-    "tiny-llama": dict(kind="llama", n_layer=4, d_model=128, n_head=4, n_kv_head=2, head_dim=32, ffn_dim=384,
-                       vocab_size=8192, seq_len=128, rope_theta=500000.0, norm_eps=1e-5, tied=1,
-                       rope_factor=32.0, rope_low=1.0, rope_high=4.0, rope_orig=8192),
-    "tiny-qwen3": dict(kind="qwen3", n_layer=4, d_model=128, n_head=4, n_kv_head=2, head_dim=64, ffn_dim=384,
-                       vocab_size=8192, seq_len=128, rope_theta=1e6, norm_eps=1e-6, tied=1),
-}
-
-
-def hf_config(cfg, T, attn):
-    """The HF config of a preset (as dev/bench/bench_torch.py and dev/reference/make_states.py build it)."""
-    from transformers import LlamaConfig, Qwen3Config
-    common = dict(vocab_size=cfg["vocab_size"], hidden_size=cfg["d_model"], intermediate_size=cfg["ffn_dim"],
-                  num_hidden_layers=cfg["n_layer"], num_attention_heads=cfg["n_head"],
-                  num_key_value_heads=cfg["n_kv_head"], head_dim=cfg["head_dim"], hidden_act="silu",
-                  max_position_embeddings=max(T, cfg["seq_len"]), rms_norm_eps=cfg["norm_eps"],
-                  tie_word_embeddings=bool(cfg["tied"]), attention_bias=False, attention_dropout=0.0,
-                  bos_token_id=None, eos_token_id=None, pad_token_id=None, use_cache=False)
-    if cfg["kind"] == "llama":
-        rope = {"rope_type": "llama3", "rope_theta": cfg["rope_theta"], "factor": cfg["rope_factor"],
-                "low_freq_factor": cfg["rope_low"], "high_freq_factor": cfg["rope_high"],
-                "original_max_position_embeddings": int(cfg["rope_orig"])}
-        return LlamaConfig(**common, mlp_bias=False, rope_parameters=rope, attn_implementation=attn)
-    rope = {"rope_type": "default", "rope_theta": cfg["rope_theta"]}
-    return Qwen3Config(**common, rope_parameters=rope, use_sliding_window=False, sliding_window=None,
-                       max_window_layers=cfg["n_layer"], attn_implementation=attn)
+from hf_presets import PRESETS, hf_config  # noqa: E402
 
 
 def main():
