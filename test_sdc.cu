@@ -2,8 +2,9 @@
  *
  *   ./test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]
  *
- * LIST (comma-separated): kernels, reference, determinism, att_faults, or one kernel test: convert embedding
- * rmsnorm rope attention attention_split elementwise classifier adamw global_norm matmul. Default: everything.
+ * LIST (comma-separated): kernels, reference, determinism, att_faults, update_norm, att_checks, or one kernel
+ * test: convert embedding rmsnorm rope attention attention_split attcheck elementwise classifier adamw global_norm
+ * matmul. Default: everything.
  *
  * (a) kernels: every launcher of the llmc .cuh files against its CPU reference (llmc/cpu_kernels.h; AdamW
  *     against the formula of train_sdc.c) on fresh seeded normal inputs, never zeros. The inputs are
@@ -42,6 +43,20 @@
  *     m = 0 the forward and backward are bitwise the clean run's; a backward fault (split backward)
  *     leaves the gradients of the layers above bitwise alone, with m = 0 the gradients are within
  *     rel L2 1e-2 of the fused backward's and with m = 64 the lower layers' change.
+ * (a') attcheck: the four attention checks of llmc/attcheck.cuh against llmc/attcheck.h's on attention_forward's
+ *     bf16 logits/probs/out (several shapes: GQA, T not a multiple of the kernels' tiles, hd not a multiple of
+ *     32): failed-head counts equal on the GPU and the CPU and 0 on clean inputs (also with garbage in the
+ *     masked triangle); the top exponent bit flipped in one live element of the logits (two heads: both
+ *     logits checks fail in exactly those), of the probs (row sums; ABFT's P V too, out being stale), of
+ *     out (ABFT's P V), a NaN logit.
+ * (e) update_norm: model_grad_norm against the CPU's sum of squares of the downloaded gradients and the CPU
+ *     trainer's model_grad_norm; model_update_norm (clipping active and off, weight decay, t 3) changes no
+ *     state, is bitwise reproducible, and is within 1e-5 relative of ||params after model_update - before||
+ *     and of the CPU trainer's model_update_norm on the same state.
+ * (f) att_checks: with the attention checks on the model's forward/backward are bitwise those with them off
+ *     and raise no alarm; forward faults (64 elements, all exponent bits) at layer 1 in att_logits, att_probs,
+ *     att_out and q_rope raise exactly the expected kinds (abft+att, att, abft, qk) at first layer 1 on both
+ *     the GPU and the CPU's -precision bf16.
  * Each check prints OK / NOT OK; the last line is "test_sdc_cu: N passed, M failed"; exit 1 on any
  * failure (or when no GPU is present). */
 #define TESTING
@@ -984,6 +999,208 @@ static void test_global_norm(void) {
     }
 }
 
+/* ------------------------------------------------------------------- Q/K fingerprints (fingerprint.cuh) */
+/* issue 5's fingerprint test on the GPU: the device fingerprint of a stored bf16 tensor equals the CPU's
+ * (llmc/fingerprint.h, width 16); every single-bit change at every position changes it (exhaustive on
+ * small tensors: 16 bits x n elements); a swap of two different elements changes it */
+static void test_fingerprint(void) {
+    printf("Q/K fingerprints: GPU == CPU; any single-bit change (exhaustive) and any swap of two different elements change them\n");
+    size_t sizes[] = {1, 7, 64, 257};
+    for (int ci = 0; ci < 4; ci++) {
+        size_t n = sizes[ci];
+        float* h = h_normal(n, 1.0, 0.0, 1);
+        bf16* d = d_bf16(h, n);
+        Fingerprint g0 = qk_fingerprint_dev(d, n, g_s), c0 = qk_fingerprint(h, n, 16);
+        int same = fp_equal(g0, c0), unchanged = 0, tried = 0, swaps = 0, swap_same = 0;
+        uint16_t* bits = (uint16_t*)mallocCheck(sizeof(uint16_t) * n);
+        cudaCheck(cudaMemcpy(bits, d, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++)
+            for (int b = 0; b < 16; b++) {
+                uint16_t x = (uint16_t)(bits[i] ^ (1u << b));
+                cudaCheck(cudaMemcpy((uint16_t*)d + i, &x, 2, cudaMemcpyHostToDevice));
+                Fingerprint f = qk_fingerprint_dev(d, n, g_s);
+                unchanged += fp_equal(f, g0);
+                tried++;
+                cudaCheck(cudaMemcpy((uint16_t*)d + i, &bits[i], 2, cudaMemcpyHostToDevice));
+            }
+        for (size_t i = 0; i + 1 < n && swaps < 200; i++) {
+            size_t j = (i * 7 + 3) % n;
+            if (bits[i] == bits[j]) continue;
+            cudaCheck(cudaMemcpy((uint16_t*)d + i, &bits[j], 2, cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpy((uint16_t*)d + j, &bits[i], 2, cudaMemcpyHostToDevice));
+            swap_same += fp_equal(qk_fingerprint_dev(d, n, g_s), g0);
+            swaps++;
+            cudaCheck(cudaMemcpy((uint16_t*)d + i, &bits[i], 2, cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpy((uint16_t*)d + j, &bits[j], 2, cudaMemcpyHostToDevice));
+        }
+        check(same && unchanged == 0 && swap_same == 0 && tried == (int)n * 16,
+              "    n %-4zu GPU == CPU %s; %d/%d single-bit flips left it unchanged; %d/%d swaps left it unchanged", n,
+              same ? "yes" : "NO", unchanged, tried, swap_same, swaps);
+        free(h); free(bits);
+        dfree_all();
+    }
+}
+
+/* ------------------------------------------------------------- attention checks (attcheck.cuh) */
+/* the four GPU checks (abft / att as the trainer's flags) on device tensors: failed heads per check */
+static void gpu_attcheck(int cnt[ATTC_NCHECK], int* dbuf, double* scratch, const bf16* lg, const bf16* pr, const bf16* out,
+                         const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int abft, int att) {
+    cudaCheck(cudaMemset(dbuf, 0, sizeof(int) * ATTC_NCHECK * (1 + (size_t)B * H)));
+    attcheck_forward(dbuf, dbuf + ATTC_NCHECK, scratch, lg, pr, out, q, k, v, B, T, H, KV, hd, abft, att, g_s);
+    cudaCheck(cudaStreamSynchronize(g_s));
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaMemcpy(cnt, dbuf, sizeof(int) * ATTC_NCHECK, cudaMemcpyDeviceToHost));
+}
+/* the CPU's (llmc/attcheck.h, bf16 tolerances), in the counters' order */
+static void cpu_attcheck(int cnt[ATTC_NCHECK], const float* lg, const float* pr, const float* out, const float* q, const float* k,
+                         const float* v, int B, int T, int H, int KV, int hd) {
+    cnt[ATTC_ABFT_LOGITS] = abft_logits_check(lg, q, k, B, T, H, KV, hd, 16);
+    cnt[ATTC_ATT_LOGITS] = att_logits_rowcheck(lg, q, k, B, T, H, KV, hd, 16);
+    cnt[ATTC_ATT_PROBS] = att_probs_rowcheck(pr, B, H, T, 16);
+    cnt[ATTC_ABFT_AV] = abft_av_check(out, pr, v, B, T, H, KV, hd, 16);
+}
+/* one line: GPU counts == CPU counts == want (want[c] < 0: any value, as long as GPU == CPU) */
+static void attcheck_line(const char* what, const int* gc, const int* cc, const int* want) {
+    int ok = 1;
+    for (int c = 0; c < ATTC_NCHECK; c++) ok &= gc[c] == cc[c] && (want[c] < 0 || gc[c] == want[c]);
+    char w[64];
+    int o = 0;
+    for (int c = 0; c < ATTC_NCHECK; c++) o += snprintf(w + o, sizeof(w) - o, want[c] < 0 ? "=cpu " : "%d ", want[c]);
+    check(ok, "    %-44s failed heads abft_logits/att_logits/att_probs/abft_av: gpu %d %d %d %d, cpu %d %d %d %d (want %s)", what,
+          gc[0], gc[1], gc[2], gc[3], cc[0], cc[1], cc[2], cc[3], w);
+}
+/* the top exponent bit of a bf16 value (bit 14; bit 30 of the fp32 that holds it) flipped */
+static float flip_top_exponent(float x) { return bits_f32(f32_bits(x) ^ 0x40000000u); }
+/* a random element of the live triangle (s <= t) of [B,H,T,T] in head bh (-1: any) with 2^-20 <= |x| < 1,
+ * so that the flip makes it >= 2^108 (never a value within any tolerance); (size_t)-1 if none found */
+static size_t pick_live(const float* x, int B, int H, int T, int bh) {
+    for (int tries = 0; tries < 1000000; tries++) {
+        size_t hh = bh >= 0 ? (size_t)bh : (size_t)rng_below(&g_rng, (uint64_t)B * H);
+        int t = (int)rng_below(&g_rng, T), s = (int)rng_below(&g_rng, t + 1);
+        size_t i = (hh * T + t) * T + s;
+        if (fabsf(x[i]) >= ldexpf(1.0f, -20) && fabsf(x[i]) < 1.0f) return i;
+    }
+    return (size_t)-1;
+}
+/* any element of a flat tensor with 2^-20 <= |x| < 1 */
+static size_t pick_any(const float* x, size_t n) {
+    for (int tries = 0; tries < 1000000; tries++) {
+        size_t i = (size_t)rng_below(&g_rng, n);
+        if (fabsf(x[i]) >= ldexpf(1.0f, -20) && fabsf(x[i]) < 1.0f) return i;
+    }
+    return (size_t)-1;
+}
+
+static void test_attcheck(void) {
+    printf("attention checks (llmc/attcheck.cuh) vs abft_logits_check / att_logits_rowcheck / att_probs_rowcheck /\n"
+           "  abft_av_check (llmc/attcheck.h, width 16), on attention_forward's bf16 logits, probs and out (hd 48: the CPU's\n"
+           "  attention_forward rounded to bf16, as the CPU's -precision bf16)\n");
+    struct { int B, T, H, KV, hd; } cases[] = {
+        {2, 37, 4, 2, 32}, {2, 130, 4, 2, 64}, {1, 64, 4, 1, 48}, {2, 50, 2, 2, 128}, {3, 200, 6, 3, 64}, {1, 9, 2, 1, 32}, {1, 3, 2, 2, 32}};
+    const int none[ATTC_NCHECK] = {0, 0, 0, 0};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int B = cases[ci].B, T = cases[ci].T, H = cases[ci].H, KV = cases[ci].KV, hd = cases[ci].hd, nbh = B * H;
+        size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
+        printf("  B %d T %d H %d KV %d hd %d\n", B, T, H, KV, hd);
+        float* q = h_normal(nq, 1.5, 0.0, 1);
+        float* k = h_normal(nk, 1.0, 0.0, 1);
+        float* v = h_normal(nk, 1.0, 0.0, 1);
+        bf16 *dq = d_bf16(q, nq), *dk = d_bf16(k, nk), *dv = d_bf16(v, nk);
+        float *out, *lg, *pr;
+        bf16 *dout, *dlg, *dpr;
+        if (hd % 32 == 0) {
+            dout = d_bf16_poison(nq); dlg = d_bf16_poison(na); dpr = d_bf16_poison(na);
+            attention_forward(dout, dlg, dpr, dq, dk, dv, B, T, H, KV, hd, g_s);
+            out = dl_bf16(dout, nq, NULL);
+            lg = dl_bf16(dlg, na, NULL);
+            pr = dl_bf16(dpr, na, NULL);
+        } else {
+            out = h_alloc(nq); lg = h_alloc(na); pr = h_alloc(na);
+            attention_forward(out, lg, pr, q, k, v, B, T, H, KV, hd);
+            for (size_t i = 0; i < nq; i++) out[i] = bf16_round(out[i]);
+            for (size_t i = 0; i < na; i++) { lg[i] = bf16_round(lg[i]); pr[i] = bf16_round(pr[i]); }
+            dout = d_bf16(out, nq); dlg = d_bf16(lg, na); dpr = d_bf16(pr, na);
+        }
+        int* dbuf = (int*)dalloc_raw(ATTC_NCHECK * (1 + (size_t)nbh), 4);
+        double* scr = (double*)dalloc_raw(attcheck_scratch_doubles(B, H, T), 8);
+        int gc[ATTC_NCHECK], cc[ATTC_NCHECK];
+        /* (a) clean */
+        gpu_attcheck(gc, dbuf, scr, dlg, dpr, dout, dq, dk, dv, B, T, H, KV, hd, 1, 1);
+        cpu_attcheck(cc, lg, pr, out, q, k, v, B, T, H, KV, hd);
+        attcheck_line("clean", gc, cc, none);
+        /* the masked triangle is never read: NaN in the logits, 2^100 in the probs there */
+        float *lgm = h_copy(lg, na), *prm = h_copy(pr, na);
+        for (size_t r = 0; r < (size_t)nbh * T; r++)
+            for (int s = (int)(r % T) + 1; s < T; s++) { lgm[r * T + s] = NAN; prm[r * T + s] = ldexpf(1.0f, 100); }
+        bf16 *dlgm = d_bf16(lgm, na), *dprm = d_bf16(prm, na);
+        gpu_attcheck(gc, dbuf, scr, dlgm, dprm, dout, dq, dk, dv, B, T, H, KV, hd, 1, 1);
+        cpu_attcheck(cc, lgm, prm, out, q, k, v, B, T, H, KV, hd);
+        attcheck_line("clean, garbage in the masked triangle", gc, cc, none);
+        if (T < 8) { FREE_ALL(q, k, v, out, lg, pr, lgm, prm); dfree_all(); continue; }   /* too few live elements to pick from */
+        /* (b) logits: the top exponent bit of one live element in each of (up to) two heads */
+        int nh = nbh > 1 ? 2 : 1, bh1 = (int)rng_below(&g_rng, nbh), bh2 = nbh > 1 ? (bh1 + 1 + (int)rng_below(&g_rng, nbh - 1)) % nbh : bh1;
+        size_t i1 = pick_live(lg, B, H, T, bh1), i2 = nh > 1 ? pick_live(lg, B, H, T, bh2) : i1;
+        if (i1 == (size_t)-1 || i2 == (size_t)-1) { check(0, "    no live logit with 2^-20 <= |x| < 1 to flip"); }
+        else {
+            float* lgc = h_copy(lg, na);
+            lgc[i1] = flip_top_exponent(lgc[i1]);
+            if (nh > 1) lgc[i2] = flip_top_exponent(lgc[i2]);
+            bf16* dlgc = d_bf16(lgc, na);
+            char what[96];
+            snprintf(what, sizeof(what), "logits: exponent flip in %d head%s", nh, nh > 1 ? "s" : "");
+            int want[ATTC_NCHECK] = {nh, nh, 0, 0};
+            gpu_attcheck(gc, dbuf, scr, dlgc, dpr, dout, dq, dk, dv, B, T, H, KV, hd, 1, 1);
+            cpu_attcheck(cc, lgc, pr, out, q, k, v, B, T, H, KV, hd);
+            attcheck_line(what, gc, cc, want);
+            /* the trainer's two flags one at a time (the scan runs one direction only) */
+            int wa[ATTC_NCHECK] = {nh, 0, 0, 0}, wb[ATTC_NCHECK] = {0, nh, 0, 0}, ca[ATTC_NCHECK] = {cc[0], 0, 0, 0},
+                cb[ATTC_NCHECK] = {0, cc[1], 0, 0};
+            gpu_attcheck(gc, dbuf, scr, dlgc, dpr, dout, dq, dk, dv, B, T, H, KV, hd, 1, 0);
+            attcheck_line("  the same, ABFT alone", gc, ca, wa);
+            gpu_attcheck(gc, dbuf, scr, dlgc, dpr, dout, dq, dk, dv, B, T, H, KV, hd, 0, 1);
+            attcheck_line("  the same, att alone", gc, cb, wb);
+            /* a NaN logit (non-finite sums fail) */
+            float* lgn = h_copy(lg, na);
+            lgn[i1] = NAN;
+            bf16* dlgn = d_bf16(lgn, na);
+            int wn[ATTC_NCHECK] = {1, 1, 0, 0};
+            gpu_attcheck(gc, dbuf, scr, dlgn, dpr, dout, dq, dk, dv, B, T, H, KV, hd, 1, 1);
+            cpu_attcheck(cc, lgn, pr, out, q, k, v, B, T, H, KV, hd);
+            attcheck_line("logits: one NaN", gc, cc, wn);
+            FREE_ALL(lgc, lgn);
+        }
+        /* probs: one live element; out was computed from the clean probs, so ABFT's P V check sees the
+         * inconsistency too (in the model out is recomputed from the faulty probs, and it passes) */
+        size_t ip = pick_live(pr, B, H, T, -1);
+        if (ip == (size_t)-1) { check(0, "    no live probability with 2^-20 <= p < 1 to flip"); }
+        else {
+            float* prc = h_copy(pr, na);
+            prc[ip] = flip_top_exponent(prc[ip]);
+            bf16* dprc = d_bf16(prc, na);
+            int want[ATTC_NCHECK] = {0, 0, 1, 1};
+            gpu_attcheck(gc, dbuf, scr, dlg, dprc, dout, dq, dk, dv, B, T, H, KV, hd, 1, 1);
+            cpu_attcheck(cc, lg, prc, out, q, k, v, B, T, H, KV, hd);
+            attcheck_line("probs: exponent flip in one element", gc, cc, want);
+            free(prc);
+        }
+        /* att_out: one element */
+        size_t io = pick_any(out, nq);
+        if (io == (size_t)-1) { check(0, "    no att_out element with 2^-20 <= |x| < 1 to flip"); }
+        else {
+            float* oc = h_copy(out, nq);
+            oc[io] = flip_top_exponent(oc[io]);
+            bf16* doc = d_bf16(oc, nq);
+            int want[ATTC_NCHECK] = {0, 0, 0, 1};
+            gpu_attcheck(gc, dbuf, scr, dlg, dpr, doc, dq, dk, dv, B, T, H, KV, hd, 1, 1);
+            cpu_attcheck(cc, lg, pr, oc, q, k, v, B, T, H, KV, hd);
+            attcheck_line("att_out: exponent flip in one element", gc, cc, want);
+            free(oc);
+        }
+        FREE_ALL(q, k, v, out, lg, pr, lgm, prm);
+        dfree_all();
+    }
+}
+
 /* mag[m,n] = |A| |B| with the layout of gemm_nn */
 static float* gemm_mag(const float* A, long sam, long sak, size_t na, const float* B, size_t nb, int M, int K, int N) {
     float *aa = h_abs(A, na), *ab = h_abs(B, nb), *c = h_alloc((size_t)M * N);
@@ -1400,6 +1617,162 @@ static void test_att_faults(const char* preset) {
     FREE_ALL(inp, tgt);
 }
 
+/* ------------------------------------------------- (e) gradient and update norms (harmful-update detector) */
+static size_t bits_differ(const float* a, const float* b, size_t n) {
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) d += f32_bits(a[i]) != f32_bits(b[i]);
+    return d;
+}
+static void test_update_norm(const char* preset) {
+    Config c = *preset_find(preset);
+    int B = 2, T = 32, N = B * T;
+    c.vocab_size = 256; c.seq_len = T;
+    Model gm_, *gm = &gm_;
+    model_build(gm, &c, B, T, 1);
+    model_init_weights(gm, 11);
+    size_t P = gm->L.total;
+    printf("model_grad_norm / model_update_norm, %s (vocab 256, B %d, T %d, seeded random weights, 2 AdamW steps done)\n", preset, B, T);
+    int *inp = (int*)mallocCheck(sizeof(int) * N), *tgt = (int*)mallocCheck(sizeof(int) * N);
+    for (int i = 0; i < N; i++) { inp[i] = (int)rng_below(&g_rng, 256); tgt[i] = (int)rng_below(&g_rng, 256); }
+    model_set_tokens(gm, inp, tgt, N);
+    AdamW opt = {1e-3, 0.9, 0.95, 1e-8, 0.1};
+    for (int step = 0; step < 3; step++) {   /* two updates (m, v non-zero), then the third step's gradients */
+        model_zero_grads(gm);
+        model_forward_step(gm, B, T, 1);
+        model_backward_step(gm, B, T, 1.0f / N);
+        if (step < 2) model_update(gm, &opt, step + 1, 1.0);
+    }
+    float* g = dl_f32(gm->grads, P, NULL);
+    float* p0 = dl_f32(gm->params, P, NULL);
+    float* m0 = dl_f32(gm->m, P, NULL);
+    float* v0 = dl_f32(gm->v, P, NULL);
+    double gn = model_grad_norm(gm), gr = sqrt(sumsq_det(g, P));
+    double ge = fabs(gn - gr) / gr;
+    check(ge <= (P + 1024) * ldexp(1.0, -53), "  model_grad_norm %.17g vs the CPU's sumsq_det of the gradients %.17g: rel err %.2e", gn, gr, ge);
+    /* the CPU trainer's model_grad_norm / model_update_norm on the same state */
+    cpu::Model cm_, *cm = &cm_;
+    cpu::model_build(cm, &c, B, T, 1);
+    memcpy(cm->params, p0, P * 4); memcpy(cm->grads, g, P * 4); memcpy(cm->m, m0, P * 4); memcpy(cm->v, v0, P * 4);
+    double cg = cpu::model_grad_norm(cm);
+    check(fabs(gn - cg) <= (P + 1024) * ldexp(1.0, -53) * cg, "  model_grad_norm vs the CPU trainer's model_grad_norm %.17g", cg);
+    const double clips[2] = {0.5 * gn, 0.0};   /* clipping active (coef 0.5), off */
+    for (int k = 0; k < 2; k++) {
+        double clip = clips[k];
+        model_load_state(gm, p0, m0, v0);   /* the grads are untouched by model_update */
+        double un = model_update_norm(gm, &opt, 3, clip, gn);
+        double un2 = model_update_norm(gm, &opt, 3, clip, gn);
+        float *p1 = dl_f32(gm->params, P, NULL), *m1 = dl_f32(gm->m, P, NULL), *v1 = dl_f32(gm->v, P, NULL), *g1 = dl_f32(gm->grads, P, NULL);
+        size_t changed = bits_differ(p1, p0, P) + bits_differ(m1, m0, P) + bits_differ(v1, v0, P) + bits_differ(g1, g, P);
+        check(changed == 0 && memcmp(&un, &un2, sizeof(un)) == 0, "  clip %-10.4g model_update_norm %.10g: state elements changed %zu (want 0), two calls bitwise %s",
+              clip, un, changed, memcmp(&un, &un2, sizeof(un)) == 0 ? "equal" : "DIFFERENT");
+        double norm = model_update(gm, &opt, 3, clip);
+        float* p2 = dl_f32(gm->params, P, NULL);
+        double ss = 0;
+        for (size_t i = 0; i < P; i++) { float d = p2[i] - p0[i]; ss += (double)d * d; }
+        double ref = sqrt(ss), e = fabs(un - ref) / ref;
+        check(e <= 1e-5 && memcmp(&norm, &gn, sizeof(gn)) == 0,
+              "  clip %-10.4g vs ||params after model_update - before|| %.10g: rel err %.2e (<= 1e-5); model_update's norm == model_grad_norm: %s",
+              clip, ref, e, memcmp(&norm, &gn, sizeof(gn)) == 0 ? "yes" : "NO");
+        double cu = cpu::model_update_norm(cm, &opt, 3, clip, gn);
+        double ce = fabs(un - cu) / cu;
+        check(ce <= 1e-5, "  clip %-10.4g vs the CPU trainer's model_update_norm %.10g: rel err %.2e (<= 1e-5)", clip, cu, ce);
+        FREE_ALL(p1, m1, v1, g1, p2);
+    }
+    cpu::model_free(cm);
+    model_free(gm);
+    FREE_ALL(g, p0, m0, v0, inp, tgt);
+}
+
+/* ------------------------------------------------ (f) attention checks and Q/K alarms in the model */
+typedef struct { int n[CHECK_KINDS], layer[CHECK_KINDS]; } Alarms;
+static Alarms gpu_alarms(Model* gm) { Alarms a; for (int k = 0; k < CHECK_KINDS; k++) a.n[k] = model_check_alarms(gm, k, &a.layer[k]); return a; }
+static Alarms cpu_alarms(cpu::Model* cm) { Alarms a; for (int k = 0; k < CHECK_KINDS; k++) a.n[k] = cpu::model_check_alarms(cm, k, &a.layer[k]); return a; }
+
+static void test_att_checks(const char* preset) {
+    Config c = *preset_find(preset);
+    int B = 2, T = 32, N = B * T;
+    c.vocab_size = 256; c.seq_len = T;
+    Model gm_, *gm = &gm_;
+    model_build(gm, &c, B, T, 1);
+    model_init_weights(gm, 11);
+    cpu::Model cm_, *cm = &cm_;
+    cpu::model_build(cm, &c, B, T, 1);
+    cpu::model_init_weights(cm, 11);
+    printf("attention checks and Q/K alarms in the model, %s (vocab 256, B %d, T %d, seeded random weights), GPU vs the CPU's -precision bf16\n",
+           preset, B, T);
+    int *inp = (int*)mallocCheck(sizeof(int) * N), *tgt = (int*)mallocCheck(sizeof(int) * N);
+    for (int i = 0; i < N; i++) { inp[i] = (int)rng_below(&g_rng, 256); tgt[i] = (int)rng_below(&g_rng, 256); }
+    model_set_tokens(gm, inp, tgt, N);
+    cpu::model_set_tokens(cm, inp, tgt, N);
+    size_t nl = (size_t)N * c.vocab_size, na = (size_t)B * c.n_head * T * T;
+    /* the checks only read: with them on the forward and backward are bitwise the same */
+    AttRun off = att_run(gm, NULL, B, T);
+    model_set_checks(gm, 1, 1);
+    model_qk_reset(gm);
+    AttRun on = att_run(gm, NULL, B, T);
+    Alarms ga = gpu_alarms(gm);
+    int same = f32_bits(on.loss) == f32_bits(off.loss) && !memcmp(on.logits, off.logits, nl * 2) && !memcmp(on.probs1, off.probs1, na * 2) &&
+               grads_differ(gm, on.grads, off.grads, -1) == 0;
+    check(same && ga.n[CHECK_ABFT] == 0 && ga.n[CHECK_ATT] == 0 && ga.layer[CHECK_ABFT] == -1 && ga.layer[CHECK_ATT] == -1,
+          "  clean, checks on: loss, logits, probs, gradients bitwise as with them off: %s; alarms abft %d att %d (want 0 0)",
+          same ? "yes" : "NO", ga.n[CHECK_ABFT], ga.n[CHECK_ATT]);
+    att_free(&off);
+    att_free(&on);
+    /* all three kinds on, both trainers: no alarm on the clean batch */
+    model_set_protect_qk(gm, 1);
+    cpu::model_set_protect_qk(cm, 1);
+    cpu::model_set_checks(cm, 1, 1);
+    model_qk_reset(gm);
+    cpu::model_qk_reset(cm);
+    model_forward_step(gm, B, T, 1);
+    cpu::model_forward_step(cm, B, T, 1);
+    ga = gpu_alarms(gm);
+    Alarms ca = cpu_alarms(cm);
+    check(ga.n[0] + ga.n[1] + ga.n[2] == 0 && ca.n[0] + ca.n[1] + ca.n[2] == 0,
+          "  clean, qk + abft + att: alarms qk/abft/att gpu %d %d %d, cpu %d %d %d (want 0)", ga.n[0], ga.n[1], ga.n[2], ca.n[0], ca.n[1],
+          ca.n[2]);
+    /* forward faults at layer 1: 64 elements, all 8 exponent bits flipped in each (every live probability
+     * becomes >= 2, every logit or output of magnitude < 1 grows by 2^(255 - 2e)) */
+    FaultCtx fx, fc;
+    memset(&fx, 0, sizeof(fx));
+    fx.width = 16; fx.att_T = T;
+    fx.ev.active = 1; fx.ev.step = 1; fx.ev.layer = 1; fx.ev.nbits = 8; fx.ev.seed = 99; fx.ev.field = FIELD_EXPONENT; fx.ev.m = 64;
+    fx.ev.pass = PASS_FWD;
+    /* expected alarms (qk, abft, att): a logits fault fails both checksums of the logits (the probs and
+     * out are consistent with the faulty logits); a probs fault fails only the row sums (ABFT verifies
+     * P V against the faulty P, as ATTNChecker); an out fault only ABFT's P V; a q_rope fault only Q/K */
+    struct { int site; int want[CHECK_KINDS]; } cases[] = {
+        {SITE_ATT_LOGITS, {0, 1, 1}}, {SITE_ATT_PROBS, {0, 0, 1}}, {SITE_ATT_OUT, {0, 1, 0}}, {SITE_Q_ROPE, {1, 0, 0}}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        fx.ev.site = cases[i].site;
+        fx.injected = 0;
+        fc = fx;
+        model_set_fault(gm, &fx);
+        cpu::model_set_fault(cm, &fc);
+        model_qk_reset(gm);
+        cpu::model_qk_reset(cm);
+        model_forward_step(gm, B, T, 1);
+        cpu::model_forward_step(cm, B, T, 1);
+        model_set_fault(gm, NULL);
+        cpu::model_set_fault(cm, NULL);
+        ga = gpu_alarms(gm);
+        ca = cpu_alarms(cm);
+        int ok = fx.injected == 1 && fc.injected == 1;
+        for (int k = 0; k < CHECK_KINDS; k++) {
+            int want = cases[i].want[k];
+            ok &= (ga.n[k] > 0) == want && (ca.n[k] > 0) == want && ga.layer[k] == (want ? 1 : -1) && ca.layer[k] == ga.layer[k];
+        }
+        check(ok, "  fwd %-10s m 64: alarms qk/abft/att gpu %d %d %d (first layers %d %d %d), cpu %d %d %d (%d %d %d); want %s%s%s at layer 1",
+              SITE_NAMES[cases[i].site], ga.n[0], ga.n[1], ga.n[2], ga.layer[0], ga.layer[1], ga.layer[2], ca.n[0], ca.n[1], ca.n[2],
+              ca.layer[0], ca.layer[1], ca.layer[2], cases[i].want[0] ? "qk " : "", cases[i].want[1] ? "abft " : "", cases[i].want[2] ? "att " : "");
+        if (ok && memcmp(ga.n, ca.n, sizeof(ga.n)))
+            printf("      (the counts of failed heads differ: a flip near a tolerance can land on either side on the two trainers)\n");
+    }
+    cpu::model_free(cm);
+    model_free(gm);
+    FREE_ALL(inp, tgt);
+}
+
 /* -only LIST: comma-separated test names, or the groups "kernels" (every kernel test), "reference" and
  * "determinism"; empty: everything */
 static const char* g_only = "";
@@ -1413,8 +1786,8 @@ static int want(const char* name, const char* group) {
 }
 
 #define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
-    "  LIST: comma-separated, of kernels reference determinism att_faults convert embedding rmsnorm rope\n" \
-    "        attention attention_split elementwise classifier adamw global_norm matmul\n"
+    "  LIST: comma-separated, of kernels reference determinism att_faults update_norm att_checks convert embedding\n" \
+    "        rmsnorm rope attention attention_split attcheck elementwise classifier adamw global_norm matmul\n"
 
 int main(int argc, char** argv) {
     const char *states = "dev/reference/states", *ckpts = "build/ref";
@@ -1444,8 +1817,9 @@ int main(int argc, char** argv) {
     rng_seed(&g_rng, seed);
     struct { const char* name; void (*fn)(void); } kernels[] = {
         {"convert", test_convert}, {"embedding", test_embedding}, {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
-        {"attention", test_attention}, {"attention_split", test_attention_split}, {"elementwise", test_elementwise}, {"classifier", test_classifier},
-        {"adamw", test_adamw}, {"global_norm", test_global_norm}, {"matmul", test_matmul}};
+        {"attention", test_attention}, {"attention_split", test_attention_split}, {"attcheck", test_attcheck},
+        {"elementwise", test_elementwise}, {"classifier", test_classifier},
+        {"adamw", test_adamw}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"matmul", test_matmul}};
     double t0 = wall_seconds();
     int any = 0;
     matmul_init();
@@ -1469,6 +1843,11 @@ int main(int argc, char** argv) {
     if (want("att_faults", NULL)) {
         test_att_faults("tiny-llama");
         test_att_faults("tiny-nanochat");
+    }
+    if (want("update_norm", NULL)) test_update_norm("tiny-llama");
+    if (want("att_checks", NULL)) {
+        test_att_checks("tiny-llama");
+        test_att_checks("tiny-nanochat");
     }
     if (n_pass + n_fail == 0) { printf("-only %s: no such test\n", g_only); n_fail = 1; }
     cuda_workspace_free_all();

@@ -28,6 +28,7 @@
 
 #include "llmc/utils.h"
 #include "llmc/args.h"
+#include "llmc/attcheck.h"
 #include "llmc/bf16.h"
 #include "llmc/checkpoint.h"
 #include "llmc/checksum.h"
@@ -83,7 +84,9 @@ typedef struct {
     FaultCtx* fx;              /* fault injection (NULL: off) */
     /* protection */
     int protect_qk;            /* Q/K path recomputation on */
-    int qk_alarms, qk_first_layer;   /* mismatches in the current microbatch's forward */
+    int check_abft, check_att; /* attention checks on (llmc/attcheck.h) */
+    int alarms[CHECK_KINDS], first_layer[CHECK_KINDS];   /* alarms of the current microbatch's forward, by kind */
+    float* upd;                /* scratch for model_update_norm (allocated on first use) */
     uint32_t* exp_hist;        /* exponent profiling: [L.n][256] counts of dL/dY codes, NULL = off */
     int exp_samples;
     Rng exp_rng;
@@ -181,7 +184,7 @@ static void model_free(Model* model) {
     if (model->wr != model->params) free(model->wr);
     free(model->params); free(model->grads); free(model->m); free(model->v); free(model->wT);
     free(model->rope_cos); free(model->rope_sin); free(model->act_mem); free(model->la);
-    free(model->inputs); free(model->targets); free(model->tidx); free(model->trace_mem); free(model->exp_hist);
+    free(model->inputs); free(model->targets); free(model->tidx); free(model->trace_mem); free(model->exp_hist); free(model->upd);
 }
 
 static void model_prepare_weights(Model* model);
@@ -213,6 +216,13 @@ static void model_prepare_weights(Model* model) {
     }
 }
 
+/* count n alarms of a kind raised in layer l */
+static void check_alarm(Model* model, int kind, int l, int n) {
+    if (n <= 0) return;
+    if (!model->alarms[kind]) model->first_layer[kind] = l;
+    model->alarms[kind] += n;
+}
+
 /* ---------------------------------------------------------------- Q/K path recomputation
  * The whole Q/K path of layer l (projections, QK norm, RoPE) run again from the same attn_norm output
  * and weights into backward scratch (dq, dq2, dk, dk2; the mean squares into dlog), both results
@@ -242,7 +252,7 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const float* q
     }
     int bad = !fp_equal(qk_fingerprint(q_used, (size_t)N * qd, width), qk_fingerprint(q1, (size_t)N * qd, width)) ||
               !fp_equal(qk_fingerprint(k_used, (size_t)N * kd, width), qk_fingerprint(k1, (size_t)N * kd, width));
-    if (bad) { if (!model->qk_alarms) model->qk_first_layer = l; model->qk_alarms++; }
+    if (bad) check_alarm(model, CHECK_QK, l, 1);
 }
 
 /* exponent profiling: sample dL/dY of a linear layer (its output gradient) and count the exponent
@@ -321,10 +331,15 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         size_t natt = (size_t)B * H * T * T;
         attention_logits_forward(a->logits, qc, kc, B, T, H, KV, hd);                     BF16_STORE(model, a->logits, natt);
         FAULT_FWD(SITE_ATT_LOGITS, l, a->logits, natt);
+        int width = model->precision ? 16 : 32;
+        if (model->check_abft) check_alarm(model, CHECK_ABFT, l, abft_logits_check(a->logits, qc, kc, B, T, H, KV, hd, width));
+        if (model->check_att) check_alarm(model, CHECK_ATT, l, att_logits_rowcheck(a->logits, qc, kc, B, T, H, KV, hd, width));
         attention_softmax_forward(a->probs, a->logits, B, H, T);                          BF16_STORE(model, a->probs, natt);
         FAULT_FWD(SITE_ATT_PROBS, l, a->probs, natt);
+        if (model->check_att) check_alarm(model, CHECK_ATT, l, att_probs_rowcheck(a->probs, B, H, T, width));
         attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd);                BF16_STORE(model, a->att_out, (size_t)N * qd);
         FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
+        if (model->check_abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
         matmul_forward(a->o, a->att_out, WT(PT_WO, l), N, qd, d);                         BF16_STORE(model, a->o, (size_t)N * d);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
         residual_forward(a->resid_mid, x, a->o, (size_t)N * d);                           BF16_STORE(model, a->resid_mid, (size_t)N * d);
@@ -559,6 +574,35 @@ static double model_update(Model* model, const AdamW* opt, long long t, double c
     model_prepare_weights(model);
     return norm;
 }
+/* the global gradient norm as the gradients are now (after all-reduce and unscale) */
+static double model_grad_norm(Model* model) { return grad_global_norm(model); }
+/* ||p' - p||_2 of the update model_update would make now (clip, AdamW t), computed without changing
+ * any state: the harmful-update detector's update magnitude */
+static double model_update_norm(Model* model, const AdamW* o, long long t, double clip, double grad_norm) {
+    size_t P = model->L.total;
+    if (!model->upd) model->upd = (float*)mallocCheck(sizeof(float) * P);
+    float coef = 1.0f;
+    if (clip > 0 && clip / (grad_norm + 1e-6) < 1.0) coef = (float)(clip / (grad_norm + 1e-6));
+    float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->eps;
+    double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
+    float step_size = (float)(o->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    for (int i = 0; i < model->L.n; i++) {
+        const TensorInfo* ti = &model->L.t[i];
+        float decay = ti->decay ? (float)(1.0 - o->lr * o->weight_decay) : 1.0f;
+        const float *p = model->params + ti->offset, *g = model->grads + ti->offset, *m = model->m + ti->offset, *v = model->v + ti->offset;
+        float* d = model->upd + ti->offset;
+#pragma omp parallel for schedule(static)
+        for (size_t j = 0; j < ti->numel; j++) {
+            float gj = g[j] * coef;
+            float mj = m[j] + (1.0f - b1) * (gj - m[j]);
+            float vj = v[j] * b2 + (1.0f - b2) * gj * gj;
+            float pj = p[j] * decay;
+            pj -= step_size * (mj / (sqrtf(vj) / bc2_sqrt + eps));
+            d[j] = pj - p[j];
+        }
+    }
+    return sqrt(sumsq_det(model->upd, P));
+}
 /* per-token losses and argmax of the last forward (n tokens) */
 static void model_token_losses(Model* model, int n, float* out) { memcpy(out, model->losses, sizeof(float) * n); }
 static void model_argmax(Model* model, int n, int* out) {
@@ -591,9 +635,12 @@ static void model_set_threads(int n) {
 
 static void model_set_fault(Model* model, FaultCtx* fx) { model->fx = fx; }
 static void model_set_protect_qk(Model* model, int on) { model->protect_qk = on; }
-/* Q/K mismatches of the last forward (and the first layer that had one) */
-static int model_qk_alarms(Model* model, int* first_layer) { *first_layer = model->qk_first_layer; return model->qk_alarms; }
-static void model_qk_reset(Model* model) { model->qk_alarms = 0; model->qk_first_layer = -1; }
+static void model_set_checks(Model* model, int abft, int att) { model->check_abft = abft; model->check_att = att; }
+/* alarms of one kind (CHECK_QK, CHECK_ABFT, CHECK_ATT) in the last forward, and the first layer that had one */
+static int model_check_alarms(Model* model, int kind, int* first_layer) { *first_layer = model->first_layer[kind]; return model->alarms[kind]; }
+static void model_qk_reset(Model* model) {
+    for (int k = 0; k < CHECK_KINDS; k++) { model->alarms[k] = 0; model->first_layer[k] = -1; }
+}
 static void model_exp_profile_start(Model* model, int samples, uint64_t seed) {
     if (!model->exp_hist) model->exp_hist = (uint32_t*)callocCheck((size_t)model->L.n * 256, sizeof(uint32_t));
     model->exp_samples = samples;

@@ -51,6 +51,7 @@
 #include "llmc/global_norm.cuh"
 #include "llmc/fault.cuh"
 #include "llmc/fingerprint.cuh"
+#include "llmc/attcheck.cuh"
 #include "llmc/rgg.h"
 
 /* ------------------------------------------------------------------------------------- model */
@@ -97,7 +98,15 @@ typedef struct {
     void* trace_mem;                     /* device snapshot of act_mem for the propagation trace */
     FaultCtx* fx;                        /* fault injection (NULL: off) */
     bf16* att_scratch;                   /* [B,H,T,T] for att_logits/att_probs faults (model_att_scratch), else NULL */
-    int protect_qk, qk_alarms, qk_first_layer;
+    int protect_qk;                      /* Q/K path recomputation on */
+    int check_abft, check_att;           /* attention checks on (llmc/attcheck.cuh) */
+    int alarms[CHECK_KINDS], first_layer[CHECK_KINDS];   /* since model_qk_reset, by kind (CHECK_QK/ABFT/ATT) */
+    int* chk_dev;                        /* attention checks: counts [n_layer][ATTC_NCHECK], then flags
+                                            [n_layer][ATTC_NCHECK][B*H] (device, zeroed per forward), NULL until used */
+    int* chk_host;                       /* pinned host copy of the counts */
+    double* chk_scratch;                 /* attcheck_scratch_doubles(B, H, T) (device) */
+    size_t* upd_seg_end;                 /* model_update_norm: end offset and decay flag per tensor (device), */
+    int* upd_seg_decay;                  /*   NULL until used */
     uint32_t* exp_hist;                  /* exponent profiling [L.n][256] (host), NULL = off */
     int exp_samples;
     Rng exp_rng;
@@ -156,6 +165,7 @@ static void attention_forward_faults(Model* model, LayerActs* a, int l, int B, i
 static void model_build(Model* model, const Config* c, int B, int T, int precision) {
     memset(model, 0, sizeof(*model));
     model->c = *c; model->B = B; model->T = T; model->precision = precision;
+    for (int k = 0; k < CHECK_KINDS; k++) model->first_layer[k] = -1;
     param_layout_build(c, &model->L);
     model->tidx = (int*)mallocCheck(sizeof(int) * (c->n_layer + 1) * PT_COUNT);
     for (int i = 0; i < (c->n_layer + 1) * PT_COUNT; i++) model->tidx[i] = -1;
@@ -253,6 +263,11 @@ static void model_free(Model* model) {
     cudaCheck(cudaFree(model->rope_sin)); cudaCheck(cudaFree(model->act_mem));
     if (model->trace_mem) cudaCheck(cudaFree(model->trace_mem));
     if (model->att_scratch) cudaCheck(cudaFree(model->att_scratch));
+    if (model->chk_dev) cudaCheck(cudaFree(model->chk_dev));
+    if (model->chk_host) cudaCheck(cudaFreeHost(model->chk_host));
+    if (model->chk_scratch) cudaCheck(cudaFree(model->chk_scratch));
+    if (model->upd_seg_end) cudaCheck(cudaFree(model->upd_seg_end));
+    if (model->upd_seg_decay) cudaCheck(cudaFree(model->upd_seg_decay));
     cudaCheck(cudaStreamDestroy(model->stream));
     free(model->h_params); free(model->h_m); free(model->h_v); free(model->h_losses); free(model->h_targets); free(model->h_row);
     free(model->la); free(model->tidx); free(model->exp_hist);
@@ -311,6 +326,7 @@ static void model_set_tokens(Model* model, const int* inputs, const int* targets
  * the same final kernel in fingerprint-only mode, so the recomputed Q and K are never written out.
  * When a fault was injected into the final tensor after its kernel, the forward's fingerprint is taken
  * from the stored tensor instead (the fault stands for an error inside that kernel). */
+static void gpu_alarm(Model* model, int kind, int l, int n);
 static void qk_recompute_check(Model* model, int l, int B, int T, Fingerprint fq, Fingerprint fk) {
     const Config* c = &model->c;
     cudaStream_t s = model->stream;
@@ -336,7 +352,46 @@ static void qk_recompute_check(Model* model, int l, int B, int T, Fingerprint fq
         rq = rope_forward_fp(NULL, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
         rk = rope_forward_fp(NULL, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
     }
-    if (!fp_equal(fq, rq) || !fp_equal(fk, rk)) { if (!model->qk_alarms) model->qk_first_layer = l; model->qk_alarms++; }
+    if (!fp_equal(fq, rq) || !fp_equal(fk, rk)) gpu_alarm(model, CHECK_QK, l, 1);
+}
+
+/* n alarms of a kind (CHECK_QK / CHECK_ABFT / CHECK_ATT) raised at layer l; the first layer since
+ * model_qk_reset is kept (the CPU's check_alarm) */
+static void gpu_alarm(Model* model, int kind, int l, int n) {
+    if (n <= 0) return;
+    if (!model->alarms[kind]) model->first_layer[kind] = l;
+    model->alarms[kind] += n;
+}
+
+/* Attention checks (-detect abft, -protect att; llmc/attcheck.cuh). The fused attention_forward stores
+ * logits and probs (its softmax kernel writes both), so every tensor the checks read is in memory after
+ * the layer's attention: they run once per layer after attention_forward, attention_forward_faults and
+ * the att_out injection point, and read the tensors as the CPU's checks do after their injection points
+ * (logits with an att_logits fault in; probs after the recompute of the rows a logits fault hit and with
+ * an att_probs fault in; out after everything). Failed heads are counted on the device per layer and
+ * check; the counts come back once per forward (pinned copy, no extra synchronisation). Buffers sized
+ * for the model's B and T, allocated on first use, outside the activations (not in the trace snapshot). */
+static void attcheck_buffers(Model* model) {
+    if (model->chk_dev) return;
+    const int L = model->c.n_layer;
+    const size_t nbh = (size_t)model->B * model->c.n_head;
+    const size_t nd = attcheck_scratch_doubles(model->B, model->c.n_head, model->T);
+    cudaError_t e = cudaMalloc(&model->chk_scratch, nd * sizeof(double));
+    if (e != cudaSuccess)
+        tsdc_fail("cannot allocate %.3f GiB for the attention checks: %s", nd * 8 / 1073741824.0, cudaGetErrorString(e));
+    cudaCheck(cudaMalloc(&model->chk_dev, sizeof(int) * (size_t)L * ATTC_NCHECK * (1 + nbh)));
+    cudaCheck(cudaMallocHost(&model->chk_host, sizeof(int) * (size_t)L * ATTC_NCHECK));
+}
+static size_t attcheck_dev_ints(const Model* model) {
+    return (size_t)model->c.n_layer * ATTC_NCHECK * (1 + (size_t)model->B * model->c.n_head);
+}
+/* after the forward's final synchronisation: the layers' counts into the alarms (layer order) */
+static void attcheck_collect(Model* model) {
+    for (int l = 0; l < model->c.n_layer; l++) {
+        const int* n = model->chk_host + (size_t)l * ATTC_NCHECK;
+        gpu_alarm(model, CHECK_ABFT, l, n[ATTC_ABFT_LOGITS] + n[ATTC_ABFT_AV]);
+        gpu_alarm(model, CHECK_ATT, l, n[ATTC_ATT_LOGITS] + n[ATTC_ATT_PROBS]);
+    }
 }
 
 /* exponent profiling: gather random samples of dL/dY on the device, count codes on the host */
@@ -369,6 +424,12 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim;
     int qd = H * hd, kd = KV * hd, F = c->ffn_dim, V = c->vocab_size;
     float eps = (float)c->norm_eps;
+    const int checks = model->check_abft || model->check_att;
+    if (checks) {
+        if (B > model->B || T > model->T) tsdc_fail("model_forward_step: B %d T %d exceed the model's %d %d", B, T, model->B, model->T);
+        attcheck_buffers(model);
+        cudaCheck(cudaMemsetAsync(model->chk_dev, 0, sizeof(int) * attcheck_dev_ints(model), s));
+    }
 
     embedding_forward(model->emb, model->inputs, W(PT_WTE, -1), N, d, s);
     bf16* x = model->emb;
@@ -426,6 +487,12 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         attention_forward(a->att_out, a->logits, a->probs, qc, kc, a->v, B, T, H, KV, hd, s);
         attention_forward_faults(model, a, l, B, T, s);
         FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
+        if (checks) {
+            const size_t nbh_max = (size_t)model->B * H;
+            attcheck_forward(model->chk_dev + (size_t)l * ATTC_NCHECK,
+                             model->chk_dev + (size_t)c->n_layer * ATTC_NCHECK + (size_t)l * ATTC_NCHECK * nbh_max, model->chk_scratch,
+                             a->logits, a->probs, a->att_out, qc, kc, a->v, B, T, H, KV, hd, model->check_abft, model->check_att, s);
+        }
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
         residual_forward(a->resid_mid, x, a->o, (size_t)N * d, s);
@@ -456,13 +523,20 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         FAULT_FWD(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
         x = a->out;
     }
+    if (checks)   /* pinned: asynchronous; read after the synchronisation below */
+        cudaCheck(cudaMemcpyAsync(model->chk_host, model->chk_dev, sizeof(int) * (size_t)c->n_layer * ATTC_NCHECK, cudaMemcpyDeviceToHost, s));
     rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, s);
     linear_forward(model->logits, model->final_norm, c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1), N, d, V, s);
     softcap_forward(model->logits, (size_t)N * V, (float)c->softcap, s);
-    if (!with_targets) { cudaCheck(cudaStreamSynchronize(s)); return 0.0f; }
+    if (!with_targets) {
+        cudaCheck(cudaStreamSynchronize(s));
+        if (checks) attcheck_collect(model);
+        return 0.0f;
+    }
     crossentropy_forward(model->losses, model->lse, model->logits, model->targets, N, V, s);
     cudaCheck(cudaMemcpyAsync(model->h_losses, model->losses, sizeof(float) * N, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
+    if (checks) attcheck_collect(model);
     double sum = 0.0; int cnt = 0;
     for (int n = 0; n < N; n++) if (model->h_targets[n] >= 0) { sum += model->h_losses[n]; cnt++; }
     return cnt ? (float)(sum / cnt) : 0.0f;
@@ -631,21 +705,105 @@ static void model_allreduce_grads(Model* model, Dist* dist) {
 #endif
 }
 
+/* the scalars of the AdamW step t with the gradient norm `norm` (clip coefficient as torch's
+ * clip_grad_norm_: clip/(norm+1e-6) when clip > 0 and that is < 1); decay is set per tensor by the caller */
+static AdamWParams adamw_params(const AdamW* o, long long t, double clip, double norm) {
+    AdamWParams h;
+    h.grad_scale = 1.0f;
+    if (clip > 0) { double cc = clip / (norm + 1e-6); if (cc < 1.0) h.grad_scale = (float)cc; }
+    double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
+    h.step_size = (float)(o->lr / bc1);
+    h.bc2_sqrt = (float)sqrt(bc2);
+    h.b1 = (float)o->beta1; h.b2 = (float)o->beta2; h.eps = (float)o->eps;
+    h.decay = 1.0f;
+    return h;
+}
+
 static double model_update(Model* model, const AdamW* o, long long t, double clip) {
     double norm = sqrt(global_norm_squared(model->grads, model->L.total, model->stream));
-    float coef = 1.0f;
-    if (clip > 0) { double cc = clip / (norm + 1e-6); if (cc < 1.0) coef = (float)cc; }
-    double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
-    float step_size = (float)(o->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    const AdamWParams h = adamw_params(o, t, clip, norm);
     for (int i = 0; i < model->L.n; i++) {
         const TensorInfo* ti = &model->L.t[i];
         float decay = ti->decay ? (float)(1.0 - o->lr * o->weight_decay) : 1.0f;
         adamw_update(model->params + ti->offset, model->wbf + ti->offset, model->grads + ti->offset, model->m + ti->offset,
-                     model->v + ti->offset, ti->numel, coef, decay, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                     step_size, bc2_sqrt, model->stream);
+                     model->v + ti->offset, ti->numel, h.grad_scale, decay, h.b1, h.b2, h.eps, h.step_size, h.bc2_sqrt, model->stream);
     }
     cudaCheck(cudaStreamSynchronize(model->stream));
     return norm;
+}
+
+/* the global L2 norm of the gradients as they are now (after all-reduce and unscale): global_norm.cuh,
+ * the same bits as the norm model_update computes and returns */
+static double model_grad_norm(Model* model) { return sqrt(global_norm_squared(model->grads, model->L.total, model->stream)); }
+
+/* model_update_norm's kernel: per element the AdamW step of adamw_element (llmc/adamw.cuh, the update
+ * kernel's own element math) on register copies (nothing is written), delta = p' - p in fp32, delta^2
+ * summed in double in global_norm.cuh's fixed order (GNORM_BLOCKS x GNORM_THREADS threads, grid-stride
+ * by global thread index, fixed warp and block trees, one partial a block; the host sums the partials in
+ * index order). The decay of element i is its tensor's: each thread's indices only grow, so it walks
+ * seg_end (the tensors' end offsets, ascending) with a cursor. */
+__global__ static void update_norm_partials_kernel(double* part, const float* p, const float* grad, const float* m, const float* v, size_t n,
+                                                   const size_t* seg_end, const int* seg_decay, int nseg, AdamWParams h, float decay) {
+    __shared__ double warp_part[GNORM_THREADS / 32];
+    const size_t stride = (size_t)GNORM_BLOCKS * GNORM_THREADS;
+    double acc = 0.0;
+    int cur = 0;
+    for (size_t i = (size_t)blockIdx.x * GNORM_THREADS + threadIdx.x; i < n; i += stride) {
+        while (cur < nseg - 1 && i >= seg_end[cur]) cur++;
+        AdamWParams e = h;
+        e.decay = seg_decay[cur] ? decay : 1.0f;
+        const float p0 = p[i];
+        float pi = p0, mi = m[i], vi = v[i];
+        adamw_element(pi, mi, vi, grad[i], e);
+        const float dlt = pi - p0;
+        acc += (double)dlt * dlt;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    acc = gnorm_warp_sum(acc);
+    if (lane == 0) warp_part[warp] = acc;
+    __syncthreads();
+    if (warp == 0) {
+        double s = lane < GNORM_THREADS / 32 ? warp_part[lane] : 0.0;
+        s = gnorm_warp_sum(s);
+        if (lane == 0) part[blockIdx.x] = s;
+    }
+}
+
+/* ||p' - p||_2 (fp32 master weights) of the step model_update(model, o, t, clip) would make now, with
+ * grad_norm the gradient norm it would compute (model_grad_norm); changes no state. Synchronises. */
+static double model_update_norm(Model* model, const AdamW* o, long long t, double clip, double grad_norm) {
+    const int nseg = model->L.n;
+    if (!model->upd_seg_end) {
+        size_t* e = (size_t*)mallocCheck(sizeof(size_t) * nseg);
+        int* dk = (int*)mallocCheck(sizeof(int) * nseg);
+        size_t end = 0;
+        for (int i = 0; i < nseg; i++) {
+            const TensorInfo* ti = &model->L.t[i];
+            if (ti->offset != end) tsdc_fail("internal: model_update_norm needs the tensors contiguous in layout order");
+            end += ti->numel;
+            e[i] = end;
+            dk[i] = ti->decay;
+        }
+        if (end != model->L.total) tsdc_fail("internal: model_update_norm: tensors cover %zu of %zu parameters", end, model->L.total);
+        cudaCheck(cudaMalloc(&model->upd_seg_end, sizeof(size_t) * nseg));
+        cudaCheck(cudaMalloc(&model->upd_seg_decay, sizeof(int) * nseg));
+        cudaCheck(cudaMemcpy(model->upd_seg_end, e, sizeof(size_t) * nseg, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(model->upd_seg_decay, dk, sizeof(int) * nseg, cudaMemcpyHostToDevice));
+        free(e); free(dk);
+    }
+    const AdamWParams h = adamw_params(o, t, clip, grad_norm);
+    const float decay = (float)(1.0 - o->lr * o->weight_decay);
+    double* part = (double*)cuda_workspace_f32(1, 2 * (size_t)GNORM_BLOCKS);   /* global_norm.cuh's slot and size */
+    update_norm_partials_kernel<<<GNORM_BLOCKS, GNORM_THREADS, 0, model->stream>>>(part, model->params, model->grads, model->m, model->v,
+                                                                                 model->L.total, model->upd_seg_end, model->upd_seg_decay,
+                                                                                 nseg, h, decay);
+    cudaCheck(cudaGetLastError());
+    static double host_part[GNORM_BLOCKS];
+    cudaCheck(cudaMemcpyAsync(host_part, part, sizeof(host_part), cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    double s2 = 0.0;
+    for (int b = 0; b < GNORM_BLOCKS; b++) s2 += host_part[b];
+    return sqrt(s2);
 }
 
 /* --------------------------------------------------------------------- evaluation and sampling */
@@ -717,8 +875,18 @@ static void model_trace_diff(Model* model, int site, int l, int B, int T, double
 }
 
 static void model_set_protect_qk(Model* model, int on) { model->protect_qk = on; }
-static int model_qk_alarms(Model* model, int* first_layer) { *first_layer = model->qk_first_layer; return model->qk_alarms; }
-static void model_qk_reset(Model* model) { model->qk_alarms = 0; model->qk_first_layer = -1; }
+/* the attention checks (llmc/attcheck.cuh): ABFT (-detect abft) and ours (-protect att) */
+static void model_set_checks(Model* model, int abft, int att) { model->check_abft = abft != 0; model->check_att = att != 0; }
+/* alarms of one kind (CHECK_QK, CHECK_ABFT, CHECK_ATT) since model_qk_reset (the loop resets before each
+ * microbatch's forward), and the first layer that had one (-1: none) */
+static int model_check_alarms(Model* model, int kind, int* first_layer) {
+    if (kind < 0 || kind >= CHECK_KINDS) { *first_layer = -1; return 0; }
+    *first_layer = model->alarms[kind] ? model->first_layer[kind] : -1;
+    return model->alarms[kind];
+}
+static void model_qk_reset(Model* model) {
+    for (int k = 0; k < CHECK_KINDS; k++) { model->alarms[k] = 0; model->first_layer[k] = -1; }
+}
 static void model_exp_profile_start(Model* model, int samples, uint64_t seed) {
     if (!model->exp_hist) model->exp_hist = (uint32_t*)callocCheck((size_t)model->L.n * 256, sizeof(uint32_t));
     model->exp_samples = samples;

@@ -43,6 +43,10 @@ typedef struct {
     char protect[64], rgg_layers[256], rgg_calibrate[1024], rgg_calibration[1024], exp_profile[1024];
     double rgg_alpha;
     int rgg_window, expscale_k, exp_samples;
+    /* baseline detectors (llmc/detect.h) */
+    char detect[128], llmft_model[1024];
+    int detect_observe, detect_window;
+    double spike_z, harmful_z;
 } Args;
 
 static const char* USAGE =
@@ -106,7 +110,9 @@ static const char* USAGE =
 "                     faulty and write R_x at every downstream module output as JSONL\n"
 "protection (TrainSDC, DESIGN.md section 6; alarms are logged and the step is replayed)\n"
 "  -protect LIST      none, or any of qk (Q/K path recomputation), rgg (Residual Gain Guard), exp (exponent\n"
-"                     scaling), comma-separated, or all (default none)\n"
+"                     scaling), comma-separated, or all (= qk,rgg,exp, the paper's method) (default none);\n"
+"                     beyond the paper: att (cheap attention checks: logits row checksums, probability rows\n"
+"                     sum to one; llmc/attcheck.h), e.g. all,att\n"
 "  -rgg_calibration F load the Residual Gain Guard's calibration (seed window and floors) from F\n"
 "  -rgg_calibrate F   calibration mode: run the steps clean, seed the window with the first -rgg_window of\n"
 "                     them, record the largest clean scores as floors, write F at the end (no alarms)\n"
@@ -118,6 +124,19 @@ static const char* USAGE =
 "  -exp_profile F     write the exponent-code histograms of dL/dY at every linear layer, sampled on every\n"
 "                     step of this run, to F (JSON) at the end, for scripts/expscale_select.py\n"
 "  -exp_samples N     samples a linear layer a microbatch for -exp_profile (default 8192)\n"
+"baseline detectors (DESIGN.md section 7; each alarm replays the step like TrainSDC's, llmc/detect.h)\n"
+"  -detect LIST       none, or any of loss (loss spike), nan (Inf/NaN in the loss or gradients), abft\n"
+"                     (ATTNChecker-style checksums of the attention matrix products), harmful (AdamW update\n"
+"                     norm and gradient norm against their history), llmft (learned detector, needs\n"
+"                     -llmft_model), comma-separated (default none)\n"
+"  -detect_observe 1  compute the -detect detectors and log their features and verdicts, never replay\n"
+"                     (to train -llmft_model on a campaign; to study the detectors) (default 0)\n"
+"  -detect_window W   accepted steps of history of the loss/norm detectors (default 32; they check from the\n"
+"                     8th accepted step on)\n"
+"  -spike_z X         loss spike: alarm when loss > median + X * max(1.4826 MAD, 1% of median) (default 6)\n"
+"  -harmful_z X       harmful update: alarm when log gradient norm or log update norm exceeds median +\n"
+"                     X * max(1.4826 MAD, 0.25) (default 6)\n"
+"  -llmft_model F     the learned detector's model (scripts/llmft_train.py writes it)\n"
 "  -perturb X         clean-envelope repeats: add X ulps (integer, +-; bf16 ulps under -precision bf16) to the\n"
 "                     first element of every weight matrix at the start (0 = off); the trainer is otherwise\n"
 "                     bitwise deterministic\n"
@@ -172,6 +191,8 @@ static void args_defaults(Args* a) {
     a->fault_m = 100000; a->fault_start = 1; a->fault_end = -1; a->fault_rate = 0.01; a->fault_seed = 1234;
     snprintf(a->protect, sizeof(a->protect), "none");
     a->rgg_alpha = 2.5; a->rgg_window = 64; a->expscale_k = -1; a->exp_samples = 8192;
+    snprintf(a->detect, sizeof(a->detect), "none");
+    a->detect_window = 32; a->spike_z = 6; a->harmful_z = 6;
 }
 
 #define STRFLAG(name, field) if (!strcmp(f, name)) { snprintf(a->field, sizeof(a->field), "%s", v); continue; }
@@ -213,6 +234,9 @@ static void args_parse(Args* a, int argc, char** argv) {
         STRFLAG("-rgg_calibration", rgg_calibration) STRFLAG("-exp_profile", exp_profile)
         DBLFLAG("-rgg_alpha", rgg_alpha, 0, 1e6) INTFLAG("-rgg_window", rgg_window, 1, 1 << 16)
         INTFLAG("-expscale_k", expscale_k, 0, 127) INTFLAG("-exp_samples", exp_samples, 1, 1 << 24)
+        STRFLAG("-detect", detect) STRFLAG("-llmft_model", llmft_model)
+        INTFLAG("-detect_observe", detect_observe, 0, 1) INTFLAG("-detect_window", detect_window, 8, 1 << 16)
+        DBLFLAG("-spike_z", spike_z, 0, 1e6) DBLFLAG("-harmful_z", harmful_z, 0, 1e6)
         INTFLAG("-fault_layer", fault_layer, -1, 1 << 20) INTFLAG("-fault_bits", fault_bits, 1, 32)
         INTFLAG("-fault_rank", fault_rank, -1, 1 << 20) INTFLAG("-fault_mb", fault_mb, -1, 1 << 20)
         DBLFLAG("-fault_frac", fault_frac, 0, 1) DBLFLAG("-fault_rate", fault_rate, 0, 1) DBLFLAG("-perturb", perturb, -1e6, 1e6)

@@ -65,6 +65,7 @@ static void fault_sumsq(const bf16* x, const bf16* y, size_t n, double* a, doubl
 static void fault_apply_device(FaultCtx* fx, bf16* x, size_t n, cudaStream_t stream) {
     size_t m = fault_count(&fx->ev, n);
     double s0, s1, unused;
+    size_t live = 0;
     fault_sumsq(x, NULL, n, &s0, &unused, stream);
     if (m > 0) {
         size_t* idx = (size_t*)mallocCheck(sizeof(size_t) * m);
@@ -82,10 +83,11 @@ static void fault_apply_device(FaultCtx* fx, bf16* x, size_t n, cudaStream_t str
         cudaCheck(cudaGetLastError());
         cudaCheck(cudaStreamSynchronize(stream));
         cudaCheck(cudaFree(d_idx)); cudaCheck(cudaFree(d_mask));
+        live = fault_live_count(fx, idx, m);
         free(idx); free(mask);
     }
     fault_sumsq(x, NULL, n, &s1, &unused, stream);
-    fault_log_event(fx, n, m, sqrt(s0 / (double)(n ? n : 1)), sqrt(s1 / (double)(n ? n : 1)));
+    fault_log_event(fx, n, m, live, sqrt(s0 / (double)(n ? n : 1)), sqrt(s1 / (double)(n ? n : 1)));
 }
 
 #endif

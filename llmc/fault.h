@@ -226,6 +226,7 @@ typedef struct {
     int mb;                    /* microbatch being computed */
     int replay;                /* 1 while a step is replayed: injection off */
     int width;                 /* storage bits: 32 fp32, 16 bf16 */
+    int att_T;                 /* sequence length of the [B,H,T,T] attention tensors (for the "live" count) */
     int injected;              /* events applied in the current step */
     long long injected_total;
     FILE* log;                 /* JSONL, one line an applied event (every rank that applies one writes) */
@@ -239,14 +240,24 @@ static inline int fault_due(const FaultCtx* fx, int site, int layer, int pass) {
            fx->ev.rank == fx->rank && fx->ev.mb == fx->mb;
 }
 
-static void fault_log_event(FaultCtx* fx, size_t n, size_t m, double rms_before, double rms_after) {
+/* how many of the m selected elements the model reads: all of them, except in att_logits/att_probs,
+ * whose masked upper triangle (s > t) is never read, so a flip there is harmless */
+static size_t fault_live_count(const FaultCtx* fx, const size_t* idx, size_t m) {
+    int site = fx->ev.site;
+    if ((site != SITE_ATT_LOGITS && site != SITE_ATT_PROBS) || fx->att_T <= 0) return m;
+    size_t live = 0, T = (size_t)fx->att_T;
+    for (size_t i = 0; i < m; i++) live += idx[i] % T <= (idx[i] / T) % T;
+    return live;
+}
+
+static void fault_log_event(FaultCtx* fx, size_t n, size_t m, size_t live, double rms_before, double rms_after) {
     fx->injected++;
     fx->injected_total++;
     if (!fx->log) return;
     const FaultEvent* e = &fx->ev;
     fprintf(fx->log, "{\"type\":\"fault\",\"step\":%lld,\"microbatch\":%d,\"rank\":%d,\"layer\":%d,\"site\":\"%s\",\"pass\":\"%s\","
-            "\"m\":%zu,\"numel\":%zu,\"nbits\":%d,\"dtype\":\"%s\",\"seed\":%llu,\"rms_before\":%s,\"rms_after\":%s}\n",
-            e->step, e->mb, e->rank, e->layer, SITE_NAMES[e->site], PASS_NAMES[e->pass], m, n, e->nbits,
+            "\"m\":%zu,\"live\":%zu,\"numel\":%zu,\"nbits\":%d,\"dtype\":\"%s\",\"seed\":%llu,\"rms_before\":%s,\"rms_after\":%s}\n",
+            e->step, e->mb, e->rank, e->layer, SITE_NAMES[e->site], PASS_NAMES[e->pass], m, live, n, e->nbits,
             fx->width == 32 ? "fp32" : "bf16", (unsigned long long)e->seed, jnum(rms_before).s, jnum(rms_after).s);
     fflush(fx->log);
 }
@@ -255,16 +266,18 @@ static void fault_log_event(FaultCtx* fx, size_t n, size_t m, double rms_before,
 static void fault_apply_host(FaultCtx* fx, float* x, size_t n) {
     size_t m = fault_count(&fx->ev, n);
     double ss0 = 0, ss1 = 0;
+    size_t live = 0;
     for (size_t i = 0; i < n; i++) ss0 += (double)x[i] * x[i];
     if (m > 0) {
         size_t* idx = (size_t*)mallocCheck(sizeof(size_t) * m);
         uint32_t* mask = (uint32_t*)mallocCheck(sizeof(uint32_t) * m);
         fault_select(&fx->ev, n, m, fx->width, idx, mask);
         for (size_t i = 0; i < m; i++) x[idx[i]] = fault_flip_value(x[idx[i]], mask[i], fx->width);
+        live = fault_live_count(fx, idx, m);
         free(idx); free(mask);
     }
     for (size_t i = 0; i < n; i++) ss1 += (double)x[i] * x[i];
-    fault_log_event(fx, n, m, sqrt(ss0 / (n ? n : 1)), sqrt(ss1 / (n ? n : 1)));
+    fault_log_event(fx, n, m, live, sqrt(ss0 / (n ? n : 1)), sqrt(ss1 / (n ? n : 1)));
 }
 
 /* --------------------------------------------------------------------------------- flags */

@@ -20,7 +20,10 @@
  *   model_trace_snapshot(Model*)            (keep a copy of the activations of the last forward)
  *   model_trace_diff(Model*, site, layer, B, T, &num, &den)   (||x - x_snapshot||^2 and ||x_snapshot||^2 of a
  *                                           site's forward tensor; site -1 = the logits)
- *   model_set_protect_qk(Model*, on)   model_qk_reset(Model*)   model_qk_alarms(Model*, &first_layer)
+ *   model_set_protect_qk(Model*, on)   model_qk_reset(Model*) (resets every check's alarms)
+ *   model_set_checks(Model*, abft, att)   (the attention checks of llmc/attcheck.h on/off)
+ *   model_check_alarms(Model*, kind, &first_layer)   (CHECK_QK / CHECK_ABFT / CHECK_ATT alarms of the last forward)
+ *   model_grad_norm(Model*)   model_update_norm(Model*, const AdamW*, t, clip, grad_norm)   (harmful-update detector)
  *   model_rgg_gains(Model*, B, T, layers, n_mon, double* out[n_mon*2])   (from the norms' mean squares)
  *   model_unscale_check(Model*, scale) -> 1 if a gradient is non-finite after grads *= scale
  *   model_exp_profile_start(Model*, samples, seed)   model_exp_hist(Model*) -> [tensors][256] counts
@@ -42,6 +45,8 @@
 #include "dist.h"
 #include "fault.h"
 #include "rgg.h"
+#include "attcheck.h"
+#include "detect.h"
 #include "logger.h"
 #include "rng.h"
 #include "schedule.h"
@@ -63,7 +68,8 @@ typedef struct {
     FaultCtx fx;
     FILE* trace;
     /* protection */
-    int prot_qk, prot_rgg, prot_exp, expscale_k;
+    int prot_qk, prot_rgg, prot_exp, prot_att, expscale_k;
+    Detect det;
     Rgg rgg;
     double* gains;             /* [n_obs][n_mon][2] gains of the step (all ranks, gathered) */
     long long alarms_total, replays_total, found_inf_total;
@@ -232,6 +238,7 @@ static void fault_setup(Run* run) {
     memset(fx, 0, sizeof(*fx));
     fx->rank = run->dist.rank;
     fx->width = a->precision ? 16 : 32;
+    fx->att_T = run->c.seq_len;
     FaultConfig* fc = &fx->cfg;
     fc->mode = !strcmp(a->fault_mode, "char") ? FAULT_CHAR : !strcmp(a->fault_mode, "campaign") ? FAULT_CAMPAIGN : FAULT_OFF;
     if (fc->mode == FAULT_OFF) { model_set_fault(&run->model, NULL); return; }
@@ -344,8 +351,12 @@ static void protect_setup(Run* run) {
         else if (!strcmp(tok, "qk")) run->prot_qk = 1;
         else if (!strcmp(tok, "rgg")) run->prot_rgg = 1;
         else if (!strcmp(tok, "exp")) run->prot_exp = 1;
-        else usage_fail("flag -protect: '%s' is not none, qk, rgg, exp or all", tok);
+        else if (!strcmp(tok, "att")) run->prot_att = 1;
+        else usage_fail("flag -protect: '%s' is not none, qk, rgg, exp, att or all", tok);
     }
+    detect_init(&run->det, detect_parse(a->detect), a->detect_observe, a->detect_window, a->spike_z, a->harmful_z, a->llmft_model);
+    if (a->detect_observe && !run->det.mask) usage_fail("%s", "-detect_observe 1 needs -detect LIST (the detectors to observe)");
+    model_set_checks(&run->model, (run->det.mask >> DET_ABFT) & 1, run->prot_att);
     run->expscale_k = a->expscale_k >= 0 ? a->expscale_k : (run->prot_exp ? 15 : 0);
     model_set_protect_qk(&run->model, run->prot_qk);
     if (a->rgg_calibrate[0] && a->rgg_calibration[0]) usage_fail("%s", "-rgg_calibrate and -rgg_calibration exclude each other");
@@ -483,19 +494,26 @@ int train_main(int argc, char** argv) {
     char path[1200];
     while (ts->step < last) {
         long long s = ts->step; /* update number, 0-based */
-        double t0 = wall_seconds();
+        double t0 = wall_seconds(), c0 = cpu_seconds();
         run->fx.ev = fault_plan_step(&run->fx.cfg, s + 1, world, a->accum, run->c.n_layer);
         run->fx.injected = 0;
         run->fx.replay = 0;
-        double loss_sum = 0.0, replay_ms = 0.0;
-        int replayed = 0, n_alarms = 0;
-        char alarm_desc[160] = "";
+        double loss_sum = 0.0, replay_ms = 0.0, norm = NAN, gn = NAN, un = NAN;
+        int replayed = 0, n_alarms = 0, found_inf = 0;
+        char alarm_desc[200] = "", alarm_by[96] = "", det_fired[64] = "";
         float kscale = ldexpf(1.0f, run->expscale_k);            /* 2^k, exact */
+        opt.lr = lr_at(s, a->lr, a->warmup, a->steps, a->final_lr_frac);
+        DetectOut dout;
+        memset(&dout, 0, sizeof(dout));
+        char det_first[64] = "";                  /* the first attempt's detector verdicts (the one a fault hits) */
+        double feat0[DET_NF] = {0}, score0 = NAN, gn0 = NAN, un0 = NAN;
         for (int attempt = 0; attempt < 2; attempt++) {
             double ta = wall_seconds();
             model_zero_grads(model);
             loss_sum = 0.0;
-            int qk_alarms = 0, qk_layer = -1, qk_mb = -1;
+            double checks[CHECK_KINDS] = {0};   /* alarms of the in-forward checks, by kind */
+            int chk_layer[CHECK_KINDS], chk_mb[CHECK_KINDS];
+            for (int k = 0; k < CHECK_KINDS; k++) chk_layer[k] = chk_mb[k] = -1;
             for (int mb = 0; mb < a->accum; mb++) {
                 shard_microbatch(&run->train, ts->data_pos, rank * a->accum + mb, a->B, T, inp, tgt);
                 model_set_tokens(model, inp, tgt, N);
@@ -504,19 +522,20 @@ int train_main(int argc, char** argv) {
                 if (tracing) trace_clean(run, a->B, T);
                 model_qk_reset(model);
                 loss_sum += model_forward_step(model, a->B, T, 1);
-                int ql, qn = model_qk_alarms(model, &ql);
-                if (qn && !qk_alarms) { qk_layer = ql; qk_mb = mb; }
-                qk_alarms += qn;
+                for (int k = 0; k < CHECK_KINDS; k++) {
+                    int cl, cn = model_check_alarms(model, k, &cl);
+                    if (cn && !checks[k]) { chk_layer[k] = cl; chk_mb[k] = mb; }
+                    checks[k] += cn;
+                }
                 if (tracing) trace_write(run, a->B, T);
                 if (run->gains)
                     model_rgg_gains(model, a->B, T, run->rgg.layers, run->rgg.n_mon,
                                     run->gains + ((size_t)(rank * a->accum + mb) * run->rgg.n_mon) * 2);
                 model_backward_step(model, a->B, T, dloss * kscale);
             }
-            /* the step's alarm: Q/K mismatches OR-reduced over ranks; the Residual Gain Guard decided
-             * identically on every rank from the gathered gains */
-            double qa = qk_alarms;
-            dist_allreduce_sum_f64(&run->dist, &qa, 1);
+            /* the step's alarm: check alarms summed over ranks; the Residual Gain Guard decided identically on
+             * every rank from the gathered gains; the detectors from the all-reduced loss and gradients */
+            dist_allreduce_sum_f64(&run->dist, checks, CHECK_KINDS);
             RggResult rr;
             memset(&rr, 0, sizeof(rr));
             if (run->gains) {
@@ -524,55 +543,89 @@ int train_main(int argc, char** argv) {
                 rr = rgg_check(&run->rgg, run->gains);
                 if (!run->prot_rgg) rr.alarm = 0, rr.n_alarms = 0;   /* calibration alone never alarms */
             }
-            int alarm = (run->prot_qk && qa > 0) || rr.alarm;
+            model_allreduce_grads(model, &run->dist);
+            dist_allreduce_sum_f64(&run->dist, &loss_sum, 1);
+            double step_loss = loss_sum / ((double)a->accum * world);
+            /* exponent scaling: unscale right before clipping; a non-finite gradient skips the update */
+            double fi = model_unscale_check(model, ldexpf(1.0f, -run->expscale_k));
+            dist_allreduce_sum_f64(&run->dist, &fi, 1);
+            found_inf = fi > 0;
+            unsigned fired = 0;
+            if (run->det.mask) {
+                gn = un = NAN;
+                if (detect_needs_norms(&run->det) && !found_inf) {
+                    gn = model_grad_norm(model);
+                    if (isfinite(gn)) un = model_update_norm(model, &opt, s + 1, a->grad_clip, gn);
+                }
+                dout = detect_check(&run->det, step_loss, found_inf, gn, un, (int)checks[CHECK_ABFT]);
+                fired = dout.fired;
+                detect_names(fired, det_fired, sizeof(det_fired));
+                if (attempt == 0) {
+                    memcpy(det_first, det_fired, sizeof(det_first));
+                    memcpy(feat0, dout.feat, sizeof(feat0));
+                    score0 = dout.score; gn0 = gn; un0 = un;
+                }
+            }
+            int qk_alarm = run->prot_qk && checks[CHECK_QK] > 0, att_alarm = run->prot_att && checks[CHECK_ATT] > 0;
+            int det_alarm = fired && !run->det.observe;
+            int alarm = qk_alarm || rr.alarm || att_alarm || det_alarm;
             if (attempt == 1) replay_ms = (wall_seconds() - ta) * 1e3;
             if (!alarm) {
                 if (run->gains) rgg_admit(&run->rgg, run->gains);
+                if (run->det.mask) detect_admit(&run->det, step_loss, gn, un, fired);
                 break;
             }
-            n_alarms += (int)qa + rr.n_alarms;
+            n_alarms += (qk_alarm ? (int)checks[CHECK_QK] : 0) + rr.n_alarms + (att_alarm ? (int)checks[CHECK_ATT] : 0) +
+                        (det_alarm ? __builtin_popcount(fired) : 0);
             if (attempt == 0) {
-                if (qa > 0) snprintf(alarm_desc, sizeof(alarm_desc), "qk: %d mismatch%s, first layer %d mb %d on rank %d%s",
-                                     (int)qa, qa > 1 ? "es" : "", qk_layer, qk_mb, rank, rr.alarm ? " + rgg" : "");
-                else snprintf(alarm_desc, sizeof(alarm_desc), "rgg: %s layer %d %s obs %d (rank %d mb %d) z %.3g/%.3g rel %.3g/%.3g",
+                snprintf(alarm_by, sizeof(alarm_by), "%s%s%s%s%s", qk_alarm ? "qk," : "", rr.alarm ? "rgg," : "",
+                         att_alarm ? "att," : "", det_alarm ? det_fired : "", det_alarm ? "," : "");
+                if (alarm_by[0]) alarm_by[strlen(alarm_by) - 1] = 0;
+                if (qk_alarm) snprintf(alarm_desc, sizeof(alarm_desc), "qk: %d mismatch%s, first layer %d mb %d on rank %d",
+                                       (int)checks[CHECK_QK], checks[CHECK_QK] > 1 ? "es" : "", chk_layer[CHECK_QK], chk_mb[CHECK_QK], rank);
+                else if (rr.alarm) snprintf(alarm_desc, sizeof(alarm_desc), "rgg: %s layer %d %s obs %d (rank %d mb %d) z %.3g/%.3g rel %.3g/%.3g",
                               rr.why, rr.layer, rr.path ? "mlp" : "attn", rr.obs, rr.obs / a->accum, rr.obs % a->accum,
                               rr.z, rr.tau_z, rr.rel, rr.tau_rel);
+                else if (att_alarm) snprintf(alarm_desc, sizeof(alarm_desc), "att: %d head%s failed, first layer %d mb %d on rank %d",
+                                             (int)checks[CHECK_ATT], checks[CHECK_ATT] > 1 ? "s" : "", chk_layer[CHECK_ATT], chk_mb[CHECK_ATT], rank);
+                else snprintf(alarm_desc, sizeof(alarm_desc), "detector %s: loss %.6g, z loss %.3g, z grad norm %.3g, z update norm %.3g%s",
+                              det_fired, step_loss, dout.feat[0], dout.feat[1], dout.feat[2],
+                              (fired >> DET_ABFT) & 1 ? " (attention checksum failed)" : "");
+                if (alarm_by[0] && strcmp(alarm_by, alarm_desc) && (qk_alarm + rr.alarm + att_alarm + det_alarm) > 1)
+                    snprintf(alarm_desc + strlen(alarm_desc), sizeof(alarm_desc) - strlen(alarm_desc), " [%s]", alarm_by);
                 run->alarms_total++;
                 run->fx.replay = 1;   /* the replay runs every microbatch again with injection off */
                 replayed = 1;
                 run->replays_total++;
             } else {
                 /* the clean replay alarmed too: keep it (a second replay would compute the same bits) */
-                if (rank == 0) fprintf(stderr, "warning: step %lld: the replay raised an alarm too; its result is kept\n", s + 1);
+                if (rank == 0) fprintf(stderr, "warning: step %lld: the replay raised an alarm too (%s); its result is kept\n",
+                                       s + 1, det_fired[0] ? det_fired : "protection");
             }
         }
         run->fx.ev.active = 0; /* the event belongs to this step's microbatches, not to evaluation or sampling */
         run->fx.replay = 0;
         double inj = run->fx.injected;
         dist_allreduce_sum_f64(&run->dist, &inj, 1);
-        model_allreduce_grads(model, &run->dist);
-        dist_allreduce_sum_f64(&run->dist, &loss_sum, 1);
         float loss = (float)(loss_sum / ((double)a->accum * world));
-        opt.lr = lr_at(s, a->lr, a->warmup, a->steps, a->final_lr_frac);
-        /* exponent scaling: unscale right before clipping; a non-finite gradient skips the update */
-        int found_inf = model_unscale_check(model, ldexpf(1.0f, -run->expscale_k));
-        double fi = found_inf;
-        dist_allreduce_sum_f64(&run->dist, &fi, 1);
-        found_inf = fi > 0;
-        double norm = NAN;
         if (!found_inf) norm = model_update(model, &opt, s + 1, a->grad_clip);
         else run->found_inf_total++;
         ts->step = s + 1;
         ts->data_pos = shard_advance(&run->train, ts->data_pos, span);
-        double dt = wall_seconds() - t0;
+        double dt = wall_seconds() - t0, cpu_ms = (cpu_seconds() - c0) * 1e3;
         if (s > 0 || ts->step == last) { ms_sum += dt; timed++; }
         double tok_s = span / dt;
+        char det_json[400] = "";
+        if (run->det.mask)   /* the detectors' features and verdicts of the first attempt (the one a fault hits) */
+            snprintf(det_json, sizeof(det_json), ",\"det\":\"%s\",\"feat\":[%s,%s,%s,%s,%s],\"score\":%s,\"gn\":%s,\"un\":%s",
+                     det_first, jnum(feat0[0]).s, jnum(feat0[1]).s, jnum(feat0[2]).s, jnum(feat0[3]).s, jnum(feat0[4]).s,
+                     jnum(score0).s, jnum(gn0).s, jnum(un0).s);
         if (rank == 0) {
-            logger_line(&run->log, "{\"type\":\"step\",\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,"
+            logger_line(&run->log, "{\"type\":\"step\",\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,\"cpu_ms\":%.3f,"
                         "\"tok_s\":%.1f,\"k\":%d,\"alarms\":%d,\"injections\":%d,\"replayed\":%d,\"replay_ms\":%.3f,"
-                        "\"found_inf\":%d,\"alarm\":\"%s\"}",
-                        (long long)ts->step, jnum(loss).s, opt.lr, jnum(norm).s, dt * 1e3, tok_s, run->expscale_k, n_alarms,
-                        (int)inj, replayed, replay_ms, found_inf, alarm_desc);
+                        "\"found_inf\":%d,\"by\":\"%s\",\"alarm\":\"%s\"%s}",
+                        (long long)ts->step, jnum(loss).s, opt.lr, jnum(norm).s, dt * 1e3, cpu_ms, tok_s, run->expscale_k, n_alarms,
+                        (int)inj, replayed, replay_ms, found_inf, alarm_by, alarm_desc, det_json);
             if (!a->quiet) {
                 char eta[32];
                 fmt_eta((last - ts->step) * (timed ? ms_sum / timed : dt), eta, sizeof(eta));
@@ -634,6 +687,7 @@ int train_main(int argc, char** argv) {
     if (run->have_tok) tokenizer_free(&run->tok);
     if (run->fx.log) fclose(run->fx.log);
     if (run->gains) { rgg_free(&run->rgg); free(run->gains); }
+    detect_free(&run->det);
     if (run->trace) fclose(run->trace);
     TRAINER_TEARDOWN();
     dist_finalize(&run->dist);

@@ -79,6 +79,12 @@ static inline long long file_size_of(FILE* fp, const char* path) {
 }
 
 #include <time.h>
+/* CPU time of the process (all threads), seconds: step costs that a loaded machine does not inflate */
+static inline double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 static inline double wall_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

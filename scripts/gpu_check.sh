@@ -23,7 +23,11 @@
 #           --warmup untimed + --steps timed steps: tokens/s, ms/step, MFU, peak GPU memory
 #   torch   an alias: naming only `bench` runs both; `--phases bench` without `torch` in the list
 #           skips the PyTorch runs
-# Default: --phases info,build,test,det,resume,bench,torch --B 8 --warmup 5 --steps 20 --budget 450.
+#   protect the protection tests of tests/test_protect.py and tests/test_detect.py on the GPU binary (Q/K
+#           recomputation m = 1, 10, 1000; attention checks and ABFT; 200 calibrated clean steps; large
+#           residual faults; exponent scaling in bf16), then the overhead of -protect none, qk, rgg, exp,
+#           all, all,att for $PROT_BENCH at B 1 x T 1024 x accum 4 (the paper's per-rank setting)
+# Default: --phases info,build,test,det,resume,protect,bench,torch --B 8 --warmup 5 --steps 20 --budget 540.
 #
 # MFU = tokens/s x FLOPs/token / peak, FLOPs/token = 6 P + 12 L H hd T (PaLM's model FLOPs: every
 # parameter in a matmul forward and backward -- the tied embedding counts once, as the LM head -- plus
@@ -56,7 +60,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-DRY=0; FAKE=0; PHASES="info,build,test,det,resume,bench,torch"; BB=8; WARM=5; STEPS=20; BUDGET=450
+DRY=0; FAKE=0; PHASES="info,build,test,det,resume,protect,bench,torch"; BB=8; WARM=5; STEPS=20; BUDGET=540
 usage() { sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -92,6 +96,7 @@ if [ "$FAKE" = 1 ]; then
     BENCH_T=128; TORCH_DEV=cpu
     BENCH_CFGS="tiny-llama:2 tiny-qwen3:2 tiny-llama:1"
     DET_CFGS="tiny-llama:4:64:4 tiny-nanochat:4:64:4"
+    PROT_BENCH="tiny-llama"
 else
     PYTHON="${PYTHON:-python3}"
     TRAIN_GPU=(./train_sdc_cu)
@@ -100,6 +105,7 @@ else
     BENCH_T=1024; TORCH_DEV=cuda
     BENCH_CFGS="llama3.2-1b:$BB qwen3-0.6b:$BB llama3.2-1b:1"
     DET_CFGS="tiny-llama:8:128:6 tiny-nanochat:8:128:6 smollm2-135m:4:512:4"
+    PROT_BENCH="llama3.2-1b qwen3-0.6b"
 fi
 BENCH_CFGS="${GPU_CHECK_BENCH:-$BENCH_CFGS}"; DET_CFGS="${GPU_CHECK_DET:-$DET_CFGS}"
 TRAIN_CPU=(./train_sdc -precision bf16)
@@ -136,7 +142,7 @@ mfu() {
         f = 6 * p + 12 * a[1] * a[2] * a[3] * T; printf "%.1f%%", 100 * ts * f / (pk * 1e12) }'
 }
 # the step records of a log with the timing fields removed (what must be bitwise reproducible)
-step_bits() { grep '"type":"step"' "$1" | sed -E 's/"ms":[^,]*,"tok_s":[^,]*,//'; }
+step_bits() { grep '"type":"step"' "$1" | sed -E 's/"(ms|cpu_ms|tok_s|replay_ms)":[^,]*,//g'; }
 # loss of step S in a log.jsonl
 loss_at() { grep '"type":"step"' "$1" 2>/dev/null | grep "\"step\":$2," | sed -E 's/.*"loss":([^,]*),.*/\1/' | head -n 1; }
 # largest relative difference between two lists of numbers (same length), "" if any is missing
@@ -207,19 +213,31 @@ EOF
 mkshard_build() {
     [ -x "$WORK/mkshard" ] && return 0
     cat >"$WORK/mkshard.c" <<'EOF'
-/* mkshard OUT N VOCAB SEED: a token shard (docs/formats.md) of N uniform random tokens < VOCAB */
+/* mkshard OUT N VOCAB SEED: a token shard (docs/formats.md) of N uniform random tokens < VOCAB;
+ * mkshard OUT N 256 SEED FILE...: the bytes of the files instead (real text, vocab 256), up to N */
 #include <stdio.h>
 #include <stdlib.h>
 #include "llmc/utils.h"
 #include "llmc/checksum.h"
 #include "llmc/rng.h"
 int main(int argc, char** argv) {
-    if (argc != 5) { fprintf(stderr, "usage: mkshard OUT N VOCAB SEED\n"); return 1; }
+    if (argc < 5) { fprintf(stderr, "usage: mkshard OUT N VOCAB SEED [FILE...]\n"); return 1; }
     uint64_t n = strtoull(argv[2], NULL, 10), seed = strtoull(argv[4], NULL, 10);
     uint32_t V = (uint32_t)strtoul(argv[3], NULL, 10), width = V <= 65536 ? 2 : 4, ver = 1, zero = 0;
     uint8_t* body = (uint8_t*)mallocCheck(n * width);
-    Rng r; rng_seed(&r, seed);
-    for (uint64_t i = 0; i < n; i++) { uint32_t t = (uint32_t)rng_below(&r, V); memcpy(body + i * width, &t, width); }
+    if (argc > 5) {
+        uint64_t got = 0;
+        for (int a = 5; a < argc && got < n; a++) {
+            FILE* t = fopenCheck(argv[a], "rb");
+            int ch;
+            while (got < n && (ch = fgetc(t)) != EOF) { uint32_t tok = (uint32_t)ch; memcpy(body + got * width, &tok, width); got++; }
+            fclose(t);
+        }
+        n = got;
+    } else {
+        Rng r; rng_seed(&r, seed);
+        for (uint64_t i = 0; i < n; i++) { uint32_t t = (uint32_t)rng_below(&r, V); memcpy(body + i * width, &t, width); }
+    }
     uint8_t h[256] = {0};
     uint64_t chk = tsdc_checksum(body, n * width);
     memcpy(h, "TSDCTOK\0", 8); memcpy(h + 8, &ver, 4); memcpy(h + 12, &width, 4); memcpy(h + 16, &V, 4);
@@ -328,7 +346,7 @@ if has_phase test; then
             # a crash or a hang hides every later test: run each test on its own, to see them all
             say "test_sdc_cu ended without its summary (rc $rc): running each test in its own process"
             np=0; nf=0; crashed=""
-            for t in convert embedding rmsnorm rope attention elementwise classifier adamw global_norm matmul reference determinism; do
+            for t in convert embedding rmsnorm rope attention attention_split elementwise classifier adamw global_norm fingerprint attcheck matmul reference determinism update_norm att_checks; do
                 time_for 20 "test $t" || { crashed="$crashed $t(no time)"; continue; }
                 tmo 120 "${TEST_BIN[@]}" -only "$t" >"$WORK/test_$t.log" 2>&1; trc=$?
                 cat "$WORK/test_$t.log" >>"$TL"
@@ -411,6 +429,116 @@ if has_phase resume; then
         row "cross-resume GPU<->CPU bf16" "$([ $ok = 1 ] && echo OK || echo "NOT OK (rc $rc1/$rc2/$rc3)"): GPU->CPU rel diff ${r_g2c:-n/a}, CPU->GPU ${r_c2g:-n/a}, GPU vs CPU steps 1-4 ${r_gc:-n/a} (limit 2e-2); GPU self-resume $self"
     else
         row "cross-resume GPU<->CPU bf16" "not run (binaries missing or no time)"
+    fi
+fi
+
+# ---------------------------------------------------------------------------------- protection
+# the CPU tests of tests/test_protect.py and tests/test_detect.py, on the GPU binary (python3 stdlib only):
+# Q/K recomputation catches every Q/K-path fault and the replayed run ends bit-identical to the clean
+# one; the attention checks (ours and ABFT) catch every live attention fault, bit-identical likewise;
+# a calibrated clean run raises no alarm in 200 steps; large residual faults are caught; exponent
+# scaling in bf16 stays within rounding; then the protection overhead on the paper's per-rank setting.
+prot_check() {   # prot_check DIR KIND [CLEAN_DIR]: KIND qk|att|abft = every (live) event replayed by KIND
+    "$PYTHON" - "$@" <<'PYEOF'
+import json, os, sys
+d, kind = sys.argv[1], sys.argv[2]
+st = {}
+for l in open(os.path.join(d, "log.jsonl")):
+    r = json.loads(l)
+    if r.get("type") == "step": st[r["step"]] = r
+ev = [json.loads(l) for l in open(os.path.join(d, "faults.jsonl"))] if os.path.exists(os.path.join(d, "faults.jsonl")) else []
+if kind == "clean":
+    bad = [s for s, r in st.items() if r["replayed"]]
+    print(f"{len(st)} steps, {len(bad)} alarms"); sys.exit(1 if bad or not st else 0)
+if kind == "any":
+    det = [e for e in ev if st[e["step"]]["replayed"]]
+    print(f"{len(det)}/{len(ev)} events replayed"); sys.exit(0 if ev and len(det) == len(ev) else 1)
+live = [e for e in ev if e.get("live", e["m"]) > 0]
+miss = [e for e in live if not (st[e["step"]]["replayed"] and kind in st[e["step"]]["by"].split(","))]
+false = [e for e in ev if e.get("live", e["m"]) == 0 and st[e["step"]]["replayed"]]
+print(f"{len(live) - len(miss)}/{len(live)} live events caught by {kind}, {len(ev) - len(live)} dead, {len(false)} dead replayed")
+sys.exit(0 if live and not miss and not false else 1)
+PYEOF
+}
+if has_phase protect; then
+    say "== protection on ${TRAIN_GPU[*]}"
+    # real text, as the CPU tests (tests/test_protect.py: tinyshakespeare bytes, vocab 256, T 32, B 2): the
+    # project's own sources and docs as bytes (there is no data set on the device machine)
+    PSH="$WORK/text.bin"; TSH="$WORK/det.bin"
+    shard "$TSH" 2000000
+    mkshard_build && "$WORK/mkshard" "$PSH" 2000000 256 0 README.md docs/*.md train_sdc.c train_sdc.cu test_sdc.c test_sdc.cu llmc/*.h llmc/*.cuh
+    if [ -x "${TRAIN_GPU[0]}" ] && [ -f "$PSH" ] && command -v "$PYTHON" >/dev/null 2>&1 && time_for 60 "protection"; then
+        PC=(-preset tiny-llama -train "$PSH" -vocab 256 -B 2 -seq 32 -accum 2 -warmup 5 -lr 1e-3 -eval_every 0 -quiet)
+        pok=0; pn=0; pres=""
+        pcase() {   # pcase NAME KIND CLEAN_FLAGS... -- FAULT_FLAGS...: clean run, faulty run, prot_check, checkpoint bytes
+            local name=$1 kind=$2; shift 2
+            local cf=() ff=() sep=0
+            for x in "$@"; do if [ "$x" = "--" ]; then sep=1; elif [ $sep = 0 ]; then cf+=("$x"); else ff+=("$x"); fi; done
+            rm -rf "$WORK/p_$name" "$WORK/p_${name}_c"
+            tmo 120 "${TRAIN_GPU[@]}" "${PC[@]}" -steps 8 "${cf[@]}" -out "$WORK/p_${name}_c" >"$WORK/p_$name.out" 2>&1
+            tmo 120 "${TRAIN_GPU[@]}" "${PC[@]}" -steps 8 "${cf[@]}" "${ff[@]}" -out "$WORK/p_$name" >>"$WORK/p_$name.out" 2>&1
+            pn=$((pn + 1))
+            if msg=$(prot_check "$WORK/p_$name" "$kind" 2>&1) && cmp -s "$WORK/p_$name/step_000008.ckpt" "$WORK/p_${name}_c/step_000008.ckpt"; then
+                pok=$((pok + 1)); say "protect $name: OK ($msg; weights bit-identical to the clean run)"
+            else
+                pres="$pres $name"; say "protect $name: NOT OK ($msg)"; tail -n 3 "$WORK/p_$name.out"
+            fi
+        }
+        for m in 1 10 1000; do
+            pcase "qk_m$m" qk -protect qk -- -fault_mode campaign -fault_sites qk -fault_pass fwd -fault_m $m -fault_seed $((11 + m))
+        done
+        for site in att_logits att_probs; do
+            pcase "att_$site" att -protect att -- -fault_mode campaign -fault_sites $site -fault_pass fwd -fault_m 10 -fault_field exponent -fault_seed 5
+        done
+        for site in att_logits att_out; do
+            pcase "abft_$site" abft -detect abft -- -fault_mode campaign -fault_sites $site -fault_pass fwd -fault_m 10 -fault_field exponent -fault_seed 5
+        done
+        # calibration (100 clean steps), then 200 protected clean steps without an alarm; then large residual faults
+        rm -rf "$WORK/p_cal"
+        # 256 tokens a microbatch: with 64 (B 2 x T 32, the CPU test's) the bf16 gains of this heterogeneous text raise
+        # about 1 false alarm in 100 clean steps (measured on the CPU in bf16; 0 with tinyshakespeare or with 256 tokens)
+        CC=(-preset tiny-llama -train "$PSH" -vocab 256 -B 4 -seq 64 -accum 3 -warmup 5 -lr 1e-3 -eval_every 0 -quiet -steps 300)
+        tmo 200 "${TRAIN_GPU[@]}" "${CC[@]}" -stop_at 100 -rgg_calibrate "$WORK/p.cal" -out "$WORK/p_cal" >"$WORK/p_cal.out" 2>&1
+        tmo 300 "${TRAIN_GPU[@]}" "${CC[@]}" -resume "$WORK/p_cal/step_000100.ckpt" -protect all -rgg_calibration "$WORK/p.cal" \
+            -out "$WORK/p_clean" >>"$WORK/p_cal.out" 2>&1
+        pn=$((pn + 1))
+        if msg=$(prot_check "$WORK/p_clean" clean 2>&1); then pok=$((pok + 1)); say "protect clean 200 steps: OK ($msg)"
+        else pres="$pres clean"; say "protect clean 200 steps: NOT OK ($msg)"; tail -n 3 "$WORK/p_cal.out"; fi
+        for site in o_proj down_proj v_proj; do
+            rm -rf "$WORK/p_res_$site"
+            tmo 120 "${TRAIN_GPU[@]}" "${CC[@]}" -resume "$WORK/p_cal/step_000100.ckpt" -stop_at 110 -protect rgg -rgg_calibration "$WORK/p.cal" \
+                -fault_mode campaign -fault_sites $site -fault_pass fwd -fault_m 1000 -fault_field exponent -fault_start 101 -fault_end 110 \
+                -fault_seed 9 -out "$WORK/p_res_$site" >"$WORK/p_res_$site.out" 2>&1
+            pn=$((pn + 1))
+            if msg=$(prot_check "$WORK/p_res_$site" any 2>&1); then pok=$((pok + 1)); say "protect residual $site: OK ($msg)"
+            else pres="$pres res_$site"; say "protect residual $site: NOT OK ($msg)"; fi
+        done
+        # exponent scaling in bf16: within rounding of the unscaled run
+        rm -rf "$WORK/p_k0" "$WORK/p_k15"
+        tmo 120 "${TRAIN_GPU[@]}" "${PC[@]}" -steps 20 -out "$WORK/p_k0" >/dev/null 2>&1
+        tmo 120 "${TRAIN_GPU[@]}" "${PC[@]}" -steps 20 -expscale_k 15 -out "$WORK/p_k15" >/dev/null 2>&1
+        l0=""; l15=""; for s in 5 10 15 20; do l0="$l0 $(loss_at "$WORK/p_k0/log.jsonl" $s)"; l15="$l15 $(loss_at "$WORK/p_k15/log.jsonl" $s)"; done
+        rk=$(maxrel "$l0" "$l15"); pn=$((pn + 1))
+        if awk -v r="$rk" 'BEGIN { exit !(r != "" && r + 0 < 2e-2) }'; then pok=$((pok + 1)); say "protect expscale k=15: OK (rel diff $rk)"
+        else pres="$pres expscale"; say "protect expscale k=15: NOT OK (rel diff ${rk:-n/a})"; fi
+        row "protection tests on ${TRAIN_GPU[0]#./}" "$pok/$pn OK${pres:+; NOT OK:$pres}"
+        # overhead: the paper's per-rank setting (B 1 x T 1024), fault-free, one configuration after another
+        for p in $PROT_BENCH; do
+            base_ms=""
+            for cfg in none qk rgg exp all all,att; do
+                time_for 30 "overhead $p $cfg" || { row "overhead $p -protect $cfg" "skipped (no time)"; continue; }
+                d="$WORK/oh_${p}_$cfg"; rm -rf "$d"
+                tmo 150 "${TRAIN_GPU[@]}" -preset "$p" -train "$TSH" -B 1 -seq "$BENCH_T" -accum 4 -steps 1000 -warmup 10 -lr 1e-5 \
+                    -eval_every 0 -quiet -stop_at $((WARM + STEPS)) -protect "$cfg" -out "$d" >"$d.out" 2>&1
+                ms=$(grep '"type":"step"' "$d/log.jsonl" 2>/dev/null | tail -n "$STEPS" | sed -E 's/.*"ms":([^,]*),.*/\1/' | awk '{ s += $1; n++ } END { if (n) printf "%.2f", s / n }')
+                rm -f "$d"/*.ckpt
+                [ "$cfg" = none ] && base_ms=$ms
+                oh=$(awk -v a="$ms" -v b="$base_ms" 'BEGIN { if (a != "" && b != "" && b > 0) printf "%+.2f%%", 100 * (a / b - 1) }')
+                row "overhead $p B 1 x T $BENCH_T x accum 4, -protect $cfg" "${oh:-n/a} vs none (paper: 1.65% llama3.2-1b, 6.76% qwen3-0.6b)" "" "${ms:-n/a}"
+            done
+        done
+    else
+        row "protection tests" "not run (binary or $PYTHON missing, or no time)"
     fi
 fi
 

@@ -1,0 +1,159 @@
+/* attcheck.h: checks of the materialised causal attention, on the CPU (the CUDA kernels in
+ * attcheck.cuh are tested against these). Two families, each behind its own flag:
+ *
+ *  ABFT, the ATTNChecker-style baseline (-detect abft): checksums of the two attention matrix products,
+ *  verified after each product (and after a fault injected into its output):
+ *    logits = scale * Q K^T (causal):  column sums  sum_{t>=s} logits[t,s]  ==  scale * (sum_{t>=s} q_t) . k_s
+ *    out = P V:                        column sums  sum_t out[t,i]  ==  sum_s (sum_{t>=s} P[t,s]) v_s[i]
+ *  It verifies each GEMM against its own inputs, so a fault in the probabilities (between softmax and
+ *  P V) passes it, as it passes ATTNChecker.
+ *
+ *  Cheap attention invariants, ours (-protect att; DESIGN section 11), aimed at the paper's largest
+ *  miss classes, attention logits and attention weights:
+ *    logits row checksum: sum_{s<=t} logits[t,s] == scale * q_t . (sum_{s<=t} k_s)   (prefix sums of K,
+ *      O(T hd) a head; the row sums fuse into the softmax, which reads every row anyway)
+ *    probability rows sum to one: |sum_{s<=t} P[t,s] - 1| <= tol
+ *  "The row maximum of the logits is consistent with the probabilities" (the other example of DESIGN
+ *  section 11) is left out: any change of a probability large enough to matter changes its row sum by
+ *  the same amount, and a fault in the logits gives consistent probabilities, so it adds no coverage.
+ *
+ * Tolerances. A checksum can only be compared within the rounding of the values it sums, so each
+ * check's bound is a rounding bound built from the clean side (never from the checked tensor, whose
+ * fault would inflate its own bound): Cauchy-Schwarz for the logits, |q_t| |k_s| summed; sum of
+ * |P| |v| for the output. The relative factor is ATT_TOL_REL(width): 2^-7 when the tensors are stored
+ * in bf16 (each element carries up to 2^-8 relative rounding: a 2x margin), 1e-4 in fp32 (enough for
+ * T up to about 1700 in the worst case of the float sums; far more in practice). Entries in the masked
+ * triangle are never read by the model, so faults there are harmless and are not checked.
+ * A non-finite sum always fails (the comparisons are written as !(err <= tol)). Sums are in double. */
+#ifndef TSDC_ATTCHECK_H
+#define TSDC_ATTCHECK_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+/* the kinds of in-forward checks a trainer counts (model_check_alarms) */
+enum { CHECK_QK = 0, CHECK_ABFT = 1, CHECK_ATT = 2, CHECK_KINDS = 3 };
+
+#define ATT_TOL_REL(width) ((width) == 16 ? 0.0078125 : 1e-4)
+/* probability rows: bf16 storage 2^-6 (the row's rounding is at most 2^-8 of its sum, 1: a 4x margin); fp32: the
+ * float sum of T terms of the softmax, with room */
+#define ATT_TOL_ROWSUM(width, T) ((width) == 16 ? 0.015625 : 1e-5 + 4.0 * (T) * 5.9604645e-8)
+
+static inline double att_norm(const float* x, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return sqrt(s);
+}
+
+/* ABFT on logits = scale Q K^T; q [B*T, H*hd], k [B*T, KV*hd], logits [B,H,T,T]. Returns the number of
+ * (b, h) heads whose checksum failed. */
+static int abft_logits_check(const float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd,
+                             int width) {
+    int g = H / KV, bad = 0;
+    double scale = 1.0 / sqrt((double)hd), rel = ATT_TOL_REL(width);
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            double* qsuf = (double*)calloc((size_t)hd, sizeof(double));
+            double qnsuf = 0;
+            const float* L = logits + ((size_t)b * H + h) * T * T;
+            int fail = 0;
+            for (int s = T - 1; s >= 0; s--) {   /* suffix sums over t >= s */
+                const float* qt = q + ((size_t)b * T + s) * qs + (size_t)h * hd;
+                for (int i = 0; i < hd; i++) qsuf[i] += qt[i];
+                qnsuf += att_norm(qt, hd);
+                const float* kv = k + ((size_t)b * T + s) * ks + (size_t)(h / g) * hd;
+                double ref = 0, col = 0;
+                for (int i = 0; i < hd; i++) ref += qsuf[i] * kv[i];
+                for (int t = s; t < T; t++) col += L[(size_t)t * T + s];
+                double tol = rel * scale * qnsuf * att_norm(kv, hd) + 1e-30;
+                if (!(fabs(col - scale * ref) <= tol)) fail = 1;
+            }
+            free(qsuf);
+            bad += fail;
+        }
+    return bad;
+}
+
+/* ABFT on out = P V; probs [B,H,T,T], v [B*T, KV*hd], out [B*T, H*hd]. Returns failed heads. */
+static int abft_av_check(const float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd,
+                         int width) {
+    int g = H / KV, bad = 0;
+    double rel = ATT_TOL_REL(width);
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            double* acc = (double*)calloc((size_t)hd * 3, sizeof(double));   /* ref, bound, column sum of out */
+            const float* P = probs + ((size_t)b * H + h) * T * T;
+            for (int s = 0; s < T; s++) {
+                double c = 0, ca = 0;
+                for (int t = s; t < T; t++) { c += P[(size_t)t * T + s]; ca += fabs(P[(size_t)t * T + s]); }
+                const float* vs = v + ((size_t)b * T + s) * ks + (size_t)(h / g) * hd;
+                const float* os = out + ((size_t)b * T + s) * qs + (size_t)h * hd;
+                for (int i = 0; i < hd; i++) {
+                    acc[i] += c * vs[i];
+                    acc[hd + i] += ca * fabs(vs[i]);
+                    acc[2 * hd + i] += os[i];
+                }
+            }
+            int fail = 0;
+            for (int i = 0; i < hd; i++)
+                if (!(fabs(acc[2 * hd + i] - acc[i]) <= rel * acc[hd + i] + 1e-30)) fail = 1;
+            free(acc);
+            bad += fail;
+        }
+    return bad;
+}
+
+/* ours: logits row checksums against prefix sums of K. Returns failed heads. */
+static int att_logits_rowcheck(const float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd,
+                               int width) {
+    int g = H / KV, bad = 0;
+    double scale = 1.0 / sqrt((double)hd), rel = ATT_TOL_REL(width);
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            double* kpre = (double*)calloc((size_t)hd, sizeof(double));
+            double knpre = 0;
+            const float* L = logits + ((size_t)b * H + h) * T * T;
+            int fail = 0;
+            for (int t = 0; t < T; t++) {
+                const float* kt = k + ((size_t)b * T + t) * ks + (size_t)(h / g) * hd;
+                for (int i = 0; i < hd; i++) kpre[i] += kt[i];
+                knpre += att_norm(kt, hd);
+                const float* qt = q + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                double ref = 0, row = 0;
+                for (int i = 0; i < hd; i++) ref += qt[i] * kpre[i];
+                for (int s = 0; s <= t; s++) row += L[(size_t)t * T + s];
+                double tol = rel * scale * att_norm(qt, hd) * knpre + 1e-30;
+                if (!(fabs(row - scale * ref) <= tol)) fail = 1;
+            }
+            free(kpre);
+            bad += fail;
+        }
+    return bad;
+}
+
+/* ours: every causal probability row sums to one. Returns failed heads. */
+static int att_probs_rowcheck(const float* probs, int B, int H, int T, int width) {
+    int bad = 0;
+    double tol = ATT_TOL_ROWSUM(width, T);
+#pragma omp parallel for schedule(static) reduction(+:bad)
+    for (long long bh = 0; bh < (long long)B * H; bh++) {
+        const float* P = probs + (size_t)bh * T * T;
+        int fail = 0;
+        for (int t = 0; t < T; t++) {
+            double s = 0;
+            for (int j = 0; j <= t; j++) s += P[(size_t)t * T + j];
+            if (!(fabs(s - 1.0) <= tol)) fail = 1;
+        }
+        bad += fail;
+    }
+    return bad;
+}
+
+#endif
