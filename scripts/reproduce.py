@@ -40,19 +40,19 @@ PRESETS = {
     "tiny": dict(models=["tiny-llama", "tiny-qwen3"], trainer="./train_sdc", ranks=1, B=4, T=128, accum=3,
                  lr=2e-3, warmup=30, pre=300, cal=100, window=100, eval_tokens=8192, precision="bf16",
                  m={"tiny-llama": (10, 31, 3125), "tiny-qwen3": (10, 62, 6250)},
-                 alpha_clean=200, alpha_events=48, fig3_k=9, jobs=2, threads=1, overhead_steps=50,
+                 alpha_clean=200, alpha_events=48, fig3_k=9, jobs=2, threads=1, overhead_steps=30, overhead_rounds=3,
                  ckpt_every=20, peers=True, profile_steps=4),
     "smoke": dict(models=["tiny-llama"], trainer="./train_sdc", ranks=1, B=2, T=64, accum=3,
                   lr=2e-3, warmup=10, pre=130, cal=66, window=12, eval_tokens=1024, precision="bf16",
                   m={"tiny-llama": (10, 31, 1562)},
-                  alpha_clean=8, alpha_events=4, fig3_k=3, jobs=2, threads=1, overhead_steps=6,
+                  alpha_clean=8, alpha_events=4, fig3_k=3, jobs=2, threads=1, overhead_steps=6, overhead_rounds=1,
                   ckpt_every=65, peers=True, profile_steps=1),
     # DESIGN.md section 4: the paper's settings on 6 GPU ranks (B 1 x T 1024 x accum 8, lr 5e-5, warmup
     # 100, common checkpoint 1221, end 2035, 10 / 1,000 / 100,000 elements)
     "paper": dict(models=["llama3.2-1b", "qwen3-0.6b"], trainer="./train_sdc_cu", ranks=6, B=1, T=1024, accum=8,
                   lr=5e-5, warmup=100, pre=1221, cal=100, window=814, eval_tokens=614400, precision="bf16",
                   m={"llama3.2-1b": (10, 1000, 100000), "qwen3-0.6b": (10, 1000, 100000)},
-                  alpha_clean=200, alpha_events=48, fig3_k=9, jobs=1, threads=0, overhead_steps=100,
+                  alpha_clean=200, alpha_events=48, fig3_k=9, jobs=1, threads=0, overhead_steps=100, overhead_rounds=2,
                   ckpt_every=100, peers=False, profile_steps=12),
 }
 METHODS = [  # Table 1 rows: name, label, flags (besides the campaign)
@@ -66,7 +66,9 @@ METHODS = [  # Table 1 rows: name, label, flags (besides the campaign)
 ]
 ABLATION = [("qk", "Q/K path only", ["-protect", "qk"]), ("rgg", "Residual only", ["-protect", "rgg"]),
             ("exp", "Exponent scaling only", ["-protect", "exp"]), ("ours", "Complete", ["-protect", "all"])]
-EXTRA = [("ours_att", "TrainSDC + attention checks", ["-protect", "all,att"])]
+EXTRA = [("ours_att", "TrainSDC + attention checks", ["-protect", "all,att"]),
+         ("ours_att_nan", "TrainSDC + attention checks + replay on Inf/NaN", ["-protect", "all,att", "-detect", "nan"]),
+         ("ours_att_harmful", "TrainSDC + attention checks + harmful-update guard", ["-protect", "all,att", "-detect", "nan,harmful"])]
 RESIDUAL_SITES = "o_proj,attn_residual,down_proj,block_out"
 ALPHAS = [1.0, 1.5, 2.0, 2.5, 3.0]
 SEED_EVAL, SEED_LLMFT, SEED_ALPHA, SEED_FIG3 = 2026, 777, 4242, 99
@@ -163,7 +165,8 @@ class Plan:
                                                                             "-pred_out", os.path.join(d, "pred.bin")] + extra
         if stop:
             cmd += ["-stop_at", str(stop)]
-        self.jobs.append(dict(name=f"{model}/{name}", dir=d, cmds=[cmd], end=stop or total or self.total,
+        end = min(stop or total or self.total, total or self.total)   # -stop_at past -steps stops at -steps
+        self.jobs.append(dict(name=f"{model}/{name}", dir=d, cmds=[cmd], end=end,
                               deps=[f"{model}/pre"] + list(deps), pre_hook=pre_hook, post=post))
 
 
@@ -209,6 +212,9 @@ def build_plan(a, P):
         for key in ("ours", "ours_att"):
             flags = ["-protect", "all,att" if key == "ours_att" else "all"] + prot
             pl.add(model, f"{key}_m{m_mid}", flags + pl.campaign(m_mid, SEED_EVAL))
+        # forward faults only (what the detection covers): with every event caught, W_L2 must be exactly 0
+        for m in (m_lo, m_hi):
+            pl.add(model, f"fwdonly_ours_att_m{m}", ["-protect", "all,att"] + prot + pl.campaign(m, SEED_EVAL, pass_="fwd"))
         # Table 3: alpha sweep (held-out clean steps, then 48 + 48 residual-path events)
         nc, ne = P["alpha_clean"], P["alpha_events"]
         for alpha in ALPHAS:
@@ -329,8 +335,10 @@ def start(j, ci):
 
 # ------------------------------------------------------------------------------- overhead
 def overhead_pass(pl, model):
-    """fault-free steps from the common checkpoint, one configuration after another (never two at
-    once), CPU time (user + system) and wall time of each; overhead against no protection"""
+    """fault-free steps from the common checkpoint, one configuration after another (never two at once),
+    in `overhead_rounds` interleaved rounds so that a change of machine load hits every configuration
+    alike; per configuration the median over all timed steps of the step's wall time and CPU time (all
+    threads, the log's cpu_ms); overhead against no protection"""
     P = pl.P
     path = os.path.join(pl.out, model, "overhead.json")
     if os.path.exists(path):
@@ -339,24 +347,31 @@ def overhead_pass(pl, model):
     configs = [("none", [])] + [(k, f + (["-llmft_model", pl.llmft_model(model)] if k == "llmft" else []) +
                                  (prot if uses_rgg(f) else []))
                                 for k, _, f in METHODS[1:] + ABLATION[:3] + EXTRA]
-    steps = P["overhead_steps"]
-    res = {}
+    steps, rounds = P["overhead_steps"], P["overhead_rounds"]
     threads = ["-threads", str(os.cpu_count() or 1)] if os.path.basename(P["trainer"]) == "train_sdc" else []
-    for key, flags in configs:
-        d = os.path.join(pl.out, model, "overhead", key)
-        shutil.rmtree(d, ignore_errors=True)
-        cmd = pl.launch() + [P["trainer"]] + pl.common(model) + threads + ["-out", d, "-resume", pl.ckpt(model),
-                                                                          "-stop_at", str(P["pre"] + steps + 1)] + flags
-        env = dict(os.environ)
-        env.setdefault("OMP_WAIT_POLICY", "passive")
-        subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env=env)
-        st = sm.read_log(d).steps
-        keep = sorted(st)[1:]   # the first step warms up
-        res[key] = {"ms": sum(st[s]["ms"] for s in keep) / len(keep), "cpu_ms": sum(st[s]["cpu_ms"] for s in keep) / len(keep)}
-        say(f"overhead {model} {key}: {res[key]['ms']:.1f} ms/step wall, {res[key]['cpu_ms']:.1f} ms/step CPU")
+    samples = {k: ([], [], 0) for k, _ in configs}
+    for r in range(rounds):
+        for key, flags in configs:
+            d = os.path.join(pl.out, model, "overhead", key)
+            shutil.rmtree(d, ignore_errors=True)
+            cmd = pl.launch() + [P["trainer"]] + pl.common(model) + threads + ["-out", d, "-resume", pl.ckpt(model),
+                                                                              "-stop_at", str(P["pre"] + steps + 2)] + flags
+            env = dict(os.environ)
+            env.setdefault("OMP_WAIT_POLICY", "passive")
+            subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env=env)
+            st = sm.read_log(d).steps
+            keep = sorted(st)[2:]   # the first two steps warm up
+            w, c, a = samples[key]
+            samples[key] = (w + [st[s]["ms"] for s in keep], c + [st[s]["cpu_ms"] for s in keep],
+                            a + sum(st[s].get("alarms", 0) for s in keep))
+        say(f"overhead {model}: round {r + 1}/{rounds} done")
+    med = lambda v: sorted(v)[len(v) // 2]
+    res = {k: {"ms": med(w), "cpu_ms": med(c), "alarms": a, "n_steps": len(w)} for k, (w, c, a) in samples.items()}
     for key in res:
         res[key]["wall_pct"] = 100 * (res[key]["ms"] / res["none"]["ms"] - 1)
         res[key]["cpu_pct"] = 100 * (res[key]["cpu_ms"] / res["none"]["cpu_ms"] - 1)
+        say(f"overhead {model} {key}: {res[key]['ms']:.1f} ms wall, {res[key]['cpu_ms']:.1f} ms CPU a step "
+            f"({res[key]['cpu_pct']:+.2f}% CPU, {res[key]['wall_pct']:+.2f}% wall)")
     json.dump(res, open(path, "w"), indent=1)
     return res
 
@@ -377,7 +392,8 @@ def detection(d):
     det = [e for e in fwd if st.get(e["step"], {}).get("replayed", 0)]
     missed = [e for e in fwd if not st.get(e["step"], {}).get("replayed", 0)]
     rep_all = sum(1 for e in ev if st.get(e["step"], {}).get("replayed", 0))
-    return dict(n_ev=len(ev), n_fwd=len(fwd), fwd_det=len(det), missed=missed, detected_any=rep_all,
+    dead = sum(1 for e in ev if not st.get(e["step"], {}).get("replayed", 0) and e.get("live", e["m"]) == 0)
+    return dict(n_ev=len(ev), n_fwd=len(fwd), fwd_det=len(det), missed=missed, detected_any=rep_all, dead=dead,
                 false=sum(1 for s, r in st.items() if r.get("replayed") and r.get("injections", 0) == 0))
 
 
@@ -736,7 +752,7 @@ def report(pl, args_line):
     L.append(f"# Reproduction of the TrainSDC evaluation: preset `{pl.a.preset}`\n")
     L.append(f"Made by `{args_line}` on {time.strftime('%Y-%m-%d')} ({pl.a.machine}).\n")
     L.append("## Settings\n")
-    L.append(f"- models: {', '.join(P['models'])}; trainer `{P['trainer']}`, {P['ranks']} rank(s), B {P['B']} x T {P['T']} x "
+    L.append(f"- models: {', '.join(P['models'])}; trainer `{P.get('trainer_shown', P['trainer'])}`, {P['ranks']} rank(s), B {P['B']} x T {P['T']} x "
              f"accum {P['accum']}, {P['precision']}, AdamW lr {P['lr']} warmup {P['warmup']} cosine to 10%, clip 1.0")
     L.append(f"- common checkpoint at step {P['pre']} (clean pre-training; its last {P['cal']} steps calibrate the Residual Gain "
              f"Guard); every compared run continues from it for {P['window']} steps (to step {pl.total}) with the same data order")
@@ -759,7 +775,9 @@ def report(pl, args_line):
     L.append("\n## Table 2: component ablation\n")
     L.append(table2(pl, res))
     L.append("\n## Table 3: the Residual Gain Guard's alpha\n")
-    L.append(f"-protect rgg alone; clean FPR over {P['alpha_clean']} held-out clean steps after the common checkpoint; recall "
+    n_clean = min(P["alpha_clean"], P["window"])
+    L.append(f"-protect rgg alone; clean FPR over {n_clean} held-out clean steps after the common checkpoint "
+             f"({'the paper: 200; the window of this preset is ' + str(P['window']) + ' steps' if n_clean < 200 else 'as the paper'}); recall "
              f"over {P['alpha_events']} forward events each at m = low and m = high on the residual-path sites ({RESIDUAL_SITES}), "
              "an event detected when its step is replayed.\n")
     L.append(table3(pl))
@@ -796,15 +814,21 @@ def report(pl, args_line):
         for s, ks, held, re_, lo, hi, ex in f5rows:
             L.append(f"| {s} | {ks} | {held} | {'yes' if re_ else ''} | {lo}..{hi} | {100 * ex:.1f}% |")
     L.append("\n## Beyond the paper\n")
-    exact = []
+    L.append("| run (TrainSDC) | events | caught (replayed) | harmless (masked triangle only) | W_L2 (%) | D_final |")
+    L.append("|---|---|---|---|---|---|")
     for model in P["models"]:
-        for m in P["m"][model]:
-            for key in ("ours", "ours_att"):
-                r = res[model][f"{key}_m{m}"]
-                if r["detected_any"] == r["n_ev"] and r["n_ev"]:
-                    exact.append(f"{model} {key} m={m}: W_L2 = {r['w_l2_pct']:.3g}%")
-    L.append("- W_L2 of TrainSDC runs in which every event (forward and backward) was caught: "
-             + ("; ".join(exact) if exact else "no such run in this preset (every run had a missed event)") + ".")
+        for name in sorted(res[model]):
+            if not (name.startswith("ours") or name.startswith("fwdonly")):
+                continue
+            r = res[model][name]
+            L.append(f"| {model} {name} | {r['n_ev']} ({r['n_fwd']} fwd) | {r['detected_any']} | {r['dead']} | {f_f(r['w_l2_pct'], '{:.3g}')} | "
+                     f"{f_e(r['D_final'])} |")
+    caught_all = lambda r: r["n_ev"] and r["detected_any"] + r["dead"] == r["n_ev"]
+    exact = [f"{m} {n}" for m in P["models"] for n, r in res[m].items() if caught_all(r)]
+    exact0 = [f"{m} {n}" for m in P["models"] for n, r in res[m].items() if caught_all(r) and r["w_l2_pct"] == 0]
+    L.append(f"\n- Exact fault-free reference: {len(exact)} TrainSDC run(s) caught every event that the model reads ({', '.join(exact) or 'none'}); "
+             f"W_L2 is exactly 0 in {len(exact0)} of them (goal: all). Backward events are not detected by design "
+             "(exponent scaling mitigates them), so only forward-only campaigns can reach it; the `fwdonly_` runs are those.")
     for model in P["models"]:
         if model in oh:
             o = oh[model]
@@ -813,6 +837,11 @@ def report(pl, args_line):
     L.append(f"- missed forward events: {tot} without the attention checks, {tota} with them; attention sites "
              f"(att_logits + att_probs) {sum(sum(miss.get(s, [0])) for s in ('att_logits', 'att_probs'))} -> "
              f"{sum(sum(missa.get(s, [0])) for s in ('att_logits', 'att_probs'))}")
+    notes = os.path.join(ROOT, "docs", f"report_reading_{pl.a.preset}.md")
+    if os.path.exists(notes):
+        L.append("\n## Reading\n")
+        L.append(f"(Written by hand from this run: `{os.path.relpath(notes, ROOT)}`.)\n")
+        L.append(open(notes).read().strip())
     txt = "\n".join(L) + "\n"
     tmp = pl.a.report + ".tmp"
     open(tmp, "w").write(txt)
@@ -847,6 +876,7 @@ def main():
         os.makedirs(os.path.join(a.out, "bin"), exist_ok=True)
         dst = os.path.join(a.out, "bin", os.path.basename(P["trainer"]))
         shutil.copy2(os.path.join(ROOT, P["trainer"]), dst)
+        P["trainer_shown"] = P["trainer"]
         P["trainer"] = os.path.abspath(dst)
     pl = build_plan(a, P)
     run_jobs(pl, a.jobs or P["jobs"], a.dry)
