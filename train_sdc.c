@@ -507,22 +507,29 @@ static double grad_global_norm(const Model* model) { return sqrt(sumsq_det(model
 /* torch.optim.AdamW semantics, step t (1-based): p *= 1 - lr*wd; m = lerp(m, g, 1-b1);
  * v = b2*v + (1-b2)*g^2; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps). Weight decay only on
  * matrices and embeddings. */
-static void adamw_update(Model* model, const AdamW* o, long long t) {
-    float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->eps;
+/* the scalars of AdamW step t, and one element's update in place (the arithmetic of both
+ * adamw_update and model_update_norm, so that the norm is that of the update, bit for bit) */
+typedef struct { float b1, b2, eps, step_size, bc2_sqrt; } AdamWStep;
+static AdamWStep adamw_step(const AdamW* o, long long t) {
     double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
-    float step_size = (float)(o->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    AdamWStep s = {(float)o->beta1, (float)o->beta2, (float)o->eps, (float)(o->lr / bc1), (float)sqrt(bc2)};
+    return s;
+}
+static inline void adamw_element(float* p, float* m, float* v, float g, float decay, const AdamWStep* s) {
+    *p *= decay;
+    *m += (1.0f - s->b1) * (g - *m);
+    *v = *v * s->b2 + (1.0f - s->b2) * g * g;
+    float denom = sqrtf(*v) / s->bc2_sqrt + s->eps;
+    *p -= s->step_size * (*m / denom);
+}
+static void adamw_update(Model* model, const AdamW* o, long long t) {
+    const AdamWStep st = adamw_step(o, t);
     for (int i = 0; i < model->L.n; i++) {
         const TensorInfo* ti = &model->L.t[i];
         float decay = ti->decay ? (float)(1.0 - o->lr * o->weight_decay) : 1.0f;
         float *p = model->params + ti->offset, *g = model->grads + ti->offset, *m = model->m + ti->offset, *v = model->v + ti->offset;
 #pragma omp parallel for schedule(static)
-        for (size_t j = 0; j < ti->numel; j++) {
-            p[j] *= decay;
-            m[j] += (1.0f - b1) * (g[j] - m[j]);
-            v[j] = v[j] * b2 + (1.0f - b2) * g[j] * g[j];
-            float denom = sqrtf(v[j]) / bc2_sqrt + eps;
-            p[j] -= step_size * (m[j] / denom);
-        }
+        for (size_t j = 0; j < ti->numel; j++) adamw_element(&p[j], &m[j], &v[j], g[j], decay, &st);
     }
 }
 
@@ -581,11 +588,9 @@ static double model_grad_norm(Model* model) { return grad_global_norm(model); }
 static double model_update_norm(Model* model, const AdamW* o, long long t, double clip, double grad_norm) {
     size_t P = model->L.total;
     if (!model->upd) model->upd = (float*)mallocCheck(sizeof(float) * P);
-    float coef = 1.0f;
+    float coef = 1.0f;   /* clip_grads' coefficient, applied to the gradient as scale_grads does */
     if (clip > 0 && clip / (grad_norm + 1e-6) < 1.0) coef = (float)(clip / (grad_norm + 1e-6));
-    float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->eps;
-    double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
-    float step_size = (float)(o->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    const AdamWStep st = adamw_step(o, t);
     for (int i = 0; i < model->L.n; i++) {
         const TensorInfo* ti = &model->L.t[i];
         float decay = ti->decay ? (float)(1.0 - o->lr * o->weight_decay) : 1.0f;
@@ -593,11 +598,8 @@ static double model_update_norm(Model* model, const AdamW* o, long long t, doubl
         float* d = model->upd + ti->offset;
 #pragma omp parallel for schedule(static)
         for (size_t j = 0; j < ti->numel; j++) {
-            float gj = g[j] * coef;
-            float mj = m[j] + (1.0f - b1) * (gj - m[j]);
-            float vj = v[j] * b2 + (1.0f - b2) * gj * gj;
-            float pj = p[j] * decay;
-            pj -= step_size * (mj / (sqrtf(vj) / bc2_sqrt + eps));
+            float pj = p[j], mj = m[j], vj = v[j];
+            adamw_element(&pj, &mj, &vj, g[j] * coef, decay, &st);
             d[j] = pj - p[j];
         }
     }

@@ -744,7 +744,6 @@ static double model_grad_norm(Model* model) { return sqrt(global_norm_squared(mo
  * seg_end (the tensors' end offsets, ascending) with a cursor. */
 __global__ static void update_norm_partials_kernel(double* part, const float* p, const float* grad, const float* m, const float* v, size_t n,
                                                    const size_t* seg_end, const int* seg_decay, int nseg, AdamWParams h, float decay) {
-    __shared__ double warp_part[GNORM_THREADS / 32];
     const size_t stride = (size_t)GNORM_BLOCKS * GNORM_THREADS;
     double acc = 0.0;
     int cur = 0;
@@ -758,15 +757,7 @@ __global__ static void update_norm_partials_kernel(double* part, const float* p,
         const float dlt = pi - p0;
         acc += (double)dlt * dlt;
     }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    acc = gnorm_warp_sum(acc);
-    if (lane == 0) warp_part[warp] = acc;
-    __syncthreads();
-    if (warp == 0) {
-        double s = lane < GNORM_THREADS / 32 ? warp_part[lane] : 0.0;
-        s = gnorm_warp_sum(s);
-        if (lane == 0) part[blockIdx.x] = s;
-    }
+    gnorm_block_reduce(acc, part);
 }
 
 /* ||p' - p||_2 (fp32 master weights) of the step model_update(model, o, t, clip) would make now, with

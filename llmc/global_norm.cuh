@@ -26,14 +26,10 @@ __device__ __forceinline__ double gnorm_warp_sum(double v) {
     return v;
 }
 
-__global__ static void global_norm_partials_kernel(double* part, const float* g, size_t n) {
+/* the block's threads' sums combined in the fixed tree into part[blockIdx.x] (every kernel that
+ * follows this file's order ends with it: global_norm_partials_kernel, train_sdc.cu's update norm) */
+__device__ __forceinline__ void gnorm_block_reduce(double acc, double* part) {
     __shared__ double warp_part[GNORM_THREADS / 32];
-    const size_t stride = (size_t)GNORM_BLOCKS * GNORM_THREADS;
-    double acc = 0.0;
-    for (size_t i = (size_t)blockIdx.x * GNORM_THREADS + threadIdx.x; i < n; i += stride) {
-        const double x = (double)g[i];
-        acc += x * x;
-    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     acc = gnorm_warp_sum(acc);
     if (lane == 0) warp_part[warp] = acc;
@@ -43,6 +39,16 @@ __global__ static void global_norm_partials_kernel(double* part, const float* g,
         s = gnorm_warp_sum(s);
         if (lane == 0) part[blockIdx.x] = s;
     }
+}
+
+__global__ static void global_norm_partials_kernel(double* part, const float* g, size_t n) {
+    const size_t stride = (size_t)GNORM_BLOCKS * GNORM_THREADS;
+    double acc = 0.0;
+    for (size_t i = (size_t)blockIdx.x * GNORM_THREADS + threadIdx.x; i < n; i += stride) {
+        const double x = (double)g[i];
+        acc += x * x;
+    }
+    gnorm_block_reduce(acc, part);
 }
 
 /* sum of squares of g[0..n), returned to the host (synchronises `stream`). Uses workspace slot 1. */
