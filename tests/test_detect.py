@@ -158,7 +158,7 @@ def test_llmft_trains_on_one_campaign_and_works_on_another(data, tmp_path):
     assert len(caught) >= 10, len(caught)
     clean = tmp_path / "clean"
     run(small(data, clean, **kw, **{"-detect": "llmft", "-llmft_model": model, "-seed": 9}))
-    assert sum(r["replayed"] for r in steps(clean).values()) <= 1
+    assert sum(r["replayed"] for r in steps(clean).values()) == 0
 
 
 def test_detector_flag_errors(data, tmp_path):
