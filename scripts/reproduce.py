@@ -158,7 +158,7 @@ class Plan:
                 "-fault_rank", "-1", "-fault_mb", "-1", "-fault_start", str(start or self.P["pre"] + 1),
                 "-fault_end", str(end or self.total - 1), "-fault_seed", str(seed)]
 
-    def add(self, model, name, extra, deps=(), total=None, stop=None, ranks=None, accum=None, post=None, pre_hook=None):
+    def add(self, model, name, extra, deps=(), total=None, stop=None, ranks=None, accum=None):
         d = self.d(model, name)
         trainer = [self.P["trainer"]]
         cmd = self.launch(ranks) + trainer + self.common(model, total, accum) + ["-out", d, "-resume", self.ckpt(model),
@@ -167,7 +167,7 @@ class Plan:
             cmd += ["-stop_at", str(stop)]
         end = min(stop or total or self.total, total or self.total)   # -stop_at past -steps stops at -steps
         self.jobs.append(dict(name=f"{model}/{name}", dir=d, cmds=[cmd], end=end,
-                              deps=[f"{model}/pre"] + list(deps), pre_hook=pre_hook, post=post))
+                              deps=[f"{model}/pre"] + list(deps)))
 
 
 def job_done(j):
@@ -192,7 +192,7 @@ def build_plan(a, P):
         c2 = launch + [P["trainer"]] + base + ["-out", dpre, "-stop_at", str(pre), "-ckpt_every", str(P["ckpt_every"]),
                                                 "-resume", os.path.join(dpre, f"step_{pre - cal:06d}.ckpt"),
                                                 "-rgg_calibrate", pl.cal(model)]
-        pl.jobs.append(dict(name=f"{model}/pre", dir=dpre, cmds=[c1, c2], end=pre, deps=[], pre_hook=None, post=None))
+        pl.jobs.append(dict(name=f"{model}/pre", dir=dpre, cmds=[c1, c2], end=pre, deps=[]))
         prot = ["-rgg_calibration", pl.cal(model)]
         obs = ["-detect", "loss,nan,harmful", "-detect_observe", "1"]
         pl.add(model, "clean", obs)
@@ -243,7 +243,7 @@ def build_plan(a, P):
                 cmd = launch + [P["trainer"]] + pl.common(model) + ["-out", dp, "-resume", ck, "-stop_at", str(s + P["profile_steps"]),
                                                                     "-exp_profile", os.path.join(dp, "profile.json")]
                 pl.jobs.append(dict(name=f"{model}/prof_{s:06d}", dir=dp, cmds=[cmd], end=s + P["profile_steps"],
-                                    deps=[f"{model}/pre"], pre_hook=None, post=None))
+                                    deps=[f"{model}/pre"]))
     return pl
 
 
@@ -377,12 +377,6 @@ def overhead_pass(pl, model):
 
 
 # --------------------------------------------------------------------------------- metrics
-def counts(d, faults=None):
-    st = sm.read_log(d).steps
-    ev = faults if faults is not None else sm.read_faults(d)
-    return st, ev
-
-
 def detection(d):
     """forward events detected (the event's step was replayed), by site; dead = every flipped element in
     the masked attention triangle (harmless)"""
