@@ -13,7 +13,8 @@
 typedef struct {
     /* model */
     char preset[64];
-    int vocab, seq;            /* overrides, 0 = preset's */
+    int preset_set;            /* -preset given (with -init/-resume the checkpoint's config is used) */
+    int vocab, seq, n_layer;   /* overrides, 0 = the preset's or the checkpoint's */
     /* data */
     char train[1024], val[1024], tokenizer[1024];
     int B, accum;
@@ -53,9 +54,14 @@ static const char* USAGE =
 "usage: train_sdc [flags]            (mpirun -np R ./train_sdc ... for data parallelism)\n"
 "model\n"
 "  -preset NAME       model preset (default tiny-llama): llama3.2-1b qwen3-0.6b smollm2-135m nanochat-d12\n"
-"                     tiny-llama tiny-qwen3 tiny-nanochat\n"
-"  -vocab N           override the vocabulary size (default: the preset's)\n"
-"  -seq T             override the sequence length T (default: the preset's)\n"
+"                     tiny-llama tiny-qwen3 tiny-nanochat; with -init or -resume the model is the\n"
+"                     checkpoint's and -preset is optional (given, it must match the checkpoint)\n"
+"  -vocab N           override the vocabulary size (default: the preset's; with a checkpoint it must match)\n"
+"  -seq T             override the sequence length T (default: the preset's or the checkpoint's; with -init\n"
+"                     any T, with -resume the checkpoint's)\n"
+"  -n_layer N         keep only the first N layers (1 <= N <= the preset's or the checkpoint's layers): the\n"
+"                     model at full width, shallower; with -init the checkpoint's first N layers, embedding,\n"
+"                     final norm and head; with -resume it must equal the checkpoint's\n"
 "data\n"
 "  -train FILE        training token shard (required unless -steps 0)\n"
 "  -val FILE          validation token shard (evaluation, predictions)\n"
@@ -140,6 +146,7 @@ static const char* USAGE =
 "  -perturb X         clean-envelope repeats: add X ulps (integer, +-; bf16 ulps under -precision bf16) to the\n"
 "                     first element of every weight matrix at the start (0 = off); the trainer is otherwise\n"
 "                     bitwise deterministic\n"
+"  -version           print how this binary was built (MPI, OpenMP, CUDA) and exit\n"
 "  -h                 this text\n";
 
 static void usage_fail(const char* fmt, const char* a) {
@@ -208,9 +215,10 @@ static void args_parse(Args* a, int argc, char** argv) {
         if (f[0] != '-') usage_fail("unexpected argument '%s'", f);
         if (i + 1 >= argc) usage_fail("flag %s needs a value", f);
         const char* v = argv[++i];
-        STRFLAG("-preset", preset) STRFLAG("-train", train) STRFLAG("-val", val) STRFLAG("-tokenizer", tokenizer)
+        if (!strcmp(f, "-preset")) { snprintf(a->preset, sizeof(a->preset), "%s", v); a->preset_set = 1; continue; }
+        STRFLAG("-train", train) STRFLAG("-val", val) STRFLAG("-tokenizer", tokenizer)
         STRFLAG("-pred_out", pred_out) STRFLAG("-out", out) STRFLAG("-resume", resume) STRFLAG("-init", init)
-        INTFLAG("-vocab", vocab, 2, 1 << 30) INTFLAG("-seq", seq, 1, 1 << 20)
+        INTFLAG("-vocab", vocab, 2, 1 << 30) INTFLAG("-seq", seq, 1, 1 << 20) INTFLAG("-n_layer", n_layer, 1, 1 << 20)
         INTFLAG("-B", B, 1, 1 << 20) INTFLAG("-accum", accum, 1, 1 << 20)
         INTFLAG("-steps", steps, 0, 1 << 30) INTFLAG("-warmup", warmup, 0, 1 << 30)
         DBLFLAG("-lr", lr, 0, 10) DBLFLAG("-final_lr_frac", final_lr_frac, 0, 1)
@@ -257,8 +265,7 @@ static void args_parse(Args* a, int argc, char** argv) {
     if (a->perturb != floor(a->perturb)) usage_fail("%s", "flag -perturb: a whole number of ulps");
 }
 
-/* the model config the flags ask for: preset plus overrides */
-static void args_config(const Args* a, Config* c) {
+static const Config* args_preset(const Args* a) {
     const Config* p = preset_find(a->preset);
     if (!p) {
         fprintf(stderr, "error: flag -preset: unknown preset '%s'; known:", a->preset);
@@ -266,10 +273,50 @@ static void args_config(const Args* a, Config* c) {
         fprintf(stderr, "\n");
         tsdc_abort(1);
     }
-    *c = *p;
+    return p;
+}
+
+/* the model config the flags ask for: preset plus overrides */
+static void args_config(const Args* a, Config* c) {
+    *c = *args_preset(a);
     if (a->vocab) c->vocab_size = a->vocab;
     if (a->seq) c->seq_len = a->seq;
+    if (a->n_layer) {
+        if (a->n_layer > c->n_layer)
+            tsdc_fail("flag -n_layer %d: preset %s has %d layers (-n_layer keeps the first N)", a->n_layer, c->preset, c->n_layer);
+        c->n_layer = a->n_layer;
+    }
     config_validate(c, "flags");
+}
+
+/* the model config of a run from a checkpoint (-init or -resume): the checkpoint's. A flag given
+ * beside it must agree, else one line names both values. What may differ: -seq with -init (the
+ * training length; RoPE is computed per position), -n_layer N <= the checkpoint's with -init (its first
+ * N layers). With -resume everything must match (check_resume_matches compares -seq and the rest). */
+static void args_config_from_checkpoint(const Args* a, const Config* ck, const char* path, int resume, Config* c) {
+    *c = *ck;
+    char va[64], vb[64];
+    if (a->preset_set) {
+        Config want = *args_preset(a);
+        if (a->vocab) want.vocab_size = a->vocab;
+        if (a->n_layer) want.n_layer = ck->n_layer; /* -n_layer is checked below */
+        const char* f = config_diff_values(ck, &want, va, vb, sizeof(va));
+        if (f) tsdc_fail("%s: checkpoint config differs from the flags: %s %s in the checkpoint, %s in -preset %s (the model "
+                         "comes from the checkpoint: -preset may be left out)", path, f, va, vb, a->preset);
+        snprintf(c->preset, sizeof(c->preset), "%s", want.preset);
+    }
+    if (a->vocab && a->vocab != ck->vocab_size)
+        tsdc_fail("%s: checkpoint has vocab %d, flag -vocab %d (the vocabulary is the checkpoint's)", path, ck->vocab_size, a->vocab);
+    if (a->n_layer && a->n_layer != ck->n_layer) {
+        if (resume)
+            tsdc_fail("%s: checkpoint has n_layer %d, flag -n_layer %d (-resume continues the same model; use -init to cut layers)",
+                      path, ck->n_layer, a->n_layer);
+        if (a->n_layer > ck->n_layer)
+            tsdc_fail("%s: checkpoint has n_layer %d, flag -n_layer %d (-n_layer keeps the first N)", path, ck->n_layer, a->n_layer);
+        c->n_layer = a->n_layer;
+    }
+    if (a->seq) c->seq_len = a->seq;
+    config_validate(c, path);
 }
 
 #endif

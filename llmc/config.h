@@ -145,4 +145,19 @@ static inline const char* config_diff(const Config* a, const Config* b) {
     return NULL;
 }
 
+/* config_diff, also writing the two differing values (as text, n bytes each) */
+static inline const char* config_diff_values(const Config* a, const Config* b, char* va, char* vb, size_t n) {
+    const char* f = config_diff(a, b);
+    if (!f) return NULL;
+#define VALI(x) if (!strcmp(f, #x)) { snprintf(va, n, "%d", a->x); snprintf(vb, n, "%d", b->x); return f; }
+#define VALD(x) if (!strcmp(f, #x)) { snprintf(va, n, "%.9g", a->x); snprintf(vb, n, "%.9g", b->x); return f; }
+    VALI(n_layer) VALI(d_model) VALI(n_head) VALI(n_kv_head) VALI(head_dim) VALI(ffn_dim) VALI(vocab_size) VALI(mlp)
+    VALI(norm_weighted) VALI(qk_norm) VALI(rope_style) VALI(rope_llama3) VALI(tied) VALI(embed_norm)
+    VALD(rope_theta) VALD(norm_eps) VALD(softcap) VALD(rope_factor) VALD(rope_low) VALD(rope_high) VALD(rope_orig)
+#undef VALI
+#undef VALD
+    snprintf(va, n, "?"); snprintf(vb, n, "?");
+    return f;
+}
+
 #endif

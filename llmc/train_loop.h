@@ -382,6 +382,22 @@ static void protect_setup(Run* run) {
                "not checked\n", a->rgg_window);
 }
 
+/* the parameters of src (config cs) cut to the first cd->n_layer layers (config cd: the same model but
+ * shallower): every tensor of cd's layout copied from the tensor of the same type and layer in cs's */
+static void params_keep_first_layers(const Config* cs, const float* src, const Config* cd, float* dst) {
+    ParamLayout* Ls = (ParamLayout*)mallocCheck(sizeof(ParamLayout));
+    ParamLayout* Ld = (ParamLayout*)mallocCheck(sizeof(ParamLayout));
+    param_layout_build(cs, Ls);
+    param_layout_build(cd, Ld);
+    for (int i = 0, j = 0; i < Ld->n; i++) {
+        const TensorInfo* t = &Ld->t[i];
+        while (j < Ls->n && !(Ls->t[j].type == t->type && Ls->t[j].layer == t->layer)) j++;
+        if (j == Ls->n || Ls->t[j].numel != t->numel) tsdc_fail("-n_layer: tensor %s of layer %d not found in the checkpoint", PT_NAMES[t->type], t->layer);
+        memcpy(dst + t->offset, src + Ls->t[j].offset, sizeof(float) * t->numel);
+    }
+    free(Ls); free(Ld);
+}
+
 int train_main(int argc, char** argv) {
     Run run_, *run = &run_;
     memset(run, 0, sizeof(*run));
@@ -389,7 +405,14 @@ int train_main(int argc, char** argv) {
     int rank = run->dist.rank, world = run->dist.world;
     Args* a = &run->a;
     args_parse(a, argc, argv);
-    args_config(a, &run->c);
+    const char* ckpath = a->resume[0] ? a->resume : a->init[0] ? a->init : NULL;
+    CkptInfo ck0;
+    if (ckpath) {
+        checkpoint_read(ckpath, &ck0, NULL, NULL, NULL, 0); /* validate the file and read its config first */
+        args_config_from_checkpoint(a, &ck0.cfg, ckpath, a->resume[0] != 0, &run->c);
+    } else {
+        args_config(a, &run->c);
+    }
     if (a->precision < 0) a->precision = TRAINER_DEFAULT_PRECISION;
     if (a->precision == 0 && !TRAINER_HAS_FP32) usage_fail("%s", "-precision fp32 is the CPU trainer's (./train_sdc); this trainer computes in bf16 AMP");
     if (a->threads) model_set_threads(a->threads);
@@ -439,11 +462,11 @@ int train_main(int argc, char** argv) {
     ts->beta2 = a->beta2; ts->adam_eps = a->adam_eps; ts->weight_decay = a->weight_decay; ts->grad_clip = a->grad_clip;
     rng_seed(&run->sample_rng, a->seed ^ 0x5A3D1E5EULL);
     if (a->resume[0] || a->init[0]) {
-        const char* path = a->resume[0] ? a->resume : a->init;
-        CkptInfo ck;
-        checkpoint_read(path, &ck, NULL, NULL, NULL, 0); /* validate the file and read its config first */
-        const char* diff = config_diff(&ck.cfg, &run->c);
-        if (diff) tsdc_fail("%s: checkpoint config differs from the flags in '%s' (checkpoint preset %s)", path, diff, ck.cfg.preset);
+        const char* path = ckpath;
+        CkptInfo ck = ck0;
+        if (ck.cfg.seq_len < T && a->init[0] && rank == 0)
+            printf("note: -seq %d is longer than the checkpoint's sequence length %d: positions the model never trained on\n",
+                   T, ck.cfg.seq_len);
         if (a->resume[0]) {
             if (!ck.has_opt) tsdc_fail("%s: has no optimizer state (a weights-only checkpoint): use -init, not -resume", path);
             check_resume_matches(&ck, run, path);
@@ -452,7 +475,14 @@ int train_main(int argc, char** argv) {
         float* hp = (float*)mallocCheck(sizeof(float) * P);
         float* hm = a->resume[0] ? (float*)mallocCheck(sizeof(float) * P) : NULL;
         float* hv = a->resume[0] ? (float*)mallocCheck(sizeof(float) * P) : NULL;
-        checkpoint_read(path, &ck, hp, hm, hv, P);
+        if (run->c.n_layer == ck.cfg.n_layer) {
+            checkpoint_read(path, &ck, hp, hm, hv, P);
+        } else { /* -init -n_layer N: the checkpoint's first N layers, its embedding, final norm and head */
+            float* full = (float*)mallocCheck(sizeof(float) * ck.n_params);
+            checkpoint_read(path, &ck, full, NULL, NULL, ck.n_params);
+            params_keep_first_layers(&ck.cfg, full, &run->c, hp);
+            free(full);
+        }
         model_load_state(model, hp, hm, hv);
         free(hp); free(hm); free(hv);
         if (a->resume[0]) {
@@ -462,7 +492,11 @@ int train_main(int argc, char** argv) {
                 tsdc_fail("%s: data position %llu lies beyond -train %s (%llu tokens): not the shard it was trained on",
                           path, (unsigned long long)ts->data_pos, a->train, (unsigned long long)run->train.n);
         }
-        if (rank == 0) printf("%s %s (step %lld)\n", a->resume[0] ? "resumed from" : "initialised from", path, (long long)ck.ts.step);
+        if (rank == 0) {
+            printf("%s %s (step %lld)", a->resume[0] ? "resumed from" : "initialised from", path, (long long)ck.ts.step);
+            if (run->c.n_layer < ck.cfg.n_layer) printf(": its first %d of %d layers", run->c.n_layer, ck.cfg.n_layer);
+            printf("\n");
+        }
     } else {
         model_init_weights(model, a->seed);
     }
