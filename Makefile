@@ -4,6 +4,9 @@
 # stay exact; only FP exception flags and errno are ignored) and let the lane loops vectorise.
 #   make NATIVE=0      portable build without -march=native
 #   make NO_MPI=1      single-process build even where mpicc exists
+#   make NO_CUDA=1     no CUDA targets even where nvcc exists
+# A change of configuration (these switches, GPU_ARCH, mpicc or nvcc appearing, the compiler) rebuilds
+# every binary it concerns: build/config-c.stamp and build/config-cuda.stamp record it.
 CC_PLAIN ?= cc
 PYTHON ?= python3
 VENV := .venv
@@ -72,28 +75,47 @@ endif
 HEADERS := $(wildcard llmc/*.h)
 CUDA_HEADERS := $(wildcard llmc/*.cuh)
 
+# The build configuration: compilers (and their versions), flags, MPI found or not, NATIVE, GPU_ARCH,
+# NO_CUDA. build/config-c.stamp (the C binaries) and build/config-cuda.stamp (the CUDA ones) are
+# rewritten only when their content changes, and every binary depends on its stamp, so a binary built
+# under another configuration (e.g. single-process before OpenMPI was installed) is rebuilt.
+C_STAMP := build/config-c.stamp
+CUDA_STAMP := build/config-cuda.stamp
+C_CONFIG := cc $(CC_PLAIN) $(shell $(CC_PLAIN) --version 2>/dev/null | head -n 1) | train_sdc cc $(TRAIN_CC) $(TRAIN_FLAGS) | $(CFLAGS) $(LDLIBS)
+CUDA_CONFIG := nvcc $(NVCC) $(if $(NVCC),$(shell $(NVCC) --version 2>/dev/null | tail -n 1)) | $(NVCC_FLAGS) $(NVCC_LIBS) | sm_$(GPU_ARCH)
+define write_stamp
+ifneq ($$(strip $(2)),$$(strip $$(shell cat $(1) 2>/dev/null)))
+  $$(shell mkdir -p build && printf '%s\n' '$(2)' > $(1))
+  $$(info [make] build configuration new or changed: $(1) rewritten, its binaries will be rebuilt)
+endif
+endef
+$(eval $(call write_stamp,$(C_STAMP),$(C_CONFIG)))
+ifneq ($(NVCC),)
+  $(eval $(call write_stamp,$(CUDA_STAMP),$(CUDA_CONFIG)))
+endif
+
 .PHONY: all test venv refckpts clean cuda-check
 all: train_sdc test_sdc $(CUDA_TARGETS)
 
-train_sdc: train_sdc.c $(HEADERS)
+train_sdc: train_sdc.c $(HEADERS) $(C_STAMP)
 	$(TRAIN_CC) $(CFLAGS) $(TRAIN_FLAGS) -o $@ $< $(LDLIBS)
 
-test_sdc: test_sdc.c train_sdc.c $(HEADERS)
+test_sdc: test_sdc.c train_sdc.c $(HEADERS) $(C_STAMP)
 	$(CC_PLAIN) $(CFLAGS) -o $@ $< $(LDLIBS)
 
-train_sdc_cu: train_sdc.cu $(HEADERS) $(CUDA_HEADERS)
+train_sdc_cu: train_sdc.cu $(HEADERS) $(CUDA_HEADERS) $(CUDA_STAMP)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) -o $@ $< $(NVCC_LIBS)
 
-test_sdc_cu: test_sdc.cu train_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS)
+test_sdc_cu: test_sdc.cu train_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS) $(CUDA_STAMP)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) -o $@ $< $(NVCC_LIBS)
 
 # every CUDA source for both architectures (objects only; a compile error fails the build)
 CUDA_CHECK_SRCS := train_sdc $(if $(wildcard test_sdc.cu),test_sdc)
 cuda-check: $(if $(NVCC),$(foreach a,80 90,$(foreach f,$(CUDA_CHECK_SRCS),build/cuda/sm$(a)/$(f).o)))
-build/cuda/sm%/train_sdc.o: train_sdc.cu $(HEADERS) $(CUDA_HEADERS)
+build/cuda/sm%/train_sdc.o: train_sdc.cu $(HEADERS) $(CUDA_HEADERS) $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$* -c -o $@ $<
-build/cuda/sm%/test_sdc.o: test_sdc.cu train_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS)
+build/cuda/sm%/test_sdc.o: test_sdc.cu train_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS) $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$* -c -o $@ $<
 

@@ -6,6 +6,7 @@
 #define TSDC_DIST_H
 
 #include <stdint.h>
+#include <stdlib.h>
 #include "utils.h"
 
 typedef struct { int rank, world; } Dist;
@@ -15,6 +16,19 @@ typedef struct { int rank, world; } Dist;
     MPI_Error_string(e_, s_, &n_); tsdc_fail("MPI error %s [%s:%d]", s_, __FILE__, __LINE__); } } while (0)
 #endif
 
+/* the number of processes a launcher (mpirun/mpiexec of OpenMPI, MPICH, Intel MPI, MVAPICH; srun;
+ * PMIx) started, read from its environment, and the name of the variable; 1 when none says more */
+static long dist_launcher_size(const char** var) {
+    static const char* const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE",
+                                       "SLURM_STEP_NUM_TASKS", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char* v = getenv(vars[i]);
+        long n = v ? strtol(v, NULL, 10) : 0;
+        if (n > 1) { *var = vars[i]; return n; }
+    }
+    return 1;
+}
+
 static void dist_init(Dist* d, int* argc, char*** argv) {
     d->rank = 0; d->world = 1;
 #ifdef USE_MPI
@@ -22,7 +36,26 @@ static void dist_init(Dist* d, int* argc, char*** argv) {
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &d->rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &d->world));
 #else
-    (void)argc; (void)argv;
+    /* built without MPI but started as one of several processes: each would train alone on the same
+     * data and write the same files, so refuse at once (one line, from the first process only) */
+    const char* var = NULL;
+    long n = dist_launcher_size(&var);
+    if (n > 1) {
+        const char* r = getenv("OMPI_COMM_WORLD_RANK");
+        if (!r) r = getenv("PMI_RANK");
+        if (!r) r = getenv("PMIX_RANK");
+        if (!r) r = getenv("SLURM_PROCID");
+        if (!r || atoi(r) == 0) {
+            const char* name = strrchr((*argv)[0], '/');
+            name = name ? name + 1 : (*argv)[0];
+            fprintf(stderr, "error: %s was built without MPI but started as one of %ld processes (%s=%ld): install "
+                    "OpenMPI (apt-get install openmpi-bin libopenmpi-dev) and rebuild with make (it then finds mpicc), "
+                    "or run one process\n", name, n, var, n);
+        }
+        fflush(stderr);
+        exit(1);
+    }
+    (void)argc;
 #endif
 }
 static void dist_finalize(Dist* d) {

@@ -398,7 +398,24 @@ static void params_keep_first_layers(const Config* cs, const float* src, const C
     free(Ls); free(Ld);
 }
 
+/* -version: how this binary was built, one line (the tests read MPI from it) */
+static void print_build(void) {
+    printf("train_sdc (" TRAINER_NAME ") | MPI: %s | OpenMP: %s", dist_built_with_mpi() ? "yes" : "no (single process)",
+#ifdef _OPENMP
+           "yes"
+#else
+           "no"
+#endif
+    );
+#ifdef USE_NCCL
+    printf(" | NCCL: yes");
+#endif
+    printf("\n");
+}
+
 int train_main(int argc, char** argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-version") || !strcmp(argv[i], "--version")) { print_build(); return 0; }
     Run run_, *run = &run_;
     memset(run, 0, sizeof(*run));
     dist_init(&run->dist, &argc, &argv);

@@ -224,7 +224,7 @@ def build_plan(a, P):
                 pl.add(model, f"alpha{alpha}_m{m}", rg + pl.campaign(m, SEED_ALPHA, sites=RESIDUAL_SITES, pass_="fwd"),
                        stop=pre + ne)
         # issue 5: peers from microbatches (1 rank x 3) vs from ranks (3 x 1), alpha 2.5, first model only
-        if P["peers"] and model == P["models"][0] and P["ranks"] == 1 and P["accum"] == 3 and shutil.which("mpirun"):
+        if P["peers"] and model == P["models"][0] and P["ranks"] == 1 and P["accum"] == 3 and mpi_ready(P["trainer"]):
             rg = ["-protect", "rgg"] + prot
             pl.add(model, "peers_ranks_clean", rg + ["-threads", "1"], stop=pre + nc, ranks=3, accum=1)
             for m in (m_lo, m_hi):
@@ -522,6 +522,22 @@ def table3(pl):
     return "\n".join(lines)
 
 
+def mpi_ready(trainer):
+    """True when runs of `trainer` on several MPI ranks are possible: mpirun is installed and the binary was
+    built with MPI (its -version line); else False, with the reason in mpi_ready.why."""
+    if shutil.which("mpirun") is None:
+        mpi_ready.why = "OpenMPI is not installed (no mpirun)"
+        return False
+    try:
+        out = subprocess.run([trainer, "-version"], capture_output=True, text=True, timeout=60).stdout
+    except OSError:
+        out = ""
+    if "MPI: yes" not in out:
+        mpi_ready.why = f"{trainer} was built without MPI (install OpenMPI, then make rebuilds it)"
+        return False
+    return True
+
+
 def table_peers(pl):
     P = pl.P
     model = P["models"][0]
@@ -781,6 +797,8 @@ def report(pl, args_line):
         L.append("The same 3 observations a step (the same token batches: rank r's microbatch is the single process's "
                  "microbatch r), the same calibration file; alpha 2.5.\n")
         L.append(tp)
+    elif P["peers"] and not mpi_ready(P["trainer"]):
+        L.append(f"\n(One process against three ranks: left out, {mpi_ready.why}.)\n")
     L.append("\n## Table 5: complete-run clean FPR and forward-alarm recall (alpha 2.5)\n")
     L.append(table5(pl, res))
     L.append("\n## Table 6: missed forward events by injection site (TrainSDC, alpha 2.5)\n")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_trainer import BIN, MPIRUN, ROOT, run, steps, loss_bits, data, expect_error, corrupt  # noqa: F401,E402
+from test_trainer import BIN, MPIRUN, MPI_SKIP, ROOT, run, steps, loss_bits, data, expect_error, corrupt  # noqa: F401,E402
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import expscale_select  # noqa: E402
@@ -64,7 +64,7 @@ def test_clean_single_process_run_raises_no_alarm(data, tmp_path):
     assert sum(r["alarms"] for r in protected) == 0, [r["alarm"] for r in protected if r["alarms"]]
 
 
-@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+@pytest.mark.skipif(MPIRUN is None, reason=str(MPI_SKIP))
 def test_clean_three_rank_run_raises_no_alarm(data, tmp_path):
     st = calibrate_then_run(data, tmp_path, 3, **{"-preset": "tiny-llama", "-accum": 1, "-threads": 1})
     protected = [st[s] for s in range(101, 301)]

@@ -19,7 +19,24 @@ import tsdc_io  # noqa: E402
 
 BIN = os.path.join(ROOT, "train_sdc")
 DATA_DIR = os.environ.get("TSDC_DATA_DIR", os.path.join(ROOT, "..", "shared", "data"))
-MPIRUN = shutil.which("mpirun")
+
+
+def mpi_available(binary):
+    """(mpirun path or None, skip reason): MPI tests need mpirun and a binary built with MPI (its
+    -version line says so; a single-process build refuses to run as several ranks)."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        return None, "OpenMPI not installed (no mpirun): the MPI tests need it"
+    try:
+        out = subprocess.run([binary, "-version"], capture_output=True, text=True, timeout=60).stdout
+    except OSError:
+        return None, f"{os.path.basename(binary)} not built"
+    if "MPI: yes" not in out:
+        return None, f"{os.path.basename(binary)} built without MPI (install OpenMPI, then make rebuilds it)"
+    return mpirun, None
+
+
+MPIRUN, MPI_SKIP = mpi_available(BIN)
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
@@ -99,7 +116,7 @@ def test_resume_continues_bit_for_bit(data, tmp_path):
     assert open(full / "step_000010.ckpt", "rb").read() == open(part / "step_000010.ckpt", "rb").read()
 
 
-@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+@pytest.mark.skipif(MPIRUN is None, reason=str(MPI_SKIP))
 def test_ranks_times_accum_matches_one_rank(data, tmp_path):
     # 2 ranks x 2 microbatches vs 1 rank x 4 microbatches on the same data
     run(base(data, tmp_path / "r2", **{"-accum": 2, "-threads": 1}), mpi=2)
@@ -111,7 +128,7 @@ def test_ranks_times_accum_matches_one_rank(data, tmp_path):
     assert worst <= 1e-5
 
 
-@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+@pytest.mark.skipif(MPIRUN is None, reason=str(MPI_SKIP))
 def test_mpi_ranks_hold_identical_weights(data, tmp_path):
     p = run(base(data, tmp_path / "r3", **{"-steps": 3, "-threads": 1, "-ckpt_every": 1}), mpi=3)
     assert "3 ranks" in p.stdout and "identical on all ranks" in p.stdout
