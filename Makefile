@@ -93,6 +93,11 @@ $(eval $(call write_stamp,$(C_STAMP),$(C_CONFIG)))
 ifneq ($(NVCC),)
   $(eval $(call write_stamp,$(CUDA_STAMP),$(CUDA_CONFIG)))
 endif
+# (re)made when absent at run time, e.g. after `make clean all`
+$(C_STAMP):
+	@mkdir -p build && printf '%s\n' '$(C_CONFIG)' > $@
+$(CUDA_STAMP):
+	@mkdir -p build && printf '%s\n' '$(CUDA_CONFIG)' > $@
 
 .PHONY: all test venv refckpts clean cuda-check
 all: train_sdc test_sdc $(CUDA_TARGETS)
