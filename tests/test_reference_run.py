@@ -1,0 +1,142 @@
+"""The trainer binary against the reference states of dev/reference (HF transformers / nanochat,
+PyTorch AdamW), through the real training loop (llmc/train_loop.h), not through test_sdc.c's own
+optimizer calls.
+
+The reference batch (2 independent rows of T+1 = 33 tokens) is written as a row shard
+(docs/formats.md), so that `./train_sdc -init build/ref/PRESET.ckpt` reads exactly those rows at every
+step (the shard wraps after one step's batch); the state header's settings become flags: -lr max_lr
+-warmup 3 -steps 10 -final_lr_frac 0.1 (the trainer's schedule is the reference's lr_at), -beta1,
+-beta2, -adam_eps, -wd, -clip. The reference losses are `losses[s]`, the loss before update s, which is
+the trainer's logged loss of step s+1.
+
+Gradient norms: the states store the gradients of step 0 only (before clipping), so the reference
+norm of step 1 is sqrt(sum_i g_i^2) over the stored gradients, in float64: that is the n that torch's
+clip_grad_norm_ computed at step 0, and the trainer logs the same pre-clip norm as grad_norm. For steps
+2..10 the states hold no gradient; there the 1-rank run is the reference for the accumulated and
+data-parallel runs (to 1e-5 relative), and the reference losses, which depend on every update, check
+its updates.
+
+Each configuration splits the same 2 rows differently: 1 rank x B 2; 1 rank x -accum 2 x B 1;
+`mpirun -np 2` x B 1 (rank r reads row r). Bugs caught: the data-parallel scaling without `* world`
+(2-rank gradients twice as large: grad_norm 2x), the accumulation without its 1/accum factor (same),
+weight decay not reaching AdamW (losses drift from the reference's, see test_weight_decay_is_visible),
+wrong lr schedule, betas, eps or clipping in the loop, and any loss of the loss or norm computation
+between the model and the log."""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_trainer import MPIRUN, ROOT, run  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "dev"))
+sys.path.insert(0, os.path.join(ROOT, "dev", "reference"))
+import tsdc_io  # noqa: E402
+from check_state import read_state  # noqa: E402
+
+PRESETS = ["tiny-llama", "tiny-qwen3", "tiny-nanochat"]
+REL = 1e-5       # issue 10: losses and the step-1 grad_norm to 1e-5 relative (measured: <= 3e-7, printed)
+# later steps' grad_norm, B 2 vs accum 2: the two summation orders differ by float rounding (1e-7) that
+# 9 Adam updates amplify; measured up to 4.4e-5 (tiny-llama, step 9). A missing 1/accum or 1/world is 2x.
+SPLIT_REL = 2e-4
+
+
+def state(preset):
+    return read_state(os.path.join(ROOT, "dev", "reference", "states", f"{preset}.state"))
+
+
+def ref_ckpt(preset):
+    ck = os.path.join(ROOT, "build", "ref", f"{preset}.ckpt")
+    if not os.path.exists(ck):
+        pytest.skip("build/ref not built (make refckpts)")
+    return ck
+
+
+def g7(x):
+    """a float32 header value as the decimal the reference script used (0.001, not 0.0010000000475)"""
+    return f"{float(x):.7g}"
+
+
+def ref_args(preset, st, shard, out, B, accum=1, extra=()):
+    h = st["hyper"]
+    return ["-preset", preset, "-vocab", st["V"], "-seq", st["T"], "-B", B, "-accum", accum,
+            "-init", ref_ckpt(preset), "-train", shard, "-steps", st["n_steps"],
+            "-lr", g7(h["max_lr"]), "-warmup", st["warmup"], "-final_lr_frac", g7(h["final_frac"]),
+            "-beta1", g7(h["beta1"]), "-beta2", g7(h["beta2"]), "-adam_eps", g7(h["adam_eps"]),
+            "-wd", g7(h["weight_decay"]), "-clip", g7(h["grad_clip"]), "-eval_every", 0, "-out", out, "-quiet", *extra]
+
+
+def write_ref_shard(st, path):
+    tsdc_io.write_shard(path, st["tokens"], st["V"], row=st["T"] + 1)
+    return path
+
+
+def log_steps(out):
+    rows = [json.loads(l) for l in open(os.path.join(out, "log.jsonl"))]
+    return [r for r in rows if r["type"] == "step"]
+
+
+def rel(a, b):
+    return abs(a - b) / abs(b)
+
+
+def check_against_reference(st, rows, what):
+    losses = np.asarray(st["losses"], dtype=np.float64)
+    ref_norm0 = math.sqrt(float(np.sum(np.asarray(st["grads"], dtype=np.float64) ** 2)))
+    assert [r["step"] for r in rows] == list(range(1, len(losses) + 1)), f"{what}: steps {[r['step'] for r in rows]}"
+    got = np.array([r["loss"] for r in rows])
+    worst = float(np.max(np.abs(got - losses) / np.abs(losses)))
+    print(f"{what}: losses max rel err {worst:.2e}; step-1 grad_norm {rows[0]['grad_norm']:.7g} vs reference "
+          f"{ref_norm0:.7g} (rel {rel(rows[0]['grad_norm'], ref_norm0):.2e})")
+    for s, (g, r) in enumerate(zip(got, losses)):
+        assert rel(g, r) <= REL, f"{what}: loss before update {s}: {g!r} vs reference {r!r} (rel {rel(g, r):.2e})"
+    assert rel(rows[0]["grad_norm"], ref_norm0) <= REL, \
+        f"{what}: step-1 grad_norm {rows[0]['grad_norm']!r} vs reference {ref_norm0!r}"
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_binary_reproduces_reference_training(tmp_path, preset):
+    """1 rank x B 2, then 1 rank x -accum 2 x B 1, then 2 MPI ranks x B 1: each reproduces the reference's
+    10 losses and step-0 gradient norm; every step's grad_norm agrees with the 1-rank B 2 run's to
+    SPLIT_REL (the runs sum the row gradients in other orders: accumulation adds inside the backward
+    GEMMs, the all-reduce after it)."""
+    st = state(preset)
+    shard = write_ref_shard(st, tmp_path / "ref.bin")
+    run(ref_args(preset, st, shard, tmp_path / "one", B=st["B"], extra=["-threads", 2]))
+    one = log_steps(tmp_path / "one")
+    check_against_reference(st, one, f"{preset} 1 rank x B {st['B']}")
+    run(ref_args(preset, st, shard, tmp_path / "accum", B=1, accum=st["B"], extra=["-threads", 1]))
+    acc = log_steps(tmp_path / "accum")
+    check_against_reference(st, acc, f"{preset} 1 rank x accum {st['B']}")
+    worst = max(rel(a["grad_norm"], b["grad_norm"]) for a, b in zip(acc, one))
+    print(f"{preset}: grad_norm accum {st['B']} vs B {st['B']}, all steps: max rel diff {worst:.2e}")
+    for a, b in zip(acc, one):
+        assert rel(a["grad_norm"], b["grad_norm"]) <= SPLIT_REL, \
+            f"{preset} accum: step {a['step']} grad_norm {a['grad_norm']!r} vs B {st['B']} {b['grad_norm']!r}"
+    if not MPIRUN:
+        pytest.skip("mpirun not installed: the 2-rank split was not run")
+    run(ref_args(preset, st, shard, tmp_path / "mpi", B=1, extra=["-threads", 1]), mpi=st["B"])
+    mpi = log_steps(tmp_path / "mpi")
+    check_against_reference(st, mpi, f"{preset} {st['B']} ranks")
+    for a, b in zip(mpi, one):
+        assert rel(a["grad_norm"], b["grad_norm"]) <= SPLIT_REL, \
+            f"{preset} {st['B']} ranks: step {a['step']} grad_norm {a['grad_norm']!r} vs 1 rank {b['grad_norm']!r}"
+
+
+def test_weight_decay_is_visible(tmp_path):
+    """The reference comparison is sensitive to weight decay: the same run with -wd 0 misses the reference
+    losses by more than the tolerance (so a training loop that drops weight decay fails the test above)."""
+    preset = "tiny-llama"
+    st = state(preset)
+    shard = write_ref_shard(st, tmp_path / "ref.bin")
+    args = ref_args(preset, st, shard, tmp_path / "wd0", B=st["B"], extra=["-threads", 2])
+    args[args.index("-wd") + 1] = "0"
+    run(args)
+    got = np.array([r["loss"] for r in log_steps(tmp_path / "wd0")])
+    worst = float(np.max(np.abs(got - st["losses"]) / np.abs(st["losses"])))
+    print(f"-wd 0: losses max rel err vs the reference {worst:.2e} (tolerance {REL:g})")
+    assert worst > 3 * REL
