@@ -7,8 +7,12 @@
  * - GEMM and whole-step bitwise independence from the OpenMP thread count;
  * - the reference states of dev/reference (HF LlamaForCausalLM, Qwen3ForCausalLM and the nanochat
  *   model): weights loaded through the user's import path (hf_to_ckpt.py -> checkpoint -> -init
- *   loader), then logits, loss, every parameter gradient and the losses of 10 AdamW steps compared
- *   in fp32, printing the largest absolute and relative error per tensor.
+ *   loader), then logits, loss, every parameter gradient and the losses of 10 AdamW steps (made by
+ *   model_update, the training loop's call) compared in fp32, printing the largest absolute and
+ *   relative error per tensor;
+ * - the same reference states with -precision bf16 (the emulated AMP) against the fp32 reference, under
+ *   the fixed bounds of llmc/bf16_bounds.h, derived from bf16 rounding (the GPU tests use the same):
+ *   catches a bf16 mode that stops learning (a stale bf16 weight copy) or loses accuracy anywhere.
  * Each check prints OK / NOT OK; the last line is "N passed, M failed"; exit 1 on any failure. */
 #define TESTING
 #include "train_sdc.c"
@@ -213,6 +217,7 @@ static void test_fault_selection(void) {
 
 /* --------------------------------------------------------------------------- reference states */
 #include "llmc/refstate.h"
+#include "llmc/bf16_bounds.h"
 
 static void test_reference(const char* preset, const char* states_dir, const char* ckpt_dir) {
     printf("reference state %s (vs PyTorch / HF transformers, fp32)\n", preset);
@@ -258,16 +263,14 @@ static void test_reference(const char* preset, const char* states_dir, const cha
     /* 10 AdamW steps on the same batch with the state's hyperparameters */
     memset(model->m, 0, sizeof(float) * model->L.total);
     memset(model->v, 0, sizeof(float) * model->L.total);
-    float* losses = mallocCheck(sizeof(float) * s.n_steps);
+    float* losses = (float*)callocCheck((size_t)s.n_steps, sizeof(float));
     AdamW opt = {s.max_lr, s.beta1, s.beta2, s.adam_eps, s.wd};
     for (int step = 0; step < s.n_steps; step++) {
         memset(model->grads, 0, sizeof(float) * model->L.total);
         losses[step] = model_forward(model, s.B, s.T, model->targets);
         model_backward(model, s.B, s.T, model->targets, 1.0f / N);
-        clip_grads(model, s.clip);
         opt.lr = lr_at(step, s.max_lr, s.warmup, s.n_steps, s.final_frac);
-        adamw_update(model, &opt, step + 1);
-        model_prepare_weights(model);
+        model_update(model, &opt, step + 1, s.clip);   /* clip, AdamW, weight copies: the training loop's call */
     }
     compare_tensor("losses of 10 AdamW steps", losses, s.losses, s.n_steps, 1e-5f, 1e-5f);
     printf("  losses: ");
@@ -276,6 +279,86 @@ static void test_reference(const char* preset, const char* states_dir, const cha
     free(losses); free_state(&s);
     model_free(model);
     (void)all_ok;
+}
+
+/* relative L2 error ||got - ref|| / ||ref|| (double) */
+static double rel_l2(const float* got, const float* ref, size_t n) {
+    double se = 0, sr = 0;
+    for (size_t i = 0; i < n; i++) { double d = (double)got[i] - ref[i]; se += d * d; sr += (double)ref[i] * ref[i]; }
+    return se != se ? NAN : sr > 0 ? sqrt(se / sr) : (se > 0 ? INFINITY : 0.0);
+}
+
+/* -precision bf16 (the emulated AMP) against the fp32 reference, under the fixed bounds of
+ * llmc/bf16_bounds.h (derived there from the bf16 unit roundoff and the roundings on each path) */
+static void test_reference_bf16(const char* preset, const char* states_dir, const char* ckpt_dir) {
+    printf("reference state %s: -precision bf16 vs PyTorch fp32, fixed bounds of llmc/bf16_bounds.h\n", preset);
+    char spath[1200], cpath[1200];
+    snprintf(spath, sizeof(spath), "%s/%s.state", states_dir, preset);
+    snprintf(cpath, sizeof(cpath), "%s/%s.ckpt", ckpt_dir, preset);
+    RefState s;
+    if (!read_state(spath, &s)) { check(0, "  read %s", spath); return; }
+    Config c = *preset_find(preset);
+    c.vocab_size = s.V; c.seq_len = s.T;
+    Model model_, *model = &model_;
+    model_build(model, &c, s.B, s.T, 1);
+    if (model->L.total != s.n_params) { check(0, "  parameter count %zu == state's %llu", model->L.total, (unsigned long long)s.n_params); return; }
+    CkptInfo ck;
+    checkpoint_read(cpath, &ck, NULL, NULL, NULL, 0);
+    float* w0 = mallocCheck(sizeof(float) * model->L.total);
+    checkpoint_read(cpath, &ck, w0, NULL, NULL, model->L.total);
+    model_load_state(model, w0, NULL, NULL);   /* fp32 master weights, zero moments, the bf16 copy */
+    free(w0);
+    int N = s.B * s.T, L = c.n_layer;
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.T; t++) {
+            model->inputs[b * s.T + t] = s.tokens[b * (s.T + 1) + t];
+            model->targets[b * s.T + t] = s.tokens[b * (s.T + 1) + t + 1];
+        }
+    float loss = model_forward(model, s.B, s.T, model->targets);
+    double e = rel_l2(model->logits, s.logits, (size_t)N * s.V), lim = BF16_LOGITS_RL2(L);
+    check(e <= lim, "  %-28s rel L2 %.3e <= %.3e (3 sqrt(%d roundings) 2^-9)", "logits", e, lim, BF16_FWD_ROUNDINGS(L));
+    double loss0_bound = bf16_loss_bound(s.logits, N, s.V, L);
+    e = fabs((double)loss - s.loss);
+    check(e <= loss0_bound, "  %-28s |err| %.3e <= %.3e (%.6f vs %.6f)", "loss", e, loss0_bound, loss, s.loss);
+    memset(model->grads, 0, sizeof(float) * model->L.total);
+    model_backward(model, s.B, s.T, model->targets, 1.0f / N);
+    double worst = 0; const char* worst_name = "";
+    int bad = 0;
+    lim = BF16_GRAD_RL2(L);
+    for (int i = 0; i < model->L.n; i++) {
+        const TensorInfo* t = &model->L.t[i];
+        double g = rel_l2(model->grads + t->offset, s.grads + t->offset, t->numel);
+        if (!(g <= lim)) {
+            bad++;
+            if (t->layer >= 0) printf("    grad layers.%d.%s rel L2 %.3e > %.3e\n", t->layer, PT_NAMES[t->type], g, lim);
+            else printf("    grad %s rel L2 %.3e > %.3e\n", PT_NAMES[t->type], g, lim);
+        }
+        if (g > worst || g != g) { worst = g; worst_name = PT_NAMES[t->type]; }
+    }
+    check(!bad, "  %-28s largest rel L2 %.3e (%s) <= %.3e (3 sqrt(%d roundings) 2^-9), %d of %d tensors over", "every gradient tensor", worst,
+          worst_name, lim, BF16_FWD_ROUNDINGS(L) + BF16_BWD_ROUNDINGS(L), bad, model->L.n);
+    /* 10 AdamW steps through model_update, as the training loop makes them */
+    memset(model->m, 0, sizeof(float) * model->L.total);
+    memset(model->v, 0, sizeof(float) * model->L.total);
+    float* losses = (float*)callocCheck((size_t)s.n_steps, sizeof(float));
+    AdamW opt = {s.max_lr, s.beta1, s.beta2, s.adam_eps, s.wd};
+    int worst_step = 0; double worst_ratio = 0;
+    for (int step = 0; step < s.n_steps; step++) {
+        memset(model->grads, 0, sizeof(float) * model->L.total);
+        losses[step] = model_forward(model, s.B, s.T, model->targets);
+        model_backward(model, s.B, s.T, model->targets, 1.0f / N);
+        opt.lr = lr_at(step, s.max_lr, s.warmup, s.n_steps, s.final_frac);
+        model_update(model, &opt, step + 1, s.clip);   /* clip, AdamW, the bf16 weight copy: the training loop's call */
+        double r = fabs((double)losses[step] - s.losses[step]) / bf16_losses_bound(loss0_bound, s.losses, step, L);
+        if (!(r <= worst_ratio)) { worst_ratio = r; worst_step = step; }
+    }
+    check(worst_ratio <= 1, "  %-28s worst at step %d: |err| %.3e <= %.3e (%.2f of the bound)", "losses of 10 AdamW steps", worst_step + 1,
+          fabs((double)losses[worst_step] - s.losses[worst_step]), bf16_losses_bound(loss0_bound, s.losses, worst_step, L), worst_ratio);
+    printf("  losses: ");
+    for (int i = 0; i < s.n_steps; i++) printf("%.5f/%.5f ", losses[i], s.losses[i]);
+    printf("(bf16/reference)\n");
+    free(losses); free_state(&s);
+    model_free(model);
 }
 
 int main(int argc, char** argv) {
@@ -296,6 +379,7 @@ int main(int argc, char** argv) {
 #endif
     const char* presets[] = {"tiny-llama", "tiny-qwen3", "tiny-nanochat"};
     for (int i = 0; i < 3; i++) test_reference(presets[i], states, ckpts);
+    for (int i = 0; i < 3; i++) test_reference_bf16(presets[i], states, ckpts);
     printf("test_sdc: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -140,3 +140,39 @@ def test_weight_decay_is_visible(tmp_path):
     worst = float(np.max(np.abs(got - st["losses"]) / np.abs(st["losses"])))
     print(f"-wd 0: losses max rel err vs the reference {worst:.2e} (tolerance {REL:g})")
     assert worst > 3 * REL
+
+
+def bf16_bounds(n_layer):
+    """BF16_LAMBDA, BF16_U and the rounding counts of llmc/bf16_bounds.h (the one place they are written)"""
+    import re
+    h = open(os.path.join(ROOT, "llmc", "bf16_bounds.h")).read()
+    lam = float(re.search(r"#define BF16_LAMBDA ([0-9.e+-]+)", h).group(1))
+    u = float(re.search(r"#define BF16_U ([0-9.e+-]+)", h).group(1))
+    a, b = (int(x) for x in re.search(r"#define BF16_FWD_ROUNDINGS\(L\) \((\d+) \* \(L\) \+ (\d+)\)", h).groups())
+    c, d = (int(x) for x in re.search(r"#define BF16_BWD_ROUNDINGS\(L\) \((\d+) \* \(L\) \+ (\d+)\)", h).groups())
+    nf, nb = a * n_layer + b, c * n_layer + d
+    return lam * math.sqrt(nf) * u, lam * math.sqrt(nf + nb) * u
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_binary_bf16_training_within_the_fixed_bounds(tmp_path, preset):
+    """-precision bf16 through the real training loop on the reference batch: each of the 10 losses within
+    bf16_losses_bound of llmc/bf16_bounds.h (derived from bf16 rounding; test_sdc.c checks the logits and
+    every gradient under the same header). Catches a bf16 weight copy left stale after the update
+    (training stops learning: the loss stays near 5.5 instead of falling to 3.8)."""
+    st = state(preset)
+    shard = write_ref_shard(st, tmp_path / "ref.bin")
+    run(ref_args(preset, st, shard, tmp_path / "bf16", B=st["B"], extra=["-threads", 2, "-precision", "bf16"]))
+    rows = log_steps(tmp_path / "bf16")
+    n_layer = tsdc_io.read_checkpoint(ref_ckpt(preset))[1]["n_layer"]
+    logits_rl2, grad_rl2 = bf16_bounds(n_layer)
+    z = np.asarray(st["logits"], dtype=np.float64)
+    N = z.shape[0] * z.shape[1]
+    loss0_bound = math.sqrt(2) * logits_rl2 * math.sqrt(float(np.sum(z * z))) / N
+    ref = np.asarray(st["losses"], dtype=np.float64)
+    got = np.array([r["loss"] for r in rows])
+    bound = loss0_bound + grad_rl2 * np.abs(ref[0] - ref)
+    print(f"{preset} bf16: |loss - reference| / bound per step: " + " ".join(f"{x:.2f}" for x in np.abs(got - ref) / bound))
+    assert len(got) == len(ref)
+    bad = np.nonzero(~(np.abs(got - ref) <= bound))[0]
+    assert bad.size == 0, f"{preset} bf16: losses {got[bad]} vs reference {ref[bad]} (bounds {bound[bad]}) at steps {bad + 1}"
