@@ -34,7 +34,7 @@
  *
  * Measured 2026-12 (CPU emulation, tiny presets): logits rel L2 <= 6.4e-3 (bound 4.83e-2); loss
  * 3.0e-4 absolute (bound 3.0e-2); gradients <= 2.5e-2 (tiny-qwen3 q_norm_w; bound 6.83e-2); the 10 losses within
- * 0.042 absolute (tiny-llama step 9; bound 0.137, 0.28 of it). A bf16 weight copy left stale after the
+ * 0.28 of their bounds (tiny-llama step 8: 0.039 of 0.137). A bf16 weight copy left stale after the
  * updates (training stops learning: the step-10 loss stays 5.58 instead of 3.79) misses the losses'
  * bound by 11.5x. */
 #ifndef TSDC_BF16_BOUNDS_H
