@@ -176,3 +176,26 @@ def test_binary_bf16_training_within_the_fixed_bounds(tmp_path, preset):
     assert len(got) == len(ref)
     bad = np.nonzero(~(np.abs(got - ref) <= bound))[0]
     assert bad.size == 0, f"{preset} bf16: losses {got[bad]} vs reference {ref[bad]} (bounds {bound[bad]}) at steps {bad + 1}"
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_pred_out_is_the_argmax_of_the_reference_logits(tmp_path, preset):
+    """-pred_out on the reference rows (a row shard as -val, -steps 0) equals, position by position, the
+    argmax of PyTorch's logits on the same tokens; positions whose two largest reference logits lie within
+    1e-4 (a tie at fp32 accuracy) are left out. Catches an argmax with a wrong row stride or offset, a
+    wrong evaluation order of the held-out sequences, predictions shifted by a position."""
+    st = state(preset)
+    shard = write_ref_shard(st, tmp_path / "ref.bin")
+    B, T, V = st["B"], st["T"], st["V"]
+    run(["-preset", preset, "-vocab", V, "-seq", T, "-B", B, "-init", ref_ckpt(preset), "-val", shard, "-steps", 0,
+         "-eval_tokens", B * T, "-pred_out", tmp_path / "pred.bin", "-out", tmp_path / "o", "-quiet", "-threads", 2])
+    pred, vocab = tsdc_io.read_shard(tmp_path / "pred.bin")
+    z = np.asarray(st["logits"], dtype=np.float64).reshape(B * T, V)
+    top2 = np.sort(z, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-4
+    want = z.argmax(1)
+    assert vocab == V and len(pred) == B * T
+    print(f"{preset}: {int(clear.sum())} of {B * T} positions without a near-tie; "
+          f"{int((pred == want).sum())} equal the reference argmax")
+    assert clear.sum() >= B * T - 4
+    assert np.array_equal(pred[clear], want[clear]), f"{preset}: predictions differ at {np.nonzero(clear & (pred != want))[0]}"
