@@ -215,6 +215,89 @@ static void test_fault_selection(void) {
     free(i1); free(i2); free(i3); free(k1); free(k2); free(k3); free(all); free(km);
 }
 
+/* ------------------------------------------------------------------ attention checks (attcheck.h) */
+/* the single sign or mantissa bit flip (in the storage width) of x that moves it by the amount closest
+ * above lo (and at most hi); returns the mask, 0 if none */
+static uint32_t flip_moving_by(float x, int width, double lo, double hi) {
+    uint32_t best = 0; double bd = INFINITY;
+    int nm = width == 16 ? 7 : 23;
+    for (int b = 0; b <= nm; b++) {
+        uint32_t mask = b == nm ? (width == 16 ? 0x8000u : 0x80000000u) : 1u << b;   /* mantissa bits, then the sign */
+        double d = fabs((double)fault_flip_value(x, mask, width) - x);
+        if (d > lo && d <= hi && d < bd) { bd = d; best = mask; }
+    }
+    return best;
+}
+
+/* -protect att: the logits row checksum and the probability row sums, fed sign and mantissa flips (no
+ * exponent flips: those are caught at any tolerance) sized against the tolerance each check claims in
+ * attcheck.h's comment (logits: 2^-7 of the Cauchy-Schwarz bound in bf16, 1e-4 in fp32; probability
+ * rows: 2^-6 in bf16, 1e-5 + 4 T 2^-24 in fp32), written here as numbers: a flip moving
+ * a value by 2x to 8x its row's tolerance must fail the check, one moving it by at most 1/8 must pass
+ * (the clean rounding residual uses at most half the tolerance: the bounds' stated margin). A check
+ * whose tolerance is 100x looser than it claims, or that skips rows, fails this test. */
+static void test_att_checks_tolerance(void) {
+    printf("attention checks (-protect att): non-exponent flips against the claimed tolerances\n");
+    int B = 1, T = 16, H = 2, KV = 1, hd = 32, g = H / KV;
+    size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
+    float *q = mallocCheck(4 * nq), *k = mallocCheck(4 * nk), *lg = mallocCheck(4 * na), *pr = mallocCheck(4 * na);
+    for (int wi = 0; wi < 2; wi++) {
+        int width = wi ? 16 : 32;
+        fill_normal(q, nq, 31, 1); fill_normal(k, nk, 32, 1);
+        if (width == 16) { bf16_round_array(q, (long long)nq); bf16_round_array(k, (long long)nk); }
+        double scale = 1.0 / sqrt((double)hd);
+        memset(lg, 0, 4 * na); memset(pr, 0, 4 * na);
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                double mx = -INFINITY, sum = 0;
+                for (int s = 0; s <= t; s++) {
+                    double d = 0;
+                    for (int i = 0; i < hd; i++) d += (double)q[(size_t)t * H * hd + h * hd + i] * k[(size_t)s * KV * hd + (h / g) * hd + i];
+                    float z = (float)(scale * d);
+                    lg[((size_t)h * T + t) * T + s] = width == 16 ? bf16_round(z) : z;
+                    mx = fmax(mx, z);
+                }
+                for (int s = 0; s <= t; s++) sum += exp(lg[((size_t)h * T + t) * T + s] - mx);
+                for (int s = 0; s <= t; s++) {
+                    float p = (float)(exp(lg[((size_t)h * T + t) * T + s] - mx) / sum);
+                    pr[((size_t)h * T + t) * T + s] = width == 16 ? bf16_round(p) : p;
+                }
+            }
+        check(att_logits_rowcheck(lg, q, k, B, T, H, KV, hd, width) == 0 && att_probs_rowcheck(pr, B, H, T, width) == 0,
+              "  %s: clean logits and probabilities pass", width == 16 ? "bf16" : "fp32");
+        int tried = 0, caught = 0, small_tried = 0, small_passed = 0;
+        /* the tolerances attcheck.h documents, written here again so that a changed macro cannot move the test */
+        double claim_rel = width == 16 ? ldexp(1.0, -7) : 1e-4, claim_rowsum = width == 16 ? ldexp(1.0, -6) : 1e-5 + 4.0 * T * ldexp(1.0, -24);
+        for (int h = 0; h < H; h++)
+            for (int t = 1; t < T; t++)
+                for (int s = 0; s <= t; s += 3) {
+                    /* logits: the row's tolerance, as att_logits_rowcheck computes it */
+                    double kn = 0, qn = att_norm(q + (size_t)t * H * hd + h * hd, hd);
+                    for (int u = 0; u <= t; u++) kn += att_norm(k + (size_t)u * KV * hd + (h / g) * hd, hd);
+                    double tol = claim_rel * scale * qn * kn;
+                    float* x = &lg[((size_t)h * T + t) * T + s];
+                    float keep = *x;
+                    uint32_t m = flip_moving_by(keep, width, 2 * tol, 8 * tol);
+                    if (m) { *x = fault_flip_value(keep, m, width); tried++; caught += att_logits_rowcheck(lg, q, k, B, T, H, KV, hd, width) == 1; *x = keep; }
+                    m = flip_moving_by(keep, width, 0, tol / 8);
+                    if (m) { *x = fault_flip_value(keep, m, width); small_tried++; small_passed += att_logits_rowcheck(lg, q, k, B, T, H, KV, hd, width) == 0; *x = keep; }
+                    /* probabilities */
+                    double ptol = claim_rowsum;
+                    float* p = &pr[((size_t)h * T + t) * T + s];
+                    keep = *p;
+                    m = flip_moving_by(keep, width, 2 * ptol, 8 * ptol);
+                    if (m) { *p = fault_flip_value(keep, m, width); tried++; caught += att_probs_rowcheck(pr, B, H, T, width) == 1; *p = keep; }
+                    m = flip_moving_by(keep, width, 0, ptol / 8);
+                    if (m) { *p = fault_flip_value(keep, m, width); small_tried++; small_passed += att_probs_rowcheck(pr, B, H, T, width) == 0; *p = keep; }
+                }
+        check(tried >= 20 && caught == tried, "  %s: %d of %d sign/mantissa flips moving a logit or probability by 2-8x its tolerance caught",
+              width == 16 ? "bf16" : "fp32", caught, tried);
+        check(small_tried >= 20 && small_passed == small_tried, "  %s: %d of %d flips moving it by <= 1/8 of its tolerance pass",
+              width == 16 ? "bf16" : "fp32", small_passed, small_tried);
+    }
+    free(q); free(k); free(lg); free(pr);
+}
+
 /* --------------------------------------------------------------------------- reference states */
 #include "llmc/refstate.h"
 #include "llmc/bf16_bounds.h"
@@ -374,6 +457,7 @@ int main(int argc, char** argv) {
     test_schedule();
     test_fault_flips();
     test_fault_selection();
+    test_att_checks_tolerance();
 #ifdef _OPENMP
     test_thread_independence();
 #endif
