@@ -154,11 +154,21 @@ def test_r_amp_hand_computed():
 
 
 def test_hold_rule():
-    h = {100: 1}
-    best = expscale_select.select(h, 0, 200, held=154)
-    assert best["hold"] and best["decision"] == "hold k=154"
-    far = expscale_select.select(h, 0, 200, held=10)
-    assert not far["hold"] and far["decision"].startswith("re-profile")
+    """The hold rule's factor on both sides: a held k whose R_amp is 1.2 x the minimum is held, one at 1.3 x
+    re-profiles (a factor of 1e30, or 1, fails one side). R_amp is dominated by bit 7's weight, so it is the
+    share of codes below 128 after the shift: codes {1: 10, 100: 2, 110: 1, 200: 1}, k <= 54 safe; at
+    k >= 28 only code 1 is below 128 (10 of 14: the minimum), at 18 <= k < 28 code 100 too (12: 1.2 x), at
+    k < 18 code 110 too (13: 1.3 x)."""
+    h = {1: 10, 100: 2, 110: 1, 200: 1}
+    for held, want_ratio, want_hold in ((20, 1.2, True), (10, 1.3, False)):
+        r = expscale_select.select(h, 0, 54, held=held)
+        ratio = r["r_held"] / r["r_min"]
+        assert abs(ratio - want_ratio) < 1e-9, (held, ratio)
+        assert r["hold"] is want_hold, (held, ratio, r["decision"])
+        assert r["decision"] == (f"hold k={held}" if want_hold else f"re-profile: R_amp({held}) > 1.25 x min (k*={r['k_star']})")
+    assert expscale_select.select(h, 0, 54)["k_star"] >= 28
+    far = expscale_select.select(h, 0, 54, held=60)     # 200 + 60 > 254: not safe
+    assert not far["hold"] and far["decision"].startswith("k=60 is not safe")
 
 
 def test_profile_and_select_end_to_end(data, tmp_path):
