@@ -89,6 +89,33 @@ def test_large_residual_faults_are_detected_and_replayed(data, tmp_path, site):
     assert all(st[s]["alarm"].startswith("rgg") for s in injected)
 
 
+def test_finite_residual_faults_raise_z_or_rel_alarms(data, tmp_path):
+    """The Residual Gain Guard's thresholds fire on finite faults (the exponent faults above alarm as
+    "nonfinite" and would pass with alpha = 1e9): in bf16, mantissa flips of every element of block_out
+    and sign flips of every element of down_proj at layer 2 each raise a "z" or "rel" alarm (at layer 2 or
+    the layer above, which the changed residual reaches) in every faulty step (measured: z 40-49 against thresholds near 23, rel 0.13-0.16 against 0.07), and
+    a single mantissa flip of one down_proj element (a change far under the thresholds) raises none.
+    Catches thresholds that cannot fire (alpha or floors too large, a z/rel comparison never reached)."""
+    cal = tmp_path / "rgg.cal"
+    kw = {"-preset": "tiny-llama", "-accum": 3, "-steps": 105, "-precision": "bf16"}
+    run(small(data, tmp_path / "cal", **kw, **{"-stop_at": 100, "-rgg_calibrate": cal}))
+    for site, field, m, want in (("block_out", "mantissa", 8192, True), ("down_proj", "sign", 8192, True),
+                                 ("down_proj", "mantissa", 1, False)):
+        out = tmp_path / f"{site}_{field}_{m}"
+        run(small(data, out, **kw, **{"-resume": tmp_path / "cal" / "step_000100.ckpt", "-protect": "rgg",
+                                      "-rgg_calibration": cal, "-fault_mode": "campaign", "-fault_sites": site,
+                                      "-fault_field": field, "-fault_m": m, "-fault_layer": 2, "-fault_start": 101}))
+        st = steps(out)
+        assert sorted(st) == list(range(101, 106))
+        for s, r in st.items():
+            assert r["injections"] == 1, (site, field, m, s, r)
+            if want:
+                why = r["alarm"].split()[1] if r["alarm"].startswith("rgg: ") else r["alarm"]
+                assert r["replayed"] == 1 and why in ("z", "rel"), (site, field, m, s, r["alarm"])
+            else:
+                assert r["alarms"] == 0 and r["replayed"] == 0, (site, field, m, s, r["alarm"])
+
+
 def test_exponent_scaling_fp32_is_bit_identical_bf16_within_rounding(data, tmp_path):
     for prec in ("fp32", "bf16"):
         run(small(data, tmp_path / f"k0{prec}", **{"-preset": "tiny-qwen3", "-steps": 6, "-precision": prec}))
