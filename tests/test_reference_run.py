@@ -199,3 +199,18 @@ def test_pred_out_is_the_argmax_of_the_reference_logits(tmp_path, preset):
           f"{int((pred == want).sum())} equal the reference argmax")
     assert clear.sum() >= B * T - 4
     assert np.array_equal(pred[clear], want[clear]), f"{preset}: predictions differ at {np.nonzero(clear & (pred != want))[0]}"
+
+
+def test_row_shard_needs_rows_of_seq_plus_one(tmp_path):
+    """A row shard read with another -seq is a one-line error naming the file (never rows read across
+    their ends); a row length that does not divide the file is rejected at load."""
+    from test_trainer import expect_error
+    st = state("tiny-llama")
+    shard = write_ref_shard(st, tmp_path / "ref.bin")
+    args = ["-preset", "tiny-llama", "-vocab", st["V"], "-seq", 16, "-B", 1, "-train", shard, "-steps", 1, "-out", tmp_path / "o"]
+    expect_error(run(args, check=False), shard, "rows of 33 tokens", "-seq 32")
+    bad = tmp_path / "bad.bin"
+    b = bytearray(open(shard, "rb").read())
+    b[20:24] = (5).to_bytes(4, "little")          # 66 tokens are not rows of 5
+    open(bad, "wb").write(bytes(b))
+    expect_error(run(args[:-6] + ["-train", bad, "-steps", 1, "-out", tmp_path / "o"], check=False), bad, "row length 5")
