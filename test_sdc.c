@@ -7,8 +7,12 @@
  * - GEMM and whole-step bitwise independence from the OpenMP thread count;
  * - the reference states of dev/reference (HF LlamaForCausalLM, Qwen3ForCausalLM and the nanochat
  *   model): weights loaded through the user's import path (hf_to_ckpt.py -> checkpoint -> -init
- *   loader), then logits, loss, every parameter gradient and the losses of 10 AdamW steps compared
- *   in fp32, printing the largest absolute and relative error per tensor.
+ *   loader), then logits, loss, every parameter gradient and the losses of 10 AdamW steps (made by
+ *   model_update, the training loop's call) compared in fp32, printing the largest absolute and
+ *   relative error per tensor;
+ * - the same reference states with -precision bf16 (the emulated AMP) against the fp32 reference, under
+ *   the fixed bounds of llmc/bf16_bounds.h, derived from bf16 rounding (the GPU tests use the same):
+ *   catches a bf16 mode that stops learning (a stale bf16 weight copy) or loses accuracy anywhere.
  * Each check prints OK / NOT OK; the last line is "N passed, M failed"; exit 1 on any failure. */
 #define TESTING
 #include "train_sdc.c"
@@ -211,8 +215,92 @@ static void test_fault_selection(void) {
     free(i1); free(i2); free(i3); free(k1); free(k2); free(k3); free(all); free(km);
 }
 
+/* ------------------------------------------------------------------ attention checks (attcheck.h) */
+/* the single sign or mantissa bit flip (in the storage width) of x that moves it by the amount closest
+ * above lo (and at most hi); returns the mask, 0 if none */
+static uint32_t flip_moving_by(float x, int width, double lo, double hi) {
+    uint32_t best = 0; double bd = INFINITY;
+    int nm = width == 16 ? 7 : 23;
+    for (int b = 0; b <= nm; b++) {
+        uint32_t mask = b == nm ? (width == 16 ? 0x8000u : 0x80000000u) : 1u << b;   /* mantissa bits, then the sign */
+        double d = fabs((double)fault_flip_value(x, mask, width) - x);
+        if (d > lo && d <= hi && d < bd) { bd = d; best = mask; }
+    }
+    return best;
+}
+
+/* -protect att: the logits row checksum and the probability row sums, fed sign and mantissa flips (no
+ * exponent flips: those are caught at any tolerance) sized against the tolerance each check claims in
+ * attcheck.h's comment (logits: 2^-7 of the Cauchy-Schwarz bound in bf16, 1e-4 in fp32; probability
+ * rows: 2^-6 in bf16, 1e-5 + 4 T 2^-24 in fp32), written here as numbers: a flip moving
+ * a value by 2x to 8x its row's tolerance must fail the check, one moving it by at most 1/8 must pass
+ * (the clean rounding residual uses at most half the tolerance: the bounds' stated margin). A check
+ * whose tolerance is 100x looser than it claims, or that skips rows, fails this test. */
+static void test_att_checks_tolerance(void) {
+    printf("attention checks (-protect att): non-exponent flips against the claimed tolerances\n");
+    int B = 1, T = 16, H = 2, KV = 1, hd = 32, g = H / KV;
+    size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
+    float *q = mallocCheck(4 * nq), *k = mallocCheck(4 * nk), *lg = mallocCheck(4 * na), *pr = mallocCheck(4 * na);
+    for (int wi = 0; wi < 2; wi++) {
+        int width = wi ? 16 : 32;
+        fill_normal(q, nq, 31, 1); fill_normal(k, nk, 32, 1);
+        if (width == 16) { bf16_round_array(q, (long long)nq); bf16_round_array(k, (long long)nk); }
+        double scale = 1.0 / sqrt((double)hd);
+        memset(lg, 0, 4 * na); memset(pr, 0, 4 * na);
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                double mx = -INFINITY, sum = 0;
+                for (int s = 0; s <= t; s++) {
+                    double d = 0;
+                    for (int i = 0; i < hd; i++) d += (double)q[(size_t)t * H * hd + h * hd + i] * k[(size_t)s * KV * hd + (h / g) * hd + i];
+                    float z = (float)(scale * d);
+                    lg[((size_t)h * T + t) * T + s] = width == 16 ? bf16_round(z) : z;
+                    mx = fmax(mx, z);
+                }
+                for (int s = 0; s <= t; s++) sum += exp(lg[((size_t)h * T + t) * T + s] - mx);
+                for (int s = 0; s <= t; s++) {
+                    float p = (float)(exp(lg[((size_t)h * T + t) * T + s] - mx) / sum);
+                    pr[((size_t)h * T + t) * T + s] = width == 16 ? bf16_round(p) : p;
+                }
+            }
+        check(att_logits_rowcheck(lg, q, k, B, T, H, KV, hd, width) == 0 && att_probs_rowcheck(pr, B, H, T, width) == 0,
+              "  %s: clean logits and probabilities pass", width == 16 ? "bf16" : "fp32");
+        int tried = 0, caught = 0, small_tried = 0, small_passed = 0;
+        /* the tolerances attcheck.h documents, written here again so that a changed macro cannot move the test */
+        double claim_rel = width == 16 ? ldexp(1.0, -7) : 1e-4, claim_rowsum = width == 16 ? ldexp(1.0, -6) : 1e-5 + 4.0 * T * ldexp(1.0, -24);
+        for (int h = 0; h < H; h++)
+            for (int t = 1; t < T; t++)
+                for (int s = 0; s <= t; s += 3) {
+                    /* logits: the row's tolerance, as att_logits_rowcheck computes it */
+                    double kn = 0, qn = att_norm(q + (size_t)t * H * hd + h * hd, hd);
+                    for (int u = 0; u <= t; u++) kn += att_norm(k + (size_t)u * KV * hd + (h / g) * hd, hd);
+                    double tol = claim_rel * scale * qn * kn;
+                    float* x = &lg[((size_t)h * T + t) * T + s];
+                    float keep = *x;
+                    uint32_t m = flip_moving_by(keep, width, 2 * tol, 8 * tol);
+                    if (m) { *x = fault_flip_value(keep, m, width); tried++; caught += att_logits_rowcheck(lg, q, k, B, T, H, KV, hd, width) == 1; *x = keep; }
+                    m = flip_moving_by(keep, width, 0, tol / 8);
+                    if (m) { *x = fault_flip_value(keep, m, width); small_tried++; small_passed += att_logits_rowcheck(lg, q, k, B, T, H, KV, hd, width) == 0; *x = keep; }
+                    /* probabilities */
+                    double ptol = claim_rowsum;
+                    float* p = &pr[((size_t)h * T + t) * T + s];
+                    keep = *p;
+                    m = flip_moving_by(keep, width, 2 * ptol, 8 * ptol);
+                    if (m) { *p = fault_flip_value(keep, m, width); tried++; caught += att_probs_rowcheck(pr, B, H, T, width) == 1; *p = keep; }
+                    m = flip_moving_by(keep, width, 0, ptol / 8);
+                    if (m) { *p = fault_flip_value(keep, m, width); small_tried++; small_passed += att_probs_rowcheck(pr, B, H, T, width) == 0; *p = keep; }
+                }
+        check(tried >= 20 && caught == tried, "  %s: %d of %d sign/mantissa flips moving a logit or probability by 2-8x its tolerance caught",
+              width == 16 ? "bf16" : "fp32", caught, tried);
+        check(small_tried >= 20 && small_passed == small_tried, "  %s: %d of %d flips moving it by <= 1/8 of its tolerance pass",
+              width == 16 ? "bf16" : "fp32", small_passed, small_tried);
+    }
+    free(q); free(k); free(lg); free(pr);
+}
+
 /* --------------------------------------------------------------------------- reference states */
 #include "llmc/refstate.h"
+#include "llmc/bf16_bounds.h"
 
 static void test_reference(const char* preset, const char* states_dir, const char* ckpt_dir) {
     printf("reference state %s (vs PyTorch / HF transformers, fp32)\n", preset);
@@ -258,16 +346,14 @@ static void test_reference(const char* preset, const char* states_dir, const cha
     /* 10 AdamW steps on the same batch with the state's hyperparameters */
     memset(model->m, 0, sizeof(float) * model->L.total);
     memset(model->v, 0, sizeof(float) * model->L.total);
-    float* losses = mallocCheck(sizeof(float) * s.n_steps);
+    float* losses = (float*)callocCheck((size_t)s.n_steps, sizeof(float));
     AdamW opt = {s.max_lr, s.beta1, s.beta2, s.adam_eps, s.wd};
     for (int step = 0; step < s.n_steps; step++) {
         memset(model->grads, 0, sizeof(float) * model->L.total);
         losses[step] = model_forward(model, s.B, s.T, model->targets);
         model_backward(model, s.B, s.T, model->targets, 1.0f / N);
-        clip_grads(model, s.clip);
         opt.lr = lr_at(step, s.max_lr, s.warmup, s.n_steps, s.final_frac);
-        adamw_update(model, &opt, step + 1);
-        model_prepare_weights(model);
+        model_update(model, &opt, step + 1, s.clip);   /* clip, AdamW, weight copies: the training loop's call */
     }
     compare_tensor("losses of 10 AdamW steps", losses, s.losses, s.n_steps, 1e-5f, 1e-5f);
     printf("  losses: ");
@@ -276,6 +362,86 @@ static void test_reference(const char* preset, const char* states_dir, const cha
     free(losses); free_state(&s);
     model_free(model);
     (void)all_ok;
+}
+
+/* relative L2 error ||got - ref|| / ||ref|| (double) */
+static double rel_l2(const float* got, const float* ref, size_t n) {
+    double se = 0, sr = 0;
+    for (size_t i = 0; i < n; i++) { double d = (double)got[i] - ref[i]; se += d * d; sr += (double)ref[i] * ref[i]; }
+    return se != se ? NAN : sr > 0 ? sqrt(se / sr) : (se > 0 ? INFINITY : 0.0);
+}
+
+/* -precision bf16 (the emulated AMP) against the fp32 reference, under the fixed bounds of
+ * llmc/bf16_bounds.h (derived there from the bf16 unit roundoff and the roundings on each path) */
+static void test_reference_bf16(const char* preset, const char* states_dir, const char* ckpt_dir) {
+    printf("reference state %s: -precision bf16 vs PyTorch fp32, fixed bounds of llmc/bf16_bounds.h\n", preset);
+    char spath[1200], cpath[1200];
+    snprintf(spath, sizeof(spath), "%s/%s.state", states_dir, preset);
+    snprintf(cpath, sizeof(cpath), "%s/%s.ckpt", ckpt_dir, preset);
+    RefState s;
+    if (!read_state(spath, &s)) { check(0, "  read %s", spath); return; }
+    Config c = *preset_find(preset);
+    c.vocab_size = s.V; c.seq_len = s.T;
+    Model model_, *model = &model_;
+    model_build(model, &c, s.B, s.T, 1);
+    if (model->L.total != s.n_params) { check(0, "  parameter count %zu == state's %llu", model->L.total, (unsigned long long)s.n_params); return; }
+    CkptInfo ck;
+    checkpoint_read(cpath, &ck, NULL, NULL, NULL, 0);
+    float* w0 = mallocCheck(sizeof(float) * model->L.total);
+    checkpoint_read(cpath, &ck, w0, NULL, NULL, model->L.total);
+    model_load_state(model, w0, NULL, NULL);   /* fp32 master weights, zero moments, the bf16 copy */
+    free(w0);
+    int N = s.B * s.T, L = c.n_layer;
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.T; t++) {
+            model->inputs[b * s.T + t] = s.tokens[b * (s.T + 1) + t];
+            model->targets[b * s.T + t] = s.tokens[b * (s.T + 1) + t + 1];
+        }
+    float loss = model_forward(model, s.B, s.T, model->targets);
+    double e = rel_l2(model->logits, s.logits, (size_t)N * s.V), lim = BF16_LOGITS_RL2(L);
+    check(e <= lim, "  %-28s rel L2 %.3e <= %.3e (3 sqrt(%d roundings) 2^-9)", "logits", e, lim, BF16_FWD_ROUNDINGS(L));
+    double loss0_bound = bf16_loss_bound(s.logits, N, s.V, L);
+    e = fabs((double)loss - s.loss);
+    check(e <= loss0_bound, "  %-28s |err| %.3e <= %.3e (%.6f vs %.6f)", "loss", e, loss0_bound, loss, s.loss);
+    memset(model->grads, 0, sizeof(float) * model->L.total);
+    model_backward(model, s.B, s.T, model->targets, 1.0f / N);
+    double worst = 0; const char* worst_name = "";
+    int bad = 0;
+    lim = BF16_GRAD_RL2(L);
+    for (int i = 0; i < model->L.n; i++) {
+        const TensorInfo* t = &model->L.t[i];
+        double g = rel_l2(model->grads + t->offset, s.grads + t->offset, t->numel);
+        if (!(g <= lim)) {
+            bad++;
+            if (t->layer >= 0) printf("    grad layers.%d.%s rel L2 %.3e > %.3e\n", t->layer, PT_NAMES[t->type], g, lim);
+            else printf("    grad %s rel L2 %.3e > %.3e\n", PT_NAMES[t->type], g, lim);
+        }
+        if (g > worst || g != g) { worst = g; worst_name = PT_NAMES[t->type]; }
+    }
+    check(!bad, "  %-28s largest rel L2 %.3e (%s) <= %.3e (3 sqrt(%d roundings) 2^-9), %d of %d tensors over", "every gradient tensor", worst,
+          worst_name, lim, BF16_FWD_ROUNDINGS(L) + BF16_BWD_ROUNDINGS(L), bad, model->L.n);
+    /* 10 AdamW steps through model_update, as the training loop makes them */
+    memset(model->m, 0, sizeof(float) * model->L.total);
+    memset(model->v, 0, sizeof(float) * model->L.total);
+    float* losses = (float*)callocCheck((size_t)s.n_steps, sizeof(float));
+    AdamW opt = {s.max_lr, s.beta1, s.beta2, s.adam_eps, s.wd};
+    int worst_step = 0; double worst_ratio = 0;
+    for (int step = 0; step < s.n_steps; step++) {
+        memset(model->grads, 0, sizeof(float) * model->L.total);
+        losses[step] = model_forward(model, s.B, s.T, model->targets);
+        model_backward(model, s.B, s.T, model->targets, 1.0f / N);
+        opt.lr = lr_at(step, s.max_lr, s.warmup, s.n_steps, s.final_frac);
+        model_update(model, &opt, step + 1, s.clip);   /* clip, AdamW, the bf16 weight copy: the training loop's call */
+        double r = fabs((double)losses[step] - s.losses[step]) / bf16_losses_bound(loss0_bound, s.losses, step, L);
+        if (!(r <= worst_ratio)) { worst_ratio = r; worst_step = step; }
+    }
+    check(worst_ratio <= 1, "  %-28s worst at step %d: |err| %.3e <= %.3e (%.2f of the bound)", "losses of 10 AdamW steps", worst_step + 1,
+          fabs((double)losses[worst_step] - s.losses[worst_step]), bf16_losses_bound(loss0_bound, s.losses, worst_step, L), worst_ratio);
+    printf("  losses: ");
+    for (int i = 0; i < s.n_steps; i++) printf("%.5f/%.5f ", losses[i], s.losses[i]);
+    printf("(bf16/reference)\n");
+    free(losses); free_state(&s);
+    model_free(model);
 }
 
 int main(int argc, char** argv) {
@@ -291,11 +457,13 @@ int main(int argc, char** argv) {
     test_schedule();
     test_fault_flips();
     test_fault_selection();
+    test_att_checks_tolerance();
 #ifdef _OPENMP
     test_thread_independence();
 #endif
     const char* presets[] = {"tiny-llama", "tiny-qwen3", "tiny-nanochat"};
     for (int i = 0; i < 3; i++) test_reference(presets[i], states, ckpts);
+    for (int i = 0; i < 3; i++) test_reference_bf16(presets[i], states, ckpts);
     printf("test_sdc: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -46,8 +46,11 @@ SHARD_MAGIC = b"TSDCTOK\0"
 SHARD_HEADER = 256
 
 
-def write_shard(path, tokens, vocab_size):
-    tokens = np.asarray(tokens)
+def write_shard(path, tokens, vocab_size, row=0):
+    """A token shard; row > 0 writes a row shard of independent rows of `row` tokens (docs/formats.md)."""
+    tokens = np.asarray(tokens).reshape(-1)
+    if row and (row < 2 or tokens.size == 0 or tokens.size % row):
+        raise ValueError(f"{path}: {tokens.size} tokens are not rows of {row} tokens")
     width = 2 if vocab_size <= 65536 else 4
     if tokens.size and int(tokens.max()) >= vocab_size:
         raise ValueError(f"{path}: token id {int(tokens.max())} >= vocab size {vocab_size}")
@@ -56,7 +59,7 @@ def write_shard(path, tokens, vocab_size):
     arr = tokens.astype("<u2" if width == 2 else "<u4")
     body = arr.tobytes()
     hdr = bytearray(SHARD_HEADER)
-    struct.pack_into("<8sIIIIQQ", hdr, 0, SHARD_MAGIC, 1, width, vocab_size, 0, arr.size, checksum(body))
+    struct.pack_into("<8sIIIIQQ", hdr, 0, SHARD_MAGIC, 1, width, vocab_size, row, arr.size, checksum(body))
     _atomic_write(path, bytes(hdr) + body)
 
 

@@ -97,12 +97,10 @@ static double evaluate(Run* run, const char* pred_path) {
     double sum = 0.0; long long cnt = 0;
     for (long long s0 = 0; s0 < n_seq; s0 += B) {
         int nb = (int)(n_seq - s0 < B ? n_seq - s0 : B);
-        for (int j = 0; j < B; j++)
-            for (int t = 0; t < T; t++) {
-                uint64_t pos = (uint64_t)(s0 + j) * T + t;
-                inp[j * T + t] = j < nb ? (int)shard_token(&run->val, pos) : 0;
-                tgt[j * T + t] = j < nb ? (int)shard_token(&run->val, pos + 1) : -1;
-            }
+        for (int j = 0; j < B; j++) {
+            if (j < nb) shard_sequence(&run->val, (uint64_t)(s0 + j) * T, T, inp + j * T, tgt + j * T);
+            else for (int t = 0; t < T; t++) inp[j * T + t] = 0, tgt[j * T + t] = -1;
+        }
         model_set_tokens(model, inp, tgt, B * T);
         model_forward_step(model, B, T, 1);
         model_token_losses(model, nb * T, losses);

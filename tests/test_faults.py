@@ -120,3 +120,23 @@ def test_perturb_is_ulp_level(data, tmp_path):
     la, lb = steps(tmp_path / "a"), steps(tmp_path / "b")
     assert loss_bits(tmp_path / "a") != loss_bits(tmp_path / "b")
     assert max(abs(la[s]["loss"] - lb[s]["loss"]) / la[s]["loss"] for s in la) < 1e-4
+
+
+SIBLINGS = [("q_proj", "k_proj"), ("k_proj", "q_proj"), ("q_norm", "k_norm"), ("k_norm", "q_norm"), ("q_rope", "k_rope"),
+            ("k_rope", "q_rope"), ("gate_proj", "up_proj"), ("up_proj", "gate_proj")]
+
+
+@pytest.mark.parametrize("site,sibling", SIBLINGS)
+def test_trace_fault_lands_on_its_site_not_its_sibling(data, tmp_path, site, sibling):
+    """A forward fault (mantissa flips, finite) at layer 1 changes its own site's tensor there and leaves
+    its sibling, computed from the same input but not from the faulted tensor, bit-identical (rx exactly
+    0), as it does layer 0. Catches a fault sent to the wrong tensor (k_rope flips landing in Q, up_proj in
+    the gate), which a test that only sees "the checkpoint differs" passes."""
+    out = tmp_path / "t"
+    run(small(data, out, **{"-preset": "tiny-qwen3", "-fault_mode": "char", "-fault_rate": 1, "-fault_sites": site,
+                            "-fault_layer": 1, "-fault_m": 30, "-fault_field": "mantissa", "-fault_end": 1, "-steps": 1,
+                            "-trace_out": out / "trace.jsonl"}))
+    rx = {(r["site"], r["layer"]): r["rx"] for r in map(json.loads, open(out / "trace.jsonl"))}
+    assert rx[(site, 1)] > 0, f"{site} layer 1 unchanged by its own fault: rx {rx[(site, 1)]}"
+    assert rx[(sibling, 1)] == 0, f"{site} fault changed its sibling {sibling}: rx {rx[(sibling, 1)]}"
+    assert rx[(site, 0)] == 0 and rx[(sibling, 0)] == 0, "layer 0 lies upstream of the fault"
