@@ -9,7 +9,8 @@
  * (0) init: the GPU's weight initialisation (llmc/init.cuh, one thread per pair) is bit-identical to the CPU
  *     trainer's (llmc/init.h, the same function on the host): model_init_weights of both trainers for the
  *     three tiny presets (and their bf16 copies, and zero AdamW state on the GPU), and the whole llama3.2-1b
- *     layout (1.24e9 weights), whose GPU time is printed and must be under 1 s.
+ *     layout (1.24e9 weights), whose GPU time is printed and must be under 1 s; the weights checksum computed
+ *     on the GPU (llmc/checksum.cuh) equals the host's tsdc_checksum of the same bytes.
  * (a) kernels: every launcher of the llmc .cuh files against its CPU reference (llmc/cpu_kernels.h; AdamW
  *     against the formula of train_sdc.c) on fresh seeded normal inputs, never zeros. The inputs are
  *     rounded to bf16 (bf16_round) and the CPU gets exactly the values the GPU reads. Every output is
@@ -1825,6 +1826,13 @@ static void test_init(void) {
     double dt = wall_seconds() - t0;
     float *g = h_alloc(P), *h = h_alloc(P);
     cudaCheck(cudaMemcpy(g, d, P * sizeof(float), cudaMemcpyDeviceToHost));
+    double tc = wall_seconds();
+    uint64_t cs_gpu = tsdc_checksum_gpu(d, P * sizeof(float), g_s);
+    tc = wall_seconds() - tc;
+    uint64_t cs_host = tsdc_checksum(g, P * sizeof(float)), cs_odd = tsdc_checksum_gpu(d, P * sizeof(float) - 3, g_s);
+    check(cs_gpu == cs_host && cs_odd == tsdc_checksum(g, P * sizeof(float) - 3),
+          "  weights checksum on the GPU (llmc/checksum.cuh, %.1f ms) equals the host's: %016llx %016llx (and of %zu bytes, not whole words)",
+          1e3 * tc, (unsigned long long)cs_gpu, (unsigned long long)cs_host, P * sizeof(float) - 3);
     cudaCheck(cudaFree(d));
     double t1 = wall_seconds();
     init_weights_cpu(h, L, 8);

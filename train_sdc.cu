@@ -53,6 +53,7 @@
 #include "llmc/fingerprint.cuh"
 #include "llmc/attcheck.cuh"
 #include "llmc/init.cuh"
+#include "llmc/checksum.cuh"
 #include "llmc/rgg.h"
 
 /* ------------------------------------------------------------------------------------- model */
@@ -832,10 +833,9 @@ static void model_logits_row(Model* model, int row, float* out) {
     cudaCheck(cudaMemcpy(model->h_row, model->logits + (size_t)row * V, sizeof(bf16) * V, cudaMemcpyDeviceToHost));
     for (int i = 0; i < V; i++) out[i] = __bfloat162float(model->h_row[i]);
 }
+/* on the device (llmc/checksum.cuh): the same value as the CPU's tsdc_checksum of the host copy */
 static uint64_t model_weights_checksum(Model* model) {
-    cudaCheck(cudaStreamSynchronize(model->stream));
-    cudaCheck(cudaMemcpy(model->h_params, model->params, model->L.total * sizeof(float), cudaMemcpyDeviceToHost));
-    return tsdc_checksum(model->h_params, model->L.total * sizeof(float));
+    return tsdc_checksum_gpu(model->params, model->L.total * sizeof(float), model->stream);
 }
 static void model_set_fault(Model* model, FaultCtx* fx) { model->fx = fx; }
 
