@@ -153,6 +153,105 @@ static void test_thread_independence(void) {
 }
 #endif
 
+/* ---------------------------------------------------------------------------- initialisation */
+/* the counter-based generator of llmc/init.h: its log and sin/cos against libm in double over every
+ * input they take, the normal's moments and tails, thread-count independence, and pinned bits (the GPU
+ * kernel is compared with this host code by test_sdc_cu; the pins notice a change of either) */
+#define INIT_PIN_SUM 0xd3411a7b1f49283cULL     /* tsdc_checksum of tiny-llama's initial weights, seed 8 */
+static void test_init(void) {
+    printf("weight initialisation: counter-based normal draws (llmc/init.h)\n");
+    double e_log = 0;
+    for (uint32_t k = 1; k <= (1u << 24); k++) {
+        double e = fabs((double)init_log_u24(k) - log((double)k / 16777216.0));
+        if (e > e_log) e_log = e;
+    }
+    check(e_log < 2e-6, "  ln u for every u = k 2^-24, k = 1..2^24: max abs error %.2e vs libm in double (want < 2e-6)", e_log);
+    double e_sc = 0;
+    for (uint32_t f = 0; f < (1u << 22); f++) {
+        float t = (float)(2u * f + 1u) * (1.5707963267948966f / 8388608.0f), c, s;
+        init_sincos(t, &c, &s);
+        double ec = fabs((double)c - cos((double)t)), es = fabs((double)s - sin((double)t));
+        if (ec > e_sc) e_sc = ec;
+        if (es > e_sc) e_sc = es;
+    }
+    check(e_sc < 5e-7, "  cos, sin at every angle of a quadrant (2^22): max abs error %.2e vs libm in double (want < 5e-7)", e_sc);
+    /* the normal draws: moments, tails, correlation of neighbours, against N(0, 1) */
+    size_t n = (size_t)1 << 23;
+    float* z = (float*)mallocCheck(sizeof(float) * n);
+    init_fill_normal(z, n, init_tensor_key(8, 3), 1.0f);
+    double m1 = 0, m2 = 0, m4 = 0, c01 = 0, c12 = 0, zmax = 0; size_t t2 = 0, t3 = 0, t4 = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = z[i];
+        m1 += x; m2 += x * x; m4 += x * x * x * x;
+        if (fabs(x) > 2) t2++;
+        if (fabs(x) > 3) t3++;
+        if (fabs(x) > 4) t4++;
+        if (fabs(x) > zmax) zmax = fabs(x);
+        if (i + 1 < n) { if (i & 1) c12 += x * z[i + 1]; else c01 += x * z[i + 1]; }
+    }
+    m1 /= n; m2 /= n; m4 /= n; c01 /= n / 2; c12 /= n / 2;
+    double p2 = (double)t2 / n, p3 = (double)t3 / n, p4 = (double)t4 / n, se = 1 / sqrt((double)n);
+    check(fabs(m1) < 4 * se && fabs(m2 - 1) < 4 * sqrt(2.0) * se && fabs(m4 / (m2 * m2) - 3) < 4 * sqrt(96.0) * se,
+          "  2^23 draws: mean %+.5f, variance %.5f, kurtosis %.4f (N(0,1): 0, 1, 3; 4 standard errors)", m1, m2, m4 / (m2 * m2));
+    check(fabs(p2 - 0.0455003) < 4 * sqrt(0.0455 / n) && fabs(p3 - 0.0026998) < 4 * sqrt(0.0027 / n) && fabs(p4 - 6.334e-5) < 4 * sqrt(6.334e-5 / n),
+          "  tails P(|z|>2) %.5f, P(|z|>3) %.6f, P(|z|>4) %.2e (N(0,1): 0.04550, 0.002700, 6.33e-05); max |z| %.2f", p2, p3, p4, zmax);
+    check(fabs(c01) < 4 * se * sqrt(2.0) && fabs(c12) < 4 * se * sqrt(2.0),
+          "  neighbours uncorrelated: E[z_2j z_2j+1] %+.5f (a pair), E[z_2j+1 z_2j+2] %+.5f (across pairs)", c01, c12);
+    free(z);
+    /* whole models: ones for norm weights, distinct tensors, independent of the thread count, pinned bits */
+    Config c = *preset_find("tiny-llama");
+    ParamLayout* L = (ParamLayout*)mallocCheck(sizeof(ParamLayout));
+    param_layout_build(&c, L);
+    float *p1 = (float*)mallocCheck(sizeof(float) * L->total), *p2v = (float*)mallocCheck(sizeof(float) * L->total);
+#ifdef _OPENMP
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1); init_weights_cpu(p1, L, 8);
+    omp_set_num_threads(3); init_weights_cpu(p2v, L, 8);
+    omp_set_num_threads(saved);
+    check(!memcmp(p1, p2v, sizeof(float) * L->total), "  tiny-llama weights, 1 vs 3 threads: bitwise equal");
+#else
+    init_weights_cpu(p1, L, 8);
+#endif
+    int ones = 1, distinct = 1;
+    for (int i = 0; i < L->n; i++) {
+        const TensorInfo* t = &L->t[i];
+        if (t->rows == 1) { for (size_t j = 0; j < t->numel; j++) if (p1[t->offset + j] != 1.0f) ones = 0; }
+        for (int k = 0; k < i; k++)
+            if (L->t[k].rows > 1 && t->rows > 1 && !memcmp(p1 + t->offset, p1 + L->t[k].offset, 64)) distinct = 0;
+    }
+    check(ones && distinct, "  tiny-llama: norm weights 1, every matrix's draws its own (%d tensors)", L->n);
+    init_weights_cpu(p2v, L, 9);
+    check(memcmp(p1, p2v, sizeof(float) * L->total) != 0, "  another seed, other weights");
+    uint64_t sum = tsdc_checksum(p1, sizeof(float) * L->total);
+    check(sum == INIT_PIN_SUM, "  pinned: tiny-llama seed 8 weights checksum %016llx (want %016llx), w[0..1] = %08x %08x",
+          (unsigned long long)sum, (unsigned long long)INIT_PIN_SUM, f32_bits(p1[0]), f32_bits(p1[1]));
+    free(p1); free(p2v); free(L);
+}
+
+/* -bench_init PRESET: the time to initialise a preset's weights into a fresh allocation, as the trainer */
+static int bench_init(const char* preset) {
+    const Config* c = preset_find(preset);
+    if (!c) { fprintf(stderr, "bench_init: unknown preset %s\n", preset); return 1; }
+    ParamLayout* L = (ParamLayout*)mallocCheck(sizeof(ParamLayout));
+    param_layout_build(c, L);
+    float* p = (float*)callocCheck(L->total, sizeof(float));
+    double t0 = wall_seconds();
+    init_weights_cpu(p, L, 8);
+    double dt = wall_seconds() - t0;
+    t0 = wall_seconds();
+    init_weights_cpu(p, L, 9);
+    double dt2 = wall_seconds() - t0;
+#ifdef _OPENMP
+    int th = omp_get_max_threads();
+#else
+    int th = 1;
+#endif
+    printf("init: %s %.4g weights in %.2f s (%.2f ns a weight, %d threads; fresh calloc, page faults included); "
+           "again into the same memory %.2f s\n", preset, (double)L->total, dt, 1e9 * dt / L->total, th, dt2);
+    free(p); free(L);
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------ fault model */
 static void test_fault_flips(void) {
     printf("fault injection: bit flips in the storage dtype (hand-computed)\n");
@@ -449,12 +548,14 @@ int main(int argc, char** argv) {
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-states")) states = argv[i + 1];
         else if (!strcmp(argv[i], "-ckpts")) ckpts = argv[i + 1];
-        else { fprintf(stderr, "usage: test_sdc [-states DIR] [-ckpts DIR]\n"); return 1; }
+        else if (!strcmp(argv[i], "-bench_init")) return bench_init(argv[i + 1]);
+        else { fprintf(stderr, "usage: test_sdc [-states DIR] [-ckpts DIR] | test_sdc -bench_init PRESET\n"); return 1; }
     }
     test_param_counts();
     test_bf16();
     test_checksum();
     test_schedule();
+    test_init();
     test_fault_flips();
     test_fault_selection();
     test_att_checks_tolerance();

@@ -2,10 +2,15 @@
  *
  *   ./test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]
  *
- * LIST (comma-separated): kernels, reference, determinism, att_faults, update_norm, att_checks, or one kernel
+ * LIST (comma-separated): init, kernels, reference, determinism, att_faults, update_norm, att_checks, or one kernel
  * test: convert embedding rmsnorm rope attention attention_split attcheck elementwise classifier adamw global_norm
  * matmul. Default: everything.
  *
+ * (0) init: the GPU's weight initialisation (llmc/init.cuh, one thread per pair) is bit-identical to the CPU
+ *     trainer's (llmc/init.h, the same function on the host): model_init_weights of both trainers for the
+ *     three tiny presets (and their bf16 copies, and zero AdamW state on the GPU), and the whole llama3.2-1b
+ *     layout (1.24e9 weights), whose GPU time is printed and must be under 1 s; the weights checksum computed
+ *     on the GPU (llmc/checksum.cuh) equals the host's tsdc_checksum of the same bytes.
  * (a) kernels: every launcher of the llmc .cuh files against its CPU reference (llmc/cpu_kernels.h; AdamW
  *     against the formula of train_sdc.c) on fresh seeded normal inputs, never zeros. The inputs are
  *     rounded to bf16 (bf16_round) and the CPU gets exactly the values the GPU reads. Every output is
@@ -1459,7 +1464,7 @@ static void test_determinism(const char* preset, int vocab, int B, int T, const 
         model_load_state(gm, params0, NULL, NULL);
     } else {
         model_init_weights(gm, 11);
-        memcpy(params0, gm->h_params, P * sizeof(float));
+        cudaCheck(cudaMemcpy(params0, gm->params, P * sizeof(float), cudaMemcpyDeviceToHost));
     }
     printf("determinism %s (vocab %d, B %d, T %d, %s weights)\n", preset, vocab, B, T, from_ref ? "reference" : "seeded random");
     int *inp = (int*)mallocCheck(sizeof(int) * N), *tgt = (int*)mallocCheck(sizeof(int) * N);
@@ -1777,6 +1782,71 @@ static void test_att_checks(const char* preset) {
 
 /* -only LIST: comma-separated test names, or the groups "kernels" (every kernel test), "reference" and
  * "determinism"; empty: everything */
+/* (0) init: GPU model_init_weights vs the CPU trainer's, bit for bit */
+static void test_init(void) {
+    printf("weight initialisation: GPU kernel (llmc/init.cuh) vs the CPU trainer (llmc/init.h), bitwise\n");
+    const char* presets[] = {"tiny-llama", "tiny-qwen3", "tiny-nanochat"};
+    for (int i = 0; i < 3; i++) {
+        Config c = *preset_find(presets[i]);
+        c.vocab_size = 256; c.seq_len = 32;
+        Model gm_, *gm = &gm_;
+        model_build(gm, &c, 2, 32, 1);
+        model_init_weights(gm, 11);
+        cpu::Model cm_, *cm = &cm_;
+        cpu::model_build(cm, &c, 2, 32, 1);
+        cpu::model_init_weights(cm, 11);
+        size_t P = gm->L.total;
+        float *p = h_alloc(P), *m = h_alloc(P), *v = h_alloc(P);
+        uint16_t* wb = (uint16_t*)mallocCheck(P * 2);
+        cudaCheck(cudaMemcpy(p, gm->params, P * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(m, gm->m, P * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(v, gm->v, P * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(wb, gm->wbf, P * 2, cudaMemcpyDeviceToHost));
+        size_t diff = 0, bad_bf = 0, nz = 0;
+        for (size_t j = 0; j < P; j++) {
+            if (f32_bits(p[j]) != f32_bits(cm->params[j])) diff++;
+            if (wb[j] != f32_to_bf16_bits(cm->params[j])) bad_bf++;
+            if (m[j] != 0.0f || v[j] != 0.0f || f32_bits(m[j]) != 0 || f32_bits(v[j]) != 0) nz++;
+        }
+        check(diff == 0 && bad_bf == 0 && nz == 0, "  %-13s %zu weights: %zu differ from the CPU's, %zu bf16 copies wrong, %zu AdamW moments not +0",
+              presets[i], P, diff, bad_bf, nz);
+        free(p); free(m); free(v); free(wb);
+        cpu::model_free(cm);
+        model_free(gm);
+    }
+    /* the whole llama3.2-1b layout, timed on the GPU, against the host function */
+    ParamLayout* L = (ParamLayout*)mallocCheck(sizeof(ParamLayout));
+    param_layout_build(preset_find("llama3.2-1b"), L);
+    size_t P = L->total;
+    float* d = NULL;
+    if (cudaMalloc(&d, P * sizeof(float)) != cudaSuccess) { cudaGetLastError(); check(0, "  llama3.2-1b: no room for %zu floats on the GPU", P); free(L); return; }
+    init_weights_gpu(d, L, 8, g_s);                       /* warm-up (module load) */
+    cudaCheck(cudaStreamSynchronize(g_s));
+    double t0 = wall_seconds();
+    init_weights_gpu(d, L, 8, g_s);
+    cudaCheck(cudaStreamSynchronize(g_s));
+    double dt = wall_seconds() - t0;
+    float *g = h_alloc(P), *h = h_alloc(P);
+    cudaCheck(cudaMemcpy(g, d, P * sizeof(float), cudaMemcpyDeviceToHost));
+    double tc = wall_seconds();
+    uint64_t cs_gpu = tsdc_checksum_gpu(d, P * sizeof(float), g_s);
+    tc = wall_seconds() - tc;
+    uint64_t cs_host = tsdc_checksum(g, P * sizeof(float)), cs_odd = tsdc_checksum_gpu(d, P * sizeof(float) - 3, g_s);
+    check(cs_gpu == cs_host && cs_odd == tsdc_checksum(g, P * sizeof(float) - 3),
+          "  weights checksum on the GPU (llmc/checksum.cuh, %.1f ms) equals the host's: %016llx %016llx (and of %zu bytes, not whole words)",
+          1e3 * tc, (unsigned long long)cs_gpu, (unsigned long long)cs_host, P * sizeof(float) - 3);
+    cudaCheck(cudaFree(d));
+    double t1 = wall_seconds();
+    init_weights_cpu(h, L, 8);
+    double dh = wall_seconds() - t1;
+    size_t diff = 0, first = P;
+    for (size_t j = 0; j < P; j++) if (f32_bits(g[j]) != f32_bits(h[j])) { if (!diff) first = j; diff++; }
+    check(diff == 0 && dt < 1.0, "  llama3.2-1b %zu weights: GPU %.1f ms (want < 1 s), host %.2f s; %zu differ%s", P, 1e3 * dt, dh,
+          diff, diff ? " (first below)" : "");
+    if (diff) printf("    element %zu: GPU %08x host %08x\n", first, f32_bits(g[first]), f32_bits(h[first]));
+    free(g); free(h); free(L);
+}
+
 static const char* g_only = "";
 static int want(const char* name, const char* group) {
     if (!g_only[0]) return 1;
@@ -1822,6 +1892,7 @@ int main(int argc, char** argv) {
         {"attention", test_attention}, {"attention_split", test_attention_split}, {"attcheck", test_attcheck},
         {"elementwise", test_elementwise}, {"classifier", test_classifier},
         {"adamw", test_adamw}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"matmul", test_matmul}};
+    if (want("init", NULL)) test_init();
     double t0 = wall_seconds();
     int any = 0;
     matmul_init();

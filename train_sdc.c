@@ -38,6 +38,7 @@
 #include "llmc/dist.h"
 #include "llmc/fault.h"
 #include "llmc/fingerprint.h"
+#include "llmc/init.h"
 #include "llmc/rgg.h"
 #include "llmc/logger.h"
 #include "llmc/rng.h"
@@ -189,17 +190,11 @@ static void model_free(Model* model) {
 
 static void model_prepare_weights(Model* model);
 
-/* normal(0, 0.02) for matrices and embeddings, ones for norm weights; one seeded stream in
- * parameter order, so every rank and every run draws the same weights. */
+/* normal(0, 0.02) for matrices and embeddings, ones for norm weights: the counter-based generator of
+ * llmc/init.h (each weight a hash of seed, tensor and index; OpenMP), so every rank, every thread count
+ * and the GPU trainer (llmc/init.cuh) draw the same weights, bit for bit. */
 static void model_init_weights(Model* model, uint64_t seed) {
-    Rng r;
-    rng_seed(&r, seed);
-    for (int i = 0; i < model->L.n; i++) {
-        const TensorInfo* t = &model->L.t[i];
-        float* p = model->params + t->offset;
-        if (t->rows == 1) for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
-        else for (size_t j = 0; j < t->numel; j++) p[j] = (float)(0.02 * rng_normal(&r));
-    }
+    init_weights_cpu(model->params, &model->L, seed);
     model_prepare_weights(model);
 }
 

@@ -52,6 +52,8 @@
 #include "llmc/fault.cuh"
 #include "llmc/fingerprint.cuh"
 #include "llmc/attcheck.cuh"
+#include "llmc/init.cuh"
+#include "llmc/checksum.cuh"
 #include "llmc/rgg.h"
 
 /* ------------------------------------------------------------------------------------- model */
@@ -288,17 +290,15 @@ static void model_load_state(Model* model, const float* params, const float* m, 
     cudaCheck(cudaStreamSynchronize(model->stream));
 }
 
-/* the same weights as the CPU trainer: drawn on the host from the same seeded stream */
+/* the same weights as the CPU trainer, bit for bit: the counter-based generator of llmc/init.h, one
+ * kernel thread per pair of weights (llmc/init.cuh); AdamW state zero, then the bf16 copy */
 static void model_init_weights(Model* model, uint64_t seed) {
-    Rng r;
-    rng_seed(&r, seed);
-    float* p = model->h_params;
-    for (int i = 0; i < model->L.n; i++) {
-        const TensorInfo* t = &model->L.t[i];
-        if (t->rows == 1) for (size_t j = 0; j < t->numel; j++) p[t->offset + j] = 1.0f;
-        else for (size_t j = 0; j < t->numel; j++) p[t->offset + j] = (float)(0.02 * rng_normal(&r));
-    }
-    model_load_state(model, p, NULL, NULL);
+    size_t P = model->L.total;
+    init_weights_gpu(model->params, &model->L, seed, model->stream);
+    cudaCheck(cudaMemsetAsync(model->m, 0, P * sizeof(float), model->stream));
+    cudaCheck(cudaMemsetAsync(model->v, 0, P * sizeof(float), model->stream));
+    f32_to_bf16(model->wbf, model->params, P, model->stream);
+    cudaCheck(cudaStreamSynchronize(model->stream));
 }
 
 static void model_host_state(Model* model, const float** params, const float** m, const float** v) {
@@ -833,10 +833,9 @@ static void model_logits_row(Model* model, int row, float* out) {
     cudaCheck(cudaMemcpy(model->h_row, model->logits + (size_t)row * V, sizeof(bf16) * V, cudaMemcpyDeviceToHost));
     for (int i = 0; i < V; i++) out[i] = __bfloat162float(model->h_row[i]);
 }
+/* on the device (llmc/checksum.cuh): the same value as the CPU's tsdc_checksum of the host copy */
 static uint64_t model_weights_checksum(Model* model) {
-    cudaCheck(cudaStreamSynchronize(model->stream));
-    cudaCheck(cudaMemcpy(model->h_params, model->params, model->L.total * sizeof(float), cudaMemcpyDeviceToHost));
-    return tsdc_checksum(model->h_params, model->L.total * sizeof(float));
+    return tsdc_checksum_gpu(model->params, model->L.total * sizeof(float), model->stream);
 }
 static void model_set_fault(Model* model, FaultCtx* fx) { model->fx = fx; }
 

@@ -30,6 +30,7 @@ typedef struct {
     /* checkpoints, logs */
     char out[1024], resume[1024], init[1024];
     int ckpt_every, stop_at;
+    int save;                  /* 0: -save none, no checkpoint is written */
     int threads;
     int quiet;
     /* fault injection (llmc/fault.h) */
@@ -93,6 +94,8 @@ static const char* USAGE =
 "  -resume FILE       resume exactly from a checkpoint (weights, AdamW state, step, data position, RNG)\n"
 "  -init FILE         start from a checkpoint's weights only (e.g. imported with dev/reference/hf_to_ckpt.py)\n"
 "  -stop_at S         stop after step S (the schedule still spans -steps), writing a checkpoint\n"
+"  -save W            all (checkpoints as -ckpt_every and at the end) or none (no checkpoint at all: benchmarks,\n"
+"                     overhead runs) (default all)\n"
 "  -threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n"
 "  -quiet             no per-step lines on stdout (the log still has them)\n"
 "fault injection (DESIGN.md section 5; every event is logged to OUT/faults.jsonl)\n"
@@ -187,6 +190,7 @@ static void args_defaults(Args* a) {
     a->lr = 5e-5; a->final_lr_frac = 0.1; a->beta1 = 0.9; a->beta2 = 0.95; a->adam_eps = 1e-8;
     a->weight_decay = 0.1; a->grad_clip = 1.0;
     a->seed = 8;
+    a->save = 1;
     a->precision = -1;
     a->eval_every = 100; a->eval_tokens = 16384; a->sample_len = 64; a->temperature = 1.0;
     snprintf(a->out, sizeof(a->out), "out");
@@ -236,6 +240,12 @@ static void args_parse(Args* a, int argc, char** argv) {
         DBLFLAG("-temp", temperature, 0, 100)
         INTFLAG("-ckpt_every", ckpt_every, 0, 1 << 30) INTFLAG("-stop_at", stop_at, 1, 1 << 30)
         INTFLAG("-threads", threads, 1, 4096)
+        if (!strcmp(f, "-save")) {
+            if (!strcmp(v, "all")) a->save = 1;
+            else if (!strcmp(v, "none")) a->save = 0;
+            else usage_fail("flag -save: '%s' is not all or none", v);
+            continue;
+        }
         STRFLAG("-fault_mode", fault_mode) STRFLAG("-fault_sites", fault_sites) STRFLAG("-fault_pass", fault_pass) STRFLAG("-fault_field", fault_field)
         STRFLAG("-trace_out", trace_out)
         STRFLAG("-protect", protect) STRFLAG("-rgg_layers", rgg_layers) STRFLAG("-rgg_calibrate", rgg_calibrate)

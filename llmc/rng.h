@@ -1,4 +1,5 @@
-/* rng.h: the seeded random streams (weight init, sampling, later the fault injector).
+/* rng.h: the seeded random streams (sampling, the fault injector's choices, test inputs; weight init is
+ * counter-based: llmc/init.h).
  * xoshiro256** seeded through splitmix64; normal draws by Box-Muller in double precision, so the
  * same seed gives the same weights on every machine. State is 4 u64 words and is saved in
  * checkpoints, so a resumed run continues the same stream. */

@@ -513,7 +513,9 @@ int train_main(int argc, char** argv) {
             printf("\n");
         }
     } else {
+        double ti = wall_seconds();
         model_init_weights(model, a->seed);
+        if (rank == 0) printf("init: %zu weights in %.2f s (seed %llu)\n", model_num_params(model), wall_seconds() - ti, a->seed);
     }
     if (a->perturb != 0) perturb_weights(model, (long long)a->perturb, a->precision);
     dist_check_same(&run->dist, model_weights_checksum(model), "at start");
@@ -694,7 +696,7 @@ int train_main(int argc, char** argv) {
                    pred ? " | predictions " : "", pred ? pred : "");
         }
         if (rank == 0 && a->sample_every && (ts->step % a->sample_every == 0 || at_end)) sample(run);
-        if ((a->ckpt_every && ts->step % a->ckpt_every == 0) || at_end) {
+        if (a->save && ((a->ckpt_every && ts->step % a->ckpt_every == 0) || at_end)) {
             snprintf(path, sizeof(path), "%s/step_%06lld.ckpt", a->out, (long long)ts->step);
             save_checkpoint(run, path);
         }

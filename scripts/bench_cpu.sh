@@ -148,7 +148,7 @@ RESULTS="$TMP/results.tsv"   # impl \t ms_step \t tok_s
 run_c() {
     local out="$TMP/c_$1"
     run ./train_sdc -preset "$PRESET" -train "$SHARD" -B "$B" -seq "$T" -threads "$THREADS" \
-        -steps $((WARMUP + STEPS)) -eval_every 0 -quiet -out "$out" >"$TMP/c_$1.stdout"
+        -steps $((WARMUP + STEPS)) -eval_every 0 -quiet -save none -out "$out" >"$TMP/c_$1.stdout"
     python3 - "$out/log.jsonl" "$WARMUP" "$B" "$T" <<'EOF' >>"$RESULTS"
 import json, sys
 log, warm, B, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])

@@ -60,7 +60,7 @@ for r in range(1, rounds + 1):
     for c in configs:
         extra = ["-protect", c] + (["-rgg_calibration", f"{work}/rgg.cal"] if set(c.split(",")) & {"rgg", "all"} else [])
         print(f"== round {r}/{rounds}: -protect {c}, {steps} steps", flush=True)
-        subprocess.run(["./train_sdc", *common, "-steps", str(steps), "-out", f"{work}/{c}.{r}", *extra],
+        subprocess.run(["./train_sdc", *common, "-steps", str(steps), "-save", "none", "-out", f"{work}/{c}.{r}", *extra],
                        check=True, stdout=subprocess.DEVNULL)
         st = [json.loads(l) for l in open(f"{work}/{c}.{r}/log.jsonl") if '"type":"step"' in l]
         st = st[5:]                                     # the first 5 steps are warm-up

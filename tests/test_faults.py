@@ -118,7 +118,10 @@ def test_perturb_is_ulp_level(data, tmp_path):
     run(small(data, tmp_path / "a", **{"-preset": "tiny-llama", "-steps": 4}))
     run(small(data, tmp_path / "b", **{"-preset": "tiny-llama", "-steps": 4, "-perturb": 1}))
     la, lb = steps(tmp_path / "a"), steps(tmp_path / "b")
-    assert loss_bits(tmp_path / "a") != loss_bits(tmp_path / "b")
+    # the runs differ (the weights: ulp-level changes of the logits may or may not move a logged float32 mean
+    # loss in 4 steps, depending on the initial weights) but only slightly
+    ca, cb = (open(tmp_path / d / "step_000004.ckpt", "rb").read() for d in "ab")
+    assert ca != cb
     assert max(abs(la[s]["loss"] - lb[s]["loss"]) / la[s]["loss"] for s in la) < 1e-4
 
 

@@ -287,6 +287,7 @@ def test_tokenizer_checksum_and_magic(data, tmp_path):
     (["-precision", "fp8"], "flag -precision"),
     (["-preset", "gpt5"], "unknown preset"),
     (["-B"], "needs a value"),
+    (["-save", "some"], "flag -save: 'some' is not all or none"),
 ])
 def test_bad_flags_print_usage(data, tmp_path, args, needle):
     p = subprocess.run([BIN] + args, capture_output=True, text=True)
@@ -295,6 +296,17 @@ def test_bad_flags_print_usage(data, tmp_path, args, needle):
     if "preset" not in needle:
         assert "usage: train_sdc" in p.stderr
 
+
+
+def test_save_none_writes_no_checkpoint_and_same_losses(data, tmp_path):
+    """-save none (benchmarks): no checkpoint at -ckpt_every nor at the end, the same training otherwise;
+    the start-up line reports the counter-based initialisation"""
+    a = run(base(data, tmp_path / "all", **{"-steps": 4, "-ckpt_every": 2}))
+    run(base(data, tmp_path / "none", **{"-steps": 4, "-ckpt_every": 2, "-save": "none"}))
+    assert sorted(f for f in os.listdir(tmp_path / "all") if f.endswith(".ckpt")) == ["step_000002.ckpt", "step_000004.ckpt"]
+    assert not [f for f in os.listdir(tmp_path / "none") if f.endswith(".ckpt")]
+    assert loss_bits(tmp_path / "all") == loss_bits(tmp_path / "none")
+    assert any(l.startswith("init: ") and " weights in " in l for l in a.stdout.splitlines()), a.stdout[:500]
 
 # ------------------------------------------------------------------------------------ GPU binary
 GPU_BIN = os.path.join(ROOT, "train_sdc_cu")
