@@ -126,7 +126,8 @@ namespace {
 #ifndef EMU_UCONTEXT
 extern "C" void emu_ctx_switch(void** save_sp, void* new_sp);
 #if defined(__x86_64__)
-/* push the callee-saved registers (and MXCSR / x87 control word), save sp, load the other sp, pop */
+/* push the callee-saved registers, save sp, load the other sp, pop. The MXCSR and x87 control words
+ * are not switched (ldmxcsr/fldcw are slow, and no fiber changes rounding modes or exception masks). */
 asm(R"(
     .text
     .globl emu_ctx_switch
@@ -138,14 +139,8 @@ emu_ctx_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -165,13 +160,6 @@ static void* ctx_init(char* top, void (*entry)()) {
     sp[0] = (uint64_t)entry;       /* return address */
     sp[1] = 0;
     for (int i = 0; i < 6; i++) *--sp = 0;   /* rbp rbx r12 r13 r14 r15 */
-    --sp;
-    uint32_t mx;
-    uint16_t cw;
-    asm volatile("stmxcsr %0" : "=m"(mx));
-    asm volatile("fnstcw %0" : "=m"(cw));
-    memcpy((char*)sp, &mx, 4);
-    memcpy((char*)sp + 4, &cw, 2);
     return sp;
 }
 #elif defined(__aarch64__)
@@ -442,6 +430,7 @@ struct Block : emu::BlockCtx {
     std::vector<SharedSite> sites;
     size_t arena_used;     /* dynamic (rounded) + static so far */
     size_t static_used;
+    int ndone, nbar, nwarp; /* threads exited, waiting at a barrier, waiting in a warp op */
 };
 
 struct Worker {
@@ -529,6 +518,7 @@ void fiber_entry() {
     Fiber* f = static_cast<Fiber*>(emu_tl_thread);
     w->block.L->body(w->block.L->ctx);
     f->state = F_DONE;
+    w->block.ndone++;
 #ifdef EMU_UCONTEXT
     swapcontext(&f->uc, &w->sched_uc);
 #else
@@ -585,26 +575,8 @@ inline Fiber* current_fiber(const char* what, const char* file, int line) {
     return f;
 }
 
-/* a permutation of 0..n-1: the schedule's order for round r (fwd, rev, or seeded random) */
-void make_order(std::vector<int>& o, int n, uint64_t salt) {
-    o.resize(n);
-    if (g_cfg.sched == SCHED_REV) {
-        for (int i = 0; i < n; i++) o[i] = n - 1 - i;
-        return;
-    }
-    for (int i = 0; i < n; i++) o[i] = i;
-    if (g_cfg.sched == SCHED_RAND) {
-        uint64_t s = mix64(g_cfg.seed * 0x9E3779B97F4A7C15ull + salt);
-        for (int i = n - 1; i > 0; i--) {
-            s = mix64(s + 0x9E3779B97F4A7C15ull);
-            int j = (int)(s % (uint64_t)(i + 1));
-            std::swap(o[i], o[j]);
-        }
-    }
-}
-
 /* complete every warp operation whose lanes have all arrived; true if any did */
-bool resolve_warps(Block* b, std::vector<Fiber>& fib) {
+bool resolve_warps(Block* b, std::vector<Fiber>& fib, std::vector<int>& run) {
     bool any = false;
     const int n = b->n;
     for (int base = 0; base < n; base += 32) {
@@ -662,6 +634,8 @@ bool resolve_warps(Block* b, std::vector<Fiber>& fib) {
                     g->wres = red;
                 }
                 g->state = F_READY;
+                b->nwarp--;
+                run.push_back(base + j);
             }
             any = true;
         }
@@ -725,26 +699,36 @@ void run_block(Worker* w, const Launch* L, uint3 bidx) {
         f->file = nullptr;
         f->line = 0;
     }
+    b->ndone = b->nbar = b->nwarp = 0;
+    /* run: the fibers runnable in this round, in thread order; the schedule permutes it */
+    std::vector<int>& run = w->order;
+    run.resize(n);
+    for (int i = 0; i < n; i++) run[i] = i;
     for (uint64_t round = 0;; round++) {
-        make_order(w->order, n, (b->lin << 20) ^ round);
-        for (int k = 0; k < n; k++) {
-            Fiber* f = &fib[w->order[k]];
-            if (f->state == F_NEW || f->state == F_READY) resume(w, f);
+        const int nr = (int)run.size();
+        if (g_cfg.sched == SCHED_REV) {
+            for (int k = nr - 1; k >= 0; k--) resume(w, &fib[run[k]]);
+        } else {
+            if (g_cfg.sched == SCHED_RAND) {
+                uint64_t s = mix64(g_cfg.seed * 0x9E3779B97F4A7C15ull + ((b->lin << 20) ^ round));
+                for (int i = nr - 1; i > 0; i--) {
+                    s = mix64(s + 0x9E3779B97F4A7C15ull);
+                    std::swap(run[i], run[(int)(s % (uint64_t)(i + 1))]);
+                }
+            }
+            for (int k = 0; k < nr; k++) resume(w, &fib[run[k]]);
         }
-        int ndone = 0, nbar = 0;
-        for (int i = 0; i < n; i++) {
-            ndone += fib[i].state == F_DONE;
-            nbar += fib[i].state == F_BARRIER;
-        }
-        if (ndone == n) break;
-        if (resolve_warps(b, fib)) continue;
-        if (nbar == n) {
+        run.clear();
+        if (b->ndone == n) break;
+        if (b->nwarp > 0 && resolve_warps(b, fib, run)) continue;
+        if (b->nbar == n) {
             /* every thread waits at a barrier: the same one? */
             for (int i = 1; i < n; i++)
                 if (fib[i].line != fib[0].line || strcmp(fib[i].file, fib[0].file))
                     kernel_die(b, "divergent __syncthreads: thread %d waits at %s:%d, thread 0 at %s:%d", i, fib[i].file, fib[i].line,
                                fib[0].file, fib[0].line);
-            for (int i = 0; i < n; i++) fib[i].state = F_READY;
+            for (int i = 0; i < n; i++) { fib[i].state = F_READY; run.push_back(i); }
+            b->nbar = 0;
             continue;
         }
         diagnose(b, fib);
@@ -830,21 +814,21 @@ const char* kind_str(cudaMemcpyKind k) {
 }
 
 /* checks one side of a copy: p must be where `want` says, and a device range must fit its allocation */
-cudaError_t check_side(const char* api, const char* side, const void* p, size_t n, Where want, cudaMemcpyKind kind) {
+cudaError_t check_side(const char* api, const char* side, const void* p, size_t n, Where want, const char* kind) {
     std::lock_guard<std::mutex> lk(g_mu);
     const Alloc* al = find_alloc(p, 0);
     if (want == W_DEVICE) {
         if (!al)
             return api_error(cudaErrorInvalidValue, "%s(%s): %s pointer %p is not device memory (not inside a live cudaMalloc buffer)",
-                             api, kind_str(kind), side, p);
+                             api, kind, side, p);
         size_t off = (size_t)((const char*)p - al->user);
         if (n > al->size - off)
             return api_error(cudaErrorInvalidValue,
                              "%s(%s): %s range of %zu bytes at offset %zu overruns the %zu-byte device buffer allocated at %s:%d by %zu bytes",
-                             api, kind_str(kind), side, n, off, al->size, al->file, al->line, n - (al->size - off));
+                             api, kind, side, n, off, al->size, al->file, al->line, n - (al->size - off));
     } else if (al) {
         return api_error(cudaErrorInvalidValue, "%s(%s): %s pointer %p is device memory (a buffer allocated at %s:%d), not host memory", api,
-                         kind_str(kind), side, p, al->file, al->line);
+                         kind, side, p, al->file, al->line);
     }
     return cudaSuccess;
 }
@@ -867,9 +851,9 @@ cudaError_t do_memcpy(const char* api, void* dst, const void* src, size_t n, cud
     case cudaMemcpyDefault: ws = is_device(src) ? W_DEVICE : W_HOST; wd = is_device(dst) ? W_DEVICE : W_HOST; break;
     default: return api_error(cudaErrorInvalidMemcpyDirection, "%s: invalid cudaMemcpyKind %d", api, (int)kind);
     }
-    cudaError_t e = check_side(api, "source", src, n, ws, kind);
+    cudaError_t e = check_side(api, "source", src, n, ws, kind_str(kind));
     if (e != cudaSuccess) return e;
-    e = check_side(api, "destination", dst, n, wd, kind);
+    e = check_side(api, "destination", dst, n, wd, kind_str(kind));
     if (e != cudaSuccess) return e;
     memmove(dst, src, n);
     if (ws == W_DEVICE && wd == W_HOST) {
@@ -882,7 +866,7 @@ cudaError_t do_memcpy(const char* api, void* dst, const void* src, size_t n, cud
 cudaError_t do_memset(const char* api, void* p, int v, size_t n) {
     init_once();
     if (n == 0) return cudaSuccess;
-    cudaError_t e = check_side(api, "destination", p, n, W_DEVICE, cudaMemcpyHostToDevice);
+    cudaError_t e = check_side(api, "destination", p, n, W_DEVICE, "device memory");
     if (e != cudaSuccess) return e;
     memset(p, v, n);
     return cudaSuccess;
@@ -896,6 +880,7 @@ namespace emu {
 void syncthreads(const char* file, int line) {
     Fiber* f = current_fiber("__syncthreads", file, line);
     f->state = F_BARRIER;
+    tl_worker->block.nbar++;
     f->file = file;
     f->line = line;
     yield_to_scheduler(f);
@@ -904,6 +889,7 @@ void syncthreads(const char* file, int line) {
 unsigned long long warp_op(int kind, unsigned mask, unsigned long long bits, int arg, int width, const char* file, int line) {
     Fiber* f = current_fiber(kind_name(kind), file, line);
     f->state = F_WARP;
+    tl_worker->block.nwarp++;
     f->wkind = kind;
     f->wmask = mask;
     f->wval = bits;

@@ -200,7 +200,11 @@ template <class T> static inline T shfl_up_sync(const char* f, int l, unsigned m
 static inline int any_sync(const char* f, int l, unsigned mask, int pred) { return (int)warp_op(W_ANY, mask, pred != 0, 0, 32, f, l); }
 static inline int all_sync(const char* f, int l, unsigned mask, int pred) { return (int)warp_op(W_ALL, mask, pred != 0, 0, 32, f, l); }
 static inline unsigned ballot_sync(const char* f, int l, unsigned mask, int pred) { return (unsigned)warp_op(W_BALLOT, mask, pred != 0, 0, 32, f, l); }
-static inline void syncwarp(const char* f, int l, unsigned mask = 0xffffffffu) { warp_op(W_SYNCWARP, mask, 0, 0, 32, f, l); }
+struct SyncWarp {   /* __syncwarp() / __syncwarp(mask) with the call site */
+    const char* f;
+    int l;
+    void operator()(unsigned mask = 0xffffffffu) const { warp_op(W_SYNCWARP, mask, 0, 0, 32, f, l); }
+};
 
 /* kernel launch (the rewritten form of k<<<grid, block, smem, stream>>>(args)) */
 struct LaunchCfg {
@@ -219,7 +223,7 @@ template <class F, class L> static inline void launch(const char* name, F* fn, c
 }  // namespace emu
 
 #define __syncthreads() emu::syncthreads(__FILE__, __LINE__)
-#define __syncwarp(...) emu::syncwarp(__FILE__, __LINE__, ##__VA_ARGS__)
+#define __syncwarp emu::SyncWarp{__FILE__, __LINE__}
 #define __shfl_sync(...) emu::shfl_sync(__FILE__, __LINE__, __VA_ARGS__)
 #define __shfl_xor_sync(...) emu::shfl_xor_sync(__FILE__, __LINE__, __VA_ARGS__)
 #define __shfl_down_sync(...) emu::shfl_down_sync(__FILE__, __LINE__, __VA_ARGS__)
