@@ -4,7 +4,7 @@
  *
  * LIST (comma-separated): kernels, reference, determinism, att_faults, update_norm, att_checks, or one kernel
  * test: convert embedding rmsnorm rope attention attention_split attcheck elementwise classifier adamw global_norm
- * matmul. Default: everything.
+ * matmul fingerprint fault_flip. Default: everything.
  *
  * (a) kernels: every launcher of the llmc .cuh files against its CPU reference (llmc/cpu_kernels.h; AdamW
  *     against the formula of train_sdc.c) on fresh seeded normal inputs, never zeros. The inputs are
@@ -1041,6 +1041,42 @@ static void test_fingerprint(void) {
     }
 }
 
+/* ------------------------------------------------------------------ fault injection (fault.cuh) */
+/* fault_apply_device against the CPU's fault_apply_host (llmc/fault.h) on the same bf16 values and the same
+ * event (every element hit, 4 random bits of 16 each): the stored 16-bit patterns must be identical,
+ * including the NaNs the flips create (their payloads are the bits the fault model says; a conversion
+ * through fp32 -> bf16 rounding would make them the canonical NaN) */
+static void test_fault_flip(void) {
+    printf("fault injection (llmc/fault.cuh) vs fault_apply_host (llmc/fault.h): stored bits after 4-bit flips, NaN payloads included\n");
+    size_t sizes[] = {4099, 65536};
+    for (int ci = 0; ci < 2; ci++) {
+        size_t n = sizes[ci];
+        float* h = h_normal(n, 1.0, 0.0, 1);
+        bf16* d = d_bf16(h, n);
+        FaultCtx fg, fc;
+        memset(&fg, 0, sizeof(fg));
+        fg.width = 16;
+        fg.ev.active = 1; fg.ev.nbits = 4; fg.ev.seed = 1234 + ci; fg.ev.field = FIELD_ALL; fg.ev.m = (long long)n;
+        fc = fg;
+        fault_apply_device(&fg, d, n, g_s);
+        fault_apply_host(&fc, h, n);
+        cudaCheck(cudaDeviceSynchronize());
+        uint16_t* got = (uint16_t*)mallocCheck(n * 2);
+        cudaCheck(cudaMemcpy(got, d, n * 2, cudaMemcpyDeviceToHost));
+        size_t bad = 0, nan = 0, first = 0;
+        for (size_t i = 0; i < n; i++) {
+            const uint16_t want = (uint16_t)(f32_bits(h[i]) >> 16);   /* the CPU keeps the flipped pattern exactly */
+            nan += h[i] != h[i];
+            if (got[i] != want) { if (!bad) first = i; bad++; }
+        }
+        check(bad == 0 && nan > 0 && fg.injected == 1 && fc.injected == 1,
+              "    n %-6zu every element flipped: %zu stored patterns differ from the CPU's (first [%zu]: gpu %04x cpu %04x); %zu NaNs made",
+              n, bad, first, bad ? got[first] : 0, bad ? (unsigned)(f32_bits(h[first]) >> 16) : 0, nan);
+        free(h); free(got);
+        dfree_all();
+    }
+}
+
 /* ------------------------------------------------------------- attention checks (attcheck.cuh) */
 /* the four GPU checks (abft / att as the trainer's flags) on device tensors: failed heads per check */
 static void gpu_attcheck(int cnt[ATTC_NCHECK], int* dbuf, double* scratch, const bf16* lg, const bf16* pr, const bf16* out,
@@ -1787,7 +1823,8 @@ static int want(const char* name, const char* group) {
 
 #define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
     "  LIST: comma-separated, of kernels reference determinism att_faults update_norm att_checks convert embedding\n" \
-    "        rmsnorm rope attention attention_split attcheck elementwise classifier adamw global_norm matmul\n"
+    "        rmsnorm rope attention attention_split attcheck elementwise classifier adamw global_norm matmul\n" \
+    "        fingerprint fault_flip\n"
 
 int main(int argc, char** argv) {
     const char *states = "dev/reference/states", *ckpts = "build/ref";
@@ -1819,7 +1856,8 @@ int main(int argc, char** argv) {
         {"convert", test_convert}, {"embedding", test_embedding}, {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
         {"attention", test_attention}, {"attention_split", test_attention_split}, {"attcheck", test_attcheck},
         {"elementwise", test_elementwise}, {"classifier", test_classifier},
-        {"adamw", test_adamw}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"matmul", test_matmul}};
+        {"adamw", test_adamw}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"matmul", test_matmul},
+        {"fault_flip", test_fault_flip}};
     double t0 = wall_seconds();
     int any = 0;
     matmul_init();
