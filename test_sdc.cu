@@ -4,7 +4,7 @@
  *
  * LIST (comma-separated): kernels, reference, determinism, att_faults, update_norm, att_checks, or one kernel
  * test: convert embedding rmsnorm rope attention attention_split attcheck elementwise classifier adamw global_norm
- * matmul fingerprint fault_flip. Default: everything.
+ * matmul fingerprint matmul_cache fault_flip. Default: everything.
  *
  * (a) kernels: every launcher of the llmc .cuh files against its CPU reference (llmc/cpu_kernels.h; AdamW
  *     against the formula of train_sdc.c) on fresh seeded normal inputs, never zeros. The inputs are
@@ -1041,6 +1041,46 @@ static void test_fingerprint(void) {
     }
 }
 
+/* ------------------------------------------------------------------ GEMM plan cache (matmul.cuh) */
+/* more distinct GEMM shapes than the plan cache holds (as -sample_every makes, one per prefix length):
+ * every product still right (fp32 C of exact bf16 products, k 8: exact sums of 8 terms with small
+ * integers), and the first shape, evicted and planned again, gives the same bits as the first time */
+static void test_matmul_cache(void) {
+    const int nshapes = MATMUL_CACHE_SIZE + 40, k = 8, n = 8;
+    printf("matmul plan cache: %d distinct shapes through a %d-plan cache (m 1..%d, n %d, k %d)\n", nshapes, MATMUL_CACHE_SIZE, nshapes, n, k);
+    const int mmax = nshapes;
+    float* A = h_alloc((size_t)mmax * k);
+    float* Bm = h_alloc((size_t)k * n);
+    for (int i = 0; i < mmax * k; i++) A[i] = (float)((i * 7) % 9 - 4);
+    for (int i = 0; i < k * n; i++) Bm[i] = (float)((i * 5) % 7 - 3);
+    bf16 *dA = d_bf16(A, (size_t)mmax * k), *dB = d_bf16(Bm, (size_t)k * n);
+    float* dC = d_f32_poison((size_t)mmax * n);
+    size_t bad = 0;
+    float* first = NULL;
+    for (int m = 1; m <= nshapes; m++) {
+        matmul_bf16(dC, 1, dA, dB, m, n, k, 0, 0, 1.0f, 0.0f, 1, 0, 0, 0, g_s);
+        if (m == 1 || m == nshapes || m % 64 == 0) {
+            float* got = dl_f32(dC, (size_t)m * n, NULL);
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) {
+                    float r = 0;
+                    for (int p = 0; p < k; p++) r += A[i * k + p] * Bm[p * n + j];
+                    bad += got[i * n + j] != r;
+                }
+            if (m == 1) first = h_copy(got, (size_t)n);
+            free(got);
+        }
+    }
+    matmul_bf16(dC, 1, dA, dB, 1, n, k, 0, 0, 1.0f, 0.0f, 1, 0, 0, 0, g_s);
+    float* again = dl_f32(dC, (size_t)n, NULL);
+    int same = memcmp(again, first, sizeof(float) * n) == 0;
+    check(bad == 0 && same && g_matmul_nplans == MATMUL_CACHE_SIZE,
+          "    %d shapes: %zu wrong elements; the evicted first shape planned again gives the same bits: %s; plans cached %d", nshapes,
+          bad, same ? "yes" : "NO", g_matmul_nplans);
+    FREE_ALL(A, Bm, first, again);
+    dfree_all();
+}
+
 /* ------------------------------------------------------------------ fault injection (fault.cuh) */
 /* fault_apply_device against the CPU's fault_apply_host (llmc/fault.h) on the same bf16 values and the same
  * event (every element hit, 4 random bits of 16 each): the stored 16-bit patterns must be identical,
@@ -1824,7 +1864,7 @@ static int want(const char* name, const char* group) {
 #define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
     "  LIST: comma-separated, of kernels reference determinism att_faults update_norm att_checks convert embedding\n" \
     "        rmsnorm rope attention attention_split attcheck elementwise classifier adamw global_norm matmul\n" \
-    "        fingerprint fault_flip\n"
+    "        fingerprint matmul_cache fault_flip\n"
 
 int main(int argc, char** argv) {
     const char *states = "dev/reference/states", *ckpts = "build/ref";
@@ -1857,7 +1897,7 @@ int main(int argc, char** argv) {
         {"attention", test_attention}, {"attention_split", test_attention_split}, {"attcheck", test_attcheck},
         {"elementwise", test_elementwise}, {"classifier", test_classifier},
         {"adamw", test_adamw}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"matmul", test_matmul},
-        {"fault_flip", test_fault_flip}};
+        {"matmul_cache", test_matmul_cache}, {"fault_flip", test_fault_flip}};
     double t0 = wall_seconds();
     int any = 0;
     matmul_init();
