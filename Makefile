@@ -114,8 +114,23 @@ build/ref/%.ckpt: dev/reference/states/%/model.safetensors dev/reference/hf_to_c
 	$(VPY) dev/reference/hf_to_ckpt.py dev/reference/states/$* $@ --preset $*
 
 test: all cuda-check venv refckpts
+	$(MAKE) --no-print-directory test-cublaslt
 	OMP_NUM_THREADS=2 ./test_sdc -states dev/reference/states -ckpts build/ref
 	TSDC_DATA_DIR=$(SHARED_DATA) OMP_NUM_THREADS=2 $(VPY) -m pytest -q tests
 
 clean:
 	rm -rf train_sdc test_sdc train_sdc_cu test_sdc_cu build
+
+# ---------------------------------------------------------------------------------------------------
+# cuBLASLt emulation (dev/cuda_emu, issue 11): its unit tests, with the host compiler only (no CUDA
+# toolkit). test-cublaslt runs them with 2 threads, 1 thread, and SSE2 forced: the bits must not change.
+EMU_CXX ?= g++
+EMU_CXXFLAGS ?= -std=c++17 -O2 -fopenmp -Wall -Idev/cuda_emu/include
+build/emu/test_cublaslt: dev/cuda_emu/test_cublaslt.cpp dev/cuda_emu/cublaslt_emu.cpp dev/cuda_emu/include/cublasLt.h dev/cuda_emu/include/library_types.h dev/cuda_emu/include/cuda_emu_cublaslt_stats.h
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -o $@ dev/cuda_emu/test_cublaslt.cpp dev/cuda_emu/cublaslt_emu.cpp
+test-cublaslt: build/emu/test_cublaslt
+	@for env in "OMP_NUM_THREADS=2" "OMP_NUM_THREADS=1" "OMP_NUM_THREADS=2 CUBLASLT_EMU_SIMD=sse"; do \
+	  env $$env ./build/emu/test_cublaslt > build/emu/test_cublaslt.log 2>&1 || { cat build/emu/test_cublaslt.log; echo "FAILED with $$env"; exit 1; }; \
+	  echo "$$env: $$(tail -n 1 build/emu/test_cublaslt.log)"; done
+.PHONY: test-cublaslt
