@@ -349,16 +349,22 @@ static void packA(float* dst, const T* a, int64_t ld, int trans, int64_t m, int6
                   int64_t kc) {
     for (int64_t ir = 0; ir < mc; ir += MR) {
         float* d = dst + ir * kc;
+        const int64_t rows = m - (i0 + ir) < MR ? m - (i0 + ir) : MR; /* valid rows of this panel */
+        if (!trans) { /* op(A)(i, p) = A(i, p), contiguous in i */
+            for (int64_t p = 0; p < kc; p++) {
+                const T* src = a + (i0 + ir) + (p0 + p) * ld;
+                int r = 0;
+                for (; r < rows; r++) d[p * MR + r] = getv(src, r);
+                for (; r < MR; r++) d[p * MR + r] = 0.0f;
+            }
+            continue;
+        }
         for (int r = 0; r < MR; r++) {
-            const int64_t i = i0 + ir + r;
-            if (i >= m || ir + r >= mc) {
+            if (r >= rows) {
                 for (int64_t p = 0; p < kc; p++) d[p * MR + r] = 0.0f;
-            } else if (trans) { /* op(A)(i, p) = A(p, i), contiguous in p */
-                const T* src = a + i * ld + p0;
+            } else { /* op(A)(i, p) = A(p, i), contiguous in p */
+                const T* src = a + (i0 + ir + r) * ld + p0;
                 for (int64_t p = 0; p < kc; p++) d[p * MR + r] = getv(src, p);
-            } else { /* op(A)(i, p) = A(i, p) */
-                const T* src = a + i + p0 * ld;
-                for (int64_t p = 0; p < kc; p++) d[p * MR + r] = getv(src, p * ld);
             }
         }
     }
@@ -370,15 +376,21 @@ static void packB(float* dst, const T* b, int64_t ld, int trans, int64_t n, int6
                   int64_t kc) {
     for (int64_t jr = 0; jr < nc; jr += NR) {
         float* d = dst + jr * kc;
+        const int64_t cols = n - (j0 + jr) < NR ? n - (j0 + jr) : NR; /* valid columns of this panel */
+        if (trans) { /* op(B)(p, j) = B(j, p), contiguous in j */
+            for (int64_t p = 0; p < kc; p++) {
+                const T* src = b + (j0 + jr) + (p0 + p) * ld;
+                int c = 0;
+                for (; c < cols; c++) d[p * NR + c] = getv(src, c);
+                for (; c < NR; c++) d[p * NR + c] = 0.0f;
+            }
+            continue;
+        }
         for (int c = 0; c < NR; c++) {
-            const int64_t j = j0 + jr + c;
-            if (j >= n || jr + c >= nc) {
+            if (c >= cols) {
                 for (int64_t p = 0; p < kc; p++) d[p * NR + c] = 0.0f;
-            } else if (trans) { /* op(B)(p, j) = B(j, p) */
-                const T* src = b + j + p0 * ld;
-                for (int64_t p = 0; p < kc; p++) d[p * NR + c] = getv(src, p * ld);
             } else { /* op(B)(p, j) = B(p, j), contiguous in p */
-                const T* src = b + j * ld + p0;
+                const T* src = b + (j0 + jr + c) * ld + p0;
                 for (int64_t p = 0; p < kc; p++) d[p * NR + c] = getv(src, p);
             }
         }
