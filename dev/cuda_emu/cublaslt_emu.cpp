@@ -8,7 +8,10 @@
  * Between k blocks the accumulators go through an fp32 tile buffer, which does not change their
  * values. So every output element has one fp32 accumulator summed in k order, whatever the tile sizes,
  * the thread count or the SIMD width (AVX2 or SSE2, chosen at run time; CUBLASLT_EMU_SIMD=sse forces
- * SSE2): products and sums are rounded separately (fp-contract off, no FMA), so all give the same bits. */
+ * SSE2): products and sums are rounded separately (fp-contract off, no FMA), so all give the same bits.
+ * Measured on 2 cores (AMD EPYC, AVX2), `test_cublaslt --bench`: the logits GEMM of a [64 x 2048] x
+ * [2048 x 128256] bf16 linear layer 33 GFLOP/s (1.0 s), its dx GEMM 32 GFLOP/s, its dW GEMM (k = 64,
+ * fp32 out) 17 GFLOP/s; SSE2 forced: about 0.6x of that. */
 #pragma GCC optimize("fp-contract=off")
 
 #include "cublasLt.h"
@@ -502,15 +505,14 @@ __attribute__((target("avx2"))) static void tile_avx2_f32(const Problem& P, int6
 
 /* SIMD width: 8 (AVX2) when the CPU has it, unless CUBLASLT_EMU_SIMD=sse */
 static int simd_width() {
-    static int vl = 0;
-    if (!vl) {
+    static const int vl = [] { /* thread-safe initialisation */
         int w = 4;
 #ifdef EMU_HAVE_AVX2
         const char* e = getenv("CUBLASLT_EMU_SIMD");
         if (!(e && strcmp(e, "sse") == 0) && __builtin_cpu_supports("avx2")) w = 8;
 #endif
-        vl = w;
-    }
+        return w;
+    }();
     return vl;
 }
 

@@ -456,9 +456,12 @@ static void test_errors() {
         expect("errors: k of op(A) != k of op(B)", s.mm(&r.algo, 0, a6), CUBLAS_STATUS_INVALID_VALUE, "k mismatch");
         expect("errors: n of op(B) != n of C/D", s.mm(&r.algo, 0, nullptr, b6), CUBLAS_STATUS_INVALID_VALUE,
                "n mismatch");
-        expect("errors: C rows != m", s.mm(&r.algo, 0, nullptr, nullptr, c8), CUBLAS_STATUS_INVALID_VALUE,
+        std::vector<float> Dbuf(8 * 14 + 64); /* D apart from C, so that only the shape is wrong */
+        expect("errors: C rows != m", s.mm(&r.algo, 0, nullptr, nullptr, c8, nullptr, 0, Dbuf.data()),
+               CUBLAS_STATUS_INVALID_VALUE, "C shape not checked");
+        expect("errors: heuristic C rows != m", s.heur(p, &r, &n, nullptr, nullptr, c8), CUBLAS_STATUS_INVALID_VALUE,
                "C shape not checked");
-        std::vector<float> Dbuf(7 * 14 + 64);
+        s.heur(p, &r, &n);
         expect("errors: D cols != C cols", s.mm(&r.algo, 0, nullptr, nullptr, nullptr, d14, 0, Dbuf.data()),
                CUBLAS_STATUS_INVALID_VALUE, "D shape not checked");
         cublasStatus_t st = s.heur(p, &r, &n, a6);
