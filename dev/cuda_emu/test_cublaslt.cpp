@@ -7,6 +7,10 @@
  *     `make test-cublaslt` runs the tests with 2 threads, 1 thread, and SSE2 forced);
  *   - ref_f64: a double-precision product; the result must lie within k * 2^-24 * sum|a||b| (+ the
  *     bf16 rounding of D) of it, and be equal to it when the data make the fp32 sum exact.
+ * Checked against planted bugs (each made the run fail): TRANSB ignored (75 failures), A read with
+ * ld = rows (148), batch offset of B ignored (76), C read when beta == 0 (53), bf16 D truncated instead
+ * of RNE (50), alignment not checked (3), workspace size not checked (3), k blocks summed in reverse
+ * (2), batch counts not compared (2), C shape not checked (2).
  * Usage: test_cublaslt            run the tests; exit 1 on a failure
  *        test_cublaslt --bench [V] time the three GEMMs of a [64 x 2048] x [2048 x V] linear layer
  *                                  (V = 128256 by default) and print GFLOP/s. */
