@@ -106,10 +106,9 @@ build/cuda/sm%/test_sdc.o: test_sdc.cu train_sdc.cu train_sdc.c $(HEADERS) $(CUD
 # device-to-host digests must agree (dev/cuda_emu/run_twice.py).
 EMU_CXX ?= g++
 EMU_DIR := dev/cuda_emu
-EMU_CUBLASLT_DIR ?= $(EMU_DIR)
 EMU_FLAGS := -std=c++17 -O2 -fopenmp -Wall -Wno-unknown-pragmas -Wno-sign-compare -Wno-unused-function -Wno-unused-variable \
-             -I$(EMU_DIR)/include -I$(EMU_CUBLASLT_DIR)/include
-EMU_HDRS := $(wildcard $(EMU_DIR)/include/*.h) $(wildcard $(EMU_CUBLASLT_DIR)/include/*.h)
+             -I$(EMU_DIR)/include
+EMU_HDRS := $(wildcard $(EMU_DIR)/include/*.h)
 EMU_SRCS := train_sdc.cu test_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS) $(EMU_DIR)/emu_selftest.cu
 EMU_LIB := build/emu/emu_runtime.o build/emu/cublaslt_emu.o
 ifneq ($(MPICC),)
@@ -126,7 +125,7 @@ build/emu/src.stamp: $(EMU_SRCS) $(EMU_DIR)/cu2emu.py
 build/emu/emu_runtime.o: $(EMU_DIR)/emu_runtime.cpp $(EMU_HDRS)
 	@mkdir -p build/emu
 	$(EMU_CXX) $(EMU_FLAGS) -c -o $@ $<
-build/emu/cublaslt_emu.o: $(EMU_CUBLASLT_DIR)/cublaslt_emu.cpp $(EMU_HDRS)
+build/emu/cublaslt_emu.o: $(EMU_DIR)/cublaslt_emu.cpp $(EMU_HDRS)
 	@mkdir -p build/emu
 	$(EMU_CXX) $(EMU_FLAGS) -c -o $@ $<
 build/emu/nccl_emu.o: $(EMU_DIR)/nccl_emu.cpp $(EMU_HDRS)
@@ -162,9 +161,25 @@ build/ref/%.ckpt: dev/reference/states/%/model.safetensors dev/reference/hf_to_c
 	@mkdir -p build/ref
 	$(VPY) dev/reference/hf_to_ckpt.py dev/reference/states/$* $@ --preset $*
 
-test: all cuda-check venv refckpts
+test: all cuda-check venv refckpts emu
+	$(MAKE) --no-print-directory test-cublaslt
 	OMP_NUM_THREADS=2 ./test_sdc -states dev/reference/states -ckpts build/ref
+	$(MAKE) --no-print-directory test-emu
 	TSDC_DATA_DIR=$(SHARED_DATA) OMP_NUM_THREADS=2 $(VPY) -m pytest -q tests
 
 clean:
 	rm -rf train_sdc test_sdc train_sdc_cu test_sdc_cu test_sdc_emu train_sdc_emu emu_selftest build
+
+# ---------------------------------------------------------------------------------------------------
+# cuBLASLt emulation (dev/cuda_emu, issue 11): its unit tests, with the host compiler only (no CUDA
+# toolkit). test-cublaslt runs them with 2 threads, 1 thread, and SSE2 forced: the bits must not change.
+EMU_CXX ?= g++
+EMU_CXXFLAGS ?= -std=c++17 -O2 -fopenmp -Wall -Idev/cuda_emu/include
+build/emu/test_cublaslt: dev/cuda_emu/test_cublaslt.cpp dev/cuda_emu/cublaslt_emu.cpp dev/cuda_emu/include/cublasLt.h dev/cuda_emu/include/library_types.h dev/cuda_emu/include/cuda_emu_cublaslt_stats.h
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -o $@ dev/cuda_emu/test_cublaslt.cpp dev/cuda_emu/cublaslt_emu.cpp
+test-cublaslt: build/emu/test_cublaslt
+	@for env in "OMP_NUM_THREADS=2" "OMP_NUM_THREADS=1" "OMP_NUM_THREADS=2 CUBLASLT_EMU_SIMD=sse"; do \
+	  env $$env ./build/emu/test_cublaslt > build/emu/test_cublaslt.log 2>&1 || { cat build/emu/test_cublaslt.log; echo "FAILED with $$env"; exit 1; }; \
+	  echo "$$env: $$(tail -n 1 build/emu/test_cublaslt.log)"; done
+.PHONY: test-cublaslt

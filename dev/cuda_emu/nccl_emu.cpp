@@ -21,6 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 #ifdef USE_MPI
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 
