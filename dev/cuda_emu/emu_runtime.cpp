@@ -71,8 +71,11 @@
  * cudaErrorInvalidValue and a message otherwise; cudaMemcpyDefault infers the direction. cudaFree of a
  * pointer that is not the start of a live allocation: cudaErrorInvalidValue and a message.
  *
- * Device. One emulated H200 ("cuda_emu (emulated H200)", sm_90, 132 SMs, 141 GB); EMU_NO_DEVICE=1
- * makes cudaGetDeviceCount report cudaErrorNoDevice (a machine without a GPU). Counters (cuda_emu.h):
+ * Device. A node of EMU_DEVICE_COUNT (default 8) emulated H200s ("cuda_emu (emulated H200)", sm_90,
+ * 132 SMs, 141 GB), so mpirun -np R (R <= 8) gives each rank its local device; each process emulates
+ * its own device (nothing is shared between processes but what NCCL/MPI carries). cudaSetDevice only
+ * records the ordinal. EMU_NO_DEVICE=1 makes cudaGetDeviceCount report cudaErrorNoDevice (a machine
+ * without a GPU). Counters (cuda_emu.h):
  * launches, host synchronisations, device-to-host copies, device bytes now and at peak; EMU_STATS=1
  * prints them at exit.
  *
@@ -84,7 +87,8 @@
  * unseen); tensor-core rounding and cuBLASLt's algorithm choices and their heuristics on real hardware;
  * the driver, PCIe/NVLink and NCCL transports; register pressure and occupancy (__launch_bounds__).
  *
- * Environment: EMU_SCHEDULE, EMU_DIGEST, EMU_STATS, EMU_NO_DEVICE, EMU_STACK_KB, OMP_NUM_THREADS. */
+ * Environment: EMU_SCHEDULE, EMU_DIGEST, EMU_STATS, EMU_NO_DEVICE, EMU_DEVICE_COUNT, EMU_STACK_KB,
+ * OMP_NUM_THREADS. */
 #include <cuda_runtime.h>
 #include "cuda_emu.h"
 /* the runtime names the block's fields itself */
@@ -232,6 +236,7 @@ struct Config {
     uint64_t seed = 0;
     size_t stack_bytes = 64 << 10;
     bool no_device = false;
+    int ndev = 8;
     bool stats = false;
     const char* digest_file = nullptr;
     bool ready = false;
@@ -318,6 +323,8 @@ void init_once() {
         const char* k = getenv("EMU_STACK_KB");
         if (k && *k) g_cfg.stack_bytes = (size_t)atoi(k) << 10;
         if (g_cfg.stack_bytes < (16 << 10)) g_cfg.stack_bytes = 16 << 10;
+        const char* dc = getenv("EMU_DEVICE_COUNT");
+        if (dc && *dc) g_cfg.ndev = atoi(dc) < 1 ? 1 : atoi(dc);
         const char* nd = getenv("EMU_NO_DEVICE");
         g_cfg.no_device = nd && *nd && strcmp(nd, "0");
         const char* st = getenv("EMU_STATS");
@@ -1205,7 +1212,7 @@ cudaError_t cudaGetDeviceCount(int* count) {
         *count = 0;
         return set_error(cudaErrorNoDevice);
     }
-    *count = 1;
+    *count = g_cfg.ndev;
     return cudaSuccess;
 }
 int g_device = 0;
@@ -1217,7 +1224,7 @@ cudaError_t cudaGetDevice(int* d) {
 cudaError_t cudaSetDevice(int d) {
     init_once();
     if (g_cfg.no_device) return set_error(cudaErrorNoDevice);
-    if (d != 0) return api_error(cudaErrorInvalidDevice, "cudaSetDevice(%d): the emulator has one device (0)", d);
+    if (d < 0 || d >= g_cfg.ndev) return api_error(cudaErrorInvalidDevice, "cudaSetDevice(%d): the emulated node has %d devices", d, g_cfg.ndev);
     g_device = d;
     return cudaSuccess;
 }
@@ -1225,7 +1232,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
     init_once();
     if (!p) return set_error(cudaErrorInvalidValue);
     if (g_cfg.no_device) return set_error(cudaErrorNoDevice);
-    if (d != 0) return set_error(cudaErrorInvalidDevice);
+    if (d < 0 || d >= g_cfg.ndev) return set_error(cudaErrorInvalidDevice);
     memset(p, 0, sizeof(*p));
     snprintf(p->name, sizeof(p->name), "cuda_emu (emulated H200)");
     p->totalGlobalMem = (size_t)141 * 1000 * 1000 * 1000;
