@@ -144,6 +144,12 @@ emu_selftest: build/emu/src.stamp $(EMU_LIB)
 test-emu: emu
 	./emu_selftest
 	OMP_NUM_THREADS=1 $(PYTHON) $(EMU_DIR)/run_twice.py -- ./test_sdc_emu -states dev/reference/states -ckpts build/ref
+# slower extras: a third schedule (seeded random) for test_sdc_emu, and tests/test_emu.py's long variants (the
+# Q/K-fault test on every tiny preset, 200 calibrated clean steps as scripts/gpu_check.sh)
+test-emu-full: emu venv refckpts
+	./emu_selftest
+	OMP_NUM_THREADS=1 $(PYTHON) $(EMU_DIR)/run_twice.py --schedules fwd,rand:1 -- ./test_sdc_emu -states dev/reference/states -ckpts build/ref
+	TSDC_EMU_FULL=1 TSDC_DATA_DIR=$(SHARED_DATA) OMP_NUM_THREADS=2 $(VPY) -m pytest -q tests/test_emu.py
 
 # local Python environment for data preparation, the weight importer and the Python tests
 venv: $(VENV)/.stamp
