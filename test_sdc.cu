@@ -1226,6 +1226,7 @@ static void test_unscale(void) {
     free(g);
     cpu::model_free(cm);
     model_free(gm);
+    matmul_init();   /* model_free released cuBLASLt; the kernel tests after this one use it */
 }
 
 /* ------------------------------------------------------------------ fault injection (fault.cuh) */

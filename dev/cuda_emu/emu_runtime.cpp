@@ -116,9 +116,9 @@
 #include <unordered_map>
 #include <vector>
 
-#if !defined(__x86_64__) && !defined(__aarch64__)
+#if defined(EMU_FORCE_UCONTEXT) || (!defined(__x86_64__) && !defined(__aarch64__))
 #include <ucontext.h>
-#define EMU_UCONTEXT 1
+#define EMU_UCONTEXT 1   /* the portable (slow) fallback; -DEMU_FORCE_UCONTEXT tests it on x86-64 */
 #endif
 
 __thread emu::ThreadCtx* emu_tl_thread = nullptr;
@@ -285,6 +285,7 @@ void digest_copy(const void* host, size_t n) {
 }
 
 void at_exit_report() {
+    fflush(stdout);
     if (g_cfg.digest_file) {
         std::string path = g_cfg.digest_file;
         const char* r = getenv("OMPI_COMM_WORLD_RANK");
