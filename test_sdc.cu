@@ -4,7 +4,7 @@
  *
  * LIST (comma-separated): init, kernels, reference, determinism, att_faults, update_norm, att_checks, or one kernel
  * test: convert embedding rmsnorm rope attention attention_split attcheck elementwise classifier adamw global_norm
- * matmul. Default: everything.
+ * matmul fingerprint matmul_cache fault_flip argmax unscale attention_chunked. Default: everything.
  *
  * (0) init: the GPU's weight initialisation (llmc/init.cuh, one thread per pair) is bit-identical to the CPU
  *     trainer's (llmc/init.h, the same function on the host): model_init_weights of both trainers for the
@@ -407,6 +407,7 @@ static void test_rmsnorm(void) {
         {300, 128, 0, (float)FP32_EPS, "300 x 128 parameter-free"},
         {296, 64, 1, 1e-6f, "QK norm 2*37*4 x 64 weighted (Qwen3)"},
         {296, 64, 0, (float)FP32_EPS, "QK norm 2*37*4 x 64 free (nanochat)"},
+        {640, 128, 1, 1e-6f, "QK norm 40*16 x 128 weighted (qwen3-0.6b)"},
         {1000, 128, 1, 1e-5f, "1000 x 128 weighted (8 dw chunks)"},
         {64, 2048, 1, 1e-5f, "64 x 2048 weighted"},
         {50, 100, 1, 1e-5f, "50 x 100 weighted (C%8: scalar path)"},
@@ -499,7 +500,8 @@ static float* rope_mag(const float* x, const float* cs, const float* sn, int B, 
 static void test_rope(void) {
     printf("rope (llmc/rope.cuh) vs rope_forward / rope_backward; 1 ulp + 2^-22 (|x1 c| + |x2 s|) (FMA contraction)\n");
     struct { const char* preset; int B, T, nh; } cases[] = {
-        {"tiny-llama", 2, 37, 4}, {"tiny-qwen3", 2, 37, 4}, {"tiny-nanochat", 2, 37, 2}, {"llama3.2-1b", 1, 1024, 8}};
+        {"tiny-llama", 2, 37, 4}, {"tiny-qwen3", 2, 37, 4}, {"tiny-nanochat", 2, 37, 2}, {"llama3.2-1b", 1, 1024, 8},
+        {"qwen3-0.6b", 1, 40, 16}};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const Config* c = preset_find(cases[ci].preset);
         int B = cases[ci].B, T = cases[ci].T, nh = cases[ci].nh, hd = c->head_dim, half = hd / 2;
@@ -539,7 +541,8 @@ static void test_rope(void) {
 static void test_attention(void) {
     printf("attention (llmc/attention.cuh) vs attention_forward / attention_backward\n");
     struct { int B, T, H, KV, hd; } cases[] = {
-        {2, 37, 4, 2, 32}, {2, 37, 4, 2, 64}, {2, 128, 4, 2, 32}, {2, 128, 4, 2, 64}, {1, 64, 4, 1, 64}, {2, 50, 2, 2, 64}};
+        {2, 37, 4, 2, 32}, {2, 37, 4, 2, 64}, {2, 128, 4, 2, 32}, {2, 128, 4, 2, 64}, {1, 64, 4, 1, 64}, {2, 50, 2, 2, 64},
+        {1, 40, 16, 8, 128}};   /* the last: qwen3-0.6b's heads (16 q, 8 kv, head_dim 128) */
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         int B = cases[ci].B, T = cases[ci].T, H = cases[ci].H, KV = cases[ci].KV, hd = cases[ci].hd, g = H / KV;
         size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
@@ -871,7 +874,8 @@ static void test_elementwise(void) {
 
 static void test_classifier(void) {
     printf("classifier (llmc/classifier.cuh) vs softcap_forward / crossentropy_forward / crossentropy_softcap_backward\n");
-    struct { int N, V; float cap; } cases[] = {{96, 1000, 0.0f}, {96, 1000, 15.0f}, {32, 50257, 0.0f}, {32, 50257, 15.0f}, {64, 8192, 30.0f}};
+    struct { int N, V; float cap; } cases[] = {{96, 1000, 0.0f}, {96, 1000, 15.0f}, {32, 50257, 0.0f}, {32, 50257, 15.0f}, {64, 8192, 30.0f},
+        {6, 128256, 0.0f}, {6, 151936, 15.0f}};   /* llama3.2-1b's and qwen3-0.6b's vocabularies */
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         int N = cases[ci].N, V = cases[ci].V;
         float cap = cases[ci].cap;
@@ -1042,6 +1046,226 @@ static void test_fingerprint(void) {
               "    n %-4zu GPU == CPU %s; %d/%d single-bit flips left it unchanged; %d/%d swaps left it unchanged", n,
               same ? "yes" : "NO", unchanged, tried, swap_same, swaps);
         free(h); free(bits);
+        dfree_all();
+    }
+}
+
+/* ------------------------------------------------------------- attention in chunks (attention.cuh) */
+/* B*H*T^2 > ATTN_CHUNK_FLOATS (2^26): attention_forward / attention_backward process the batch in chunks of
+ * nb sequences (here B 3, H 2, T 4096: nb 2, chunks of 2 and 1). Each sequence is independent, so the
+ * chunked run must give what one unchunked run per sequence (B 1: H*T^2 = 2^25, one chunk) gives: logits,
+ * probs, out, dq, dk, dv within 1 bf16 ulp (bitwise on the emulator; a GPU may pick another GEMM algorithm
+ * for another batch count), every element written. The per-sequence runs are checked against the CPU by
+ * test_attention's shapes; this checks the chunk bookkeeping (offsets, scratch reuse, the last partial chunk). */
+static size_t bf16_ulp_diff(const uint16_t* a, const uint16_t* b, size_t n, size_t* differ) {
+    size_t bad = 0;
+    *differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] == b[i]) continue;
+        (*differ)++;
+        const float x = bf16_bits_to_f32(a[i]), y = bf16_bits_to_f32(b[i]);
+        if (!(fabs((double)x - y) <= ulp_bf16(fmax(fabs((double)x), fabs((double)y))))) bad++;
+    }
+    return bad;
+}
+static uint16_t* dl_bits(const bf16* d, size_t n) {
+    uint16_t* h = (uint16_t*)mallocCheck(n * 2);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
+    return h;
+}
+static void test_attention_chunked(void) {
+    const int B = 3, T = 4096, H = 2, KV = 1, hd = 8;
+    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
+    const size_t sq = nq / B, sk = nk / B, sa = na / B;
+    printf("attention in chunks (llmc/attention.cuh): B %d T %d H %d KV %d hd %d, B*H*T^2 = %zu > %zu: %d sequences a chunk, "
+           "vs one run per sequence\n", B, T, H, KV, hd, na, (size_t)ATTN_CHUNK_FLOATS, attention_chunk(B, H, T));
+    float* q = h_normal(nq, 1.5, 0.0, 1);
+    float* k = h_normal(nk, 1.0, 0.0, 1);
+    float* v = h_normal(nk, 1.0, 0.0, 1);
+    float* dout = h_normal(nq, 1.0, 0.0, 1);
+    bf16 *dq_ = d_bf16(q, nq), *dk_ = d_bf16(k, nk), *dv_ = d_bf16(v, nk), *ddo = d_bf16(dout, nq);
+    FREE_ALL(q, k, v, dout);
+    bf16 *out = d_bf16_poison(nq), *lg = d_bf16_poison(na), *pr = d_bf16_poison(na);
+    bf16 *gq = d_bf16_poison(nq), *gk = d_bf16_poison(nk), *gv = d_bf16_poison(nk);
+    attention_forward(out, lg, pr, dq_, dk_, dv_, B, T, H, KV, hd, g_s);
+    attention_backward(gq, gk, gv, ddo, pr, dq_, dk_, dv_, B, T, H, KV, hd, g_s);
+    bf16 *out1 = d_bf16_poison(sq), *lg1 = d_bf16_poison(sa), *pr1 = d_bf16_poison(sa);
+    bf16 *gq1 = d_bf16_poison(sq), *gk1 = d_bf16_poison(sk), *gv1 = d_bf16_poison(sk);
+    size_t bad[6] = {0}, differ[6] = {0}, unwritten = 0;
+    for (int b = 0; b < B; b++) {
+        attention_forward(out1, lg1, pr1, dq_ + b * sq, dk_ + b * sk, dv_ + b * sk, 1, T, H, KV, hd, g_s);
+        attention_backward(gq1, gk1, gv1, ddo + b * sq, pr1, dq_ + b * sq, dk_ + b * sk, dv_ + b * sk, 1, T, H, KV, hd, g_s);
+        const bf16* whole[6] = {lg + b * sa, pr + b * sa, out + b * sq, gq + b * sq, gk + b * sk, gv + b * sk};
+        const bf16* one[6] = {lg1, pr1, out1, gq1, gk1, gv1};
+        const size_t len[6] = {sa, sa, sq, sq, sk, sk};
+        for (int t = 0; t < 6; t++) {
+            uint16_t *x = dl_bits(whole[t], len[t]), *y = dl_bits(one[t], len[t]);
+            size_t d;
+            bad[t] += bf16_ulp_diff(x, y, len[t], &d);
+            differ[t] += d;
+            for (size_t i = 0; i < len[t]; i++) unwritten += x[i] == 0xFFFF;
+            free(x); free(y);
+        }
+    }
+    const char* names[6] = {"logits", "probs", "out", "dq", "dk", "dv"};
+    for (int t = 0; t < 6; t++)
+        check(bad[t] == 0 && (t || unwritten == 0), "    %-6s chunked vs per sequence: %zu elements differ, %zu by more than 1 bf16 ulp%s", names[t],
+              differ[t], bad[t], t ? "" : (unwritten ? "; some elements unwritten (NaN poison)" : "; every element of the six written"));
+    dfree_all();
+    cuda_workspace_free_all();   /* 1 GiB of scratch: give it back */
+}
+
+/* ------------------------------------------------------------------ GEMM plan cache (matmul.cuh) */
+/* more distinct GEMM shapes than the plan cache holds (as -sample_every makes, one per prefix length):
+ * every product still right (fp32 C of exact bf16 products, k 8: exact sums of 8 terms with small
+ * integers), and the first shape, evicted and planned again, gives the same bits as the first time */
+static void test_matmul_cache(void) {
+    const int nshapes = MATMUL_CACHE_SIZE + 40, k = 8, n = 8;
+    printf("matmul plan cache: %d distinct shapes through a %d-plan cache (m 1..%d, n %d, k %d)\n", nshapes, MATMUL_CACHE_SIZE, nshapes, n, k);
+    const int mmax = nshapes;
+    float* A = h_alloc((size_t)mmax * k);
+    float* Bm = h_alloc((size_t)k * n);
+    for (int i = 0; i < mmax * k; i++) A[i] = (float)((i * 7) % 9 - 4);
+    for (int i = 0; i < k * n; i++) Bm[i] = (float)((i * 5) % 7 - 3);
+    bf16 *dA = d_bf16(A, (size_t)mmax * k), *dB = d_bf16(Bm, (size_t)k * n);
+    float* dC = d_f32_poison((size_t)mmax * n);
+    size_t bad = 0;
+    float* first = NULL;
+    for (int m = 1; m <= nshapes; m++) {
+        matmul_bf16(dC, 1, dA, dB, m, n, k, 0, 0, 1.0f, 0.0f, 1, 0, 0, 0, g_s);
+        if (m == 1 || m == nshapes || m % 64 == 0) {
+            float* got = dl_f32(dC, (size_t)m * n, NULL);
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) {
+                    float r = 0;
+                    for (int p = 0; p < k; p++) r += A[i * k + p] * Bm[p * n + j];
+                    bad += got[i * n + j] != r;
+                }
+            if (m == 1) first = h_copy(got, (size_t)n);
+            free(got);
+        }
+    }
+    matmul_bf16(dC, 1, dA, dB, 1, n, k, 0, 0, 1.0f, 0.0f, 1, 0, 0, 0, g_s);
+    float* again = dl_f32(dC, (size_t)n, NULL);
+    int same = memcmp(again, first, sizeof(float) * n) == 0;
+    check(bad == 0 && same && g_matmul_nplans == MATMUL_CACHE_SIZE,
+          "    %d shapes: %zu wrong elements; the evicted first shape planned again gives the same bits: %s; plans cached %d", nshapes,
+          bad, same ? "yes" : "NO", g_matmul_nplans);
+    FREE_ALL(A, Bm, first, again);
+    dfree_all();
+}
+
+/* ------------------------------------------------------------------------- argmax (train_sdc.cu) */
+/* argmax_kernel (evaluation predictions) against the CPU trainer's strict '>' scan (first maximum on ties)
+ * at llama3.2-1b's and qwen3-0.6b's vocabularies: random rows, rows with the maximum repeated (first wins),
+ * the maximum in the first and in the last column, a constant row */
+static void test_argmax(void) {
+    printf("argmax_kernel (train_sdc.cu) vs the CPU's first-maximum scan\n");
+    const int Vs[2] = {128256, 151936};
+    for (int vi = 0; vi < 2; vi++) {
+        const int V = Vs[vi], N = 9;
+        float* z = h_normal((size_t)N * V, 2.0, 0.0, 1);
+        for (int j = 0; j < 5; j++) z[(size_t)1 * V + 100 + j * 3001] = 40.0f;       /* ties: 100 wins */
+        z[(size_t)2 * V + 0] = 50.0f;                                              /* first column */
+        z[(size_t)3 * V + V - 1] = 50.0f;                                          /* last column */
+        for (int i = 0; i < V; i++) z[(size_t)4 * V + i] = 1.0f;                   /* constant: 0 */
+        z[(size_t)5 * V + V - 1] = 60.0f; z[(size_t)5 * V + V - 2] = 60.0f;        /* tie at the end: V-2 */
+        bf16* dz = d_bf16(z, (size_t)N * V);
+        int* dout = (int*)dalloc_raw(N, 4);
+        argmax_kernel<<<N, 256, 0, g_s>>>(dout, dz, V);
+        cudaCheck(cudaGetLastError());
+        int got[9];
+        cudaCheck(cudaDeviceSynchronize());
+        cudaCheck(cudaMemcpy(got, dout, sizeof(got), cudaMemcpyDeviceToHost));
+        int bad = 0;
+        for (int r = 0; r < N; r++) {
+            const float* zr = z + (size_t)r * V;
+            int best = 0;
+            for (int i = 1; i < V; i++) if (zr[i] > zr[best]) best = i;
+            if (got[r] != best) { if (!bad) printf("      row %d: gpu %d cpu %d\n", r, got[r], best); bad++; }
+        }
+        check(bad == 0, "    V %-6d %d rows (ties, first/last column, constant): %d differ", V, N, bad);
+        free(z);
+        dfree_all();
+    }
+}
+
+/* ------------------------------------------------------------- unscale and found_inf (train_sdc.cu) */
+/* model_unscale_check (exponent scaling's grads *= 2^-k, then the non-finite test that skips the update):
+ * the unscaled gradients bitwise the CPU trainer's scale_grads, and found_inf raised by one NaN, one +inf,
+ * one -inf anywhere in the gradients (first, middle, last element), never by clean or huge finite ones */
+static size_t bits_differ(const float* a, const float* b, size_t n);
+static void test_unscale(void) {
+    Config c = *preset_find("tiny-llama");
+    c.vocab_size = 256; c.seq_len = 32;
+    Model gm_, *gm = &gm_;
+    model_build(gm, &c, 2, 32, 1);
+    cpu::Model cm_, *cm = &cm_;
+    cpu::model_build(cm, &c, 2, 32, 1);
+    const size_t P = gm->L.total;
+    printf("model_unscale_check (train_sdc.cu) vs the CPU trainer's, %s, %zu gradients\n", "tiny-llama", P);
+    float* g = h_normal(P, 3e4, 0.0, 0);
+    g[P / 3] = 3.0e38f;                        /* huge but finite: not found_inf */
+    const float s = ldexpf(1.0f, -15);
+    cudaCheck(cudaMemcpy(gm->grads, g, P * 4, cudaMemcpyHostToDevice));
+    memcpy(cm->grads, g, P * 4);
+    int fg = model_unscale_check(gm, s), fc = cpu::model_unscale_check(cm, s);
+    float* got = dl_f32(gm->grads, P, NULL);
+    size_t differ = bits_differ(got, cm->grads, P);
+    check(fg == 0 && fc == 0 && differ == 0, "    finite gradients x 2^-15: found_inf gpu %d cpu %d (want 0), %zu unscaled values differ bitwise", fg, fc, differ);
+    free(got);
+    const size_t where[3] = {0, P / 2, P - 1};
+    const float bads[3] = {NAN, INFINITY, -INFINITY};
+    for (int w = 0; w < 3; w++)
+        for (int b = 0; b < 3; b++) {
+            float* h = h_copy(g, P);
+            h[where[w]] = bads[b];
+            cudaCheck(cudaMemcpy(gm->grads, h, P * 4, cudaMemcpyHostToDevice));
+            memcpy(cm->grads, h, P * 4);
+            fg = model_unscale_check(gm, s);
+            fc = cpu::model_unscale_check(cm, s);
+            check(fg == 1 && fc == 1, "    %-4g at gradient %-8zu: found_inf gpu %d cpu %d (want 1)", bads[b], where[w], fg, fc);
+            free(h);
+        }
+    free(g);
+    cpu::model_free(cm);
+    model_free(gm);
+    matmul_init();   /* model_free released cuBLASLt; the kernel tests after this one use it */
+}
+
+/* ------------------------------------------------------------------ fault injection (fault.cuh) */
+/* fault_apply_device against the CPU's fault_apply_host (llmc/fault.h) on the same bf16 values and the same
+ * event (every element hit, 4 random bits of 16 each): the stored 16-bit patterns must be identical,
+ * including the NaNs the flips create (their payloads are the bits the fault model says; a conversion
+ * through fp32 -> bf16 rounding would make them the canonical NaN) */
+static void test_fault_flip(void) {
+    printf("fault injection (llmc/fault.cuh) vs fault_apply_host (llmc/fault.h): stored bits after 4-bit flips, NaN payloads included\n");
+    size_t sizes[] = {4099, 65536};
+    for (int ci = 0; ci < 2; ci++) {
+        size_t n = sizes[ci];
+        float* h = h_normal(n, 1.0, 0.0, 1);
+        bf16* d = d_bf16(h, n);
+        FaultCtx fg, fc;
+        memset(&fg, 0, sizeof(fg));
+        fg.width = 16;
+        fg.ev.active = 1; fg.ev.nbits = 4; fg.ev.seed = 1234 + ci; fg.ev.field = FIELD_ALL; fg.ev.m = (long long)n;
+        fc = fg;
+        fault_apply_device(&fg, d, n, g_s);
+        fault_apply_host(&fc, h, n);
+        cudaCheck(cudaDeviceSynchronize());
+        uint16_t* got = (uint16_t*)mallocCheck(n * 2);
+        cudaCheck(cudaMemcpy(got, d, n * 2, cudaMemcpyDeviceToHost));
+        size_t bad = 0, nan = 0, first = 0;
+        for (size_t i = 0; i < n; i++) {
+            const uint16_t want = (uint16_t)(f32_bits(h[i]) >> 16);   /* the CPU keeps the flipped pattern exactly */
+            nan += h[i] != h[i];
+            if (got[i] != want) { if (!bad) first = i; bad++; }
+        }
+        check(bad == 0 && nan > 0 && fg.injected == 1 && fc.injected == 1,
+              "    n %-6zu every element flipped: %zu stored patterns differ from the CPU's (first [%zu]: gpu %04x cpu %04x); %zu NaNs made",
+              n, bad, first, bad ? got[first] : 0, bad ? (unsigned)(f32_bits(h[first]) >> 16) : 0, nan);
+        free(h); free(got);
         dfree_all();
     }
 }
@@ -1859,7 +2083,8 @@ static int want(const char* name, const char* group) {
 
 #define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
     "  LIST: comma-separated, of kernels reference determinism att_faults update_norm att_checks convert embedding\n" \
-    "        rmsnorm rope attention attention_split attcheck elementwise classifier adamw global_norm matmul\n"
+    "        rmsnorm rope attention attention_split attcheck elementwise classifier adamw global_norm matmul\n" \
+    "        fingerprint matmul_cache fault_flip argmax unscale attention_chunked\n"
 
 int main(int argc, char** argv) {
     const char *states = "dev/reference/states", *ckpts = "build/ref";
@@ -1891,7 +2116,9 @@ int main(int argc, char** argv) {
         {"convert", test_convert}, {"embedding", test_embedding}, {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
         {"attention", test_attention}, {"attention_split", test_attention_split}, {"attcheck", test_attcheck},
         {"elementwise", test_elementwise}, {"classifier", test_classifier},
-        {"adamw", test_adamw}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"matmul", test_matmul}};
+        {"adamw", test_adamw}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"matmul", test_matmul},
+        {"matmul_cache", test_matmul_cache}, {"fault_flip", test_fault_flip}, {"argmax", test_argmax}, {"unscale", test_unscale},
+        {"attention_chunked", test_attention_chunked}};
     if (want("init", NULL)) test_init();
     double t0 = wall_seconds();
     int any = 0;

@@ -1,0 +1,161 @@
+"""The GPU trainer (train_sdc.cu) run on the CUDA emulation (./train_sdc_emu, dev/cuda_emu; `make emu`),
+as a user runs it: its losses against the CPU trainer's emulation of the same AMP (./train_sdc -precision
+bf16) from the reference checkpoints, checkpoints that resume across the two trainers, 2 emulated ranks
+(NCCL over MPI) against 1 rank x 2 microbatches, and the protection tests of scripts/gpu_check.sh's
+protect phase (Q/K-path faults caught with the replayed run bit-identical to the clean emulated run;
+calibrated clean steps without an alarm).
+
+Tolerance for GPU vs CPU bf16 losses: relative 2e-3 per step (test_sdc.cu's loss bound for the
+reference states). The two trainers round the same tensors to bf16 but sum in different orders (cuBLASLt
+blocks vs the CPU's serial k loop, warp trees vs serial sums) and the GPU rounds a few GEMM inputs the
+CPU keeps in fp32 (attention probs and dlogits, docs/cuda_kernels.md), so they agree to bf16 noise, not
+bitwise; measured 2026-12 on 5 steps: at most 2.3e-4. A real bug gives errors near 1e-1 or more.
+
+TSDC_EMU_FULL=1 (make test-emu-full) runs the longer variants: all three presets in the Q/K-fault test,
+and 200 calibrated clean steps (make test: tiny-llama, 40 steps). Data: the byte-level tinyshakespeare
+shards of tests/test_trainer.py."""
+import os
+import subprocess
+
+import pytest
+
+from test_trainer import BIN, MPIRUN, MPI_ENV, ROOT, data, steps  # noqa: F401
+
+EMU_BIN = os.path.join(ROOT, "train_sdc_emu")
+FULL = os.environ.get("TSDC_EMU_FULL", "0") not in ("", "0")
+LOSS_RTOL = 2e-3
+
+pytestmark = pytest.mark.skipif(not os.path.exists(EMU_BIN), reason="train_sdc_emu not built (make emu)")
+
+
+def run_bin(binary, args, mpi=0, check=True, timeout=1800, threads=1):
+    cmd = ([MPIRUN, "-np", str(mpi)] if mpi else []) + (binary if isinstance(binary, list) else [binary]) + [str(a) for a in args]
+    e = dict(os.environ)
+    e["OMP_NUM_THREADS"] = str(threads)
+    if mpi:
+        e.update(MPI_ENV)
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=e, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return p
+
+
+def emu(args, **kw):
+    return run_bin(EMU_BIN, args, **kw)
+
+
+def cpu(args, **kw):
+    return run_bin([BIN, "-precision", "bf16"], args, **kw)
+
+
+def small(data, out, **kw):
+    """the settings of tests/test_protect.py (vocab 256, T 32, B 2) and of test_sdc.cu's reference states"""
+    a = {"-vocab": 256, "-seq": 32, "-B": 2, "-train": data / "train.bin", "-lr": 1e-3, "-warmup": 2,
+         "-eval_every": 0, "-out": out}
+    a.update(kw)
+    args = []
+    for k, v in a.items():
+        args += [k, v]
+    return args + ["-quiet"]
+
+
+def ref_ckpt(preset):
+    ck = os.path.join(ROOT, "build", "ref", f"{preset}.ckpt")
+    if not os.path.exists(ck):
+        pytest.skip("build/ref not built (make refckpts)")
+    return ck
+
+
+def rel_diffs(a, b, which):
+    return {s: abs(a[s]["loss"] - b[s]["loss"]) / abs(b[s]["loss"]) for s in which}
+
+
+def ckpt(out, step):
+    return open(os.path.join(out, f"step_{step:06d}.ckpt"), "rb").read()
+
+
+# ------------------------------------------------------------------------ GPU trainer vs CPU bf16
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3", "tiny-nanochat"])
+def test_losses_match_cpu_bf16(data, tmp_path, preset):
+    kw = {"-preset": preset, "-init": ref_ckpt(preset), "-steps": 5}
+    emu(small(data, tmp_path / "gpu", **kw))
+    cpu(small(data, tmp_path / "cpu", **kw))
+    g, c = steps(tmp_path / "gpu"), steps(tmp_path / "cpu")
+    assert sorted(g) == sorted(c) == [1, 2, 3, 4, 5]
+    d = rel_diffs(g, c, g)
+    print(preset, "GPU (emulated):", [round(g[s]["loss"], 6) for s in sorted(g)])
+    print(preset, "CPU bf16:      ", [round(c[s]["loss"], 6) for s in sorted(c)], f"largest rel diff {max(d.values()):.2e}")
+    assert max(d.values()) <= LOSS_RTOL, d
+
+
+# ------------------------------------------------------------------ checkpoints across the trainers
+@pytest.mark.parametrize("writer", ["gpu", "cpu"])
+def test_checkpoint_resumes_in_the_other_trainer(data, tmp_path, writer):
+    """one trainer writes step 3 of 5, the other resumes it; steps 4-5 match the writer's uninterrupted run"""
+    first, second = (emu, cpu) if writer == "gpu" else (cpu, emu)
+    kw = {"-preset": "tiny-qwen3", "-init": ref_ckpt("tiny-qwen3"), "-steps": 5}
+    first(small(data, tmp_path / "full", **kw))
+    first(small(data, tmp_path / "part", **kw, **{"-stop_at": 3, "-ckpt_every": 3}))
+    p = second(small(data, tmp_path / "part", **{k: v for k, v in kw.items() if k != "-init"},
+                     **{"-resume": tmp_path / "part" / "step_000003.ckpt"}))
+    assert "resumed from" in p.stdout, p.stdout[-1000:]
+    a, b = steps(tmp_path / "part"), steps(tmp_path / "full")
+    assert {4, 5} <= set(a), sorted(a)
+    d = rel_diffs(a, b, [4, 5])
+    print(f"written by {writer}, resumed by the other: rel loss diff at steps 4, 5: {d[4]:.2e} {d[5]:.2e}")
+    assert max(d.values()) <= LOSS_RTOL, d
+
+
+# ---------------------------------------------------------------------- data parallelism (NCCL)
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+def test_two_emulated_ranks_equal_one_rank_two_microbatches(data, tmp_path):
+    """mpirun -np 2: gradients summed by ncclAllReduce (the emulation's NCCL over MPI) against one rank
+    accumulating the same two microbatches. Same bf16 math, the fp32 gradient sums in another order:
+    relative 1e-4 per step (measured: below 1e-6)"""
+    kw = {"-preset": "tiny-llama", "-init": ref_ckpt("tiny-llama"), "-steps": 4}
+    p = emu(small(data, tmp_path / "r2", **kw, **{"-accum": 1}), mpi=2)
+    assert "2 ranks" in p.stdout, p.stdout[-1000:]
+    emu(small(data, tmp_path / "r1", **kw, **{"-accum": 2}))
+    a, b = steps(tmp_path / "r2"), steps(tmp_path / "r1")
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4]
+    d = rel_diffs(a, b, a)
+    print(f"2 ranks x 1 vs 1 rank x 2 microbatches: largest rel loss diff {max(d.values()):.2e}")
+    assert max(d.values()) <= 1e-4, d
+
+
+# ------------------------------------------------------------------------------------ protection
+QK_PRESETS = ["tiny-llama", "tiny-qwen3", "tiny-nanochat"] if FULL else ["tiny-llama"]
+
+
+@pytest.mark.parametrize("preset", QK_PRESETS)
+def test_qk_faults_caught_and_replay_is_exact(data, tmp_path, preset):
+    """gpu_check.sh's protect phase: forward Q/K-path faults (m = 1, 10, 1000 elements) in every step are
+    caught by the Q/K recomputation, the step is replayed, and the final weights are the clean run's bytes"""
+    base = {"-preset": preset, "-steps": 6, "-accum": 2, "-warmup": 5}
+    emu(small(data, tmp_path / "clean", **base))
+    for m in (1, 10, 1000):
+        out = tmp_path / f"m{m}"
+        emu(small(data, out, **base, **{"-protect": "qk", "-fault_mode": "campaign", "-fault_sites": "qk", "-fault_pass": "fwd",
+                                        "-fault_m": m, "-fault_seed": 11 + m, "-fault_mb": -1}))
+        st = steps(out)
+        assert sorted(st) == [1, 2, 3, 4, 5, 6]
+        for s, r in st.items():
+            assert r["injections"] == 1, (m, s, r)
+            assert r["replayed"] == 1 and r["alarm"].startswith("qk"), (m, s, r)
+        assert ckpt(out, 6) == ckpt(tmp_path / "clean", 6), f"m {m}: final checkpoint differs from the clean emulated run"
+
+
+def test_calibrated_clean_steps_raise_no_alarm(data, tmp_path):
+    """100 clean calibration steps (-rgg_calibrate; 3 microbatches a step, the peers of the Residual Gain Guard on one
+    process, as tests/test_protect.py), then protected clean steps (-protect all) without an alarm:
+    200 with TSDC_EMU_FULL=1 (as gpu_check.sh), 40 in make test"""
+    n = 200 if FULL else 40
+    cal = tmp_path / "rgg.cal"
+    kw = {"-preset": "tiny-llama", "-steps": 100 + n, "-warmup": 5, "-accum": 3}
+    emu(small(data, tmp_path / "cal", **kw, **{"-stop_at": 100, "-rgg_calibrate": cal}))
+    emu(small(data, tmp_path / "cal", **kw, **{"-resume": tmp_path / "cal" / "step_000100.ckpt", "-protect": "all",
+                                              "-rgg_calibration": cal}))
+    st = steps(tmp_path / "cal")
+    protected = [st[s] for s in range(101, 101 + n)]
+    assert len(protected) == n
+    assert sum(r["alarms"] for r in protected) == 0, [(r["step"], r["alarm"]) for r in protected if r["alarms"]]
