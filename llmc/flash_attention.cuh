@@ -36,6 +36,9 @@
  *   dk, dv    grid (T/BK, KV, B): per key tile of one kv head, the g query heads in order h = j*g ..
  *             j*g+g-1, and for each the query tiles from the diagonal to the end in order: S^T = K Q^T,
  *             dP^T = V dO^T, P^T and dZ^T to shared memory, dv += P^T dO, dk += dZ^T Q.
+ *             (At B = 1 this grid is small, T/BK x KV blocks: 128 for llama3.2-1b at T 1024, under one
+ *             block an SM on an H200. If measured slow: split the g heads over blocks, write fp32 partials
+ *             and sum them in head order in a second pass; the bits then change, the determinism not.)
  * Summation order (bitwise reproducible, no atomics): every dot over d ascending; o, dq over s
  * ascending (tile by tile); dk, dv over (h ascending, then t ascending) in one fp32 accumulator each;
  * each output rounded once to bf16 (dq, dk times scale first).
