@@ -1801,19 +1801,21 @@ static void test_att_faults(const char* preset) {
  * bf16 rounding of the materialised path (logits, loss, gradients) and bitwise reproducible; an att_logits /
  * att_probs fault due (either pass) moves only its layer to the materialised path, and with m = 0 the run stays
  * within rounding of the clean one; a forward att_out fault on the fused path leaves the backward's D on the
- * clean out (as the CPU's backward, which reads the probs): layer 1's and 0's gradients match the materialised
- * path's under the same fault. */
+ * clean out (as the CPU's backward, which reads the probs): layer 1's W_Q, W_K gradients match the materialised
+ * path's under the same fault. Rounding-level path differences grow through the random-weight model to a few
+ * 1e-3 (measured under the emulation: logits 6e-3 to 7e-3, gradients 5e-3 to 8e-3), so the limit is 2e-2, the
+ * reference test's floor (5e-2 for the W_Q, W_K gradients under a fault in a tenth of out). */
 static float* bits_to_floats(const uint16_t* x, size_t n) {
     float* y = h_alloc(n);
     for (size_t i = 0; i < n; i++) y[i] = bf16_bits_to_f32(x[i]);
     return y;
 }
-/* relative L2 of the gradients of the tensors of layers <= l1 */
-static double grads_rel_l2_below(const Model* gm, const float* a, const float* ref, int l1) {
+/* relative L2 of the gradients of layer l's W_Q and W_K (where the attention backward's dq, dk go first) */
+static double grads_rel_l2_qk(const Model* gm, const float* a, const float* ref, int l) {
     double se = 0, sr = 0;
     for (int i = 0; i < gm->L.n; i++) {
         const TensorInfo* t = &gm->L.t[i];
-        if (t->layer < 0 || t->layer > l1) continue;
+        if (t->layer != l || (t->type != PT_WQ && t->type != PT_WK)) continue;
         for (size_t j = 0; j < t->numel; j++) {
             double e = (double)a[t->offset + j] - ref[t->offset + j];
             se += e * e;
@@ -1844,9 +1846,9 @@ static void test_flash_model(const char* preset) {
     model_set_attention_materialised(gm, 0);
     float *lf = bits_to_floats(fu.logits, nl), *lm = bits_to_floats(ma.logits, nl);
     double el = rel_l2(lf, lm, nl), eg = rel_l2(fu.grads, ma.grads, P), ell = fabs((double)fu.loss - ma.loss) / fabs((double)ma.loss);
-    check(nf == L && nm == 0 && el < 1e-2 && ell < 2e-3 && eg < 1e-2,
+    check(nf == L && nm == 0 && el < 2e-2 && ell < 2e-3 && eg < 2e-2,
           "  clean: fused layers %d of %d (materialised switch: %d); vs materialised: logits rel L2 %.2e, loss rel %.2e, gradients rel L2 "
-          "%.2e (< 1e-2, 2e-3, 1e-2)", nf, L, nm, el, ell, eg);
+          "%.2e (< 2e-2, 2e-3, 2e-2)", nf, L, nm, el, ell, eg);
     AttRun fu2 = att_run(gm, NULL, B, T);
     int same = f32_bits(fu2.loss) == f32_bits(fu.loss) && !memcmp(fu2.logits, fu.logits, nl * 2) && grads_differ(gm, fu2.grads, fu.grads, -1) == 0;
     check(same, "  clean: a second forward + backward bitwise equal (loss, logits, gradients): %s", same ? "yes" : "NO");
@@ -1866,23 +1868,24 @@ static void test_flash_model(const char* preset) {
             for (int l = 0; l < L; l++) paths &= gm->la[l].fused == (l != 1);
             float* lx = bits_to_floats(f.logits, nl);
             double e1 = rel_l2(lx, lf, nl), e2 = rel_l2(f.grads, fu.grads, P);
-            check(fx.injected == 1 && paths && e1 < 1e-2 && e2 < 1e-2,
-                  "  %s %s m 0: injected %d, only layer 1 materialised: %s; vs the clean fused run: logits rel L2 %.2e, gradients %.2e (< 1e-2)",
+            check(fx.injected == 1 && paths && e1 < 2e-2 && e2 < 2e-2,
+                  "  %s %s m 0: injected %d, only layer 1 materialised: %s; vs the clean fused run: logits rel L2 %.2e, gradients %.2e (< 2e-2)",
                   PASS_NAMES[pass], SITE_NAMES[sites[si]], fx.injected, paths ? "yes" : "NO", e1, e2);
             free(lx);
             att_free(&f);
         }
-    /* att_out, forward, 64 sign flips at layer 1: fused and materialised paths agree on the gradients below */
-    fx.ev.site = SITE_ATT_OUT; fx.ev.pass = PASS_FWD; fx.ev.field = FIELD_SIGN; fx.ev.m = 64;
+    /* att_out, forward, 1024 sign flips at layer 1 (a tenth of the tensor): fused and materialised paths agree */
+    fx.ev.site = SITE_ATT_OUT; fx.ev.pass = PASS_FWD; fx.ev.field = FIELD_SIGN; fx.ev.m = 1024;
     AttRun ff = att_run(gm, &fx, B, T);
     int f1 = gm->la[1].fused, inj = fx.injected;
     model_set_attention_materialised(gm, 1);
     AttRun fm = att_run(gm, &fx, B, T);
     model_set_attention_materialised(gm, 0);
-    double eb = grads_rel_l2_below(gm, ff.grads, fm.grads, 1), ec = grads_rel_l2_below(gm, ff.grads, fu.grads, 1);
-    check(inj == 1 && fx.injected == 1 && f1 && eb < 1e-2 && ec > 1e-2,
-          "  fwd att_out m 64 (sign) on the fused path: layers 0..1 gradients vs the materialised path's with the same fault: rel L2 "
-          "%.2e (< 1e-2); vs the clean run: %.2e (> 1e-2: the fault reached them)", eb, ec);
+    double eb = grads_rel_l2_qk(gm, ff.grads, fm.grads, 1), ec = grads_rel_l2_qk(gm, ff.grads, fu.grads, 1);
+    /* measured under the emulation: 1.1e-2 / 1.4e-2 here; a fused backward whose D read the faulty out: 1.0 */
+    check(inj == 1 && fx.injected == 1 && f1 && eb < 5e-2 && ec > 1e-1,
+          "  fwd att_out m 1024 (sign) on the fused path: layer 1 W_Q, W_K gradients vs the materialised path's with the same fault: "
+          "rel L2 %.2e (< 5e-2); vs the clean run: %.2e (> 1e-1: the fault reached them)", eb, ec);
     att_free(&ff);
     att_free(&fm);
     FREE_ALL(lf, lm);
