@@ -97,6 +97,54 @@ build/cuda/sm%/test_sdc.o: test_sdc.cu train_sdc.cu train_sdc.c $(HEADERS) $(CUD
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$* -c -o $@ $<
 
+# CUDA emulation (dev/cuda_emu, issue 11): the same CUDA sources built with the host C++ compiler against
+# the project's own CUDA runtime / cuBLASLt / NCCL declarations (dev/cuda_emu/include; no CUDA toolkit)
+# and run on the CPU. cu2emu.py mirrors the sources into build/emu/src with each <<<...>>> launch and
+# __shared__ declaration rewritten (lines kept, #line names the original). test_sdc_emu: the whole
+# test_sdc.cu suite; train_sdc_emu: the GPU trainer (NCCL over MPI when mpicc exists); emu_selftest: the
+# emulator's own tests. `make test` runs them (test-emu), each emulated test under two schedules whose
+# device-to-host digests must agree (dev/cuda_emu/run_twice.py).
+EMU_CXX ?= g++
+EMU_DIR := dev/cuda_emu
+EMU_FLAGS := -std=c++17 -O2 -fopenmp -Wall -Wno-unknown-pragmas -Wno-sign-compare -Wno-unused-function -Wno-unused-variable \
+             -I$(EMU_DIR)/include
+EMU_HDRS := $(wildcard $(EMU_DIR)/include/*.h)
+EMU_SRCS := train_sdc.cu test_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS) $(EMU_DIR)/emu_selftest.cu
+EMU_LIB := build/emu/emu_runtime.o build/emu/cublaslt_emu.o
+ifneq ($(MPICC),)
+  EMU_MPI_FLAGS := -DUSE_MPI $(shell $(MPICC) --showme:compile 2>/dev/null)
+  EMU_MPI_LIBS := $(shell $(MPICC) --showme:link 2>/dev/null)
+endif
+.PHONY: emu test-emu test-emu-full
+emu: test_sdc_emu train_sdc_emu emu_selftest
+
+build/emu/src.stamp: $(EMU_SRCS) $(EMU_DIR)/cu2emu.py
+	@mkdir -p build/emu/src
+	$(PYTHON) $(EMU_DIR)/cu2emu.py --out build/emu/src $(EMU_SRCS)
+	@touch $@
+build/emu/emu_runtime.o: $(EMU_DIR)/emu_runtime.cpp $(EMU_HDRS)
+	@mkdir -p build/emu
+	$(EMU_CXX) $(EMU_FLAGS) -c -o $@ $<
+build/emu/cublaslt_emu.o: $(EMU_DIR)/cublaslt_emu.cpp $(EMU_HDRS)
+	@mkdir -p build/emu
+	$(EMU_CXX) $(EMU_FLAGS) -c -o $@ $<
+build/emu/nccl_emu.o: $(EMU_DIR)/nccl_emu.cpp $(EMU_HDRS)
+	$(EMU_CXX) $(EMU_FLAGS) -c -o $@ $<
+build/emu/nccl_emu_mpi.o: $(EMU_DIR)/nccl_emu.cpp $(EMU_HDRS)
+	$(EMU_CXX) $(EMU_FLAGS) $(EMU_MPI_FLAGS) -c -o $@ $<
+test_sdc_emu: build/emu/src.stamp $(EMU_LIB) build/emu/nccl_emu.o
+	$(EMU_CXX) $(EMU_FLAGS) -DUSE_NCCL -o $@ -x c++ build/emu/src/test_sdc.cu -x none $(EMU_LIB) build/emu/nccl_emu.o -lm
+train_sdc_emu: build/emu/src.stamp $(EMU_LIB) build/emu/nccl_emu_mpi.o
+	$(EMU_CXX) $(EMU_FLAGS) -DUSE_NCCL $(EMU_MPI_FLAGS) -o $@ -x c++ build/emu/src/train_sdc.cu -x none $(EMU_LIB) build/emu/nccl_emu_mpi.o $(EMU_MPI_LIBS) -lm
+emu_selftest: build/emu/src.stamp $(EMU_LIB)
+	$(EMU_CXX) $(EMU_FLAGS) -o $@ -x c++ build/emu/src/$(EMU_DIR)/emu_selftest.cu -x none $(EMU_LIB) -lm
+
+# the emulated tests of `make test`: the emulator's self-tests, then the whole test_sdc.cu suite under two
+# schedules (fwd, rev) run side by side, one core each; their digests must be equal
+test-emu: emu
+	./emu_selftest
+	OMP_NUM_THREADS=1 $(PYTHON) $(EMU_DIR)/run_twice.py -- ./test_sdc_emu -states dev/reference/states -ckpts build/ref
+
 # local Python environment for data preparation, the weight importer and the Python tests
 venv: $(VENV)/.stamp
 $(VENV)/.stamp: requirements.txt
@@ -113,9 +161,25 @@ build/ref/%.ckpt: dev/reference/states/%/model.safetensors dev/reference/hf_to_c
 	@mkdir -p build/ref
 	$(VPY) dev/reference/hf_to_ckpt.py dev/reference/states/$* $@ --preset $*
 
-test: all cuda-check venv refckpts
+test: all cuda-check venv refckpts emu
+	$(MAKE) --no-print-directory test-cublaslt
 	OMP_NUM_THREADS=2 ./test_sdc -states dev/reference/states -ckpts build/ref
+	$(MAKE) --no-print-directory test-emu
 	TSDC_DATA_DIR=$(SHARED_DATA) OMP_NUM_THREADS=2 $(VPY) -m pytest -q tests
 
 clean:
-	rm -rf train_sdc test_sdc train_sdc_cu test_sdc_cu build
+	rm -rf train_sdc test_sdc train_sdc_cu test_sdc_cu test_sdc_emu train_sdc_emu emu_selftest build
+
+# ---------------------------------------------------------------------------------------------------
+# cuBLASLt emulation (dev/cuda_emu, issue 11): its unit tests, with the host compiler only (no CUDA
+# toolkit). test-cublaslt runs them with 2 threads, 1 thread, and SSE2 forced: the bits must not change.
+EMU_CXX ?= g++
+EMU_CXXFLAGS ?= -std=c++17 -O2 -fopenmp -Wall -Idev/cuda_emu/include
+build/emu/test_cublaslt: dev/cuda_emu/test_cublaslt.cpp dev/cuda_emu/cublaslt_emu.cpp dev/cuda_emu/include/cublasLt.h dev/cuda_emu/include/library_types.h dev/cuda_emu/include/cuda_emu_cublaslt_stats.h
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -o $@ dev/cuda_emu/test_cublaslt.cpp dev/cuda_emu/cublaslt_emu.cpp
+test-cublaslt: build/emu/test_cublaslt
+	@for env in "OMP_NUM_THREADS=2" "OMP_NUM_THREADS=1" "OMP_NUM_THREADS=2 CUBLASLT_EMU_SIMD=sse"; do \
+	  env $$env ./build/emu/test_cublaslt > build/emu/test_cublaslt.log 2>&1 || { cat build/emu/test_cublaslt.log; echo "FAILED with $$env"; exit 1; }; \
+	  echo "$$env: $$(tail -n 1 build/emu/test_cublaslt.log)"; done
+.PHONY: test-cublaslt

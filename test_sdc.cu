@@ -4,7 +4,7 @@
  *
  * LIST (comma-separated): kernels, reference, determinism, att_faults, update_norm, att_checks, or one kernel
  * test: convert embedding rmsnorm rope attention attention_split flash attcheck elementwise classifier adamw global_norm
- * matmul. Default: everything.
+ * matmul fingerprint matmul_cache fault_flip. Default: everything.
  *
  * (a) kernels: every launcher of the llmc .cuh files against its CPU reference (llmc/cpu_kernels.h; AdamW
  *     against the formula of train_sdc.c) on fresh seeded normal inputs, never zeros. The inputs are
@@ -1220,6 +1220,82 @@ static void test_fingerprint(void) {
     }
 }
 
+/* ------------------------------------------------------------------ GEMM plan cache (matmul.cuh) */
+/* more distinct GEMM shapes than the plan cache holds (as -sample_every makes, one per prefix length):
+ * every product still right (fp32 C of exact bf16 products, k 8: exact sums of 8 terms with small
+ * integers), and the first shape, evicted and planned again, gives the same bits as the first time */
+static void test_matmul_cache(void) {
+    const int nshapes = MATMUL_CACHE_SIZE + 40, k = 8, n = 8;
+    printf("matmul plan cache: %d distinct shapes through a %d-plan cache (m 1..%d, n %d, k %d)\n", nshapes, MATMUL_CACHE_SIZE, nshapes, n, k);
+    const int mmax = nshapes;
+    float* A = h_alloc((size_t)mmax * k);
+    float* Bm = h_alloc((size_t)k * n);
+    for (int i = 0; i < mmax * k; i++) A[i] = (float)((i * 7) % 9 - 4);
+    for (int i = 0; i < k * n; i++) Bm[i] = (float)((i * 5) % 7 - 3);
+    bf16 *dA = d_bf16(A, (size_t)mmax * k), *dB = d_bf16(Bm, (size_t)k * n);
+    float* dC = d_f32_poison((size_t)mmax * n);
+    size_t bad = 0;
+    float* first = NULL;
+    for (int m = 1; m <= nshapes; m++) {
+        matmul_bf16(dC, 1, dA, dB, m, n, k, 0, 0, 1.0f, 0.0f, 1, 0, 0, 0, g_s);
+        if (m == 1 || m == nshapes || m % 64 == 0) {
+            float* got = dl_f32(dC, (size_t)m * n, NULL);
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) {
+                    float r = 0;
+                    for (int p = 0; p < k; p++) r += A[i * k + p] * Bm[p * n + j];
+                    bad += got[i * n + j] != r;
+                }
+            if (m == 1) first = h_copy(got, (size_t)n);
+            free(got);
+        }
+    }
+    matmul_bf16(dC, 1, dA, dB, 1, n, k, 0, 0, 1.0f, 0.0f, 1, 0, 0, 0, g_s);
+    float* again = dl_f32(dC, (size_t)n, NULL);
+    int same = memcmp(again, first, sizeof(float) * n) == 0;
+    check(bad == 0 && same && g_matmul_nplans == MATMUL_CACHE_SIZE,
+          "    %d shapes: %zu wrong elements; the evicted first shape planned again gives the same bits: %s; plans cached %d", nshapes,
+          bad, same ? "yes" : "NO", g_matmul_nplans);
+    FREE_ALL(A, Bm, first, again);
+    dfree_all();
+}
+
+/* ------------------------------------------------------------------ fault injection (fault.cuh) */
+/* fault_apply_device against the CPU's fault_apply_host (llmc/fault.h) on the same bf16 values and the same
+ * event (every element hit, 4 random bits of 16 each): the stored 16-bit patterns must be identical,
+ * including the NaNs the flips create (their payloads are the bits the fault model says; a conversion
+ * through fp32 -> bf16 rounding would make them the canonical NaN) */
+static void test_fault_flip(void) {
+    printf("fault injection (llmc/fault.cuh) vs fault_apply_host (llmc/fault.h): stored bits after 4-bit flips, NaN payloads included\n");
+    size_t sizes[] = {4099, 65536};
+    for (int ci = 0; ci < 2; ci++) {
+        size_t n = sizes[ci];
+        float* h = h_normal(n, 1.0, 0.0, 1);
+        bf16* d = d_bf16(h, n);
+        FaultCtx fg, fc;
+        memset(&fg, 0, sizeof(fg));
+        fg.width = 16;
+        fg.ev.active = 1; fg.ev.nbits = 4; fg.ev.seed = 1234 + ci; fg.ev.field = FIELD_ALL; fg.ev.m = (long long)n;
+        fc = fg;
+        fault_apply_device(&fg, d, n, g_s);
+        fault_apply_host(&fc, h, n);
+        cudaCheck(cudaDeviceSynchronize());
+        uint16_t* got = (uint16_t*)mallocCheck(n * 2);
+        cudaCheck(cudaMemcpy(got, d, n * 2, cudaMemcpyDeviceToHost));
+        size_t bad = 0, nan = 0, first = 0;
+        for (size_t i = 0; i < n; i++) {
+            const uint16_t want = (uint16_t)(f32_bits(h[i]) >> 16);   /* the CPU keeps the flipped pattern exactly */
+            nan += h[i] != h[i];
+            if (got[i] != want) { if (!bad) first = i; bad++; }
+        }
+        check(bad == 0 && nan > 0 && fg.injected == 1 && fc.injected == 1,
+              "    n %-6zu every element flipped: %zu stored patterns differ from the CPU's (first [%zu]: gpu %04x cpu %04x); %zu NaNs made",
+              n, bad, first, bad ? got[first] : 0, bad ? (unsigned)(f32_bits(h[first]) >> 16) : 0, nan);
+        free(h); free(got);
+        dfree_all();
+    }
+}
+
 /* ------------------------------------------------------------- attention checks (attcheck.cuh) */
 /* the four GPU checks (abft / att as the trainer's flags) on device tensors: failed heads per check */
 static void gpu_attcheck(int cnt[ATTC_NCHECK], int* dbuf, double* scratch, const bf16* lg, const bf16* pr, const bf16* out,
@@ -2066,7 +2142,8 @@ static int want(const char* name, const char* group) {
 
 #define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
     "  LIST: comma-separated, of kernels reference determinism att_faults update_norm att_checks convert embedding\n" \
-    "        rmsnorm rope attention attention_split flash attcheck elementwise classifier adamw global_norm matmul\n"
+    "        rmsnorm rope attention attention_split flash attcheck elementwise classifier adamw global_norm matmul\n" \
+    "        fingerprint matmul_cache fault_flip\n"
 
 int main(int argc, char** argv) {
     const char *states = "dev/reference/states", *ckpts = "build/ref";
@@ -2099,7 +2176,8 @@ int main(int argc, char** argv) {
         {"attention", test_attention}, {"attention_split", test_attention_split}, {"flash", test_flash_attention},
         {"attcheck", test_attcheck},
         {"elementwise", test_elementwise}, {"classifier", test_classifier},
-        {"adamw", test_adamw}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"matmul", test_matmul}};
+        {"adamw", test_adamw}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"matmul", test_matmul},
+        {"matmul_cache", test_matmul_cache}, {"fault_flip", test_fault_flip}};
     double t0 = wall_seconds();
     int any = 0;
     matmul_init();

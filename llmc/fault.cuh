@@ -3,7 +3,8 @@
  *
  * An event's m element indices and XOR masks are drawn on the host by fault_select (the shared random
  * selection, identical to the CPU trainer's), copied to the device, and applied by one kernel that
- * flips the bits of the bf16 storage (fault_flip_value with width 16, the function the CPU uses).
+ * XORs the mask into the raw bf16 storage bits (what fault_flip_value with width 16 does on the CPU;
+ * NaN payloads are kept).
  * The tensor's RMS before and after (for the event log) and the propagation-trace differences come
  * from a deterministic two-stage reduction in double (block partials summed on the host in order).
  * Layout: any bf16 tensor viewed flat [n]. Workspace slot 2 (partials). */
@@ -19,7 +20,9 @@
 __global__ static void fault_flip_kernel(bf16* x, const unsigned long long* idx, const uint32_t* mask, size_t m) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < m; i += (size_t)gridDim.x * blockDim.x) {
         size_t j = (size_t)idx[i];
-        x[j] = __float2bfloat16_rn(fault_flip_value(__bfloat162float(x[j]), mask[i], 16)); /* exact: a bf16 value */
+        /* the raw 16-bit pattern, as fault_flip_value on the CPU: a round trip through fp32 and
+         * __float2bfloat16_rn would turn every NaN the flip makes into the canonical 0x7FFF */
+        x[j] = __ushort_as_bfloat16((unsigned short)(__bfloat16_as_ushort(x[j]) ^ (unsigned short)mask[i]));
     }
 }
 

@@ -53,7 +53,8 @@ __global__ static void fingerprint_tensor_kernel(unsigned long long* part, const
 }
 static Fingerprint qk_fingerprint_dev(const bf16* z, size_t n, cudaStream_t stream) {
     unsigned long long* part = fingerprint_partials();
-    int blocks = 256;
+    int blocks = (int)(n < (size_t)256 * 256 ? (n + 255) / 256 : 256); /* XOR: any grid gives the same bits */
+    if (blocks < 1) blocks = 1;
     fingerprint_tensor_kernel<<<blocks, 256, 0, stream>>>(part, z, n);
     cudaCheck(cudaGetLastError());
     return fingerprint_collect(part, blocks, stream);

@@ -12,7 +12,13 @@
  * Determinism: the algorithm of each problem key (shape, transposes, C type, batch and strides,
  * whether beta is 0, and the alignment of the three pointers) is chosen once, by the first result of
  * cublasLtMatmulAlgoGetHeuristic, and cached; every later call of that key runs the same kernel with
- * the same 32 MiB workspace on the same stream, so it gives the same bits. (cuBLASLt's split-K
+ * the same 32 MiB workspace on the same stream, so it gives the same bits. The cache holds
+ * MATMUL_CACHE_SIZE plans; when a new key finds it full (sampling with -sample_every makes a shape per
+ * prefix length) the least recently used plan is evicted: the heuristic is a deterministic function of
+ * the key, so a key planned again gets the same algorithm.
+ * When the heuristic has no algorithm for the key's pointer alignments, it is asked once more without
+ * alignment preferences (cuBLASLt then assumes 256-byte aligned operands and checks them at the call);
+ * if that finds none either, the error names the shape and both attempts. (cuBLASLt's split-K
  * reduction schemes are sequential: INPLACE uses counters to keep the order, the others reduce in a
  * separate pass; no scheme uses floating-point atomics.)
  *
@@ -59,12 +65,14 @@ typedef struct {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t layA, layB, layC; /* cuBLAS's A' (our B), B' (our A), C */
     cublasLtMatmulAlgo_t algo;
+    unsigned long long last_use;             /* g_matmul_clock at the last call (LRU eviction) */
 } MatmulPlan;
 
 static cublasLtHandle_t g_cublaslt = NULL;
 static void* g_matmul_workspace = NULL;
 static MatmulPlan g_matmul_plans[MATMUL_CACHE_SIZE];
 static int g_matmul_nplans = 0;
+static unsigned long long g_matmul_clock = 0;
 
 static void matmul_init(void) {
     if (g_cublaslt) return;
@@ -137,15 +145,29 @@ static void matmul_layout(cublasLtMatrixLayout_t* lay, cudaDataType_t type, uint
 
 /* the cached plan of a key, made on first use */
 static const MatmulPlan* matmul_plan(const MatmulKey* key) {
+    g_matmul_clock++;
     for (int i = 0; i < g_matmul_nplans; i++)
-        if (matmul_key_equal(&g_matmul_plans[i].key, key)) return &g_matmul_plans[i];
-    if (g_matmul_nplans == MATMUL_CACHE_SIZE) {
-        char shape[320];
-        matmul_shape_string(shape, sizeof(shape), key);
-        tsdc_fail("matmul: more than %d distinct GEMM shapes (raise MATMUL_CACHE_SIZE); new one: %s", MATMUL_CACHE_SIZE, shape);
+        if (matmul_key_equal(&g_matmul_plans[i].key, key)) {
+            g_matmul_plans[i].last_use = g_matmul_clock;
+            return &g_matmul_plans[i];
+        }
+    MatmulPlan* p;
+    if (g_matmul_nplans == MATMUL_CACHE_SIZE) {   /* full: evict the least recently used plan */
+        p = &g_matmul_plans[0];
+        for (int i = 1; i < g_matmul_nplans; i++)
+            if (g_matmul_plans[i].last_use < p->last_use) p = &g_matmul_plans[i];
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->layA));
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->layB));
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->layC));
+        cublasCheck(cublasLtMatmulDescDestroy(p->desc));
+        g_matmul_nplans--;
+        *p = g_matmul_plans[g_matmul_nplans];    /* keep the live plans at 0 .. nplans-1 */
+        p = &g_matmul_plans[g_matmul_nplans];
+    } else {
+        p = &g_matmul_plans[g_matmul_nplans];
     }
-    MatmulPlan* p = &g_matmul_plans[g_matmul_nplans];
     memset(p, 0, sizeof(*p));
+    p->last_use = g_matmul_clock;
     p->key = *key;
     const int m = key->m, n = key->n, k = key->k;
 
@@ -179,10 +201,27 @@ static const MatmulPlan* matmul_plan(const MatmulKey* key) {
     cublasLtMatmulHeuristicResult_t res;
     memset(&res, 0, sizeof(res));
     int returned = 0;
-    matmul_check(cublasLtMatmulAlgoGetHeuristic(g_cublaslt, p->desc, p->layA, p->layB, p->layC, p->layC, pref, 1, &res, &returned),
-                 "MatmulAlgoGetHeuristic", key);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_cublaslt, p->desc, p->layA, p->layB, p->layC, p->layC, pref, 1, &res, &returned);
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    if (returned < 1 || res.state != CUBLAS_STATUS_SUCCESS) matmul_check(CUBLAS_STATUS_NOT_SUPPORTED, "heuristic (no algorithm)", key);
+    if (st == CUBLAS_STATUS_SUCCESS && (returned < 1 || res.state != CUBLAS_STATUS_SUCCESS)) st = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+        /* no algorithm for these alignments: ask again without alignment preferences */
+        cublasStatus_t st1 = st;
+        matmul_check(cublasLtMatmulPreferenceCreate(&pref), "MatmulPreferenceCreate", key);
+        matmul_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)), "MatmulPreferenceSetAttribute(WORKSPACE)", key);
+        memset(&res, 0, sizeof(res));
+        returned = 0;
+        st = cublasLtMatmulAlgoGetHeuristic(g_cublaslt, p->desc, p->layA, p->layB, p->layC, p->layC, pref, 1, &res, &returned);
+        cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+        if (st == CUBLAS_STATUS_SUCCESS && (returned < 1 || res.state != CUBLAS_STATUS_SUCCESS)) st = CUBLAS_STATUS_NOT_SUPPORTED;
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            char shape[320];
+            matmul_shape_string(shape, sizeof(shape), key);
+            tsdc_fail("cuBLASLt has no algorithm for GEMM %s: the heuristic returned none for these pointer alignments (%s) nor "
+                      "without alignment preferences (%s)", shape, cublasLtGetStatusString(st1), cublasLtGetStatusString(st));
+        }
+    }
+    matmul_check(st, "MatmulAlgoGetHeuristic", key);
     p->algo = res.algo;
     g_matmul_nplans++;
     return p;

@@ -13,6 +13,15 @@
 #include <string.h>
 
 #ifdef USE_MPI
+/* the C API only: in a C++ build (nvcc's .cu, the emulation's g++) OpenMPI's and MPICH's mpi.h also
+ * declare their C++ bindings, which need libmpi_cxx, not in `mpicc --showme:link` (undefined
+ * MPI::Comm::Comm() at link time) */
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 #endif
 
