@@ -40,6 +40,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/attention.cuh"
+#include "llmc/flash_attention.cuh"
 #include "llmc/rmsnorm.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/mlp.cuh"
@@ -57,13 +58,15 @@
 #include "llmc/rgg.h"
 
 /* ------------------------------------------------------------------------------------- model */
-typedef struct {                         /* all bf16 but the mean squares (fp32); site names as on the CPU */
+typedef struct {                         /* all bf16 but the mean squares and lse (fp32); site names as on the CPU */
     bf16 *attn_norm; float *attn_ms;     /* attn_norm */
     bf16 *q, *k, *v;                     /* q_proj k_proj v_proj */
     bf16 *qn, *kn; float *qn_ms, *kn_ms; /* q_norm k_norm (Qwen3, before RoPE) */
     bf16 *qr, *kr;                       /* q_rope k_rope */
     bf16 *qf, *kf; float *qf_ms, *kf_ms; /* q_norm k_norm (nanochat, after RoPE) */
-    bf16 *logits, *probs;                /* att_logits att_probs [B,H,T,T] */
+    bf16 *logits, *probs;                /* att_logits att_probs [B,H,T,T] (materialised path only) */
+    float* lse;                          /* [B,H,T] row logsumexp of the fused path (its backward reads it) */
+    int fused;                           /* this layer's last forward took the fused path (attention_fused) */
     bf16 *att_out, *o, *resid_mid;       /* att_out o_proj attn_residual */
     bf16 *mlp_norm; float *mlp_ms;       /* mlp_norm */
     bf16 *gate, *up, *act, *prod, *down; /* gate_proj (fc) up_proj act mlp_product down_proj */
@@ -100,6 +103,9 @@ typedef struct {
     void* trace_mem;                     /* device snapshot of act_mem for the propagation trace */
     FaultCtx* fx;                        /* fault injection (NULL: off) */
     bf16* att_scratch;                   /* [B,H,T,T] for att_logits/att_probs faults (model_att_scratch), else NULL */
+    bf16* att_out_clean;                 /* [N, H*hd]: att_out before a forward att_out fault on the fused path, else NULL */
+    int att_materialised;                /* 1: the materialised attention at every layer (model_set_attention_materialised) */
+    int last_B, last_T;                  /* shape of the last forward (the trace materialises with it) */
     int protect_qk;                      /* Q/K path recomputation on */
     int check_abft, check_att;           /* attention checks on (llmc/attcheck.cuh) */
     int alarms[CHECK_KINDS], first_layer[CHECK_KINDS];   /* since model_qk_reset, by kind (CHECK_QK/ABFT/ATT) */
@@ -164,6 +170,26 @@ static void attention_forward_faults(Model* model, LayerActs* a, int l, int B, i
     }
 }
 
+/* Fused attention (llmc/flash_attention.cuh: no [B,H,T,T] tensor written) at layer l, unless something
+ * needs the materialised logits and probs there: the attention checks (-detect abft, -protect att read them
+ * at every layer), an att_logits / att_probs fault due at this layer in this microbatch (either pass: the
+ * backward injection needs the stored probs), model_set_attention_materialised, or a head_dim the fused
+ * kernels lack. The forward records the choice in the layer (a->fused); the backward follows it. A layer
+ * that switches for a fault event differs from the fused run at the bf16 rounding level (see the README). */
+static int attention_fused(const Model* model, int l) {
+    const FaultCtx* fx = model->fx;
+    if (model->att_materialised || model->check_abft || model->check_att || !flash_attention_supported(model->c.head_dim)) return 0;
+    return !(fault_due(fx, SITE_ATT_LOGITS, l, PASS_FWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_FWD) ||
+             fault_due(fx, SITE_ATT_LOGITS, l, PASS_BWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_BWD));
+}
+/* the fused backward takes D = rowsum(dout * out) from the stored out; a forward att_out fault must not
+ * reach it there (the CPU's backward reads the probs, not out): the clean out is kept aside first */
+static bf16* model_att_out_clean(Model* model) {
+    if (!model->att_out_clean)
+        cudaCheck(cudaMalloc(&model->att_out_clean, (size_t)model->B * model->T * model->c.n_head * model->c.head_dim * sizeof(bf16)));
+    return model->att_out_clean;
+}
+
 static void model_build(Model* model, const Config* c, int B, int T, int precision) {
     memset(model, 0, sizeof(*model));
     model->c = *c; model->B = B; model->T = T; model->precision = precision;
@@ -225,7 +251,7 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
             if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
                 CARVE_BF(a->qf, N * qd); CARVE_BF(a->kf, N * kd); CARVE_F(a->qf_ms, N * H); CARVE_F(a->kf_ms, N * KV);
             }
-            CARVE_BF(a->logits, att); CARVE_BF(a->probs, att);
+            CARVE_BF(a->logits, att); CARVE_BF(a->probs, att); CARVE_F(a->lse, N * H);
             CARVE_BF(a->att_out, N * qd); CARVE_BF(a->o, N * d); CARVE_BF(a->resid_mid, N * d);
             CARVE_BF(a->mlp_norm, N * d); CARVE_F(a->mlp_ms, N);
             CARVE_BF(a->gate, N * F); CARVE_BF(a->act, N * F);
@@ -265,6 +291,7 @@ static void model_free(Model* model) {
     cudaCheck(cudaFree(model->rope_sin)); cudaCheck(cudaFree(model->act_mem));
     if (model->trace_mem) cudaCheck(cudaFree(model->trace_mem));
     if (model->att_scratch) cudaCheck(cudaFree(model->att_scratch));
+    if (model->att_out_clean) cudaCheck(cudaFree(model->att_out_clean));
     if (model->chk_dev) cudaCheck(cudaFree(model->chk_dev));
     if (model->chk_host) cudaCheck(cudaFreeHost(model->chk_host));
     if (model->chk_scratch) cudaCheck(cudaFree(model->chk_scratch));
@@ -431,6 +458,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         cudaCheck(cudaMemsetAsync(model->chk_dev, 0, sizeof(int) * attcheck_dev_ints(model), s));
     }
 
+    model->last_B = B; model->last_T = T;
     embedding_forward(model->emb, model->inputs, W(PT_WTE, -1), N, d, s);
     bf16* x = model->emb;
     if (c->embed_norm) { rmsnorm_forward(model->x0, model->emb_ms, x, W(PT_EMBED_NORM, -1), N, d, eps, s); x = model->x0; }
@@ -484,8 +512,15 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             qc = a->qf; kc = a->kf;
         }
         if (model->protect_qk) qk_recompute_check(model, l, B, T, fq, fk);
-        attention_forward(a->att_out, a->logits, a->probs, qc, kc, a->v, B, T, H, KV, hd, s);
-        attention_forward_faults(model, a, l, B, T, s);
+        a->fused = attention_fused(model, l);
+        if (a->fused) {
+            flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, s);
+            if (fault_due(model->fx, SITE_ATT_OUT, l, PASS_FWD))
+                cudaCheck(cudaMemcpyAsync(model_att_out_clean(model), a->att_out, sizeof(bf16) * N * qd, cudaMemcpyDeviceToDevice, s));
+        } else {
+            attention_forward(a->att_out, a->logits, a->probs, qc, kc, a->v, B, T, H, KV, hd, s);
+            attention_forward_faults(model, a, l, B, T, s);
+        }
         FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
         if (checks) {
             const size_t nbh_max = (size_t)model->B * H;
@@ -625,22 +660,28 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
          * value at s > t, which the CPU never reads: the backward gets a masked copy. A backward fault runs
          * the split backward, which stores dprobs (the gradient of att_probs) and then, in place, dlogits
          * (of att_logits) as bf16 [B,H,T,T] tensors to inject into. */
-        const bf16* probs = a->probs;
-        if (fault_due(model->fx, SITE_ATT_PROBS, l, PASS_FWD)) {
-            bf16* pm = model_att_scratch(model);
-            attention_causal_mask(pm, a->probs, B, H, T, s);
-            probs = pm;
-        }
-        if (fault_due(model->fx, SITE_ATT_PROBS, l, PASS_BWD) || fault_due(model->fx, SITE_ATT_LOGITS, l, PASS_BWD)) {
-            const size_t natt = (size_t)B * H * T * T;
-            bf16* dpl = model_att_scratch(model); /* not the masked probs: that needs a forward event */
-            attention_split_av_backward(dpl, model->dv, model->datt, probs, a->v, B, T, H, KV, hd, s);
-            FAULT_BWD(SITE_ATT_PROBS, l, dpl, natt);
-            attention_split_softmax_backward(dpl, dpl, probs, B, H, T, s);
-            FAULT_BWD(SITE_ATT_LOGITS, l, dpl, natt);
-            attention_split_logits_backward(model->dq, model->dk, dpl, qc, kc, B, T, H, KV, hd, s);
+        if (a->fused) {
+            /* fused backward: P recomputed from q, k and the saved lse; D from the clean out */
+            const bf16* o = fault_due(model->fx, SITE_ATT_OUT, l, PASS_FWD) ? model->att_out_clean : a->att_out;
+            flash_attention_backward(model->dq, model->dk, model->dv, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, s);
         } else {
-            attention_backward(model->dq, model->dk, model->dv, model->datt, probs, qc, kc, a->v, B, T, H, KV, hd, s);
+            const bf16* probs = a->probs;
+            if (fault_due(model->fx, SITE_ATT_PROBS, l, PASS_FWD)) {
+                bf16* pm = model_att_scratch(model);
+                attention_causal_mask(pm, a->probs, B, H, T, s);
+                probs = pm;
+            }
+            if (fault_due(model->fx, SITE_ATT_PROBS, l, PASS_BWD) || fault_due(model->fx, SITE_ATT_LOGITS, l, PASS_BWD)) {
+                const size_t natt = (size_t)B * H * T * T;
+                bf16* dpl = model_att_scratch(model); /* not the masked probs: that needs a forward event */
+                attention_split_av_backward(dpl, model->dv, model->datt, probs, a->v, B, T, H, KV, hd, s);
+                FAULT_BWD(SITE_ATT_PROBS, l, dpl, natt);
+                attention_split_softmax_backward(dpl, dpl, probs, B, H, T, s);
+                FAULT_BWD(SITE_ATT_LOGITS, l, dpl, natt);
+                attention_split_logits_backward(model->dq, model->dk, dpl, qc, kc, B, T, H, KV, hd, s);
+            } else {
+                attention_backward(model->dq, model->dk, model->dv, model->datt, probs, qc, kc, a->v, B, T, H, KV, hd, s);
+            }
         }
         FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
         bf16 *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
@@ -853,18 +894,36 @@ static bf16* model_site_tensor(Model* model, int site, int l, int B, int T, size
     *n = 0;
     return NULL;
 }
+/* The trace reads att_logits / att_probs at every layer: a layer whose last forward took the fused path
+ * gets them materialised from its stored q, k, v (llmc/attention.cuh; its out goes to backward scratch, so
+ * att_out keeps the fused bits). A layer that switched path for the fault event (att_logits/att_probs)
+ * differs from the clean pass at the bf16 rounding level on top of the fault. */
+static void model_materialise_attention(Model* model, int l) {
+    const Config* c = &model->c;
+    LayerActs* a = &model->la[l];
+    if (!a->fused) return;
+    const bf16* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
+    const bf16* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
+    attention_forward(model->datt, a->logits, a->probs, qc, kc, a->v, model->last_B, model->last_T, c->n_head, c->n_kv_head, c->head_dim,
+                      model->stream);
+}
 static void model_trace_snapshot(Model* model) {
+    for (int l = 0; l < model->c.n_layer; l++) model_materialise_attention(model, l);
     if (!model->trace_mem) cudaCheck(cudaMalloc(&model->trace_mem, model->act_bytes));
     cudaCheck(cudaMemcpyAsync(model->trace_mem, model->act_mem, model->act_bytes, cudaMemcpyDeviceToDevice, model->stream));
 }
 static void model_trace_diff(Model* model, int site, int l, int B, int T, double* num, double* den) {
     size_t n;
+    if (site == SITE_ATT_LOGITS || site == SITE_ATT_PROBS) model_materialise_attention(model, l);
     const bf16* x = model_site_tensor(model, site, l, B, T, &n);
     const bf16* y = (const bf16*)((const char*)model->trace_mem + ((const char*)x - (const char*)model->act_mem));
     fault_sumsq(x, y, n, num, den, model->stream);
 }
 
 static void model_set_protect_qk(Model* model, int on) { model->protect_qk = on; }
+/* 1: the materialised attention (llmc/attention.cuh) at every layer; 0 (default): the fused one
+ * (llmc/flash_attention.cuh) wherever attention_fused allows */
+static __attribute__((unused)) void model_set_attention_materialised(Model* model, int on) { model->att_materialised = on != 0; }
 /* the attention checks (llmc/attcheck.cuh): ABFT (-detect abft) and ours (-protect att) */
 static void model_set_checks(Model* model, int abft, int att) { model->check_abft = abft != 0; model->check_att = att != 0; }
 /* alarms of one kind (CHECK_QK, CHECK_ABFT, CHECK_ATT) since model_qk_reset (the loop resets before each

@@ -13,7 +13,7 @@
  *   for that slot: a launcher fetches each slot it uses once, at its start. Slot owners:
  *       0..3  rmsnorm.cuh, global_norm.cuh (and other small reductions)
  *       4..7  attention.cuh (4: fp32 logits / dprobs chunk, 5: bf16 dlogits chunk,
- *             6: bf16 permuted q/k/v/dout, 7: fp32 permuted dq/dk/dv)
+ *             6: bf16 permuted q/k/v/dout, 7: fp32 permuted dq/dk/dv); flash_attention.cuh's D in 4
  * - cuda_device_check_or_exit(program): a clean one-line error where there is no usable GPU.
  *
  * Device code must not be built with --use_fast_math: the kernels use expf, 1.0f/x and sqrtf with
