@@ -13,9 +13,9 @@
 #include <string.h>
 
 #ifdef USE_MPI
-/* the C API only: in a C++ build (nvcc's .cu, the emulation's g++) OpenMPI's and MPICH's mpi.h also
- * declare their C++ bindings, which need libmpi_cxx, not in `mpicc --showme:link` (undefined
- * MPI::Comm::Comm() at link time) */
+/* the C API only: in a C++ build OpenMPI's and MPICH's mpi.h also declare their C++ bindings, which
+ * need libmpi_cxx, not in `mpicc --showme:link`: g++ (the CUDA emulation's build of the .cu files)
+ * emits their vtables and fails to link (undefined MPI::Comm::Comm()); nvcc happens not to */
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
 #endif
