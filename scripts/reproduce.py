@@ -37,16 +37,25 @@ import sdc_metrics as sm  # noqa: E402
 import expscale_select as es  # noqa: E402
 
 PRESETS = {
+    # the continuation regime (issue 12, item 7): 600 clean steps of a 700-step schedule, so that the window
+    # runs at 15% -> 10% of the peak learning rate on a model trained twice as long as before (300 of 400)
     "tiny": dict(models=["tiny-llama", "tiny-qwen3"], trainer="./train_sdc", ranks=1, B=4, T=128, accum=3,
-                 lr=2e-3, warmup=30, pre=300, cal=100, window=100, eval_tokens=8192, precision="bf16",
+                 lr=2e-3, warmup=30, pre=600, cal=100, window=100, eval_tokens=8192, precision="bf16",
                  m={"tiny-llama": (10, 31, 3125), "tiny-qwen3": (10, 62, 6250)},
                  alpha_clean=200, alpha_events=48, fig3_k=9, jobs=2, threads=1, overhead_steps=30, overhead_rounds=3,
-                 ckpt_every=20, peers=True, profile_steps=4),
+                 ckpt_every=40, peers=True, profile_steps=4),
+    # what fits a shared 2-core machine in an hour (issue 12): tiny-llama, m = 10, no alpha sweep, peers,
+    # Figure 5 or overhead pass; Figure 3 on 5 candidate k (scripts/reproduce.sh --preset tiny --reduced)
+    "tiny_reduced": dict(models=["tiny-llama"], trainer="./train_sdc", ranks=1, B=4, T=128, accum=3,
+                         lr=2e-3, warmup=30, pre=600, cal=100, window=100, eval_tokens=8192, precision="bf16",
+                         m={"tiny-llama": (10, 31, 3125)}, reduced=True,
+                         alpha_clean=200, alpha_events=48, fig3_k=5, jobs=2, threads=1, overhead_steps=30, overhead_rounds=3,
+                         ckpt_every=100, peers=False, profile_steps=4),
     "smoke": dict(models=["tiny-llama"], trainer="./train_sdc", ranks=1, B=2, T=64, accum=3,
                   lr=2e-3, warmup=10, pre=130, cal=66, window=12, eval_tokens=1024, precision="bf16",
                   m={"tiny-llama": (10, 31, 1562)},
                   alpha_clean=8, alpha_events=4, fig3_k=3, jobs=2, threads=1, overhead_steps=6, overhead_rounds=1,
-                  ckpt_every=65, peers=True, profile_steps=1),
+                  ckpt_every=65, peers=True, profile_steps=1, fidelity_k=False),
     # DESIGN.md section 4: the paper's settings on 6 GPU ranks (B 1 x T 1024 x accum 8, lr 5e-5, warmup
     # 100, common checkpoint 1221, end 2035, 10 / 1,000 / 100,000 elements)
     "paper": dict(models=["llama3.2-1b", "qwen3-0.6b"], trainer="./train_sdc_cu", ranks=6, B=1, T=1024, accum=8,
@@ -62,13 +71,16 @@ METHODS = [  # Table 1 rows: name, label, flags (besides the campaign)
     ("abft", "ATTNChecker", ["-detect", "abft"]),
     ("harmful", "Harmful-update", ["-detect", "harmful"]),
     ("llmft", "LLMFT", ["-detect", "llmft"]),
-    ("ours", "TrainSDC (ours)", ["-protect", "all"]),
+    ("ours", "TrainSDC (ours)", ["-protect", "paper"]),
 ]
 ABLATION = [("qk", "Q/K path only", ["-protect", "qk"]), ("rgg", "Residual only", ["-protect", "rgg"]),
-            ("exp", "Exponent scaling only", ["-protect", "exp"]), ("ours", "Complete", ["-protect", "all"])]
-EXTRA = [("ours_att", "TrainSDC + attention checks", ["-protect", "all,att"]),
-         ("ours_att_nan", "TrainSDC + attention checks + replay on Inf/NaN", ["-protect", "all,att", "-detect", "nan"]),
-         ("ours_att_harmful", "TrainSDC + attention checks + harmful-update guard", ["-protect", "all,att", "-detect", "nan,harmful"])]
+            ("exp", "Exponent scaling only", ["-protect", "exp"]), ("ours", "Complete", ["-protect", "paper"])]
+EXTRA = [("ours_att", "TrainSDC + attention checks", ["-protect", "paper,att"]),
+         ("ours_att_nan", "TrainSDC + attention checks + replay on Inf/NaN", ["-protect", "paper,att", "-detect", "nan"]),
+         ("ours_att_harmful", "TrainSDC + attention checks + harmful-update guard", ["-protect", "paper,att", "-detect", "nan,harmful"]),
+         ("ours_all", "-protect all (ours: + attention checks, backward guard, k from the run's profile)", ["-protect", "all"])]
+# issue 12, item 6: the paper's models ran under PyTorch autocast; these rows again with -fault_dtype autocast
+FIDELITY = ["fault", "nan", "ours", "ours_all", "qk", "rgg", "exp"]
 RESIDUAL_SITES = "o_proj,attn_residual,down_proj,block_out"
 ALPHAS = [1.0, 1.5, 2.0, 2.5, 3.0]
 SEED_EVAL, SEED_LLMFT, SEED_ALPHA, SEED_FIG3 = 2026, 777, 4242, 99
@@ -148,13 +160,19 @@ class Plan:
     def cal(self, model):
         return os.path.join(self.d(model, "pre"), "rgg.cal")
 
+    def bcal(self, model):
+        return os.path.join(self.d(model, "pre"), "bwd.cal")
+
+    def skip_file(self, model, name):
+        return os.path.join(self.out, model, f"{name}.skip")
+
     def llmft_model(self, model):
         return os.path.join(self.d(model, "llmft_train"), "llmft.txt")
 
-    def campaign(self, m, seed, sites="all", pass_="both", start=None, end=None):
+    def campaign(self, m, seed, sites="all", pass_="both", start=None, end=None, dtype="storage"):
         """one event a step from `start` to `end` (default: the window but its last step, which stays clean
         so that D_final measures the damage left, as the paper's 813 events in 814 steps)"""
-        return ["-fault_mode", "campaign", "-fault_sites", sites, "-fault_pass", pass_, "-fault_m", str(m),
+        return (["-fault_dtype", dtype] if dtype != "storage" else []) + ["-fault_mode", "campaign", "-fault_sites", sites, "-fault_pass", pass_, "-fault_m", str(m),
                 "-fault_rank", "-1", "-fault_mb", "-1", "-fault_start", str(start or self.P["pre"] + 1),
                 "-fault_end", str(end or self.total - 1), "-fault_seed", str(seed)]
 
@@ -191,12 +209,18 @@ def build_plan(a, P):
         c1 = launch + [P["trainer"]] + base + ["-out", dpre, "-stop_at", str(pre - cal), "-ckpt_every", str(P["ckpt_every"])]
         c2 = launch + [P["trainer"]] + base + ["-out", dpre, "-stop_at", str(pre), "-ckpt_every", str(P["ckpt_every"]),
                                                 "-resume", os.path.join(dpre, f"step_{pre - cal:06d}.ckpt"),
-                                                "-rgg_calibrate", pl.cal(model)]
+                                                "-rgg_calibrate", pl.cal(model), "-bwd_calibrate", pl.bcal(model)]
         pl.jobs.append(dict(name=f"{model}/pre", dir=dpre, cmds=[c1, c2], end=pre, deps=[]))
         prot = ["-rgg_calibration", pl.cal(model)]
         obs = ["-detect", "loss,nan,harmful", "-detect_observe", "1"]
         pl.add(model, "clean", obs)
-        pl.add(model, "clean_prot", ["-protect", "all"] + prot)
+        if P.get("reduced"):
+            build_reduced(pl, model, obs, prot)
+            continue
+        pl.add(model, "clean_p1", ["-perturb", "1"])          # the clean envelope E (issue 12)
+        pl.add(model, "clean_m1", ["-perturb", "-1"])
+        pl.add(model, "clean_prot", ["-protect", "paper"] + prot)
+        pl.add(model, "clean_prot_all", ["-protect", "all"] + prot_all(pl, model))
         pl.add(model, "llmft_train", pl.campaign(m_mid, SEED_LLMFT, start=pre + 1 + W // 3) + obs)
         llmft_dep = [f"{model}/llmft_train", f"{model}/clean"]
         for m in (m_lo, m_hi):
@@ -206,15 +230,20 @@ def build_plan(a, P):
                 if key == "llmft":
                     extra += ["-llmft_model", pl.llmft_model(model)]
                     deps = llmft_dep
-                if uses_rgg(flags):
-                    extra += prot
+                extra += protect_files(pl, model, flags)
                 pl.add(model, f"{key}_m{m}", extra, deps=deps)
+            add_control(pl, model, m)
+            for key in FIDELITY:   # issue 12, item 6: the same rows with autocast's storage dtypes
+                flags = dict((k, f) for k, _, f in METHODS + ABLATION + EXTRA)[key]
+                pl.add(model, f"{key}_ac_m{m}", flags + protect_files(pl, model, flags) +
+                       pl.campaign(m, SEED_EVAL, dtype="autocast"))
+            add_control(pl, model, m, "_ac")
         for key in ("ours", "ours_att"):
-            flags = ["-protect", "all,att" if key == "ours_att" else "all"] + prot
+            flags = ["-protect", "paper,att" if key == "ours_att" else "paper"] + prot
             pl.add(model, f"{key}_m{m_mid}", flags + pl.campaign(m_mid, SEED_EVAL))
         # forward faults only (what the detection covers): with every event caught, W_L2 must be exactly 0
         for m in (m_lo, m_hi):
-            pl.add(model, f"fwdonly_ours_att_m{m}", ["-protect", "all,att"] + prot + pl.campaign(m, SEED_EVAL, pass_="fwd"))
+            pl.add(model, f"fwdonly_ours_att_m{m}", ["-protect", "paper,att"] + prot + pl.campaign(m, SEED_EVAL, pass_="fwd"))
         # Table 3: alpha sweep (held-out clean steps, then 48 + 48 residual-path events)
         nc, ne = P["alpha_clean"], P["alpha_events"]
         for alpha in ALPHAS:
@@ -235,6 +264,9 @@ def build_plan(a, P):
                stop=pre + P["profile_steps"])
         for k in fig3_candidates(P):
             pl.add(model, f"expk{k}", ["-protect", "exp", "-expscale_k", str(k)] + pl.campaign(m_mid, SEED_FIG3, pass_="bwd"))
+            if P.get("fidelity_k", True):
+                pl.add(model, f"expk{k}_ac", ["-protect", "exp", "-expscale_k", str(k)] +
+                       pl.campaign(m_mid, SEED_FIG3, pass_="bwd", dtype="autocast"))
         # Figure 5: a profile at every pre-training checkpoint (first model)
         if model == P["models"][0]:
             for s in range(P["ckpt_every"], pre + 1, P["ckpt_every"]):
@@ -248,8 +280,55 @@ def build_plan(a, P):
 
 
 def uses_rgg(flags):
-    """-rgg_calibration goes with -protect rgg or all only"""
-    return "-protect" in flags and any(t in ("rgg", "all") for t in flags[flags.index("-protect") + 1].split(","))
+    """-rgg_calibration goes with -protect rgg, paper or all only"""
+    return "-protect" in flags and any(t in ("rgg", "paper", "all") for t in flags[flags.index("-protect") + 1].split(","))
+
+
+def prot_all(pl, model):
+    return ["-rgg_calibration", pl.cal(model), "-bwd_calibration", pl.bcal(model)]
+
+
+def protect_files(pl, model, flags):
+    """the calibration files a -protect list needs (Residual Gain Guard; backward guard)"""
+    if "-protect" not in flags:
+        return []
+    toks = flags[flags.index("-protect") + 1].split(",")
+    out = ["-rgg_calibration", pl.cal(model)] if uses_rgg(flags) else []
+    return out + (["-bwd_calibration", pl.bcal(model)] if any(t in ("bwd", "all") for t in toks) else [])
+
+
+def add_control(pl, model, m, tag=""):
+    """the lost-step control (issue 12): fault-free, skipping the updates the unprotected faulty run lost
+    (its -skip_steps file is written when the faulty run has finished)"""
+    pl.add(model, f"control{tag}_m{m}", ["-skip_steps", pl.skip_file(model, f"control{tag}_m{m}")],
+           deps=[f"{model}/fault{tag}_m{m}"])
+
+
+def build_reduced(pl, model, obs, prot):
+    """the reduced plan, in the order it runs (the most needed first): Table 1 at m = low with the new rows
+    and the lost-step control, the autocast fidelity rows, Table 2, the remaining baselines, Figure 3"""
+    P = pl.P
+    m = P["m"][model][0]
+    flags = dict((k, f) for k, _, f in METHODS + ABLATION + EXTRA)
+    for key in ("fault", "ours", "ours_all"):
+        pl.add(model, f"{key}_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL))
+    add_control(pl, model, m)
+    pl.add(model, "clean_p1", ["-perturb", "1"])          # the clean envelope E
+    pl.add(model, "clean_prot_all", ["-protect", "all"] + prot_all(pl, model))
+    for key in ("fault", "ours", "nan", "exp", "ours_all", "qk", "rgg"):
+        pl.add(model, f"{key}_ac_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL, dtype="autocast"))
+    add_control(pl, model, m, "_ac")
+    pl.add(model, "clean_m1", ["-perturb", "-1"])
+    for key in ("nan", "harmful", "qk", "rgg", "exp", "loss", "abft"):
+        pl.add(model, f"{key}_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL))
+    pl.add(model, "llmft_train", pl.campaign(m, SEED_LLMFT, start=P["pre"] + 1 + P["window"] // 3) + obs)
+    pl.add(model, f"llmft_m{m}", flags["llmft"] + ["-llmft_model", pl.llmft_model(model)] + pl.campaign(m, SEED_EVAL),
+           deps=[f"{model}/llmft_train", f"{model}/clean"])
+    pl.add(model, "profile", ["-exp_profile", os.path.join(pl.d(model, "profile"), "profile.json")], stop=P["pre"] + P["profile_steps"])
+    for k in fig3_candidates(P):
+        pl.add(model, f"expk{k}_ac", ["-protect", "exp", "-expscale_k", str(k)] + pl.campaign(m, SEED_FIG3, pass_="bwd", dtype="autocast"))
+    for k in fig3_candidates(P):
+        pl.add(model, f"expk{k}", ["-protect", "exp", "-expscale_k", str(k)] + pl.campaign(m, SEED_FIG3, pass_="bwd"))
 
 
 K_MAX = 48   # candidate k: 0..48 (the paper does not list its set; ours spans the shift at which the top
@@ -291,9 +370,13 @@ def run_jobs(pl, jobs_n, dry):
             if rc is None:
                 continue
             running.remove((j, p, ci, ts))
-            if rc != 0:
+            if rc != 0 or (ci + 1 == len(j["cmds"]) and not job_done(j)):
                 log = os.path.join(j["dir"], "stderr.txt")
-                sys.exit(f"error: run {j['name']} failed (exit {rc}); its output: {log}")
+                for _, q, _, _ in running:    # stop the others: the job fails as a whole
+                    q.terminate()
+                tail = open(log).read().strip().splitlines()[-5:] if os.path.exists(log) else []
+                why = f"exit {rc}" if rc != 0 else f"exit 0 but no end record at step {j['end']} in its log"
+                sys.exit(f"error: run {j['name']} failed ({why}); its output: {log}" + "".join("\n  " + t for t in tail))
             if ci + 1 < len(j["cmds"]):
                 running.append((j, start(j, ci + 1), ci + 1, ts))
                 continue
@@ -311,6 +394,11 @@ def run_jobs(pl, jobs_n, dry):
             pending.remove(j)
             if "/llmft_m" in j["name"]:
                 train_llmft(pl, j["name"].split("/")[0])
+            if "/control" in j["name"]:   # the faulty run's lost updates (issue 12's lost-step control)
+                model, name = j["name"].split("/")
+                fault = pl.d(model, name.replace("control", "fault"))
+                with open(pl.skip_file(model, name), "w") as f:
+                    f.write("".join(f"{x}\n" for x in sm.lost_updates(fault)["lost"]))
             if os.path.isdir(j["dir"]) and j["name"].split("/")[1] != "pre":
                 shutil.rmtree(j["dir"])   # a partial run starts again
             running.append((j, start(j, 0), 0, time.time()))
@@ -853,6 +941,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", choices=PRESETS, default="tiny")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--reduced", action="store_true", help="the tiny preset's reduced plan (tiny-llama, m = 10; see PRESETS)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--train", required=True)
     ap.add_argument("--val", required=True)
@@ -864,7 +953,7 @@ def main():
     ap.add_argument("--machine", default="")
     ap.add_argument("--args-line", default="scripts/reproduce.sh")
     a = ap.parse_args()
-    name = "smoke" if a.smoke else a.preset
+    name = "smoke" if a.smoke else ("tiny_reduced" if a.reduced and a.preset == "tiny" else a.preset)
     P = dict(PRESETS[name])
     if a.window:
         P["window"] = a.window

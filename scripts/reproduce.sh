@@ -26,6 +26,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --preset) PRESET="$2"; shift 2 ;;
     --smoke) SMOKE=1; ARGS+=(--smoke); shift ;;
+    --reduced) ARGS+=(--reduced); shift ;;
     --jobs|--window|--out) ARGS+=("$1" "$2"); shift 2 ;;
     --train) TRAIN="$2"; shift 2 ;;
     --val) VAL="$2"; shift 2 ;;
