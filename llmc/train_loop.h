@@ -654,6 +654,7 @@ int train_main(int argc, char** argv) {
         int replayed = 0, n_alarms = 0, found_inf = 0, overflow = 0, skip = skip_due(run, s + 1);
         double bwd_r0 = NAN;                      /* the backward guard's largest blow-up / threshold, first attempt */
         int k_step = run->expscale_k;             /* k of this step (an overflow lowers it for the next) */
+        double bwd_ms = 0.0;                      /* the backward guard's norms: their cost */
         char alarm_desc[200] = "", alarm_by[96] = "", det_fired[64] = "";
         float kscale = ldexpf(1.0f, run->expscale_k);            /* 2^k, exact */
         opt.lr = lr_at(s, a->lr, a->warmup, a->steps, a->final_lr_frac);
@@ -707,7 +708,9 @@ int train_main(int argc, char** argv) {
             /* the backward guard: a non-finite gradient, or a norm blow-up (global, a layer's, the rest's) */
             BwdResult br = {0, -1, 0, 0, 0};
             if (run->have_bwd) {
+                double tb = wall_seconds();
                 if (!found_inf) bwd_norms(run, bx);
+                bwd_ms += (wall_seconds() - tb) * 1e3;
                 br = bwd_check(&run->bwd, found_inf, bx);
                 if (attempt == 0) bwd_r0 = found_inf ? INFINITY : br.max_ratio;
             }
@@ -803,9 +806,9 @@ int train_main(int argc, char** argv) {
         if (rank == 0) {
             logger_line(&run->log, "{\"type\":\"step\",\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,\"cpu_ms\":%.3f,"
                         "\"tok_s\":%.1f,\"k\":%d,\"alarms\":%d,\"injections\":%d,\"replayed\":%d,\"replay_ms\":%.3f,"
-                        "\"found_inf\":%d,\"skip\":%d,\"overflow\":%d,\"bwd_r\":%s,\"by\":\"%s\",\"alarm\":\"%s\"%s}",
+                        "\"found_inf\":%d,\"skip\":%d,\"overflow\":%d,\"bwd_r\":%s,\"bwd_ms\":%.3f,\"by\":\"%s\",\"alarm\":\"%s\"%s}",
                         (long long)ts->step, jnum(loss).s, opt.lr, jnum(norm).s, dt * 1e3, cpu_ms, tok_s, k_step, n_alarms,
-                        (int)inj, replayed, replay_ms, found_inf, skip, overflow, jnum(bwd_r0).s, alarm_by, alarm_desc, det_json);
+                        (int)inj, replayed, replay_ms, found_inf, skip, overflow, jnum(bwd_r0).s, bwd_ms, alarm_by, alarm_desc, det_json);
             if (!a->quiet) {
                 char eta[32];
                 fmt_eta((last - ts->step) * (timed ? ms_sum / timed : dt), eta, sizeof(eta));

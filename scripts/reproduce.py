@@ -44,12 +44,13 @@ PRESETS = {
                  m={"tiny-llama": (10, 31, 3125), "tiny-qwen3": (10, 62, 6250)},
                  alpha_clean=200, alpha_events=48, fig3_k=9, jobs=2, threads=1, overhead_steps=30, overhead_rounds=3,
                  ckpt_every=40, peers=True, profile_steps=4),
-    # what fits a shared 2-core machine in an hour (issue 12): tiny-llama, m = 10, no alpha sweep, peers,
-    # Figure 5 or overhead pass; Figure 3 on 5 candidate k (scripts/reproduce.sh --preset tiny --reduced)
+    # what fits a shared, oversubscribed 2-core machine in about an hour (issue 12): tiny-llama, m = 10, a
+    # 60-step window, every Table 1 method and Table 2 in both fault dtypes; no alpha sweep, peers, Figure 3,
+    # Figure 5 or overhead pass (scripts/reproduce.sh --preset tiny --reduced)
     "tiny_reduced": dict(models=["tiny-llama"], trainer="./train_sdc", ranks=1, B=4, T=128, accum=3,
-                         lr=2e-3, warmup=30, pre=600, cal=100, window=100, eval_tokens=8192, precision="bf16",
-                         m={"tiny-llama": (10, 31, 3125)}, reduced=True,
-                         alpha_clean=200, alpha_events=48, fig3_k=5, jobs=2, threads=1, overhead_steps=30, overhead_rounds=3,
+                         lr=2e-3, warmup=30, pre=600, cal=100, window=60, eval_tokens=8192, precision="bf16",
+                         m={"tiny-llama": (10, 31, 3125)}, reduced=True, pre_threads=2,
+                         alpha_clean=200, alpha_events=48, fig3_k=5, jobs=3, threads=1, overhead_steps=30, overhead_rounds=3,
                          ckpt_every=100, peers=False, profile_steps=4),
     "smoke": dict(models=["tiny-llama"], trainer="./train_sdc", ranks=1, B=2, T=64, accum=3,
                   lr=2e-3, warmup=10, pre=130, cal=66, window=12, eval_tokens=1024, precision="bf16",
@@ -206,6 +207,8 @@ def build_plan(a, P):
         dpre = pl.d(model, "pre")
         base = pl.common(model)
         launch = pl.launch()
+        if P.get("pre_threads"):   # the pre-training runs alone: more threads
+            base = [x if i == 0 or base[i - 1] != "-threads" else str(P["pre_threads"]) for i, x in enumerate(base)]
         c1 = launch + [P["trainer"]] + base + ["-out", dpre, "-stop_at", str(pre - cal), "-ckpt_every", str(P["ckpt_every"])]
         c2 = launch + [P["trainer"]] + base + ["-out", dpre, "-stop_at", str(pre), "-ckpt_every", str(P["ckpt_every"]),
                                                 "-resume", os.path.join(dpre, f"step_{pre - cal:06d}.ckpt"),
@@ -314,21 +317,20 @@ def build_reduced(pl, model, obs, prot):
         pl.add(model, f"{key}_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL))
     add_control(pl, model, m)
     pl.add(model, "clean_p1", ["-perturb", "1"])          # the clean envelope E
-    pl.add(model, "clean_prot_all", ["-protect", "all"] + prot_all(pl, model))
-    for key in ("fault", "ours", "nan", "exp", "ours_all", "qk", "rgg"):
+    for key in ("fault", "nan", "ours"):
         pl.add(model, f"{key}_ac_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL, dtype="autocast"))
+    for key in ("nan", "exp"):
+        pl.add(model, f"{key}_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL))
+    for key in ("exp", "qk", "rgg", "ours_all"):
+        pl.add(model, f"{key}_ac_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL, dtype="autocast"))
+    pl.add(model, "clean_prot_all", ["-protect", "all"] + prot_all(pl, model))
+    for key in ("qk", "rgg", "harmful", "loss", "abft"):
+        pl.add(model, f"{key}_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL))
     add_control(pl, model, m, "_ac")
     pl.add(model, "clean_m1", ["-perturb", "-1"])
-    for key in ("nan", "harmful", "qk", "rgg", "exp", "loss", "abft"):
-        pl.add(model, f"{key}_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL))
     pl.add(model, "llmft_train", pl.campaign(m, SEED_LLMFT, start=P["pre"] + 1 + P["window"] // 3) + obs)
     pl.add(model, f"llmft_m{m}", flags["llmft"] + ["-llmft_model", pl.llmft_model(model)] + pl.campaign(m, SEED_EVAL),
            deps=[f"{model}/llmft_train", f"{model}/clean"])
-    pl.add(model, "profile", ["-exp_profile", os.path.join(pl.d(model, "profile"), "profile.json")], stop=P["pre"] + P["profile_steps"])
-    for k in fig3_candidates(P):
-        pl.add(model, f"expk{k}_ac", ["-protect", "exp", "-expscale_k", str(k)] + pl.campaign(m, SEED_FIG3, pass_="bwd", dtype="autocast"))
-    for k in fig3_candidates(P):
-        pl.add(model, f"expk{k}", ["-protect", "exp", "-expscale_k", str(k)] + pl.campaign(m, SEED_FIG3, pass_="bwd"))
 
 
 K_MAX = 48   # candidate k: 0..48 (the paper does not list its set; ours spans the shift at which the top
@@ -483,6 +485,7 @@ def metrics(pl, model, name):
     d = pl.d(model, name)
     r = sm.compare(pl.d(model, "clean"), d, window_start=pl.P["pre"] + 1)
     r.update(detection(d))
+    r["det"] = sm.detection(d)
     st = sm.read_log(d).steps
     r["found_inf"] = sum(1 for x in st.values() if x.get("found_inf"))
     # D_max over the steps where both losses are finite, and how many were not (sm's D_max is +inf
@@ -716,7 +719,7 @@ def spearman_exact(x, y):
     return r0, cnt / tot
 
 
-def figure3(pl, res, figdir):
+def figure3(pl, res, figdir, tag="", label=""):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -731,7 +734,7 @@ def figure3(pl, res, figdir):
         sel = es.select(H, 0, K_MAX)
         ramp, dfin = [], []
         for k in ks:
-            r = res[model].get(f"expk{k}")
+            r = res[model].get(f"expk{k}{tag}")
             if r is None or k not in safe:
                 continue
             ramp.append(float(es.r_amp_exact(H, k)))
@@ -739,7 +742,7 @@ def figure3(pl, res, figdir):
         finite = [(a, b) for a, b in zip(ramp, dfin) if math.isfinite(b)]
         rho, p = spearman_exact([a for a, _ in finite], [b for _, b in finite]) if len(finite) >= 3 else (float("nan"), None)
         rows.append((model, sel["k_star"], len(finite), rho, p))
-        kk = [k for k in ks if k in safe and res[model].get(f"expk{k}")]
+        kk = [k for k in ks if k in safe and res[model].get(f"expk{k}{tag}")]
         ax.plot(kk, [abs(v) if math.isfinite(v) else float("nan") for v in dfin], "o-", color="C0", label="|D_final| (measured)")
         ax.set_yscale("log")
         ax.set_xlabel("k")
@@ -749,12 +752,188 @@ def figure3(pl, res, figdir):
         ax2.set_yscale("log")
         ax2.set_ylabel("R_amp(k; H)", color="C3")
         ax.axvline(sel["k_star"], color="gray", ls=":")
-        ax.set_title(f"{model}: rho = {rho:.3f}, p_perm = {p if p is None else round(p, 3)} (n = {len(finite)})")
+        ax.set_title(f"{model}{label}: rho = {rho:.3f}, p_perm = {p if p is None else round(p, 3)} (n = {len(finite)})")
     fig.tight_layout()
-    path = os.path.join(figdir, "figure3.png")
+    path = os.path.join(figdir, f"figure3{tag}.png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path, rows
+
+
+# ------------------------------------------------------------------ issue 12: honest metrics, fidelity, regime
+def envelope_of(pl, model):
+    reps = [pl.d(model, n) for n in ("clean", "clean_p1", "clean_m1") if job_done_dir(pl, model, n)]
+    return sm.envelope_all(reps, window_start=pl.P["pre"] + 1) if len(reps) >= 2 else None
+
+
+def job_done_dir(pl, model, name):
+    return any(j["name"] == f"{model}/{name}" and job_done(j) for j in pl.jobs)
+
+
+def xe(x, e, fmt="{:+.2e}"):
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nonfinite"
+    if e is None:
+        return fmt.format(x)
+    return fmt.format(x) + (f" ({abs(x) / e:.2g}E)" if e > 0 else (" (0E)" if x == 0 else " (inf E)"))
+
+
+HONEST_ROWS = [(k, lab) for k, lab, _ in METHODS] + [("ours_all", "-protect all (ours)")] + \
+              [("control", "clean, skipping the Fault run's lost updates")]
+
+
+def table_honest(pl, res, tag=""):
+    """every method at each m with the metrics of issue 12, each deviation against the clean envelope"""
+    P = pl.P
+    L = []
+    for model in P["models"]:
+        E = envelope_of(pl, model) or {}
+        for m in sorted({x for x in P["m"][model][:1] + P["m"][model][2:]}):
+            rows = [(lab, res[model].get(f"{k}{tag}_m{m}")) for k, lab in HONEST_ROWS]
+            rows = [(lab, r) for lab, r in rows if r is not None]
+            if not rows:
+                continue
+            L.append(f"\n**{model}, m = {m}{' (-fault_dtype autocast)' if tag else ''}**\n")
+            L.append("| Method | D_final | mean D, last 50 steps | held-out loss diff | delta-PPL | lost updates | "
+                     "events the model reads caught | Q/K-path events caught | found_inf | replayed | W_L2 (%) |")
+            L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+            for lab, r in rows:
+                det = r["det"]
+                L.append(f"| {lab} | {xe(r['D_final'], E.get('E_final'))} | {xe(r['mean_dev_lastK'], E.get('E_lastK'))} | "
+                         f"{xe(r.get('delta_val_loss'), E.get('E_val'))} | {xe(r.get('delta_ppl'), E.get('E_ppl'), '{:+.3g}')} | "
+                         f"{r['lost_updates']} | {det['caught_read']}/{det['read']} | {det['qk_caught']}/{det['qk']} | "
+                         f"{det['found_inf']} | {det['replayed']} | {f_f(r['w_l2_pct'], '{:.3g}')} |")
+        if E:
+            L.append(f"\nClean envelope ({E['n_clean']} fault-free runs: the reference and -perturb +-1 bf16 ulp): E_final "
+                     f"{E['E_final']:.2e}, E_last50 {E['E_lastK']:.2e}, E_val {f_e(E['E_val'], False)}, E_ppl "
+                     f"{f_e(E['E_ppl'], False)}; (xE) = |deviation| / E, inside the envelope when <= 1.")
+    return "\n".join(L)
+
+
+def table_fidelity(pl, res):
+    """Fault against Inf/NaN, and Table 2, in the storage dtype (bf16) and under autocast's dtypes"""
+    P = pl.P
+    L = ["| Network | fault dtype | Method | D_final | D_max (nf) | delta-PPL | found_inf steps | lost updates | "
+         "Fault row = Inf/NaN row |", "|---|---|---|---|---|---|---|---|---|"]
+    for model in P["models"]:
+        m = P["m"][model][0]
+        for tag, dt in (("", "bf16 (storage)"), ("_ac", "autocast")):
+            a, b = res[model].get(f"fault{tag}_m{m}"), res[model].get(f"nan{tag}_m{m}")
+            same = "-" if a is None or b is None else ("yes" if a["D_final"] == b["D_final"] and a.get("delta_ppl") == b.get("delta_ppl") else "no")
+            for key, lab in (("fault", "Fault"), ("nan", "Inf/NaN"), ("qk", "Q/K path only"), ("rgg", "Residual only"),
+                             ("exp", "Exponent scaling only"), ("ours", "Complete (paper)"), ("ours_all", "-protect all")):
+                r = res[model].get(f"{key}{tag}_m{m}")
+                if r is None:
+                    continue
+                L.append(f"| {model} (m = {m}) | {dt} | {lab} | {f_e(r['D_final'])} | {dmax_cell(r)} | "
+                         f"{f_f(r['delta_ppl'], '{:.3g}') if run_ok(r) else '-'} | {r['found_inf']} | {r['lost_updates']} | "
+                         f"{same if key in ('fault', 'nan') else ''} |")
+    return "\n".join(L)
+
+
+def regime_rows(pl):
+    """how fast the clean loss falls in the window, and what one lost update costs (the control)"""
+    P = pl.P
+    out = []
+    for model in P["models"]:
+        try:
+            st = sm.read_log(pl.d(model, "clean")).steps
+        except sm.MetricsError:
+            continue
+        a, b = P["pre"] + 1, P["pre"] + P["window"]
+        first = [st[s]["loss"] for s in range(a, a + 20) if s in st]
+        last = [st[s]["loss"] for s in range(b - 19, b + 1) if s in st]
+        lr = (st[a]["lr"], st[b]["lr"]) if a in st and b in st else (None, None)
+        m = P["m"][model][0]
+        c = res_get(pl, model, f"control_m{m}")
+        out.append((model, sum(first) / max(len(first), 1), sum(last) / max(len(last), 1), lr, c))
+    return out
+
+
+def res_get(pl, model, name):
+    if not job_done_dir(pl, model, name):
+        return None
+    try:
+        return metrics(pl, model, name)
+    except sm.MetricsError:
+        return None
+
+
+def report_reduced(pl, args_line):
+    P = pl.P
+    res = {}
+    for model in P["models"]:
+        res[model] = {}
+        for j in pl.jobs:
+            mname, name = j["name"].split("/", 1)
+            if mname != model or not job_done(j) or name.startswith(("pre", "profile", "clean")) or name == "llmft_train":
+                continue
+            res[model][name] = metrics(pl, model, name)
+    figdir = os.path.join(pl.a.report_dir, "figures") if pl.a.report_dir else os.path.join(pl.out, "figures")
+    os.makedirs(figdir, exist_ok=True)
+    rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(pl.a.report)))  # noqa: E731
+    L = [f"# Reproduction of the TrainSDC evaluation: preset `{pl.a.preset}`\n",
+         f"Made by `{args_line}` on {time.strftime('%Y-%m-%d')} ({pl.a.machine}), at commit {git_commit()}.\n",
+         "This is the **reduced** tiny plan (issue 12): what fits a shared 2-core machine in an hour. It runs one model "
+         f"({', '.join(P['models'])}) at m = {P['m'][P['models'][0]][0]} only, every Table 1 method plus `-protect all` and the "
+         "lost-step control, Table 2, the autocast fidelity rows and Figure 3 on "
+         f"{P['fig3_k']} candidate k; no alpha sweep, peers, Table 5/6 at high m, Figure 5 or overhead pass. The full recipe "
+         "is `scripts/reproduce.sh --preset tiny` (both models, m = low and high, every table).\n",
+         "## Settings\n",
+         f"- trainer `{P.get('trainer_shown', P['trainer'])}`, B {P['B']} x T {P['T']} x accum {P['accum']}, {P['precision']}, AdamW lr "
+         f"{P['lr']} warmup {P['warmup']} cosine to 10% over {pl.total} steps, clip 1.0",
+         f"- common checkpoint at step {P['pre']} (its last {P['cal']} steps calibrate the Residual Gain Guard and the backward "
+         f"guard); every compared run continues for {P['window']} steps with the same data order; one fault event a step "
+         f"(seed {SEED_EVAL}), none on the last step",
+         "- metrics: scripts/sdc_metrics.py; E from the fault-free run and its -perturb +-1 repeats\n",
+         "## The continuation regime\n"]
+    for model, l0, l1, lr, c in regime_rows(pl):
+        per = f"{c['mean_dev_lastK'] / c['lost_updates']:.2e}" if c and c["lost_updates"] else "-"
+        L.append(f"- {model}: clean training loss {l0:.4f} (mean of the window's first 20 steps) -> {l1:.4f} (last 20): "
+                 f"{100 * (l0 - l1) / l0:.2f}% over {P['window']} steps; lr {lr[0]:.2e} -> {lr[1]:.2e}" +
+                 (f"; the lost-step control skipping {c['lost_updates']} updates ends with a mean deviation of "
+                  f"{c['mean_dev_lastK']:+.2e} over the last 50 steps ({per} a lost update)" if c else ""))
+    L.append("\n## Table 1 at m = low, with the metrics of issue 12\n")
+    L.append(table_honest(pl, res))
+    L.append("\n## Fidelity: bf16 storage against autocast's dtypes (issue 12, item 6)\n")
+    L.append("`-fault_dtype autocast` flips the bits of each site in the dtype PyTorch autocast stores it in (fp32: the "
+             "residual stream, the RMSNorm outputs, q/k after the QK norm and RoPE, the attention logits and probabilities, and "
+             "their gradients; bf16: every projection output, the attention output, SiLU and the MLP product; README).\n")
+    L.append(table_fidelity(pl, res))
+    L.append("\nThe same rows' metrics of issue 12 under autocast:\n")
+    L.append(table_honest(pl, res, "_ac"))
+    L.append("\n## Figure 3: R_amp(k) against the measured final deviation, both fault dtypes\n")
+    for tag, lab in (("", " (bf16 storage)"), ("_ac", " (autocast)")):
+        try:
+            f3, rows = figure3(pl, res, figdir, tag, lab)
+        except (OSError, ValueError, sm.MetricsError) as e:
+            L.append(f"(Figure 3{lab} not drawn: {e})")
+            continue
+        L.append(f"![Figure 3{lab}]({rel(f3)})\n")
+        L.append("| Network | fault dtype | k* | n | Spearman rho | exact p_perm |")
+        L.append("|---|---|---|---|---|---|")
+        for model, ks, n, rho, p in rows:
+            L.append(f"| {model} | {lab.strip(' ()')} | {ks} | {n} | {rho:.3f} | {'-' if p is None else f'{p:.3f}'} |")
+    L.append("\nThe paper: rho = 0.650, p_perm = 0.067 (Llama-3.2-1B), rho = 0.867, p_perm = 0.005 (Qwen3-0.6B), n = 9; k = 15.\n")
+    notes = os.path.join(ROOT, "docs", f"report_reading_{pl.a.preset}.md")
+    if os.path.exists(notes):
+        L.append("\n## Reading\n")
+        L.append(f"(Written by hand from this run: `{os.path.relpath(notes, ROOT)}`.)\n")
+        L.append(open(notes).read().strip())
+    txt = "\n".join(L) + "\n"
+    tmp = pl.a.report + ".tmp"
+    open(tmp, "w").write(txt)
+    os.replace(tmp, pl.a.report)
+    say(f"report {pl.a.report}")
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "?"
+    except OSError:
+        return "?"
 
 
 def figure5(pl, figdir):
@@ -925,6 +1104,20 @@ def report(pl, args_line):
     L.append(f"- missed forward events: {tot} without the attention checks, {tota} with them; attention sites "
              f"(att_logits + att_probs) {sum(sum(miss.get(s, [0])) for s in ('att_logits', 'att_probs'))} -> "
              f"{sum(sum(missa.get(s, [0])) for s in ('att_logits', 'att_probs'))}")
+    L.append("\n## Beyond the paper: lost updates, the held-out loss and the clean envelope (issue 12)\n")
+    L.append(table_honest(pl, res))
+    L.append("\n## Fidelity: bf16 storage against autocast's dtypes (issue 12, item 6)\n")
+    L.append(table_fidelity(pl, res))
+    L.append(table_honest(pl, res, "_ac"))
+    try:
+        f3a, f3arows = figure3(pl, res, figdir, "_ac", " (autocast)")
+        L.append(f"\n![Figure 3 (autocast)]({rel(f3a)})\n")
+        L.append("| Network | k* | n | Spearman rho (autocast) | exact p_perm |")
+        L.append("|---|---|---|---|---|")
+        for model, ks, n, rho, p in f3arows:
+            L.append(f"| {model} | {ks} | {n} | {rho:.3f} | {'-' if p is None else f'{p:.3f}'} |")
+    except (OSError, ValueError, sm.MetricsError) as e:
+        L.append(f"(Figure 3 under autocast not drawn: {e})")
     notes = os.path.join(ROOT, "docs", f"report_reading_{pl.a.preset}.md")
     if os.path.exists(notes):
         L.append("\n## Reading\n")
@@ -942,6 +1135,7 @@ def main():
     ap.add_argument("--preset", choices=PRESETS, default="tiny")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--reduced", action="store_true", help="the tiny preset's reduced plan (tiny-llama, m = 10; see PRESETS)")
+    ap.add_argument("--report-only", action="store_true", help="write the report from the runs finished so far (reduced plan)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--train", required=True)
     ap.add_argument("--val", required=True)
@@ -968,13 +1162,17 @@ def main():
         P["trainer_shown"] = P["trainer"]
         P["trainer"] = os.path.abspath(dst)
     pl = build_plan(a, P)
+    if a.report_only:
+        (report_reduced if P.get("reduced") else report)(pl, a.args_line)
+        return
     run_jobs(pl, a.jobs or P["jobs"], a.dry)
     if a.dry:
         return
     for model in P["models"]:
         train_llmft(pl, model)
-        overhead_pass(pl, model)
-    report(pl, a.args_line)
+        if not P.get("reduced"):
+            overhead_pass(pl, model)
+    (report_reduced if P.get("reduced") else report)(pl, a.args_line)
 
 
 if __name__ == "__main__":
