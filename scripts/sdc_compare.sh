@@ -77,6 +77,10 @@ say() { printf '[%4ds] %s\n' $(( $(date +%s) - T0 )) "$*"; }
 say "build"
 make -s train_sdc venv
 PY=.venv/bin/python
+# the runs use a private copy of the trainer: a rebuild while the job runs cannot mix two binaries
+mkdir -p "$OUT/bin"
+cp -p train_sdc "$OUT/bin/train_sdc"
+TRAINER="$OUT/bin/train_sdc"
 DATA=data/tinyshakespeare
 if [ ! -f "$DATA/meta.json" ]; then
   say "prepare $DATA"
@@ -108,7 +112,7 @@ train() {
   local dir="$1" last="$2"; shift 2
   mkdir -p "$dir"
   local st=0
-  "${LAUNCH[@]}" ./train_sdc "$@" -out "$dir" >> "$dir/train.out" 2>&1 || st=$?
+  "${LAUNCH[@]}" "$TRAINER" "$@" -out "$dir" >> "$dir/train.out" 2>&1 || st=$?
   if [ "$st" != 0 ] || ! done_run "$dir" "$last"; then
     echo "error: trainer run $dir failed (exit status $st, $( [ "$st" = 0 ] && echo "no end record at step $last" || echo "see $dir/train.out")); its last lines:" >&2
     tail -n 15 "$dir/train.out" >&2 || true
