@@ -7,7 +7,8 @@ Columns: final training loss; against the clean run, each with its ratio to the 
 parentheses (E from the clean run and its -perturb repeats clean_p1, clean_m1; |D| <= E is inside it):
 D_final, D_max (paper), the mean deviation over the last 50 steps, the held-out (validation) loss
 difference and delta-PPL at the end; Top-1 agreement; W_L2 (percent); fault events; events the model
-reads (live > 0) that were caught (their step was replayed); Q/K-path events caught; lost updates
+reads (live > 0) that were caught (their step was replayed); Q/K-path events caught, forward (what
+Q/K recomputation covers) and backward (the backward guard's); lost updates
 (skipped, or a pre-clip gradient norm > 100x the running median); steps replayed; false alarms
 (replays without an event); found_inf; the exponent-scaling k of the first step; CPU-time overhead of
 clean_prot over clean (mean cpu_ms over the window, first 10 steps skipped; runs may have shared the
@@ -82,7 +83,7 @@ def main():
         r["overhead"] = cpu_overhead(d[name], clean, a.window_start + 10) if name == "clean_prot" else None
         rows.append((name, r))
     print("| run | final loss | D_final | D_max | mean D, last 50 | held-out loss diff | delta-PPL | Top-1 | W_L2 % | "
-          "faults | read events caught | Q/K events caught | lost updates | replayed | false alarms | found_inf | k | "
+          "faults | read events caught | Q/K events caught: fwd, bwd | lost updates | replayed | false alarms | found_inf | k | "
           "overhead % (CPU) |")
     print("|" + "---|" * 18)
     for name, r in rows:
@@ -91,7 +92,8 @@ def main():
               f"{against(r['D_max'], E.get('E_max'))} | {against(r.get('mean_dev_lastK'), E.get('E_lastK'))} | "
               f"{against(r.get('delta_val_loss'), E.get('E_val'))} | {against(r.get('delta_ppl'), E.get('E_ppl'), '{:+.3f}')} | "
               f"{fmt(r['top1'], '{:.4f}')} | {fmt(r['w_l2_pct'], '{:.4f}')} | {det['events']} | "
-              f"{det['caught_read']}/{det['read']} | {det['qk_caught']}/{det['qk']} | {r['lost_updates']} | "
+              f"{det['caught_read']}/{det['read']} | {det['qk_fwd_caught']}/{det['qk_fwd']}, "
+              f"{det['qk_caught'] - det['qk_fwd_caught']}/{det['qk'] - det['qk_fwd']} | {r['lost_updates']} | "
               f"{det['replayed']} | {det['false_alarms']} | {det['found_inf']} | {r['k']} | {fmt(r['overhead'], '{:+.2f}')} |")
     if env:
         print(f"\nClean envelope E ({len(reps) + 1} fault-free runs: clean and -perturb +-1 bf16 ulp): "
@@ -109,7 +111,8 @@ def main():
             ("last-50 mean deviation inside E", abs(r["mean_dev_lastK"]) <= env["E_lastK"],
              f"{fmt(r['mean_dev_lastK'])} vs E_last50 {env['E_lastK']:.4f}"),
             ("delta-PPL <= 0.05", r.get("delta_ppl") is not None and r["delta_ppl"] <= 0.05, fmt(r.get("delta_ppl"), "{:+.3f}")),
-            ("every Q/K-path event caught", det["qk_caught"] == det["qk"], f"{det['qk_caught']}/{det['qk']}"),
+            ("every Q/K-path event caught", det["qk_caught"] == det["qk"],
+             f"{det['qk_caught']}/{det['qk']}: forward {det['qk_fwd_caught']}/{det['qk_fwd']}"),
             (">= 95% of the events the model reads caught", det["read"] == 0 or det["caught_read"] >= 0.95 * det["read"],
              f"{det['caught_read']}/{det['read']}"),
             ("0 false alarms in the clean protected run", fp == 0, f"{fp}"),

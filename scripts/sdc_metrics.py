@@ -55,7 +55,8 @@ envelope" when |D| <= E.
 Detection (detection(DIR), from faults.jsonl and the step records): events; events the model reads
 (live > 0: a flip in the masked attention triangle is never read); of those, caught (the step of the
 event was replayed); Q/K-path events (either pass) and how many were caught; false alarms (replayed
-steps without an event).
+steps without an event); qk_fwd / qk_fwd_caught: the forward Q/K-path events alone (what Q/K
+recomputation covers; a backward Q/K-path event is the backward guard's).
 
 Propagation trace (-trace_out FILE; records {"step","microbatch","rank","inj_site","inj_layer","site",
 "layer","rx","norm_clean"}, R_x = ||x_fault - x_clean||_2 / ||x_clean||_2): for each injected
@@ -585,8 +586,10 @@ def detection(fault_dir):
     qk = [f for f in faults if f.get("site") in QK_SITES]
     fwd = [f for f in faults if f.get("pass") == "fwd"]
     rep = [s for s in st if st[s].get("replayed", 0)]
+    qk_fwd = [f for f in qk if f.get("pass") == "fwd"]
     return {"events": len(faults), "read": len(read), "caught_read": sum(map(caught, read)),
             "caught": sum(map(caught, faults)), "qk": len(qk), "qk_caught": sum(map(caught, qk)),
+            "qk_fwd": len(qk_fwd), "qk_fwd_caught": sum(map(caught, qk_fwd)),
             "fwd": len(fwd), "fwd_caught": sum(map(caught, fwd)), "replayed": len(rep),
             "false_alarms": sum(1 for s in rep if s not in fault_steps),
             "found_inf": sum(1 for s in st if st[s].get("found_inf", 0))}

@@ -529,4 +529,5 @@ def test_detection_counts_read_caught_qk_and_false_alarms(tmp_path):
     det = sm.detection(d)
     assert det["events"] == 4 and det["read"] == 3 and det["caught_read"] == 1 and det["caught"] == 2
     assert det["qk"] == 2 and det["qk_caught"] == 1 and det["fwd"] == 2 and det["fwd_caught"] == 2
+    assert det["qk_fwd"] == 1 and det["qk_fwd_caught"] == 1
     assert det["false_alarms"] == 1 and det["replayed"] == 3
