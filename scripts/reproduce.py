@@ -894,7 +894,8 @@ def report_reduced(pl, args_line):
     os.makedirs(figdir, exist_ok=True)
     rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(pl.a.report)))  # noqa: E731
     L = [f"# Reproduction of the TrainSDC evaluation: preset `{pl.a.preset}`\n",
-         f"Made by `{args_line}` on {time.strftime('%Y-%m-%d')} ({pl.a.machine}), at commit {git_commit()}.\n",
+         f"Made by `{args_line}{'' if '--reduced' in args_line else ' --reduced'}` on {time.strftime('%Y-%m-%d')} ({pl.a.machine}), "
+         f"report written at commit {git_commit()}.\n",
          "This is the **reduced** tiny plan (issue 12): what fits a shared 2-core machine in an hour. It runs one model "
          f"({', '.join(P['models'])}) at m = {P['m'][P['models'][0]][0]} only, over a {P['window']}-step window: Table 1's methods "
          "plus `-protect all` and the lost-step control, Table 2 and the Fault / Inf/NaN rows under both fault dtypes, in that "
