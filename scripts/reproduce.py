@@ -62,7 +62,7 @@ PRESETS = {
                   lr=2e-3, warmup=10, pre=130, cal=66, window=12, eval_tokens=1024, precision="bf16",
                   m={"tiny-llama": (10, 31, 1562)},
                   alpha_clean=8, alpha_events=4, fig3_k=3, jobs=2, threads=1, overhead_steps=6, overhead_rounds=1,
-                  ckpt_every=65, peers=True, profile_steps=1, fidelity_k=False),
+                  ckpt_every=65, peers=True, profile_steps=1, fidelity_k=False, fidelity=["fault", "ours_all"]),
     # DESIGN.md section 4: the paper's settings on 6 GPU ranks (B 1 x T 1024 x accum 8, lr 5e-5, warmup
     # 100, common checkpoint 1221, end 2035, 10 / 1,000 / 100,000 elements)
     "paper": dict(models=["llama3.2-1b", "qwen3-0.6b"], trainer="./train_sdc_cu", ranks=6, B=1, T=1024, accum=8,
@@ -255,7 +255,9 @@ def build_plan(a, P):
                 extra += protect_files(pl, model, flags)
                 pl.add(model, f"{key}_m{m}", extra, deps=deps)
             add_control(pl, model, m)
-            for key in FIDELITY:   # issue 12, item 6: the same rows with autocast's storage dtypes
+            if m != m_lo and "fidelity" in P:
+                continue           # the smoke preset: the fidelity rows at m = low only
+            for key in P.get("fidelity", FIDELITY):   # issue 12, item 6: the same rows with autocast's storage dtypes
                 flags = dict((k, f) for k, _, f in METHODS + ABLATION + EXTRA)[key]
                 pl.add(model, f"{key}_ac_m{m}", flags + protect_files(pl, model, flags) +
                        pl.campaign(m, SEED_EVAL, dtype="autocast"))
