@@ -390,7 +390,7 @@ static void bwd_setup(Run* run) {
     if (a->bwd_calibration[0]) bwd_load_calibration(&run->bwd, a->bwd_calibration);
     else if (run->prot_bwd && !a->bwd_calibrate[0] && run->dist.rank == 0)
         printf("note: -protect bwd without -bwd_calibration: the backward guard's window seeds itself from the first %d steps, "
-               "on which only a non-finite gradient alarms\n", BWD_MIN_HISTORY);
+               "on which only a non-finite gradient alarms\n", a->bwd_window);
 }
 
 /* the backward guard's inputs: the log norms of every group (x[n_groups]) of the gradients as they are
