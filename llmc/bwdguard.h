@@ -16,7 +16,9 @@
  * (no threshold below a doubling of the median norm). Alarm when any d_g >= tau_g (one-sided: a norm that
  * shrinks loses nothing), or at once on a non-finite gradient. Without a calibration, the window seeds
  * itself from the first W accepted steps, on which only the non-finite check alarms (a shorter window
- * underestimates the clean spread: 8 steps gave 1% false alarms in early training).
+ * underestimates the clean spread: 8 steps gave 1% false alarms in early training), and no threshold is
+ * below 4x the median (BWD_MIN_FLOOR_UNCALIBRATED: a clean layer norm reached 2.2x its window's median with
+ * the window's own spread giving 2.16x).
  * Values of alarmed attempts never enter H. The window lives in the process; the calibration file holds
  * the last W accepted vectors of the calibration run and the floors, and a restart reloads it. */
 #ifndef TSDC_BWDGUARD_H
@@ -31,7 +33,8 @@
 #include "utils.h"
 
 #define BWD_MIN_HISTORY 8
-#define BWD_MIN_FLOOR 0.27725887222397812   /* log(2) / 2.5 */
+#define BWD_MIN_FLOOR 0.27725887222397812         /* log(2) / 2.5: no threshold below 2x the median */
+#define BWD_MIN_FLOOR_UNCALIBRATED 0.55451774444795624   /* log(4) / 2.5: 4x without a calibration */
 
 typedef struct {
     int n_layer, n_groups, W;
@@ -98,7 +101,7 @@ static BwdResult bwd_check(BwdGuard* g, int nonfinite, const double* x) {
         bwd_stats(g, i, &mu, &spread);
         double d = x[i] - mu;
         if (g->calibrating) g->cal_max[i] = fmax(g->cal_max[i], d);
-        double tau = g->alpha * fmax(fmax(g->floor_[i], spread), BWD_MIN_FLOOR);
+        double tau = g->alpha * fmax(fmax(g->floor_[i], spread), g->have_floors ? BWD_MIN_FLOOR : BWD_MIN_FLOOR_UNCALIBRATED);
         double ratio = d / tau;
         if (ratio > r.max_ratio || r.group < 0) { r.max_ratio = ratio; r.group = i; r.d = d; r.tau = tau; }
     }
