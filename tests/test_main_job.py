@@ -59,4 +59,7 @@ def test_sdc_compare_fails_loudly_when_a_run_fails(tmp_path):
                        env=dict(os.environ, OMP_WAIT_POLICY="passive"))
     assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
     assert "error: trainer run" in p.stderr and "step_000130.ckpt" in p.stderr, p.stderr[-2000:]
-    assert not (out / "table.md").exists()
+    # it stopped there: no later stage ran on the failed runs' missing logs (a driver that only printed the
+    # failure and went on would fail in the lost-update or table step, on a missing log.jsonl)
+    assert "log.jsonl" not in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert not (out / "table.md").exists() and not (out / "control.steps").exists()
