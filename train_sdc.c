@@ -578,6 +578,8 @@ static double model_update(Model* model, const AdamW* opt, long long t, double c
 }
 /* the global gradient norm as the gradients are now (after all-reduce and unscale) */
 static double model_grad_norm(Model* model) { return grad_global_norm(model); }
+/* sum of squares of the gradients [off, off + n) (the backward guard's per-layer norms) */
+static double model_grad_sumsq_range(Model* model, size_t off, size_t n) { return sumsq_det(model->grads + off, n); }
 /* ||p' - p||_2 of the update model_update would make now (clip, AdamW t), computed without changing
  * any state: the harmful-update detector's update magnitude */
 static double model_update_norm(Model* model, const AdamW* o, long long t, double clip, double grad_norm) {
@@ -638,8 +640,10 @@ static int model_check_alarms(Model* model, int kind, int* first_layer) { *first
 static void model_qk_reset(Model* model) {
     for (int k = 0; k < CHECK_KINDS; k++) { model->alarms[k] = 0; model->first_layer[k] = -1; }
 }
+/* (re)start exponent profiling: the histograms start from zero */
 static void model_exp_profile_start(Model* model, int samples, uint64_t seed) {
     if (!model->exp_hist) model->exp_hist = (uint32_t*)callocCheck((size_t)model->L.n * 256, sizeof(uint32_t));
+    memset(model->exp_hist, 0, (size_t)model->L.n * 256 * sizeof(uint32_t));
     model->exp_samples = samples;
     rng_seed(&model->exp_rng, seed);
 }

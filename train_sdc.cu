@@ -776,6 +776,8 @@ static double model_update(Model* model, const AdamW* o, long long t, double cli
 /* the global L2 norm of the gradients as they are now (after all-reduce and unscale): global_norm.cuh,
  * the same bits as the norm model_update computes and returns */
 static double model_grad_norm(Model* model) { return sqrt(global_norm_squared(model->grads, model->L.total, model->stream)); }
+/* sum of squares of the gradients [off, off + n) (the backward guard's per-layer norms; synchronises) */
+static double model_grad_sumsq_range(Model* model, size_t off, size_t n) { return global_norm_squared(model->grads + off, n, model->stream); }
 
 /* model_update_norm's kernel: per element the AdamW step of adamw_element (llmc/adamw.cuh, the update
  * kernel's own element math) on register copies (nothing is written), delta = p' - p in fp32, delta^2
@@ -936,11 +938,14 @@ static int model_check_alarms(Model* model, int kind, int* first_layer) {
 static void model_qk_reset(Model* model) {
     for (int k = 0; k < CHECK_KINDS; k++) { model->alarms[k] = 0; model->first_layer[k] = -1; }
 }
+/* (re)start exponent profiling: the histograms start from zero */
 static void model_exp_profile_start(Model* model, int samples, uint64_t seed) {
     if (!model->exp_hist) model->exp_hist = (uint32_t*)callocCheck((size_t)model->L.n * 256, sizeof(uint32_t));
+    memset(model->exp_hist, 0, (size_t)model->L.n * 256 * sizeof(uint32_t));
     model->exp_samples = samples;
     rng_seed(&model->exp_rng, seed);
 }
+static void model_exp_profile_stop(Model* model) { model->exp_samples = 0; }
 static const uint32_t* model_exp_hist(Model* model) { return model->exp_hist; }
 /* the residual gains of the monitored layers from the norms' mean squares (copied to the host) */
 static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n_mon, double* out) {

@@ -40,11 +40,18 @@ typedef struct {
     double fault_frac, fault_rate;
     unsigned long long fault_seed;
     char trace_out[1024];
+    char fault_dtype[16];      /* storage (default), bf16, fp32, autocast: the dtype the flips happen in */
     double perturb;            /* clean-envelope perturbation: ulp-level, see -perturb */
     /* protection (TrainSDC) */
     char protect[64], rgg_layers[256], rgg_calibrate[1024], rgg_calibration[1024], exp_profile[1024];
     double rgg_alpha;
-    int rgg_window, expscale_k, exp_samples;
+    int rgg_window, expscale_k, exp_samples;   /* expscale_k: -1 the default, -2 auto */
+    /* backward guard (llmc/bwdguard.h) */
+    char bwd_calibrate[1024], bwd_calibration[1024];
+    double bwd_alpha;
+    int bwd_window;
+    /* lost-step control */
+    char skip_steps[1024];
     /* baseline detectors (llmc/detect.h) */
     char detect[128], llmft_model[1024];
     int detect_observe, detect_window;
@@ -115,13 +122,19 @@ static const char* USAGE =
 "  -fault_start S     first step of the fault window (default 1)\n"
 "  -fault_end S       last step of the fault window (default: the last step)\n"
 "  -fault_seed N      seed of the schedule and of the shared element/bit selection (default 1234)\n"
+"  -fault_dtype D     the dtype the bits are flipped in: storage (the trainer's storage dtype: fp32 under\n"
+"                     -precision fp32, bf16 under bf16), bf16, fp32 (every site as if stored in fp32), or\n"
+"                     autocast (each site in the dtype PyTorch autocast stores it in: fp32 for the residual\n"
+"                     stream and the RMSNorm outputs and their gradients, bf16 elsewhere; README) (default storage)\n"
 "  -trace_out FILE    propagation trace (Experiment 2): for each forward event, run the microbatch clean and\n"
 "                     faulty and write R_x at every downstream module output as JSONL\n"
 "protection (TrainSDC, DESIGN.md section 6; alarms are logged and the step is replayed)\n"
-"  -protect LIST      none, or any of qk (Q/K path recomputation), rgg (Residual Gain Guard), exp (exponent\n"
-"                     scaling), comma-separated, or all (= qk,rgg,exp, the paper's method) (default none);\n"
-"                     beyond the paper: att (cheap attention checks: logits row checksums, probability rows\n"
-"                     sum to one; llmc/attcheck.h), e.g. all,att\n"
+"  -protect LIST      none, paper, all, or any of qk (Q/K path recomputation), rgg (Residual Gain Guard), exp\n"
+"                     (exponent scaling), att (cheap attention checks: logits row checksums, probability rows\n"
+"                     sum to one; llmc/attcheck.h), bwd (backward guard: replay on a non-finite gradient or a\n"
+"                     gradient-norm blow-up, global and per layer; llmc/bwdguard.h), comma-separated.\n"
+"                     paper = qk,rgg,exp with k 15 (the paper's method); all = qk,rgg,att,bwd,exp with k\n"
+"                     chosen from the run's own profile at its start (-expscale_k auto) (default none)\n"
 "  -rgg_calibration F load the Residual Gain Guard's calibration (seed window and floors) from F\n"
 "  -rgg_calibrate F   calibration mode: run the steps clean, seed the window with the first -rgg_window of\n"
 "                     them, record the largest clean scores as floors, write F at the end (no alarms)\n"
@@ -129,10 +142,21 @@ static const char* USAGE =
 "  -rgg_layers LIST   monitored layers, comma-separated (default four evenly spaced: 0,5,10,15 for 16)\n"
 "  -rgg_window W      accepted steps in the sliding window (default 64)\n"
 "  -expscale_k K      scale the loss by 2^K, unscale right before clipping; a non-finite gradient then\n"
-"                     skips the update (found_inf) (default 15 with -protect exp, else 0)\n"
+"                     skips the update (found_inf); auto: profile dL/dY on the first step's microbatches\n"
+"                     (injection off) and take k* = argmin R_amp (llmc/expscale.h) (default: auto with\n"
+"                     -protect all, 15 with -protect paper or exp, else 0)\n"
 "  -exp_profile F     write the exponent-code histograms of dL/dY at every linear layer, sampled on every\n"
 "                     step of this run, to F (JSON) at the end, for scripts/expscale_select.py\n"
 "  -exp_samples N     samples a linear layer a microbatch for -exp_profile (default 8192)\n"
+"  -bwd_alpha X       backward guard: alarm when a gradient norm (global, a layer's, or the rest's) exceeds\n"
+"                     its median over the window by more than X times the larger of its calibrated floor,\n"
+"                     the window's own spread and log(2)/2.5, in log (default 2.5)\n"
+"  -bwd_window W      backward guard: accepted steps in its window (default 32, at most 1024)\n"
+"  -bwd_calibrate F   run the steps clean, record the backward guard's window and its largest clean\n"
+"                     blow-ups as floors, write F at the end (no alarms)\n"
+"  -bwd_calibration F load the backward guard's calibration from F\n"
+"  -skip_steps FILE   lost-step control: skip the update of every step listed in FILE (step numbers,\n"
+"                     whitespace or comma separated, # comments) as a found_inf would, with no fault\n"
 "baseline detectors (DESIGN.md section 7; each alarm replays the step like TrainSDC's, llmc/detect.h)\n"
 "  -detect LIST       none, or any of loss (loss spike), nan (Inf/NaN in the loss or gradients), abft\n"
 "                     (ATTNChecker-style checksums of the attention matrix products), harmful (AdamW update\n"
@@ -202,6 +226,8 @@ static void args_defaults(Args* a) {
     a->fault_m = 100000; a->fault_start = 1; a->fault_end = -1; a->fault_rate = 0.01; a->fault_seed = 1234;
     snprintf(a->protect, sizeof(a->protect), "none");
     a->rgg_alpha = 2.5; a->rgg_window = 64; a->expscale_k = -1; a->exp_samples = 8192;
+    a->bwd_alpha = 2.5; a->bwd_window = 32;
+    snprintf(a->fault_dtype, sizeof(a->fault_dtype), "storage");
     snprintf(a->detect, sizeof(a->detect), "none");
     a->detect_window = 32; a->spike_z = 6; a->harmful_z = 6;
 }
@@ -251,7 +277,11 @@ static void args_parse(Args* a, int argc, char** argv) {
         STRFLAG("-protect", protect) STRFLAG("-rgg_layers", rgg_layers) STRFLAG("-rgg_calibrate", rgg_calibrate)
         STRFLAG("-rgg_calibration", rgg_calibration) STRFLAG("-exp_profile", exp_profile)
         DBLFLAG("-rgg_alpha", rgg_alpha, 0, 1e6) INTFLAG("-rgg_window", rgg_window, 1, 1 << 16)
+        if (!strcmp(f, "-expscale_k") && !strcmp(v, "auto")) { a->expscale_k = -2; continue; }
         INTFLAG("-expscale_k", expscale_k, 0, 127) INTFLAG("-exp_samples", exp_samples, 1, 1 << 24)
+        DBLFLAG("-bwd_alpha", bwd_alpha, 0, 1e6) INTFLAG("-bwd_window", bwd_window, 8, 1024)
+        STRFLAG("-bwd_calibrate", bwd_calibrate) STRFLAG("-bwd_calibration", bwd_calibration)
+        STRFLAG("-skip_steps", skip_steps) STRFLAG("-fault_dtype", fault_dtype)
         STRFLAG("-detect", detect) STRFLAG("-llmft_model", llmft_model)
         INTFLAG("-detect_observe", detect_observe, 0, 1) INTFLAG("-detect_window", detect_window, 8, 1 << 16)
         DBLFLAG("-spike_z", spike_z, 0, 1e6) DBLFLAG("-harmful_z", harmful_z, 0, 1e6)
@@ -272,6 +302,9 @@ static void args_parse(Args* a, int argc, char** argv) {
     if (strcmp(a->fault_field, "all") && strcmp(a->fault_field, "exponent") && strcmp(a->fault_field, "mantissa") &&
         strcmp(a->fault_field, "sign"))
         usage_fail("flag -fault_field: '%s' is not all, exponent, mantissa or sign", a->fault_field);
+    if (strcmp(a->fault_dtype, "storage") && strcmp(a->fault_dtype, "bf16") && strcmp(a->fault_dtype, "fp32") &&
+        strcmp(a->fault_dtype, "autocast"))
+        usage_fail("flag -fault_dtype: '%s' is not storage, bf16, fp32 or autocast", a->fault_dtype);
     if (a->perturb != floor(a->perturb)) usage_fail("%s", "flag -perturb: a whole number of ulps");
 }
 

@@ -20,7 +20,12 @@
  * [-fault_start, -fault_end] has an event with probability -fault_rate, default 1%) and -fault_mode
  * campaign (one event per step in the window, site and pass drawn from -fault_sites x -fault_pass,
  * layer from -fault_layer or drawn). -fault_rank / -fault_mb fix the rank and microbatch (-1: drawn).
- * Injection is off during a replay (the protection issue). */
+ * Injection is off during a replay (the protection issue).
+ *
+ * Flip dtype (-fault_dtype). By default the bits flip in the storage dtype. Under -precision bf16 the
+ * CPU trainer can flip them instead as if a site were stored in fp32 (fp32: every site; autocast: the
+ * sites PyTorch autocast keeps in fp32, fault_autocast_fp32() below), to compare with the paper, whose
+ * models ran under autocast. The flipped fp32 value is then read as is (not rounded to bf16 again). */
 #ifndef TSDC_FAULT_H
 #define TSDC_FAULT_H
 
@@ -226,6 +231,7 @@ typedef struct {
     int mb;                    /* microbatch being computed */
     int replay;                /* 1 while a step is replayed: injection off */
     int width;                 /* storage bits: 32 fp32, 16 bf16 */
+    int site_width[SITE_COUNT];/* the bits a site's flips happen in (-fault_dtype), 0 = width */
     int att_T;                 /* sequence length of the [B,H,T,T] attention tensors (for the "live" count) */
     int injected;              /* events applied in the current step */
     long long injected_total;
@@ -233,6 +239,30 @@ typedef struct {
     /* trace (Experiment 2): see the trainer */
     int trace;
 } FaultCtx;
+
+/* the sites PyTorch autocast (bf16) stores in fp32 in the HF Llama/Qwen3 models with fp32 master weights
+ * and eager attention (the paper's setting); the gradient of a tensor has its dtype, so both passes:
+ *   attn_norm, mlp_norm   RMSNorm computes in fp32 and multiplies by its fp32 weight
+ *   attn_residual, block_out   the residual stream: fp32 embedding output + bf16 branch outputs -> fp32
+ *   q_norm, k_norm        fp32 weight * bf16 input -> fp32 (type promotion; Qwen3's QK norm)
+ *   q_rope, k_rope        q * cos + rotate_half(q) * sin with cos/sin in the residual stream's dtype, fp32
+ *   att_logits            Q K^T is an autocast matmul (bf16), then + the fp32 causal mask -> fp32
+ *   att_probs             softmax(dtype=fp32).to(query dtype), and the query is fp32 (q_rope)
+ * bf16 (autocast's lower-precision ops: linear and matmul outputs, and what is computed from them alone):
+ *   q_proj k_proj v_proj o_proj gate_proj up_proj down_proj att_out, act (SiLU of bf16), mlp_product */
+static inline int fault_autocast_fp32(int site) {
+    switch (site) {
+        case SITE_ATTN_NORM: case SITE_MLP_NORM: case SITE_ATTN_RESIDUAL: case SITE_BLOCK_OUT:
+        case SITE_Q_NORM: case SITE_K_NORM: case SITE_Q_ROPE: case SITE_K_ROPE: case SITE_ATT_LOGITS: case SITE_ATT_PROBS:
+            return 1;
+        default: return 0;
+    }
+}
+/* the flip width of the current event's site */
+static inline int fault_event_width(const FaultCtx* fx) {
+    int w = fx->site_width[fx->ev.site];
+    return w ? w : fx->width;
+}
 
 /* does the current event hit this (site, layer, pass) now? */
 static inline int fault_due(const FaultCtx* fx, int site, int layer, int pass) {
@@ -258,7 +288,7 @@ static void fault_log_event(FaultCtx* fx, size_t n, size_t m, size_t live, doubl
     fprintf(fx->log, "{\"type\":\"fault\",\"step\":%lld,\"microbatch\":%d,\"rank\":%d,\"layer\":%d,\"site\":\"%s\",\"pass\":\"%s\","
             "\"m\":%zu,\"live\":%zu,\"numel\":%zu,\"nbits\":%d,\"dtype\":\"%s\",\"seed\":%llu,\"rms_before\":%s,\"rms_after\":%s}\n",
             e->step, e->mb, e->rank, e->layer, SITE_NAMES[e->site], PASS_NAMES[e->pass], m, live, n, e->nbits,
-            fx->width == 32 ? "fp32" : "bf16", (unsigned long long)e->seed, jnum(rms_before).s, jnum(rms_after).s);
+            fault_event_width(fx) == 32 ? "fp32" : "bf16", (unsigned long long)e->seed, jnum(rms_before).s, jnum(rms_after).s);
     fflush(fx->log);
 }
 
@@ -271,8 +301,9 @@ static void fault_apply_host(FaultCtx* fx, float* x, size_t n) {
     if (m > 0) {
         size_t* idx = (size_t*)mallocCheck(sizeof(size_t) * m);
         uint32_t* mask = (uint32_t*)mallocCheck(sizeof(uint32_t) * m);
-        fault_select(&fx->ev, n, m, fx->width, idx, mask);
-        for (size_t i = 0; i < m; i++) x[idx[i]] = fault_flip_value(x[idx[i]], mask[i], fx->width);
+        int width = fault_event_width(fx);
+        fault_select(&fx->ev, n, m, width, idx, mask);
+        for (size_t i = 0; i < m; i++) x[idx[i]] = fault_flip_value(x[idx[i]], mask[i], width);
         live = fault_live_count(fx, idx, m);
         free(idx); free(mask);
     }

@@ -26,7 +26,9 @@
  *   model_grad_norm(Model*)   model_update_norm(Model*, const AdamW*, t, clip, grad_norm)   (harmful-update detector)
  *   model_rgg_gains(Model*, B, T, layers, n_mon, double* out[n_mon*2])   (from the norms' mean squares)
  *   model_unscale_check(Model*, scale) -> 1 if a gradient is non-finite after grads *= scale
- *   model_exp_profile_start(Model*, samples, seed)   model_exp_hist(Model*) -> [tensors][256] counts
+ *   model_exp_profile_start(Model*, samples, seed) (counts from zero)   model_exp_profile_stop(Model*)
+ *   model_exp_hist(Model*) -> [tensors][256] counts
+ *   model_grad_sumsq_range(Model*, off, n) -> sum of squares of the gradients [off, off + n)   (backward guard)
  */
 #ifndef TSDC_TRAIN_LOOP_H
 #define TSDC_TRAIN_LOOP_H
@@ -45,6 +47,8 @@
 #include "dist.h"
 #include "fault.h"
 #include "rgg.h"
+#include "bwdguard.h"
+#include "expscale.h"
 #include "attcheck.h"
 #include "detect.h"
 #include "logger.h"
@@ -68,11 +72,19 @@ typedef struct {
     FaultCtx fx;
     FILE* trace;
     /* protection */
-    int prot_qk, prot_rgg, prot_exp, prot_att, expscale_k;
+    int prot_qk, prot_rgg, prot_exp, prot_att, prot_bwd, expscale_k, exp_auto;
     Detect det;
     Rgg rgg;
     double* gains;             /* [n_obs][n_mon][2] gains of the step (all ranks, gathered) */
-    long long alarms_total, replays_total, found_inf_total;
+    /* backward guard: the gradient's groups as contiguous ranges (one per layer, the rest), llmc/bwdguard.h */
+    BwdGuard bwd;
+    int have_bwd, n_ranges;
+    size_t *range_off, *range_n;
+    int* range_group;
+    /* lost-step control (-skip_steps): sorted step numbers */
+    long long* skip;
+    int n_skip;
+    long long alarms_total, replays_total, found_inf_total, overflow_total, skipped_total;
 } Run;
 
 static void mkdir_p(const char* dir) {
@@ -247,6 +259,14 @@ static void fault_setup(Run* run) {
     fc->start = a->fault_start; fc->end = a->fault_end < 0 ? a->steps : a->fault_end; fc->seed = a->fault_seed;
     fc->field = !strcmp(a->fault_field, "exponent") ? FIELD_EXPONENT : !strcmp(a->fault_field, "mantissa") ? FIELD_MANTISSA
               : !strcmp(a->fault_field, "sign") ? FIELD_SIGN : FIELD_ALL;
+    /* -fault_dtype: the CPU's emulated bf16 mode keeps every tensor in a float array, so a site can take
+     * fp32 flips; the GPU stores bf16 and fp32 storage keeps fp32 */
+    if (strcmp(a->fault_dtype, "storage") && strcmp(a->fault_dtype, a->precision ? "bf16" : "fp32")) {
+        if (!a->precision) usage_fail("flag -fault_dtype %s: needs -precision bf16 (under fp32 every site is stored in fp32)", a->fault_dtype);
+        if (!TRAINER_HAS_FP32) usage_fail("flag -fault_dtype %s: this trainer stores every site in bf16; use the CPU trainer", a->fault_dtype);
+        for (int st = 0; st < SITE_COUNT; st++)
+            fx->site_width[st] = !strcmp(a->fault_dtype, "fp32") || fault_autocast_fp32(st) ? 32 : 16;
+    }
     if (fc->mode == FAULT_CHAR && __builtin_popcount(fc->sites) != 1)
         usage_fail("%s", "-fault_mode char injects one site: give one name to -fault_sites");
     if (fc->rank >= run->dist.world) tsdc_fail("flag -fault_rank: rank %d does not exist (%d ranks)", fc->rank, run->dist.world);
@@ -270,8 +290,9 @@ static void fault_setup(Run* run) {
     }
     model_set_fault(&run->model, fx);
     if (run->dist.rank == 0)
-        printf("fault injection: %s, sites 0x%x, pass %s, layer %d, m %lld (frac %g), %d bits, rank %d, steps %lld-%lld%s, seed %llu\n",
-               a->fault_mode, fc->sites, a->fault_pass, fc->layer, fc->m, fc->frac, fc->nbits, fc->rank, fc->start, fc->end,
+        printf("fault injection: %s, sites 0x%x, pass %s, layer %d, m %lld (frac %g), %d bits (%s), rank %d, steps %lld-%lld%s, seed %llu\n",
+               a->fault_mode, fc->sites, a->fault_pass, fc->layer, fc->m, fc->frac, fc->nbits,
+               !strcmp(a->fault_dtype, "storage") ? (a->precision ? "bf16" : "fp32") : a->fault_dtype, fc->rank, fc->start, fc->end,
                fc->mode == FAULT_CHAR ? "" : " (one event a step)", (unsigned long long)fc->seed);
 }
 
@@ -338,6 +359,124 @@ static void exp_profile_write(Run* run, const char* path) {
     free(all); free(L);
 }
 
+/* the backward guard from the flags: its groups (each layer's parameters and the rest, as contiguous
+ * ranges of the gradient), window, calibration */
+static void bwd_setup(Run* run) {
+    Args* a = &run->a;
+    if (a->bwd_calibrate[0] && a->bwd_calibration[0]) usage_fail("%s", "-bwd_calibrate and -bwd_calibration exclude each other");
+    if (!run->prot_bwd && !a->bwd_calibrate[0]) {
+        if (a->bwd_calibration[0]) usage_fail("%s", "-bwd_calibration needs -protect bwd (or all)");
+        return;
+    }
+    run->have_bwd = 1;
+    bwd_init(&run->bwd, run->c.n_layer, a->bwd_window, a->bwd_alpha);
+    ParamLayout* L = (ParamLayout*)mallocCheck(sizeof(ParamLayout));
+    param_layout_build(&run->c, L);
+    run->range_off = (size_t*)mallocCheck(sizeof(size_t) * L->n);
+    run->range_n = (size_t*)mallocCheck(sizeof(size_t) * L->n);
+    run->range_group = (int*)mallocCheck(sizeof(int) * L->n);
+    run->n_ranges = 0;
+    for (int i = 0; i < L->n; i++) {
+        int g = L->t[i].layer >= 0 ? L->t[i].layer : run->c.n_layer;
+        int k = run->n_ranges;
+        if (k > 0 && run->range_group[k - 1] == g && run->range_off[k - 1] + run->range_n[k - 1] == L->t[i].offset)
+            run->range_n[k - 1] += L->t[i].numel;
+        else { run->range_off[k] = L->t[i].offset; run->range_n[k] = L->t[i].numel; run->range_group[k] = g; run->n_ranges++; }
+    }
+    free(L);
+    if (a->bwd_calibrate[0]) run->bwd.calibrating = 1;
+    if (a->bwd_calibration[0]) bwd_load_calibration(&run->bwd, a->bwd_calibration);
+    else if (run->prot_bwd && !a->bwd_calibrate[0] && run->dist.rank == 0)
+        printf("note: -protect bwd without -bwd_calibration: the backward guard's window seeds itself from the first %d steps, "
+               "on which only a non-finite gradient alarms\n", a->bwd_window);
+}
+
+/* the backward guard's inputs: the log norms of every group (x[n_groups]) of the gradients as they are
+ * now (all-reduced, unscaled), the global one last */
+static void bwd_norms(Run* run, double* x) {
+    int G = run->bwd.n_groups;
+    double* ss = (double*)callocCheck((size_t)G, sizeof(double));
+    for (int r = 0; r < run->n_ranges; r++) {
+        double v = model_grad_sumsq_range(&run->model, run->range_off[r], run->range_n[r]);
+        ss[run->range_group[r]] += v;
+        ss[G - 1] += v;
+    }
+    bwd_log_norms(&run->bwd, ss, x);
+    free(ss);
+}
+
+/* -skip_steps FILE: the step numbers whose updates the lost-step control skips */
+static int cmp_ll(const void* x, const void* y) { long long a = *(const long long*)x, b = *(const long long*)y; return (a > b) - (a < b); }
+static void skip_setup(Run* run) {
+    const char* path = run->a.skip_steps;
+    if (!path[0]) return;
+    FILE* fp = fopen(path, "r");
+    if (!fp) tsdc_fail("%s: cannot open the -skip_steps file: %s", path, strerror(errno));
+    int cap = 64, n = 0;
+    long long* v = (long long*)mallocCheck(sizeof(long long) * cap);
+    char line[4096];
+    int no = 0;
+    while (fgets(line, sizeof(line), fp)) {
+        no++;
+        char* hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        for (char* tok = strtok(line, " \t\r\n,"); tok; tok = strtok(NULL, " \t\r\n,")) {
+            char* end;
+            errno = 0;
+            long long x = strtoll(tok, &end, 10);
+            if (errno || *end || x < 1) tsdc_fail("%s:%d: '%s' is not a step number (>= 1)", path, no, tok);
+            if (n == cap) { cap *= 2; v = (long long*)realloc(v, sizeof(long long) * cap); if (!v) tsdc_fail("out of memory"); }
+            v[n++] = x;
+        }
+    }
+    fclose(fp);
+    qsort(v, (size_t)n, sizeof(long long), cmp_ll);
+    run->skip = v; run->n_skip = n;
+    if (run->dist.rank == 0) printf("lost-step control: %d step%s listed in %s\n", n, n == 1 ? "" : "s", path);
+}
+static int skip_due(const Run* run, long long step) {
+    return run->n_skip && bsearch(&step, run->skip, (size_t)run->n_skip, sizeof(long long), cmp_ll) != NULL;
+}
+
+/* -expscale_k auto: profile dL/dY on the microbatches of the coming step with injection off and the loss
+ * unscaled (gradients discarded), and take k* = argmin R_amp (llmc/expscale.h); the same on every rank
+ * (the histograms are summed over ranks). Costs one step's forward and backward, once. */
+static void select_expscale_k(Run* run, int* inp, int* tgt) {
+    Args* a = &run->a;
+    Model* model = &run->model;
+    int T = model->T, N = a->B * T;
+    model_exp_profile_start(model, a->exp_samples, a->seed ^ 0xE4905EULL);   /* -exp_profile's seed: the same samples */
+    run->fx.replay = 1;
+    model_zero_grads(model);
+    float dloss = 1.0f / (float)((double)N * a->accum * run->dist.world);
+    for (int mb = 0; mb < a->accum; mb++) {
+        shard_microbatch(&run->train, run->ts.data_pos, run->dist.rank * a->accum + mb, a->B, T, inp, tgt);
+        model_set_tokens(model, inp, tgt, N);
+        model_qk_reset(model);
+        model_forward_step(model, a->B, T, 1);
+        model_backward_step(model, a->B, T, dloss);
+    }
+    model_zero_grads(model);
+    model_qk_reset(model);
+    run->fx.replay = 0;
+    model_exp_profile_stop(model);
+    int nt = model->L.n;
+    double* h = (double*)callocCheck((size_t)nt * 256, sizeof(double));
+    const uint32_t* hc = model_exp_hist(model);
+    for (size_t i = 0; i < (size_t)nt * 256; i++) h[i] = hc[i];
+    dist_allreduce_sum_f64(&run->dist, h, (size_t)nt * 256);
+    ExpScaleChoice ch = expscale_select_k(h, nt, 0, 0, 64);
+    free(h);
+    if (ch.k_star < 0) {
+        if (run->dist.rank == 0) printf("warning: exponent scaling: no gradient sample to choose k from; keeping k %d\n", run->expscale_k);
+        return;
+    }
+    run->expscale_k = ch.k_star;
+    if (run->dist.rank == 0)
+        printf("exponent scaling: k* = %d from %.0f samples of dL/dY on step %lld's microbatches (unscaled codes %d..%d, K_safe [%d, %d], "
+               "R_amp(k*) %.4Lg)\n", ch.k_star, ch.samples, (long long)run->ts.step + 1, ch.code_lo, ch.code_hi, ch.k_lo, ch.k_hi, ch.r_min);
+}
+
 /* -protect and the Residual Gain Guard's set-up from the flags */
 static void protect_setup(Run* run) {
     Args* a = &run->a;
@@ -345,18 +484,26 @@ static void protect_setup(Run* run) {
     snprintf(buf, sizeof(buf), "%s", a->protect);
     for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
         if (!strcmp(tok, "none")) continue;
-        else if (!strcmp(tok, "all")) run->prot_qk = run->prot_rgg = run->prot_exp = 1;
+        else if (!strcmp(tok, "paper")) run->prot_qk = run->prot_rgg = run->prot_exp = 1;
+        else if (!strcmp(tok, "all")) { run->prot_qk = run->prot_rgg = run->prot_exp = run->prot_att = run->prot_bwd = 1; run->exp_auto = 1; }
         else if (!strcmp(tok, "qk")) run->prot_qk = 1;
+        else if (!strcmp(tok, "bwd")) run->prot_bwd = 1;
         else if (!strcmp(tok, "rgg")) run->prot_rgg = 1;
         else if (!strcmp(tok, "exp")) run->prot_exp = 1;
         else if (!strcmp(tok, "att")) run->prot_att = 1;
-        else usage_fail("flag -protect: '%s' is not none, qk, rgg, exp, att or all", tok);
+        else usage_fail("flag -protect: '%s' is not none, paper, all, qk, rgg, exp, att or bwd", tok);
     }
     detect_init(&run->det, detect_parse(a->detect), a->detect_observe, a->detect_window, a->spike_z, a->harmful_z, a->llmft_model);
     if (a->detect_observe && !run->det.mask) usage_fail("%s", "-detect_observe 1 needs -detect LIST (the detectors to observe)");
     model_set_checks(&run->model, (run->det.mask >> DET_ABFT) & 1, run->prot_att);
-    run->expscale_k = a->expscale_k >= 0 ? a->expscale_k : (run->prot_exp ? 15 : 0);
+    /* k: explicit, or auto (chosen at the start of the run: select_expscale_k), or 15 (the paper's) with exp */
+    if (a->expscale_k == -2) run->exp_auto = 1;
+    else if (a->expscale_k >= 0) run->exp_auto = 0;
+    run->expscale_k = a->expscale_k >= 0 ? a->expscale_k : (run->prot_exp || run->exp_auto ? 15 : 0);
+    if (run->exp_auto) run->prot_exp = 1;
     model_set_protect_qk(&run->model, run->prot_qk);
+    bwd_setup(run);
+    skip_setup(run);
     if (a->rgg_calibrate[0] && a->rgg_calibration[0]) usage_fail("%s", "-rgg_calibrate and -rgg_calibration exclude each other");
     if (!run->prot_rgg && !a->rgg_calibrate[0]) {
         if (a->rgg_calibration[0]) usage_fail("%s", "-rgg_calibration needs -protect rgg");
@@ -540,6 +687,11 @@ int train_main(int argc, char** argv) {
     uint64_t span = batch_span(world, a->accum, a->B, T);
     int N = a->B * T;
     int *inp = (int*)mallocCheck(sizeof(int) * N), *tgt = (int*)mallocCheck(sizeof(int) * N);
+    if (run->exp_auto && ts->step < last) {
+        select_expscale_k(run, inp, tgt);
+        if (a->exp_profile[0]) model_exp_profile_start(model, a->exp_samples, a->seed ^ 0xE4905EULL);
+    }
+    double* bx = run->have_bwd ? (double*)callocCheck((size_t)run->bwd.n_groups, sizeof(double)) : NULL;
     float dloss = 1.0f / (float)((double)N * a->accum * world);
     double t_start = wall_seconds(), ms_sum = 0; int timed = 0;
     char path[1200];
@@ -550,7 +702,10 @@ int train_main(int argc, char** argv) {
         run->fx.injected = 0;
         run->fx.replay = 0;
         double loss_sum = 0.0, replay_ms = 0.0, norm = NAN, gn = NAN, un = NAN;
-        int replayed = 0, n_alarms = 0, found_inf = 0;
+        int replayed = 0, n_alarms = 0, found_inf = 0, overflow = 0, skip = skip_due(run, s + 1);
+        double bwd_r0 = NAN;                      /* the backward guard's largest blow-up / threshold, first attempt */
+        int k_step = run->expscale_k;             /* k of this step (an overflow lowers it for the next) */
+        double bwd_ms = 0.0;                      /* the backward guard's norms: their cost */
         char alarm_desc[200] = "", alarm_by[96] = "", det_fired[64] = "";
         float kscale = ldexpf(1.0f, run->expscale_k);            /* 2^k, exact */
         opt.lr = lr_at(s, a->lr, a->warmup, a->steps, a->final_lr_frac);
@@ -601,6 +756,16 @@ int train_main(int argc, char** argv) {
             double fi = model_unscale_check(model, ldexpf(1.0f, -run->expscale_k));
             dist_allreduce_sum_f64(&run->dist, &fi, 1);
             found_inf = fi > 0;
+            /* the backward guard: a non-finite gradient, or a norm blow-up (global, a layer's, the rest's) */
+            BwdResult br = {0, -1, 0, 0, 0};
+            if (run->have_bwd) {
+                double tb = wall_seconds();
+                if (!found_inf) bwd_norms(run, bx);
+                bwd_ms += (wall_seconds() - tb) * 1e3;
+                br = bwd_check(&run->bwd, found_inf, bx);
+                if (attempt == 0) bwd_r0 = found_inf ? INFINITY : br.max_ratio;
+            }
+            int bwd_alarm = run->prot_bwd && !run->bwd.calibrating && br.alarm;
             unsigned fired = 0;
             if (run->det.mask) {
                 gn = un = NAN;
@@ -619,18 +784,20 @@ int train_main(int argc, char** argv) {
             }
             int qk_alarm = run->prot_qk && checks[CHECK_QK] > 0, att_alarm = run->prot_att && checks[CHECK_ATT] > 0;
             int det_alarm = fired && !run->det.observe;
-            int alarm = qk_alarm || rr.alarm || att_alarm || det_alarm;
+            int alarm = qk_alarm || rr.alarm || att_alarm || det_alarm || bwd_alarm;
             if (attempt == 1) replay_ms = (wall_seconds() - ta) * 1e3;
+            if (attempt == 1 && found_inf) overflow = 1;   /* non-finite with injection off: a real overflow */
             if (!alarm) {
                 if (run->gains) rgg_admit(&run->rgg, run->gains);
+                if (run->have_bwd && !found_inf) bwd_admit(&run->bwd, bx);
                 if (run->det.mask) detect_admit(&run->det, step_loss, gn, un, fired);
                 break;
             }
             n_alarms += (qk_alarm ? (int)checks[CHECK_QK] : 0) + rr.n_alarms + (att_alarm ? (int)checks[CHECK_ATT] : 0) +
-                        (det_alarm ? __builtin_popcount(fired) : 0);
+                        (det_alarm ? __builtin_popcount(fired) : 0) + bwd_alarm;
             if (attempt == 0) {
-                snprintf(alarm_by, sizeof(alarm_by), "%s%s%s%s%s", qk_alarm ? "qk," : "", rr.alarm ? "rgg," : "",
-                         att_alarm ? "att," : "", det_alarm ? det_fired : "", det_alarm ? "," : "");
+                snprintf(alarm_by, sizeof(alarm_by), "%s%s%s%s%s%s", qk_alarm ? "qk," : "", rr.alarm ? "rgg," : "",
+                         att_alarm ? "att," : "", bwd_alarm ? "bwd," : "", det_alarm ? det_fired : "", det_alarm ? "," : "");
                 if (alarm_by[0]) alarm_by[strlen(alarm_by) - 1] = 0;
                 if (qk_alarm) snprintf(alarm_desc, sizeof(alarm_desc), "qk: %d mismatch%s, first layer %d mb %d on rank %d",
                                        (int)checks[CHECK_QK], checks[CHECK_QK] > 1 ? "es" : "", chk_layer[CHECK_QK], chk_mb[CHECK_QK], rank);
@@ -639,6 +806,13 @@ int train_main(int argc, char** argv) {
                               rr.z, rr.tau_z, rr.rel, rr.tau_rel);
                 else if (att_alarm) snprintf(alarm_desc, sizeof(alarm_desc), "att: %d head%s failed, first layer %d mb %d on rank %d",
                                              (int)checks[CHECK_ATT], checks[CHECK_ATT] > 1 ? "s" : "", chk_layer[CHECK_ATT], chk_mb[CHECK_ATT], rank);
+                else if (bwd_alarm) {
+                    char gname[32];
+                    bwd_group_name(&run->bwd, br.group, gname, sizeof(gname));
+                    if (found_inf || br.group < 0) snprintf(alarm_desc, sizeof(alarm_desc), "bwd: non-finite gradient");
+                    else snprintf(alarm_desc, sizeof(alarm_desc), "bwd: %s gradient norm %.3g x its median (threshold %.3g x)",
+                                  gname, exp(br.d), exp(br.tau));
+                }
                 else snprintf(alarm_desc, sizeof(alarm_desc), "detector %s: loss %.6g, z loss %.3g, z grad norm %.3g, z update norm %.3g%s",
                               det_fired, step_loss, dout.feat[0], dout.feat[1], dout.feat[2],
                               (fired >> DET_ABFT) & 1 ? " (attention checksum failed)" : "");
@@ -648,10 +822,17 @@ int train_main(int argc, char** argv) {
                 run->fx.replay = 1;   /* the replay runs every microbatch again with injection off */
                 replayed = 1;
                 run->replays_total++;
+            } else if (overflow) {
+                /* the gradient is non-finite again with injection off: a real overflow, not a fault. Skip the
+                 * update as AMP does and lower k */
+                int k_old = run->expscale_k;
+                if (run->expscale_k > 0) run->expscale_k--;
+                if (rank == 0) fprintf(stderr, "warning: step %lld: the replay's gradient is non-finite too: a real overflow; update skipped "
+                                               "(found_inf), exponent scaling k %d -> %d\n", s + 1, k_old, run->expscale_k);
             } else {
                 /* the clean replay alarmed too: keep it (a second replay would compute the same bits) */
                 if (rank == 0) fprintf(stderr, "warning: step %lld: the replay raised an alarm too (%s); its result is kept\n",
-                                       s + 1, det_fired[0] ? det_fired : "protection");
+                                       s + 1, det_fired[0] ? det_fired : bwd_alarm ? "bwd" : "protection");
             }
         }
         run->fx.ev.active = 0; /* the event belongs to this step's microbatches, not to evaluation or sampling */
@@ -659,8 +840,10 @@ int train_main(int argc, char** argv) {
         double inj = run->fx.injected;
         dist_allreduce_sum_f64(&run->dist, &inj, 1);
         float loss = (float)(loss_sum / ((double)a->accum * world));
-        if (!found_inf) norm = model_update(model, &opt, s + 1, a->grad_clip);
-        else run->found_inf_total++;
+        if (!found_inf && !skip) norm = model_update(model, &opt, s + 1, a->grad_clip);
+        else if (found_inf) run->found_inf_total++;
+        else run->skipped_total++;            /* the lost-step control: no update, as if it were lost */
+        run->overflow_total += overflow;
         ts->step = s + 1;
         ts->data_pos = shard_advance(&run->train, ts->data_pos, span);
         double dt = wall_seconds() - t0, cpu_ms = (cpu_seconds() - c0) * 1e3;
@@ -674,15 +857,15 @@ int train_main(int argc, char** argv) {
         if (rank == 0) {
             logger_line(&run->log, "{\"type\":\"step\",\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,\"cpu_ms\":%.3f,"
                         "\"tok_s\":%.1f,\"k\":%d,\"alarms\":%d,\"injections\":%d,\"replayed\":%d,\"replay_ms\":%.3f,"
-                        "\"found_inf\":%d,\"by\":\"%s\",\"alarm\":\"%s\"%s}",
-                        (long long)ts->step, jnum(loss).s, opt.lr, jnum(norm).s, dt * 1e3, cpu_ms, tok_s, run->expscale_k, n_alarms,
-                        (int)inj, replayed, replay_ms, found_inf, alarm_by, alarm_desc, det_json);
+                        "\"found_inf\":%d,\"skip\":%d,\"overflow\":%d,\"bwd_r\":%s,\"bwd_ms\":%.3f,\"by\":\"%s\",\"alarm\":\"%s\"%s}",
+                        (long long)ts->step, jnum(loss).s, opt.lr, jnum(norm).s, dt * 1e3, cpu_ms, tok_s, k_step, n_alarms,
+                        (int)inj, replayed, replay_ms, found_inf, skip, overflow, jnum(bwd_r0).s, bwd_ms, alarm_by, alarm_desc, det_json);
             if (!a->quiet) {
                 char eta[32];
                 fmt_eta((last - ts->step) * (timed ? ms_sum / timed : dt), eta, sizeof(eta));
                 printf("step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | ETA %s%s%s%s%s\n",
                        (long long)ts->step, a->steps, loss, opt.lr, norm, dt * 1e3, tok_s, eta, inj > 0 ? " | fault injected" : "",
-                       replayed ? " | ALARM, replayed: " : "", alarm_desc, found_inf ? " | found_inf: update skipped" : "");
+                       replayed ? " | ALARM, replayed: " : "", alarm_desc, found_inf ? " | found_inf: update skipped" : skip ? " | update skipped (-skip_steps)" : "");
                 fflush(stdout);
             }
         }
@@ -718,11 +901,24 @@ int train_main(int argc, char** argv) {
                    run->rgg.cal_z[i][1], run->rgg.cal_rel[i][1]);
         printf("\n");
     }
+    if (a->bwd_calibrate[0] && rank == 0) {
+        bwd_write_calibration(&run->bwd, a->bwd_calibrate);
+        printf("backward-guard calibration %s: %d clean steps, window %d; thresholds (alpha x floor, as a factor over the median norm):",
+               a->bwd_calibrate, run->bwd.cal_steps, run->bwd.count);
+        for (int i = 0; i < run->bwd.n_groups; i++) {
+            char gname[32];
+            bwd_group_name(&run->bwd, i, gname, sizeof(gname));
+            printf(" %s %.3g", gname, exp(run->bwd.alpha * fmax(run->bwd.cal_max[i], BWD_MIN_FLOOR)));
+        }
+        printf("\n");
+    }
     if (a->exp_profile[0]) exp_profile_write(run, a->exp_profile);
-    if (rank == 0 && (run->prot_qk || run->prot_rgg || run->prot_exp || run->fx.cfg.mode != FAULT_OFF))
-        printf("protection %s (k %d): %lld alarm%s, %lld replayed step%s, %lld found_inf; faults injected: %lld (this rank)\n",
+    if (rank == 0 && (run->prot_qk || run->prot_rgg || run->prot_exp || run->prot_att || run->prot_bwd || run->fx.cfg.mode != FAULT_OFF))
+        printf("protection %s (k %d): %lld alarm%s, %lld replayed step%s, %lld found_inf (%lld real overflow%s); faults injected: %lld (this rank)\n",
                a->protect, run->expscale_k, run->alarms_total, run->alarms_total == 1 ? "" : "s", run->replays_total,
-               run->replays_total == 1 ? "" : "s", run->found_inf_total, run->fx.injected_total);
+               run->replays_total == 1 ? "" : "s", run->found_inf_total, run->overflow_total, run->overflow_total == 1 ? "" : "s",
+               run->fx.injected_total);
+    if (rank == 0 && run->n_skip) printf("lost-step control: %lld update%s skipped\n", run->skipped_total, run->skipped_total == 1 ? "" : "s");
     uint64_t h = model_weights_checksum(model);
     dist_check_same(&run->dist, h, "at the end");
     if (rank == 0) {
@@ -738,6 +934,8 @@ int train_main(int argc, char** argv) {
     if (run->have_tok) tokenizer_free(&run->tok);
     if (run->fx.log) fclose(run->fx.log);
     if (run->gains) { rgg_free(&run->rgg); free(run->gains); }
+    if (run->have_bwd) { bwd_free(&run->bwd); free(run->range_off); free(run->range_n); free(run->range_group); }
+    free(bx); free(run->skip);
     detect_free(&run->det);
     if (run->trace) fclose(run->trace);
     TRAINER_TEARDOWN();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Protection overhead on the CPU, measured side by side in one run: fault-free training steps with
-# protection off, each component alone (qk, rgg, exp), all, and all with the attention checks (all,att), interleaved in rounds so that a change in
+# protection off, each component alone (qk, rgg, exp, att, bwd), the paper's method (paper = qk,rgg,exp) and all
+# (qk,rgg,att,bwd,exp with k chosen at the start), interleaved in rounds so that a change in
 # machine load hits every configuration alike. Prints ms/step (median over rounds of the mean over the
 # timed steps) and the overhead against "none".
 #
@@ -54,11 +55,11 @@ import json, os, statistics, subprocess, sys
 work, rounds, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 preset, B, A, T, threads, prec = sys.argv[4:10]
 common = sys.argv[sys.argv.index("--") + 1:]
-configs = ["none", "qk", "rgg", "exp", "all", "all,att"]
+configs = ["none", "qk", "rgg", "exp", "att", "bwd", "paper", "all"]
 res = {c: [] for c in configs}
 for r in range(1, rounds + 1):
     for c in configs:
-        extra = ["-protect", c] + (["-rgg_calibration", f"{work}/rgg.cal"] if set(c.split(",")) & {"rgg", "all"} else [])
+        extra = ["-protect", c] + (["-rgg_calibration", f"{work}/rgg.cal"] if set(c.split(",")) & {"rgg", "paper", "all"} else [])
         print(f"== round {r}/{rounds}: -protect {c}, {steps} steps", flush=True)
         subprocess.run(["./train_sdc", *common, "-steps", str(steps), "-save", "none", "-out", f"{work}/{c}.{r}", *extra],
                        check=True, stdout=subprocess.DEVNULL)

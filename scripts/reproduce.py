@@ -37,16 +37,32 @@ import sdc_metrics as sm  # noqa: E402
 import expscale_select as es  # noqa: E402
 
 PRESETS = {
+    # the continuation regime (issue 12, item 7), the paper's: a pre-trained model (base: 300 steps at lr
+    # 2e-3, warmup 30, cosine to 10%) continued with a fresh AdamW at lr 2e-4 (warmup 30, cosine to 10% over
+    # 300 steps), faults after its step 200; measured and justified in REPORT.md
     "tiny": dict(models=["tiny-llama", "tiny-qwen3"], trainer="./train_sdc", ranks=1, B=4, T=128, accum=3,
-                 lr=2e-3, warmup=30, pre=300, cal=100, window=100, eval_tokens=8192, precision="bf16",
+                 lr=2e-4, warmup=30, pre=200, cal=100, window=100, eval_tokens=8192, precision="bf16",
+                 base=300, base_lr=2e-3,
                  m={"tiny-llama": (10, 31, 3125), "tiny-qwen3": (10, 62, 6250)},
                  alpha_clean=200, alpha_events=48, fig3_k=9, jobs=2, threads=1, overhead_steps=30, overhead_rounds=3,
                  ckpt_every=20, peers=True, profile_steps=4),
+    # what fits a shared, oversubscribed 2-core machine in about an hour (issue 12): tiny-llama, m = 10, a
+    # 60-step window, every Table 1 method and Table 2 in both fault dtypes; no alpha sweep, peers, Figure 3,
+    # Figure 5 or overhead pass (scripts/reproduce.sh --preset tiny --reduced). The regime is the paper's:
+    # a pre-trained model (the main job's common checkpoint, step 300 of tiny-llama's recipe: run
+    # scripts/sdc_compare.sh first) continued with a fresh AdamW at a low learning rate (2e-4, 10x below the
+    # pre-training's peak; warmup 30, cosine to 10% over 190 steps), faults from step 131
+    "tiny_reduced": dict(models=["tiny-llama"], trainer="./train_sdc", ranks=1, B=4, T=128, accum=3,
+                         lr=2e-4, warmup=30, pre=130, cal=66, window=60, eval_tokens=8192, precision="bf16",
+                         init="out/sdc_compare/pre/step_000300.ckpt",
+                         m={"tiny-llama": (10, 31, 3125)}, reduced=True, pre_threads=2,
+                         alpha_clean=200, alpha_events=48, fig3_k=5, jobs=3, threads=1, overhead_steps=30, overhead_rounds=3,
+                         ckpt_every=100, peers=False, profile_steps=4),
     "smoke": dict(models=["tiny-llama"], trainer="./train_sdc", ranks=1, B=2, T=64, accum=3,
                   lr=2e-3, warmup=10, pre=130, cal=66, window=12, eval_tokens=1024, precision="bf16",
                   m={"tiny-llama": (10, 31, 1562)},
                   alpha_clean=8, alpha_events=4, fig3_k=3, jobs=2, threads=1, overhead_steps=6, overhead_rounds=1,
-                  ckpt_every=65, peers=True, profile_steps=1),
+                  ckpt_every=65, peers=True, profile_steps=1, fidelity_k=False, fidelity=["fault", "ours_all"]),
     # DESIGN.md section 4: the paper's settings on 6 GPU ranks (B 1 x T 1024 x accum 8, lr 5e-5, warmup
     # 100, common checkpoint 1221, end 2035, 10 / 1,000 / 100,000 elements)
     "paper": dict(models=["llama3.2-1b", "qwen3-0.6b"], trainer="./train_sdc_cu", ranks=6, B=1, T=1024, accum=8,
@@ -62,13 +78,16 @@ METHODS = [  # Table 1 rows: name, label, flags (besides the campaign)
     ("abft", "ATTNChecker", ["-detect", "abft"]),
     ("harmful", "Harmful-update", ["-detect", "harmful"]),
     ("llmft", "LLMFT", ["-detect", "llmft"]),
-    ("ours", "TrainSDC (ours)", ["-protect", "all"]),
+    ("ours", "TrainSDC (ours)", ["-protect", "paper"]),
 ]
 ABLATION = [("qk", "Q/K path only", ["-protect", "qk"]), ("rgg", "Residual only", ["-protect", "rgg"]),
-            ("exp", "Exponent scaling only", ["-protect", "exp"]), ("ours", "Complete", ["-protect", "all"])]
-EXTRA = [("ours_att", "TrainSDC + attention checks", ["-protect", "all,att"]),
-         ("ours_att_nan", "TrainSDC + attention checks + replay on Inf/NaN", ["-protect", "all,att", "-detect", "nan"]),
-         ("ours_att_harmful", "TrainSDC + attention checks + harmful-update guard", ["-protect", "all,att", "-detect", "nan,harmful"])]
+            ("exp", "Exponent scaling only", ["-protect", "exp"]), ("ours", "Complete", ["-protect", "paper"])]
+EXTRA = [("ours_att", "TrainSDC + attention checks", ["-protect", "paper,att"]),
+         ("ours_att_nan", "TrainSDC + attention checks + replay on Inf/NaN", ["-protect", "paper,att", "-detect", "nan"]),
+         ("ours_att_harmful", "TrainSDC + attention checks + harmful-update guard", ["-protect", "paper,att", "-detect", "nan,harmful"]),
+         ("ours_all", "-protect all (ours: + attention checks, backward guard, k from the run's profile)", ["-protect", "all"])]
+# issue 12, item 6: the paper's models ran under PyTorch autocast; these rows again with -fault_dtype autocast
+FIDELITY = ["fault", "nan", "ours", "ours_all", "qk", "rgg", "exp"]
 RESIDUAL_SITES = "o_proj,attn_residual,down_proj,block_out"
 ALPHAS = [1.0, 1.5, 2.0, 2.5, 3.0]
 SEED_EVAL, SEED_LLMFT, SEED_ALPHA, SEED_FIG3 = 2026, 777, 4242, 99
@@ -148,13 +167,19 @@ class Plan:
     def cal(self, model):
         return os.path.join(self.d(model, "pre"), "rgg.cal")
 
+    def bcal(self, model):
+        return os.path.join(self.d(model, "pre"), "bwd.cal")
+
+    def skip_file(self, model, name):
+        return os.path.join(self.out, model, f"{name}.skip")
+
     def llmft_model(self, model):
         return os.path.join(self.d(model, "llmft_train"), "llmft.txt")
 
-    def campaign(self, m, seed, sites="all", pass_="both", start=None, end=None):
+    def campaign(self, m, seed, sites="all", pass_="both", start=None, end=None, dtype="storage"):
         """one event a step from `start` to `end` (default: the window but its last step, which stays clean
         so that D_final measures the damage left, as the paper's 813 events in 814 steps)"""
-        return ["-fault_mode", "campaign", "-fault_sites", sites, "-fault_pass", pass_, "-fault_m", str(m),
+        return (["-fault_dtype", dtype] if dtype != "storage" else []) + ["-fault_mode", "campaign", "-fault_sites", sites, "-fault_pass", pass_, "-fault_m", str(m),
                 "-fault_rank", "-1", "-fault_mb", "-1", "-fault_start", str(start or self.P["pre"] + 1),
                 "-fault_end", str(end or self.total - 1), "-fault_seed", str(seed)]
 
@@ -188,15 +213,36 @@ def build_plan(a, P):
         dpre = pl.d(model, "pre")
         base = pl.common(model)
         launch = pl.launch()
+        if P.get("pre_threads"):   # the pre-training runs alone: more threads
+            base = [x if i == 0 or base[i - 1] != "-threads" else str(P["pre_threads"]) for i, x in enumerate(base)]
         c1 = launch + [P["trainer"]] + base + ["-out", dpre, "-stop_at", str(pre - cal), "-ckpt_every", str(P["ckpt_every"])]
+        cmds = [c1]
+        if P.get("init"):          # continue a pre-trained model with a fresh optimizer (as the paper does)
+            if not os.path.exists(os.path.join(ROOT, P["init"])) and not a.dry:
+                sys.exit(f"error: {P['init']}: no such checkpoint (the reduced plan starts from the main job's: run scripts/sdc_compare.sh)")
+            c1 += ["-init", P["init"]]
+        elif P.get("base"):        # pre-train the base model first (its own schedule), then continue from it
+            dbase = pl.d(model, "base")
+            c0 = [x for x in base]
+            for flag, val in (("-steps", P["base"]), ("-lr", P["base_lr"])):
+                c0[c0.index(flag) + 1] = str(val)
+            c0 = launch + [P["trainer"]] + c0 + ["-out", dbase, "-stop_at", str(P["base"])]
+            c1 += ["-init", os.path.join(dbase, f"step_{P['base']:06d}.ckpt")]
+            cmds = [c0, c1]
         c2 = launch + [P["trainer"]] + base + ["-out", dpre, "-stop_at", str(pre), "-ckpt_every", str(P["ckpt_every"]),
                                                 "-resume", os.path.join(dpre, f"step_{pre - cal:06d}.ckpt"),
-                                                "-rgg_calibrate", pl.cal(model)]
-        pl.jobs.append(dict(name=f"{model}/pre", dir=dpre, cmds=[c1, c2], end=pre, deps=[]))
+                                                "-rgg_calibrate", pl.cal(model), "-bwd_calibrate", pl.bcal(model)]
+        pl.jobs.append(dict(name=f"{model}/pre", dir=dpre, cmds=cmds + [c2], end=pre, deps=[]))
         prot = ["-rgg_calibration", pl.cal(model)]
         obs = ["-detect", "loss,nan,harmful", "-detect_observe", "1"]
         pl.add(model, "clean", obs)
-        pl.add(model, "clean_prot", ["-protect", "all"] + prot)
+        if P.get("reduced"):
+            build_reduced(pl, model, obs, prot)
+            continue
+        pl.add(model, "clean_p1", ["-perturb", "1"])          # the clean envelope E (issue 12)
+        pl.add(model, "clean_m1", ["-perturb", "-1"])
+        pl.add(model, "clean_prot", ["-protect", "paper"] + prot)
+        pl.add(model, "clean_prot_all", ["-protect", "all"] + prot_all(pl, model))
         pl.add(model, "llmft_train", pl.campaign(m_mid, SEED_LLMFT, start=pre + 1 + W // 3) + obs)
         llmft_dep = [f"{model}/llmft_train", f"{model}/clean"]
         for m in (m_lo, m_hi):
@@ -206,15 +252,22 @@ def build_plan(a, P):
                 if key == "llmft":
                     extra += ["-llmft_model", pl.llmft_model(model)]
                     deps = llmft_dep
-                if uses_rgg(flags):
-                    extra += prot
+                extra += protect_files(pl, model, flags)
                 pl.add(model, f"{key}_m{m}", extra, deps=deps)
+            add_control(pl, model, m)
+            if m != m_lo and "fidelity" in P:
+                continue           # the smoke preset: the fidelity rows at m = low only
+            for key in P.get("fidelity", FIDELITY):   # issue 12, item 6: the same rows with autocast's storage dtypes
+                flags = dict((k, f) for k, _, f in METHODS + ABLATION + EXTRA)[key]
+                pl.add(model, f"{key}_ac_m{m}", flags + protect_files(pl, model, flags) +
+                       pl.campaign(m, SEED_EVAL, dtype="autocast"))
+            add_control(pl, model, m, "_ac")
         for key in ("ours", "ours_att"):
-            flags = ["-protect", "all,att" if key == "ours_att" else "all"] + prot
+            flags = ["-protect", "paper,att" if key == "ours_att" else "paper"] + prot
             pl.add(model, f"{key}_m{m_mid}", flags + pl.campaign(m_mid, SEED_EVAL))
         # forward faults only (what the detection covers): with every event caught, W_L2 must be exactly 0
         for m in (m_lo, m_hi):
-            pl.add(model, f"fwdonly_ours_att_m{m}", ["-protect", "all,att"] + prot + pl.campaign(m, SEED_EVAL, pass_="fwd"))
+            pl.add(model, f"fwdonly_ours_att_m{m}", ["-protect", "paper,att"] + prot + pl.campaign(m, SEED_EVAL, pass_="fwd"))
         # Table 3: alpha sweep (held-out clean steps, then 48 + 48 residual-path events)
         nc, ne = P["alpha_clean"], P["alpha_events"]
         for alpha in ALPHAS:
@@ -235,6 +288,9 @@ def build_plan(a, P):
                stop=pre + P["profile_steps"])
         for k in fig3_candidates(P):
             pl.add(model, f"expk{k}", ["-protect", "exp", "-expscale_k", str(k)] + pl.campaign(m_mid, SEED_FIG3, pass_="bwd"))
+            if P.get("fidelity_k", True):
+                pl.add(model, f"expk{k}_ac", ["-protect", "exp", "-expscale_k", str(k)] +
+                       pl.campaign(m_mid, SEED_FIG3, pass_="bwd", dtype="autocast"))
         # Figure 5: a profile at every pre-training checkpoint (first model)
         if model == P["models"][0]:
             for s in range(P["ckpt_every"], pre + 1, P["ckpt_every"]):
@@ -248,8 +304,54 @@ def build_plan(a, P):
 
 
 def uses_rgg(flags):
-    """-rgg_calibration goes with -protect rgg or all only"""
-    return "-protect" in flags and any(t in ("rgg", "all") for t in flags[flags.index("-protect") + 1].split(","))
+    """-rgg_calibration goes with -protect rgg, paper or all only"""
+    return "-protect" in flags and any(t in ("rgg", "paper", "all") for t in flags[flags.index("-protect") + 1].split(","))
+
+
+def prot_all(pl, model):
+    return ["-rgg_calibration", pl.cal(model), "-bwd_calibration", pl.bcal(model)]
+
+
+def protect_files(pl, model, flags):
+    """the calibration files a -protect list needs (Residual Gain Guard; backward guard)"""
+    if "-protect" not in flags:
+        return []
+    toks = flags[flags.index("-protect") + 1].split(",")
+    out = ["-rgg_calibration", pl.cal(model)] if uses_rgg(flags) else []
+    return out + (["-bwd_calibration", pl.bcal(model)] if any(t in ("bwd", "all") for t in toks) else [])
+
+
+def add_control(pl, model, m, tag=""):
+    """the lost-step control (issue 12): fault-free, skipping the updates the unprotected faulty run lost
+    (its -skip_steps file is written when the faulty run has finished)"""
+    pl.add(model, f"control{tag}_m{m}", ["-skip_steps", pl.skip_file(model, f"control{tag}_m{m}")],
+           deps=[f"{model}/fault{tag}_m{m}"])
+
+
+def build_reduced(pl, model, obs, prot):
+    """the reduced plan, in the order it runs (the most needed first): Table 1 at m = low with the new rows
+    and the lost-step control, the autocast fidelity rows, Table 2, the remaining baselines, Figure 3"""
+    P = pl.P
+    m = P["m"][model][0]
+    flags = dict((k, f) for k, _, f in METHODS + ABLATION + EXTRA)
+    for key in ("fault", "ours", "ours_all"):
+        pl.add(model, f"{key}_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL))
+    add_control(pl, model, m)
+    pl.add(model, "clean_p1", ["-perturb", "1"])          # the clean envelope E
+    for key in ("fault", "nan", "ours"):
+        pl.add(model, f"{key}_ac_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL, dtype="autocast"))
+    for key in ("nan", "exp"):
+        pl.add(model, f"{key}_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL))
+    for key in ("exp", "qk", "rgg", "ours_all"):
+        pl.add(model, f"{key}_ac_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL, dtype="autocast"))
+    pl.add(model, "clean_prot_all", ["-protect", "all"] + prot_all(pl, model))
+    for key in ("qk", "rgg", "harmful", "loss", "abft"):
+        pl.add(model, f"{key}_m{m}", flags[key] + protect_files(pl, model, flags[key]) + pl.campaign(m, SEED_EVAL))
+    add_control(pl, model, m, "_ac")
+    pl.add(model, "clean_m1", ["-perturb", "-1"])
+    pl.add(model, "llmft_train", pl.campaign(m, SEED_LLMFT, start=P["pre"] + 1 + P["window"] // 3) + obs)
+    pl.add(model, f"llmft_m{m}", flags["llmft"] + ["-llmft_model", pl.llmft_model(model)] + pl.campaign(m, SEED_EVAL),
+           deps=[f"{model}/llmft_train", f"{model}/clean"])
 
 
 K_MAX = 48   # candidate k: 0..48 (the paper does not list its set; ours spans the shift at which the top
@@ -291,9 +393,13 @@ def run_jobs(pl, jobs_n, dry):
             if rc is None:
                 continue
             running.remove((j, p, ci, ts))
-            if rc != 0:
+            if rc != 0 or (ci + 1 == len(j["cmds"]) and not job_done(j)):
                 log = os.path.join(j["dir"], "stderr.txt")
-                sys.exit(f"error: run {j['name']} failed (exit {rc}); its output: {log}")
+                for _, q, _, _ in running:    # stop the others: the job fails as a whole
+                    q.terminate()
+                tail = open(log).read().strip().splitlines()[-5:] if os.path.exists(log) else []
+                why = f"exit {rc}" if rc != 0 else f"exit 0 but no end record at step {j['end']} in its log"
+                sys.exit(f"error: run {j['name']} failed ({why}); its output: {log}" + "".join("\n  " + t for t in tail))
             if ci + 1 < len(j["cmds"]):
                 running.append((j, start(j, ci + 1), ci + 1, ts))
                 continue
@@ -311,6 +417,11 @@ def run_jobs(pl, jobs_n, dry):
             pending.remove(j)
             if "/llmft_m" in j["name"]:
                 train_llmft(pl, j["name"].split("/")[0])
+            if "/control" in j["name"]:   # the faulty run's lost updates (issue 12's lost-step control)
+                model, name = j["name"].split("/")
+                fault = pl.d(model, name.replace("control", "fault"))
+                with open(pl.skip_file(model, name), "w") as f:
+                    f.write("".join(f"{x}\n" for x in sm.lost_updates(fault)["lost"]))
             if os.path.isdir(j["dir"]) and j["name"].split("/")[1] != "pre":
                 shutil.rmtree(j["dir"])   # a partial run starts again
             running.append((j, start(j, 0), 0, time.time()))
@@ -395,6 +506,7 @@ def metrics(pl, model, name):
     d = pl.d(model, name)
     r = sm.compare(pl.d(model, "clean"), d, window_start=pl.P["pre"] + 1)
     r.update(detection(d))
+    r["det"] = sm.detection(d)
     st = sm.read_log(d).steps
     r["found_inf"] = sum(1 for x in st.values() if x.get("found_inf"))
     # D_max over the steps where both losses are finite, and how many were not (sm's D_max is +inf
@@ -644,7 +756,7 @@ def spearman_exact(x, y):
     return r0, cnt / tot
 
 
-def figure3(pl, res, figdir):
+def figure3(pl, res, figdir, tag="", label=""):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -659,7 +771,7 @@ def figure3(pl, res, figdir):
         sel = es.select(H, 0, K_MAX)
         ramp, dfin = [], []
         for k in ks:
-            r = res[model].get(f"expk{k}")
+            r = res[model].get(f"expk{k}{tag}")
             if r is None or k not in safe:
                 continue
             ramp.append(float(es.r_amp_exact(H, k)))
@@ -667,7 +779,7 @@ def figure3(pl, res, figdir):
         finite = [(a, b) for a, b in zip(ramp, dfin) if math.isfinite(b)]
         rho, p = spearman_exact([a for a, _ in finite], [b for _, b in finite]) if len(finite) >= 3 else (float("nan"), None)
         rows.append((model, sel["k_star"], len(finite), rho, p))
-        kk = [k for k in ks if k in safe and res[model].get(f"expk{k}")]
+        kk = [k for k in ks if k in safe and res[model].get(f"expk{k}{tag}")]
         ax.plot(kk, [abs(v) if math.isfinite(v) else float("nan") for v in dfin], "o-", color="C0", label="|D_final| (measured)")
         ax.set_yscale("log")
         ax.set_xlabel("k")
@@ -677,12 +789,193 @@ def figure3(pl, res, figdir):
         ax2.set_yscale("log")
         ax2.set_ylabel("R_amp(k; H)", color="C3")
         ax.axvline(sel["k_star"], color="gray", ls=":")
-        ax.set_title(f"{model}: rho = {rho:.3f}, p_perm = {p if p is None else round(p, 3)} (n = {len(finite)})")
+        ax.set_title(f"{model}{label}: rho = {rho:.3f}, p_perm = {p if p is None else round(p, 3)} (n = {len(finite)})")
     fig.tight_layout()
-    path = os.path.join(figdir, "figure3.png")
+    path = os.path.join(figdir, f"figure3{tag}.png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path, rows
+
+
+# ------------------------------------------------------------------ issue 12: honest metrics, fidelity, regime
+def envelope_of(pl, model):
+    reps = [pl.d(model, n) for n in ("clean", "clean_p1", "clean_m1") if job_done_dir(pl, model, n)]
+    return sm.envelope_all(reps, window_start=pl.P["pre"] + 1) if len(reps) >= 2 else None
+
+
+def job_done_dir(pl, model, name):
+    return any(j["name"] == f"{model}/{name}" and job_done(j) for j in pl.jobs)
+
+
+def xe(x, e, fmt="{:+.2e}"):
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nonfinite"
+    if e is None:
+        return fmt.format(x)
+    return fmt.format(x) + (f" ({abs(x) / e:.2g}E)" if e > 0 else (" (0E)" if x == 0 else " (inf E)"))
+
+
+HONEST_ROWS = [(k, lab) for k, lab, _ in METHODS] + [("ours_all", "-protect all (ours)")] + \
+              [("control", "clean, skipping the Fault run's lost updates")]
+
+
+def table_honest(pl, res, tag=""):
+    """every method at each m with the metrics of issue 12, each deviation against the clean envelope"""
+    P = pl.P
+    L = []
+    for model in P["models"]:
+        E = envelope_of(pl, model) or {}
+        for m in sorted({x for x in P["m"][model][:1] + P["m"][model][2:]}):
+            rows = [(lab, res[model].get(f"{k}{tag}_m{m}")) for k, lab in HONEST_ROWS]
+            rows = [(lab, r) for lab, r in rows if r is not None]
+            if not rows:
+                continue
+            L.append(f"\n**{model}, m = {m}{' (-fault_dtype autocast)' if tag else ''}**\n")
+            L.append("| Method | D_final | mean D, last 50 steps | held-out loss diff | delta-PPL | lost updates | "
+                     "events the model reads caught | Q/K-path events caught | found_inf | replayed | W_L2 (%) |")
+            L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+            for lab, r in rows:
+                det = r["det"]
+                L.append(f"| {lab} | {xe(r['D_final'], E.get('E_final'))} | {xe(r['mean_dev_lastK'], E.get('E_lastK'))} | "
+                         f"{xe(r.get('delta_val_loss'), E.get('E_val'))} | {xe(r.get('delta_ppl'), E.get('E_ppl'), '{:+.3g}')} | "
+                         f"{r['lost_updates']} | {det['caught_read']}/{det['read']} | {det['qk_caught']}/{det['qk']} | "
+                         f"{det['found_inf']} | {det['replayed']} | {f_f(r['w_l2_pct'], '{:.3g}')} |")
+        if E:
+            L.append(f"\nClean envelope ({E['n_clean']} fault-free runs: the reference and -perturb +-1 bf16 ulp): E_final "
+                     f"{E['E_final']:.2e}, E_last50 {E['E_lastK']:.2e}, E_val {f_e(E['E_val'], False)}, E_ppl "
+                     f"{f_e(E['E_ppl'], False)}; (xE) = |deviation| / E, inside the envelope when <= 1.")
+    return "\n".join(L)
+
+
+def table_fidelity(pl, res):
+    """Fault against Inf/NaN, and Table 2, in the storage dtype (bf16) and under autocast's dtypes"""
+    P = pl.P
+    L = ["| Network | fault dtype | Method | D_final | D_max (nf) | delta-PPL | found_inf steps | lost updates | "
+         "Fault row = Inf/NaN row |", "|---|---|---|---|---|---|---|---|---|"]
+    for model in P["models"]:
+        m = P["m"][model][0]
+        for tag, dt in (("", "bf16 (storage)"), ("_ac", "autocast")):
+            a, b = res[model].get(f"fault{tag}_m{m}"), res[model].get(f"nan{tag}_m{m}")
+            same = "-" if a is None or b is None else ("yes" if a["D_final"] == b["D_final"] and a.get("delta_ppl") == b.get("delta_ppl") else "no")
+            for key, lab in (("fault", "Fault"), ("nan", "Inf/NaN"), ("qk", "Q/K path only"), ("rgg", "Residual only"),
+                             ("exp", "Exponent scaling only"), ("ours", "Complete (paper)"), ("ours_all", "-protect all")):
+                r = res[model].get(f"{key}{tag}_m{m}")
+                if r is None:
+                    continue
+                L.append(f"| {model} (m = {m}) | {dt} | {lab} | {f_e(r['D_final'])} | {dmax_cell(r)} | "
+                         f"{f_f(r['delta_ppl'], '{:.3g}') if run_ok(r) else '-'} | {r['found_inf']} | {r['lost_updates']} | "
+                         f"{same if key in ('fault', 'nan') else ''} |")
+    return "\n".join(L)
+
+
+def regime_rows(pl):
+    """how fast the clean loss falls in the window, and what one lost update costs (the control)"""
+    P = pl.P
+    out = []
+    for model in P["models"]:
+        try:
+            st = sm.read_log(pl.d(model, "clean")).steps
+        except sm.MetricsError:
+            continue
+        a, b = P["pre"] + 1, P["pre"] + P["window"]
+        first = [st[s]["loss"] for s in range(a, a + 20) if s in st]
+        last = [st[s]["loss"] for s in range(b - 19, b + 1) if s in st]
+        lr = (st[a]["lr"], st[b]["lr"]) if a in st and b in st else (None, None)
+        m = P["m"][model][0]
+        c = res_get(pl, model, f"control_m{m}")
+        out.append((model, sum(first) / max(len(first), 1), sum(last) / max(len(last), 1), lr, c))
+    return out
+
+
+def res_get(pl, model, name):
+    if not job_done_dir(pl, model, name):
+        return None
+    try:
+        return metrics(pl, model, name)
+    except sm.MetricsError:
+        return None
+
+
+def report_reduced(pl, args_line):
+    P = pl.P
+    res = {}
+    for model in P["models"]:
+        res[model] = {}
+        for j in pl.jobs:
+            mname, name = j["name"].split("/", 1)
+            if mname != model or not job_done(j) or name.startswith(("pre", "profile", "clean")) or name == "llmft_train":
+                continue
+            res[model][name] = metrics(pl, model, name)
+    figdir = os.path.join(pl.a.report_dir, "figures") if pl.a.report_dir else os.path.join(pl.out, "figures")
+    os.makedirs(figdir, exist_ok=True)
+    rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(pl.a.report)))  # noqa: E731
+    L = [f"# Reproduction of the TrainSDC evaluation: preset `{pl.a.preset}`\n",
+         f"Made by `{args_line}{'' if '--reduced' in args_line else ' --reduced'}` on {time.strftime('%Y-%m-%d')} ({pl.a.machine}), "
+         f"report written at commit {git_commit()}.\n",
+         "This is the **reduced** tiny plan (issue 12): what fits a shared 2-core machine in an hour. It runs one model "
+         f"({', '.join(P['models'])}) at m = {P['m'][P['models'][0]][0]} only, over a {P['window']}-step window: Table 1's methods "
+         "plus `-protect all` and the lost-step control, Table 2 and the Fault / Inf/NaN rows under both fault dtypes, in that "
+         "order of priority (a run missing below did not finish in the time); no alpha sweep, peers, Tables 5/6, Figure 3, "
+         "Figure 5 or overhead pass. The full recipe is `scripts/reproduce.sh --preset tiny` (both models, m = low and high, "
+         "every table and figure, both fault dtypes).\n",
+         "## Settings\n",
+         f"- trainer `{P.get('trainer_shown', P['trainer'])}`, B {P['B']} x T {P['T']} x accum {P['accum']}, {P['precision']}, AdamW lr "
+         f"{P['lr']} warmup {P['warmup']} cosine to 10% over {pl.total} steps, clip 1.0",
+         f"- common checkpoint at step {P['pre']} (its last {P['cal']} steps calibrate the Residual Gain Guard and the backward "
+         f"guard); every compared run continues for {P['window']} steps with the same data order; one fault event a step "
+         f"(seed {SEED_EVAL}), none on the last step",
+         "- metrics: scripts/sdc_metrics.py; E from the fault-free run and its -perturb +-1 repeats\n",
+         "## The continuation regime\n"]
+    for model, l0, l1, lr, c in regime_rows(pl):
+        per = f"{c['mean_dev_lastK'] / c['lost_updates']:.2e}" if c and c["lost_updates"] else "-"
+        L.append(f"- {model}: clean training loss {l0:.4f} (mean of the window's first 20 steps) -> {l1:.4f} (last 20): "
+                 f"{100 * (l0 - l1) / l0:.2f}% over {P['window']} steps; lr {lr[0]:.2e} -> {lr[1]:.2e}" +
+                 (f"; the lost-step control skipping {c['lost_updates']} updates ends with a mean deviation of "
+                  f"{c['mean_dev_lastK']:+.2e} over the last 50 steps ({per} a lost update)" if c else ""))
+    L.append("\n## Table 1 at m = low, with the metrics of issue 12\n")
+    L.append(table_honest(pl, res))
+    L.append("\n## Fidelity: bf16 storage against autocast's dtypes (issue 12, item 6)\n")
+    L.append("`-fault_dtype autocast` flips the bits of each site in the dtype PyTorch autocast stores it in (fp32: the "
+             "residual stream, the RMSNorm outputs, q/k after the QK norm and RoPE, the attention logits and probabilities, and "
+             "their gradients; bf16: every projection output, the attention output, SiLU and the MLP product; README).\n")
+    L.append(table_fidelity(pl, res))
+    L.append("\nThe same rows' metrics of issue 12 under autocast:\n")
+    L.append(table_honest(pl, res, "_ac"))
+    L.append("\n## Figure 3: R_amp(k) against the measured final deviation, both fault dtypes\n")
+    if not all(os.path.exists(os.path.join(pl.d(m, "profile"), "profile.json")) for m in P["models"]):
+        L.append("Not run in the reduced plan (it needs a profile and 9 exponent-scaling runs a fault dtype); the full "
+                 "plan (`scripts/reproduce.sh --preset tiny`) draws it for both fault dtypes.")
+    for tag, lab in (("", " (bf16 storage)"), ("_ac", " (autocast)")) if "Not run" not in L[-1] else ():
+        try:
+            f3, rows = figure3(pl, res, figdir, tag, lab)
+        except (OSError, ValueError, sm.MetricsError) as e:
+            L.append(f"(Figure 3{lab} not drawn: {e})")
+            continue
+        L.append(f"![Figure 3{lab}]({rel(f3)})\n")
+        L.append("| Network | fault dtype | k* | n | Spearman rho | exact p_perm |")
+        L.append("|---|---|---|---|---|---|")
+        for model, ks, n, rho, p in rows:
+            L.append(f"| {model} | {lab.strip(' ()')} | {ks} | {n} | {rho:.3f} | {'-' if p is None else f'{p:.3f}'} |")
+    L.append("\nThe paper: rho = 0.650, p_perm = 0.067 (Llama-3.2-1B), rho = 0.867, p_perm = 0.005 (Qwen3-0.6B), n = 9; k = 15.\n")
+    notes = os.path.join(ROOT, "docs", f"report_reading_{pl.a.preset}.md")
+    if os.path.exists(notes):
+        L.append("\n## Reading\n")
+        L.append(f"(Written by hand from this run: `{os.path.relpath(notes, ROOT)}`.)\n")
+        L.append(open(notes).read().strip())
+    txt = "\n".join(L) + "\n"
+    tmp = pl.a.report + ".tmp"
+    open(tmp, "w").write(txt)
+    os.replace(tmp, pl.a.report)
+    say(f"report {pl.a.report}")
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "?"
+    except OSError:
+        return "?"
 
 
 def figure5(pl, figdir):
@@ -855,6 +1148,20 @@ def report(pl, args_line):
     L.append(f"- missed forward events: {tot} without the attention checks, {tota} with them; attention sites "
              f"(att_logits + att_probs) {sum(sum(miss.get(s, [0])) for s in ('att_logits', 'att_probs'))} -> "
              f"{sum(sum(missa.get(s, [0])) for s in ('att_logits', 'att_probs'))}")
+    L.append("\n## Beyond the paper: lost updates, the held-out loss and the clean envelope (issue 12)\n")
+    L.append(table_honest(pl, res))
+    L.append("\n## Fidelity: bf16 storage against autocast's dtypes (issue 12, item 6)\n")
+    L.append(table_fidelity(pl, res))
+    L.append(table_honest(pl, res, "_ac"))
+    try:
+        f3a, f3arows = figure3(pl, res, figdir, "_ac", " (autocast)")
+        L.append(f"\n![Figure 3 (autocast)]({rel(f3a)})\n")
+        L.append("| Network | k* | n | Spearman rho (autocast) | exact p_perm |")
+        L.append("|---|---|---|---|---|")
+        for model, ks, n, rho, p in f3arows:
+            L.append(f"| {model} | {ks} | {n} | {rho:.3f} | {'-' if p is None else f'{p:.3f}'} |")
+    except (OSError, ValueError, sm.MetricsError) as e:
+        L.append(f"(Figure 3 under autocast not drawn: {e})")
     notes = os.path.join(ROOT, "docs", f"report_reading_{pl.a.preset}.md")
     if os.path.exists(notes):
         L.append("\n## Reading\n")
@@ -871,6 +1178,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", choices=PRESETS, default="tiny")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--reduced", action="store_true", help="the tiny preset's reduced plan (tiny-llama, m = 10; see PRESETS)")
+    ap.add_argument("--report-only", action="store_true", help="write the report from the runs finished so far (reduced plan)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--train", required=True)
     ap.add_argument("--val", required=True)
@@ -882,28 +1191,33 @@ def main():
     ap.add_argument("--machine", default="")
     ap.add_argument("--args-line", default="scripts/reproduce.sh")
     a = ap.parse_args()
-    name = "smoke" if a.smoke else a.preset
+    name = "smoke" if a.smoke else ("tiny_reduced" if a.reduced and a.preset == "tiny" else a.preset)
     P = dict(PRESETS[name])
     if a.window:
         P["window"] = a.window
     a.preset = name
     a.out = a.out or os.path.join("out", f"reproduce_{name}")
     a.report = a.report or os.path.join(a.out, "REPORT.md")
-    if not a.dry and os.path.exists(os.path.join(ROOT, P["trainer"])):
+    if not a.dry and not a.report_only and os.path.exists(os.path.join(ROOT, P["trainer"])):
         # run a private copy of the trainer: a rebuild while the job runs cannot mix two binaries
         os.makedirs(os.path.join(a.out, "bin"), exist_ok=True)
         dst = os.path.join(a.out, "bin", os.path.basename(P["trainer"]))
-        shutil.copy2(os.path.join(ROOT, P["trainer"]), dst)
+        shutil.copy2(os.path.join(ROOT, P["trainer"]), dst + ".tmp")
+        os.replace(dst + ".tmp", dst)     # a rename works while an old copy still runs
         P["trainer_shown"] = P["trainer"]
         P["trainer"] = os.path.abspath(dst)
     pl = build_plan(a, P)
+    if a.report_only:
+        (report_reduced if P.get("reduced") else report)(pl, a.args_line)
+        return
     run_jobs(pl, a.jobs or P["jobs"], a.dry)
     if a.dry:
         return
     for model in P["models"]:
         train_llmft(pl, model)
-        overhead_pass(pl, model)
-    report(pl, a.args_line)
+        if not P.get("reduced"):
+            overhead_pass(pl, model)
+    (report_reduced if P.get("reduced") else report)(pl, a.args_line)
 
 
 if __name__ == "__main__":

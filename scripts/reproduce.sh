@@ -13,6 +13,10 @@
 #           checkpoint 1221, end 2035, m = 10 / 1,000 / 100,000; needs --train/--val token shards of the
 #           model's tokenizer (dev/data/prepare.py). Never run yet (no GPU here); --dry prints its commands.
 #   --smoke the whole pipeline on a toy scale (tiny-llama, 12-step window; under 5 minutes; in CI)
+#   --reduced   (with --preset tiny) what fits an oversubscribed 2-core machine in about an hour: tiny-llama,
+#           m = 10, a 60-step window, Table 1 + -protect all + the lost-step control, Table 2 and the Fault
+#           rows in both fault dtypes (bf16 storage, autocast); writes docs/report_tiny_reduced.md
+#   --report-only   write the report from the runs finished so far
 #
 # Runs live under out/reproduce_<preset>/<model>/<run>; an interrupted job resumes where it stopped (a
 # finished run is never run again: delete its directory to redo it). Progress and ETA on stdout.
@@ -26,6 +30,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --preset) PRESET="$2"; shift 2 ;;
     --smoke) SMOKE=1; ARGS+=(--smoke); shift ;;
+    --reduced) ARGS+=(--reduced); shift ;;
+    --report-only) ARGS+=(--report-only); shift ;;
     --jobs|--window|--out) ARGS+=("$1" "$2"); shift 2 ;;
     --train) TRAIN="$2"; shift 2 ;;
     --val) VAL="$2"; shift 2 ;;
@@ -56,7 +62,10 @@ else
 fi
 [ -n "$VAL" ] || { echo "error: --train needs --val too" >&2; exit 1; }
 REPORT=()
-if [ "$PRESET" = tiny ] && [ "$SMOKE" = 0 ]; then REPORT=(--report REPORT.md --report-dir docs/report); fi
+if [ "$PRESET" = tiny ] && [ "$SMOKE" = 0 ]; then
+  REPORT=(--report REPORT.md --report-dir docs/report)
+  if printf '%s\n' "${ARGS[@]}" | grep -qx -- --reduced; then REPORT=(--report docs/report_tiny_reduced.md --report-dir docs/report_reduced); fi
+fi
 MACHINE="$(nproc) cores, $(uname -m)"
 PYBIN=$PY
 [ -x "$PY" ] || PYBIN=python3

@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
 # The main job: fault-free vs faulty vs protected training of a tiny model on the CPU, with the same
-# fault campaign in the faulty and the protected run, all resuming from one common checkpoint (as the
-# paper's runs all start from step 1221), and one table at the end:
-#   final loss, D_final, D_max, delta-PPL, Top-1 agreement, W_L2, faults injected, detected, replayed,
-#   overhead (protected vs unprotected fault-free step time).
+# fault campaign in every faulty run, all resuming from one common checkpoint (as the paper's runs all
+# start from step 1221), and one table at the end (scripts/sdc_compare_table.py):
+#   final loss, D_final, D_max, the mean deviation over the last 50 steps, the held-out loss difference,
+#   delta-PPL, Top-1 agreement, W_L2, each deviation against the clean envelope E; fault events, events
+#   the model reads that were caught, Q/K-path events caught, lost updates, replays, false alarms,
+#   found_inf, overhead.
 #
 #   scripts/sdc_compare.sh [--preset tiny-llama] [--out DIR] [--pre N] [--window N] [--m M] [--pass both]
-#                          [--sites all] [--precision bf16] [--input FILE] [--ranks R] [--smoke]
+#                          [--sites all] [--precision bf16] [--input FILE] [--ranks R] [--accum A]
+#                          [--seed S] [--jobs J] [--smoke]
 #
 # Steps (each skipped when its output is already there, so an interrupted job resumes):
 #   1. data: tinyshakespeare tokenised with an 8192-token byte-level BPE (data/tinyshakespeare)
-#   2. pre-training, clean, steps 1..PRE-100; then PRE-100..PRE with -rgg_calibrate: the common
-#      checkpoint step_PRE.ckpt and the Residual Gain Guard's calibration (seed window + floors)
-#   3. from the common checkpoint, WINDOW more steps, four runs:
-#        clean        fault-free, unprotected            (the reference)
-#        clean_prot   fault-free, -protect all           (overhead; false alarms)
-#        faulty       campaign: one fault event a step, site and pass drawn, unprotected
-#        protected    the same campaign, -protect all    (Q/K recomputation, Residual Gain Guard, exponent scaling, replay)
-#   4. the table (scripts/sdc_metrics.py)
+#   2. pre-training, clean, steps 1..PRE-100; then PRE-100..PRE with -rgg_calibrate and -bwd_calibrate:
+#      the common checkpoint step_PRE.ckpt and the calibrations of the Residual Gain Guard and the
+#      backward guard
+#   3. from the common checkpoint, WINDOW more steps (faults in PRE+1 .. PRE+WINDOW-1: none on the last):
+#        clean            fault-free, unprotected                        (the reference)
+#        clean_p1/_m1     fault-free with -perturb +1 / -1 (bf16 ulps)   (the clean envelope E)
+#        clean_prot       fault-free, -protect all                       (overhead; false alarms)
+#        faulty           campaign: one fault event a step, site and pass drawn, unprotected
+#        protected_paper  the same campaign, -protect paper (Q/K recomputation, Residual Gain Guard,
+#                         exponent scaling k = 15: the paper's method)
+#        protected_all    the same campaign, -protect all (+ attention checks, the backward guard,
+#                         k chosen from the run's own profile)
+#        control          fault-free, skipping the updates the faulty run lost (-skip_steps)
+#   4. the table
+# Every trainer run must finish (its log's end record at the last step): a failed run stops the job
+# with its output's tail and exit status 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # idle OpenMP threads sleep instead of spinning: a spinning run sharing its cores with another process
@@ -35,6 +46,7 @@ INPUT=""
 RANKS=1
 ACCUM=3
 SEED=2026
+JOBS=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) PRESET="$2"; shift 2 ;;
@@ -49,12 +61,15 @@ while [ $# -gt 0 ]; do
     --ranks) RANKS="$2"; shift 2 ;;
     --accum) ACCUM="$2"; shift 2 ;;
     --seed) SEED="$2"; shift 2 ;;
+    --jobs) JOBS="$2"; shift 2 ;;
     --smoke) PRE=130; WINDOW=12; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "error: unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
 done
 if [ "$PRE" -lt 165 ] && [ "$PRE" -ne 130 ]; then echo "error: --pre must be >= 165 (100 calibration steps after 64+ clean ones)" >&2; exit 1; fi
+if [ "$WINDOW" -lt 2 ]; then echo "error: --window must be >= 2" >&2; exit 1; fi
+case "$JOBS" in ''|*[!0-9]*|0) echo "error: --jobs must be a positive integer" >&2; exit 1 ;; esac
 if [ -z "$INPUT" ] && [ -f ../shared/data/tinyshakespeare.txt ]; then INPUT=../shared/data/tinyshakespeare.txt; fi
 T0=$(date +%s)
 say() { printf '[%4ds] %s\n' $(( $(date +%s) - T0 )) "$*"; }
@@ -62,6 +77,10 @@ say() { printf '[%4ds] %s\n' $(( $(date +%s) - T0 )) "$*"; }
 say "build"
 make -s train_sdc venv
 PY=.venv/bin/python
+# the runs use a private copy of the trainer: a rebuild while the job runs cannot mix two binaries
+mkdir -p "$OUT/bin"
+cp -p train_sdc "$OUT/bin/train_sdc"
+TRAINER="$OUT/bin/train_sdc"
 DATA=data/tinyshakespeare
 if [ ! -f "$DATA/meta.json" ]; then
   say "prepare $DATA"
@@ -70,49 +89,89 @@ fi
 mkdir -p "$OUT"
 TOTAL=$((PRE + WINDOW))
 LAUNCH=()
-THREADS=()
+THREADS=(-threads 1)
+if [ "$JOBS" = 1 ]; then THREADS=(); fi
 if [ "$RANKS" -gt 1 ]; then
   LAUNCH=(mpirun -np "$RANKS" --oversubscribe)
   [ "$(id -u)" = 0 ] && LAUNCH+=(--allow-run-as-root)
   THREADS=(-threads 1)
 fi
 COMMON=(-preset "$PRESET" -train "$DATA/train.bin" -val "$DATA/val.bin" -B 4 -accum "$ACCUM" -seq 128
-        -steps "$TOTAL" -lr 2e-3 -warmup 30 -precision "$PRECISION" -eval_every 0 -eval_tokens 8192 -quiet "${THREADS[@]}")
+        -steps "$TOTAL" -lr 2e-3 -warmup 30 -precision "$PRECISION" -eval_every 0 -eval_tokens 8192 -quiet)
 CAL_FROM=$((PRE - 100))
 if [ "$PRE" -eq 130 ]; then CAL_FROM=$((PRE - 66)); fi   # smoke: just enough to seed the window
 CKPT="$OUT/pre/step_$(printf %06d "$PRE").ckpt"
 CAL="$OUT/pre/rgg.cal"
+BCAL="$OUT/pre/bwd.cal"
 
-done_run() { [ -f "$1/log.jsonl" ] && grep -q '"type":"end","step":'"$TOTAL" "$1/log.jsonl"; }
+# a finished run: its log's end record is at the step it had to reach
+done_run() { [ -f "$1/log.jsonl" ] && grep -q '"type":"end","step":'"$2"',' "$1/log.jsonl"; }
+# run the trainer into DIR (output in DIR/train.out); a failure, or a log without its end record at
+# step LAST, stops the job with the output's tail
+train() {
+  local dir="$1" last="$2"; shift 2
+  mkdir -p "$dir"
+  local st=0
+  "${LAUNCH[@]}" "$TRAINER" "$@" -out "$dir" >> "$dir/train.out" 2>&1 || st=$?
+  if [ "$st" != 0 ] || ! done_run "$dir" "$last"; then
+    echo "error: trainer run $dir failed (exit status $st, $( [ "$st" = 0 ] && echo "no end record at step $last" || echo "see $dir/train.out")); its last lines:" >&2
+    tail -n 15 "$dir/train.out" >&2 || true
+    return 1
+  fi
+  grep -E "^(exponent scaling|lost-step|protection|done)" "$dir/train.out" | sed "s|^|    $(basename "$dir"): |" || true
+}
 
-if [ ! -f "$CKPT" ] || [ ! -f "$CAL" ]; then
+if [ ! -f "$CKPT" ] || [ ! -f "$CAL" ] || [ ! -f "$BCAL" ]; then
   say "pre-training: steps 1..$CAL_FROM clean, then $CAL_FROM..$PRE clean with calibration"
-  "${LAUNCH[@]}" ./train_sdc "${COMMON[@]}" -out "$OUT/pre" -stop_at "$CAL_FROM"
-  "${LAUNCH[@]}" ./train_sdc "${COMMON[@]}" -out "$OUT/pre" -stop_at "$PRE" \
-    -resume "$OUT/pre/step_$(printf %06d "$CAL_FROM").ckpt" -rgg_calibrate "$CAL"
+  rm -rf "$OUT/pre"
+  train "$OUT/pre" "$CAL_FROM" "${COMMON[@]}" "${THREADS[@]}" -stop_at "$CAL_FROM"
+  train "$OUT/pre" "$PRE" "${COMMON[@]}" "${THREADS[@]}" -stop_at "$PRE" \
+    -resume "$OUT/pre/step_$(printf %06d "$CAL_FROM").ckpt" -rgg_calibrate "$CAL" -bwd_calibrate "$BCAL"
 else
-  say "common checkpoint $CKPT and calibration $CAL already there"
+  say "common checkpoint $CKPT and calibrations $CAL, $BCAL already there"
 fi
 
 CAMPAIGN=(-fault_mode campaign -fault_sites "$SITES" -fault_pass "$PASS" -fault_m "$M" -fault_rank -1 -fault_mb -1
-          -fault_start $((PRE + 1)) -fault_seed "$SEED")
-PROTECT=(-protect all -rgg_calibration "$CAL")
-i=0
-for name in clean clean_prot faulty protected; do
-  i=$((i + 1))
-  dir="$OUT/$name"
-  if done_run "$dir"; then say "[$i/4] $name: done already"; continue; fi
-  rm -rf "$dir"
-  args=()
-  case "$name" in
+          -fault_start $((PRE + 1)) -fault_end $((TOTAL - 1)) -fault_seed "$SEED")
+PAPER=(-protect paper -rgg_calibration "$CAL")
+ALL=(-protect all -rgg_calibration "$CAL" -bwd_calibration "$BCAL")
+run_args() {
+  case "$1" in
     clean) ;;
-    clean_prot) args=("${PROTECT[@]}") ;;
-    faulty) args=("${CAMPAIGN[@]}") ;;
-    protected) args=("${CAMPAIGN[@]}" "${PROTECT[@]}") ;;
+    clean_p1) echo -perturb 1 ;;
+    clean_m1) echo -perturb -1 ;;
+    clean_prot) echo "${ALL[@]}" ;;
+    faulty) echo "${CAMPAIGN[@]}" ;;
+    protected_paper) echo "${CAMPAIGN[@]}" "${PAPER[@]}" ;;
+    protected_all) echo "${CAMPAIGN[@]}" "${ALL[@]}" ;;
+    control) echo -skip_steps "$OUT/control.steps" ;;
   esac
-  say "[$i/4] $name: steps $((PRE + 1))..$TOTAL ${args[*]}"
-  "${LAUNCH[@]}" ./train_sdc "${COMMON[@]}" -out "$dir" -resume "$CKPT" -pred_out "$dir/pred.bin" "${args[@]}" | grep -E "^(protection|done)" || true
-done
+}
+# two waves: the control needs the faulty run's lost updates
+run_wave() {
+  local pids=() names=() n=0 failed=0
+  for name in "$@"; do
+    local dir="$OUT/$name"
+    if done_run "$dir" "$TOTAL"; then say "$name: done already"; continue; fi
+    rm -rf "$dir"
+    # shellcheck disable=SC2046
+    say "$name: steps $((PRE + 1))..$TOTAL $(run_args "$name")"
+    train "$dir" "$TOTAL" "${COMMON[@]}" "${THREADS[@]}" -resume "$CKPT" -pred_out "$dir/pred.bin" $(run_args "$name") &
+    pids+=($!); names+=("$name"); n=$((n + 1))
+    if [ "$n" -ge "$JOBS" ]; then
+      wait "${pids[0]}" || { echo "error: run ${names[0]} failed" >&2; failed=1; }
+      pids=("${pids[@]:1}"); names=("${names[@]:1}"); n=$((n - 1))
+    fi
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || { echo "error: run ${names[$i]} failed" >&2; failed=1; }; done
+  [ "$failed" = 0 ] || exit 1
+}
+run_wave clean faulty protected_all protected_paper clean_prot clean_p1 clean_m1
+$PY scripts/sdc_metrics.py lost "$OUT/faulty" --steps-only > "$OUT/control.steps.new"
+if [ -f "$OUT/control.steps" ] && ! cmp -s "$OUT/control.steps" "$OUT/control.steps.new"; then rm -rf "$OUT/control"; fi
+mv "$OUT/control.steps.new" "$OUT/control.steps"
+say "control: the faulty run lost $(wc -w < "$OUT/control.steps") updates"
+run_wave control
 
 say "table"
 $PY scripts/sdc_compare_table.py --out "$OUT" --window-start $((PRE + 1)) | tee "$OUT/table.md"

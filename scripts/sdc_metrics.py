@@ -36,6 +36,28 @@ a = the first logged step + 10 warm-up steps, n = 100):
     overhead = 100 * (mean ms_run / mean ms_base - 1)     (percent)
 The paper measures it on fault-free runs (protected vs unprotected).
 
+Beyond the paper (DESIGN.md section 11): metrics that separate lost progress from corrupted weights.
+    mean_dev_lastK = mean of D(t) over the last K aligned steps (K = 50) where both losses are finite
+                     (a faulty forward can make one step's logged loss NaN while its update was skipped:
+                     mean_dev_lastK_nonfinite counts those; +inf if none is finite): D_final is the loss
+                     of one batch, whose step-to-step spread can exceed the effect measured.
+    delta_val_loss = val_loss_fault - val_loss_clean at the final eval (the held-out loss difference).
+    lost updates   = the steps whose update was lost: skipped (found_inf, or "skip" of the lost-step
+                     control -skip_steps; the log's grad_norm is then NaN), plus the steps whose pre-clip
+                     gradient norm (the log's grad_norm) exceeded LOST_FACTOR = 100 times the running
+                     median: the median of the finite grad_norm of the 2 x 16 nearest other steps of the
+                     log (16 on each side where the log has them), so that clipping shrank the real
+                     gradient to nothing.
+Envelope of every deviation (envelope_all, >= 2 clean runs, e.g. the reference and -perturb repeats):
+E_final, E_max as above; E_lastK = max_{i<j} |mean over the last K steps of (L_i - L_j)|; E_val =
+max_{i<j} |val_loss_i - val_loss_j| and E_ppl likewise at the final eval. A deviation is "inside the
+envelope" when |D| <= E.
+Detection (detection(DIR), from faults.jsonl and the step records): events; events the model reads
+(live > 0: a flip in the masked attention triangle is never read); of those, caught (the step of the
+event was replayed); Q/K-path events (either pass) and how many were caught; false alarms (replayed
+steps without an event); qk_fwd / qk_fwd_caught: the forward Q/K-path events alone (what Q/K
+recomputation covers; a backward Q/K-path event is the backward guard's).
+
 Propagation trace (-trace_out FILE; records {"step","microbatch","rank","inj_site","inj_layer","site",
 "layer","rx","norm_clean"}, R_x = ||x_fault - x_clean||_2 / ||x_clean||_2): for each injected
 (site, layer), R_x at the injected tensor itself, at that layer's attn_residual and block_out, at every
@@ -52,6 +74,7 @@ Command line (one-line `error: ...` and exit 1 on a missing or malformed file):
     python scripts/sdc_metrics.py trace FILE [FILE ...] [--json]
     python scripts/sdc_metrics.py weights CKPT CKPT_CLEAN [--per-tensor] [--json]
     python scripts/sdc_metrics.py overhead --run DIR --base DIR [--start S] [--steps N] [--json]
+    python scripts/sdc_metrics.py lost DIR [--factor F] [--steps-only] [--json]
 JSON output uses NaN / Infinity for non-finite numbers, as the trainer's logs do (Python's json reads
 them).
 """
@@ -70,6 +93,10 @@ import tsdc_io  # noqa: E402
 
 OVERHEAD_STEPS = 100
 OVERHEAD_WARMUP = 10
+LAST_K = 50
+LOST_FACTOR = 100.0
+LOST_HALF_WINDOW = 16
+QK_SITES = ("q_proj", "k_proj", "q_norm", "k_norm", "q_rope", "k_rope")
 
 
 class MetricsError(ValueError):
@@ -485,6 +512,89 @@ def overhead(run, base, start=None, steps=OVERHEAD_STEPS, warmup=OVERHEAD_WARMUP
             "start": a, "n_steps": len(win), "requested_steps": steps}
 
 
+# ---------------------------------------------------------------- beyond the paper: lost updates, last-K, envelope
+def _grad_norm(rec):
+    v = rec.get("grad_norm")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return math.nan
+    return float(v)
+
+
+def lost_updates(run, factor=LOST_FACTOR, half_window=LOST_HALF_WINDOW):
+    """The lost updates of a run (module doc): {"skipped": [...], "blown": [...], "lost": sorted union,
+    "n_lost": n}. skipped: found_inf, skip, or a non-finite grad_norm; blown: grad_norm > factor x the
+    median of the finite grad_norm of the 2 x half_window nearest other steps."""
+    lg = _logs(run)
+    steps = sorted(lg.steps)
+    g = np.array([_grad_norm(lg.steps[s]) for s in steps])
+    skipped = [s for i, s in enumerate(steps)
+               if lg.steps[s].get("found_inf", 0) or lg.steps[s].get("skip", 0) or not math.isfinite(g[i])]
+    blown = []
+    n = len(steps)
+    for i, s in enumerate(steps):
+        if not math.isfinite(g[i]) or s in skipped:
+            continue
+        lo = max(0, min(i - half_window, n - 1 - 2 * half_window))
+        hi = min(n, lo + 2 * half_window + 1)
+        nb = [g[j] for j in range(lo, hi) if j != i and math.isfinite(g[j])]
+        if nb and g[i] > factor * float(np.median(nb)):
+            blown.append(s)
+    lost = sorted(set(skipped) | set(blown))
+    return {"skipped": skipped, "blown": blown, "lost": lost, "n_lost": len(lost), "factor": factor}
+
+
+def mean_deviation_last(clean, fault, k=LAST_K, with_count=False):
+    """mean of D(t) = L_fault(t) - L_clean(t) over the last k aligned steps where it is finite (+inf when
+    none is); with_count: (mean, number of non-finite steps left out)"""
+    cl, fl = _logs(clean), _logs(fault)
+    steps = _aligned(cl, fl)[-k:]
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = fl.losses(steps) - cl.losses(steps)
+    ok = np.isfinite(d)
+    m = float(np.mean(d[ok])) if ok.any() else math.inf
+    return (m, int((~ok).sum())) if with_count else m
+
+
+def envelope_all(clean_runs, window_start=None, k=LAST_K):
+    """envelope() plus E_lastK (largest |mean over the last k steps of L_i - L_j|), E_val and E_ppl (largest
+    |difference| of the final eval's val_loss and ppl; None when a log has no eval)"""
+    logs = [_logs(r) for r in clean_runs]
+    e = envelope(logs, window_start)
+    steps = _aligned(*logs)[-k:]
+    means = [float(np.mean(lg.losses(steps))) for lg in logs]
+    e["E_lastK"] = max(means) - min(means) if all(map(math.isfinite, means)) else math.inf
+    e["K"] = len(steps)
+    ev = [lg.final_eval() for lg in logs]
+    if all(x is not None for x in ev):
+        vl, pp = [x["val_loss"] for x in ev], [x["ppl"] for x in ev]
+        e["E_val"], e["E_ppl"] = max(vl) - min(vl), max(pp) - min(pp)
+    else:
+        e["E_val"] = e["E_ppl"] = None
+    return e
+
+
+def detection(fault_dir):
+    """what the protection caught in a run (module doc): events, read (live > 0), caught_read,
+    qk / qk_caught (Q/K-path events, both passes), fwd / fwd_caught, false_alarms, replayed"""
+    st = read_log(fault_dir).steps
+    faults = read_faults(fault_dir)
+    fault_steps = {int(f["step"]) for f in faults}
+
+    def caught(f):
+        return bool(st.get(int(f["step"]), {}).get("replayed", 0))
+    read = [f for f in faults if f.get("live", f.get("m", 1)) > 0]
+    qk = [f for f in faults if f.get("site") in QK_SITES]
+    fwd = [f for f in faults if f.get("pass") == "fwd"]
+    rep = [s for s in st if st[s].get("replayed", 0)]
+    qk_fwd = [f for f in qk if f.get("pass") == "fwd"]
+    return {"events": len(faults), "read": len(read), "caught_read": sum(map(caught, read)),
+            "caught": sum(map(caught, faults)), "qk": len(qk), "qk_caught": sum(map(caught, qk)),
+            "qk_fwd": len(qk_fwd), "qk_fwd_caught": sum(map(caught, qk_fwd)),
+            "fwd": len(fwd), "fwd_caught": sum(map(caught, fwd)), "replayed": len(rep),
+            "false_alarms": sum(1 for s in rep if s not in fault_steps),
+            "found_inf": sum(1 for s in st if st[s].get("found_inf", 0))}
+
+
 # ---------------------------------------------------------------- propagation trace
 _TRACE_KEYS = ("step", "microbatch", "rank", "inj_site", "inj_layer", "site", "layer", "rx")
 
@@ -601,6 +711,9 @@ def compare(clean_dir, fault_dir, clean_repeats=(), window_start=None, clean_pre
     except MetricsError as e:
         res["overhead_pct"] = None
         notes.append(f"overhead not computed ({e})")
+    res["mean_dev_lastK"], res["mean_dev_lastK_nonfinite"] = mean_deviation_last(cl, fl, with_count=True)
+    lu = lost_updates(fl)
+    res["lost_updates"], res["lost_steps"] = lu["n_lost"], lu["lost"]
     res["notes"] = notes
     return res
 
@@ -629,6 +742,9 @@ def format_compare(r):
             ("E_max", _f(r["E_max"], "{:.4e}"), "largest |clean - clean| in the window"),
             ("D_final/E_final", _f(r["ratio_final"], "{:.3f}"), ""),
             ("D_max/E_max", _f(r["ratio_max"], "{:.3f}"), ""),
+            (f"mean D last {LAST_K}", _f(r.get("mean_dev_lastK")), "mean of L_fault - L_clean over the last steps"),
+            ("delta_val_loss", _f(r.get("delta_val_loss")), "held-out loss difference at the final eval"),
+            ("lost updates", str(r.get("lost_updates")), f"skipped, or pre-clip norm > {LOST_FACTOR:g}x the running median"),
             ("delta_PPL", _f(r.get("delta_ppl")),
              f"PPL fault {_f(r.get('ppl_fault'), '{:.4f}')} - clean {_f(r.get('ppl_clean'), '{:.4f}')}"
              if r.get("delta_ppl") is not None else ""),
@@ -699,6 +815,11 @@ def main(argv=None):
     p.add_argument("--start", type=int, metavar="S")
     p.add_argument("--steps", type=int, default=OVERHEAD_STEPS, metavar="N")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("lost", help="the lost updates of a run (skipped, or a clipped-away blow-up)")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--factor", type=float, default=LOST_FACTOR)
+    p.add_argument("--steps-only", action="store_true", help="print the lost steps only, one a line (for -skip_steps)")
+    p.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     try:
         if a.cmd == "compare":
@@ -725,6 +846,15 @@ def main(argv=None):
                 print(f"W_L2 {_f(r['w_l2_pct'], '{:.4e}')} %")
                 for k, v in r.get("per_tensor", {}).items():
                     print(f"  {k:<24} {_f(v, '{:.4e}')} %")
+        elif a.cmd == "lost":
+            r = lost_updates(a.dir, a.factor)
+            if a.json:
+                print(_dump(r))
+            elif a.steps_only:
+                print("\n".join(map(str, r["lost"])))
+            else:
+                print(f"{r['n_lost']} lost updates: {len(r['skipped'])} skipped, {len(r['blown'])} with a pre-clip norm > "
+                      f"{a.factor:g}x the running median\n  skipped: {r['skipped']}\n  blown: {r['blown']}")
         elif a.cmd == "overhead":
             r = overhead(a.run, a.base, a.start, a.steps)
             print(_dump(r) if a.json else

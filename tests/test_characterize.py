@@ -98,6 +98,35 @@ def test_smoke_numbers(smoke):
         assert 0 < float(rep[0]["w_l2_pct"]) < 0.05
 
 
+def test_every_run_reached_its_last_step(smoke):
+    """issue 10: a run that stopped early must not pass: every run directory's log ends with its end record
+    at the step its command had to reach (-stop_at, else -steps), after a step record of that step"""
+    out, _, _ = smoke
+    cmds = sorted(out.rglob("cmd"))
+    assert len(cmds) >= 18, cmds
+    for c in cmds:
+        args = c.read_text().split()
+        target = int(args[args.index("-stop_at") + 1] if "-stop_at" in args else args[args.index("-steps") + 1])
+        recs = [json.loads(l) for l in open(c.parent / "log.jsonl")]
+        ends = [r["step"] for r in recs if r["type"] == "end"]
+        assert ends and ends[-1] == target, (c.parent, ends, target)
+        assert max(r["step"] for r in recs if r["type"] == "step") == target, c.parent
+
+
+def test_a_failed_run_fails_the_driver(tmp_path):
+    """characterize.sh stops with exit 1 and the run's output when a trainer run fails (here: missing data)"""
+    env = dict(os.environ, PYTHON=sys.executable)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "meta.json").write_text("{}")
+    for f in ("train.bin", "val.bin"):
+        (data / f).write_bytes(b"not a shard" * 10)
+    p = subprocess.run(["bash", SCRIPT, "--preset", "tiny", "--smoke", "--out", str(tmp_path / "out"), "--data", str(data)],
+                       cwd=ROOT, capture_output=True, text=True, env=env, errors="replace", timeout=600)
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "FAILED" in p.stderr and "error: a run failed" in p.stderr, p.stderr[-2000:]
+
+
 def test_second_invocation_skips_finished_runs(smoke):
     _, _, second = smoke
     assert "18 already done, 0 to run" in second, second[-2000:]

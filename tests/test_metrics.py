@@ -446,3 +446,88 @@ def test_errors(tmp_path):
     assert_one_error(cli("envelope", c), "at least two")
     assert_one_error(cli("trace", tmp_path / "none.jsonl"), "none.jsonl", "no such file")
     assert_one_error(cli("weights", tmp_path / "x.ckpt", tmp_path / "y.ckpt"), "x.ckpt", "no such file")
+
+
+# ------------------------------------------------------------ beyond the paper: lost updates, last-K, E, detection
+def write_steps(d, recs, evals=()):
+    """a run dir whose log holds the given step records (dicts with at least step, loss)"""
+    d.mkdir()
+    lines = [json.dumps({"type": "run"})]
+    for r in recs:
+        base = {"type": "step", "lr": 1e-3, "grad_norm": 1.0, "ms": 10.0, "k": 0, "alarms": 0, "injections": 0,
+                "replayed": 0, "found_inf": 0}
+        base.update(r)
+        lines.append(json.dumps(base))
+    for s, vl, ppl in evals:
+        lines.append(json.dumps({"type": "eval", "step": s, "val_loss": vl, "ppl": ppl}))
+    lines.append(json.dumps({"type": "end", "step": recs[-1]["step"], "weights": "0"}))
+    (d / "log.jsonl").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def test_lost_updates_skipped_and_clipped_away(tmp_path):
+    """skipped updates (found_inf, skip, NaN norm) and norms > 100x the median of the 32 nearest other
+    steps are lost; 99x is not (a factor applied the wrong way or a mean instead of a median fails)"""
+    g = [1.0] * 40
+    g[5] = 150.0          # > 100 x median 1: lost
+    g[10] = 99.0          # < 100 x: not lost
+    g[20] = float("nan")  # found_inf: the log's grad_norm is NaN
+    g[30] = 1e30          # lost; its size must not move the others' median
+    g[31] = 120.0         # lost although its neighbour is 1e30
+    recs = [{"step": 101 + i, "loss": 1.0, "grad_norm": g[i], "found_inf": int(i == 20), "skip": int(i == 35)}
+            for i in range(40)]
+    recs[35]["grad_norm"] = float("nan")
+    d = write_steps(tmp_path / "r", recs)
+    lu = sm.lost_updates(d)
+    assert lu["skipped"] == [121, 136]
+    assert lu["blown"] == [106, 131, 132]
+    assert lu["lost"] == [106, 121, 131, 132, 136] and lu["n_lost"] == 5
+    r = cli("lost", d, "--steps-only")
+    assert r.returncode == 0 and r.stdout.split() == ["106", "121", "131", "132", "136"]
+
+
+def test_lost_updates_median_of_neighbours_not_of_the_run(tmp_path):
+    """the reference is local: a norm 150x its neighbours is lost even where the run's overall median is
+    much larger, and a norm that only follows a slow rise is not"""
+    g = [1.0] * 20 + [1000.0] * 40
+    g[10] = 150.0
+    recs = [{"step": i + 1, "loss": 1.0, "grad_norm": x} for i, x in enumerate(g)]
+    d = write_steps(tmp_path / "r", recs)
+    assert sm.lost_updates(d)["lost"] == [11]
+
+
+def test_mean_deviation_last_k_and_envelope_of_every_deviation(tmp_path):
+    """hand-computed: D = +0.1 on steps 1..50 and +0.3 on 51..60 -> last 10: 0.3, last 20: 0.2; a NaN
+    loss is left out and counted; E_lastK, E_val, E_ppl are the largest pairwise differences"""
+    clean = write_steps(tmp_path / "c", [{"step": s, "loss": 2.0} for s in range(1, 61)], evals=[(60, 2.0, 7.0)])
+    fl = [2.1] * 50 + [2.3] * 10
+    fl[-1] = float("nan")
+    fault = write_steps(tmp_path / "f", [{"step": s, "loss": fl[s - 1]} for s in range(1, 61)], evals=[(60, 2.25, 9.0)])
+    m, nn = sm.mean_deviation_last(clean, fault, k=10, with_count=True)
+    assert m == pytest.approx(0.3) and nn == 1
+    assert sm.mean_deviation_last(clean, fault, k=20) == pytest.approx((10 * 0.1 + 9 * 0.3) / 19)
+    r = sm.compare(clean, fault, window_start=1)
+    assert r["mean_dev_lastK"] == pytest.approx((40 * 0.1 + 9 * 0.3) / 49) and r["mean_dev_lastK_nonfinite"] == 1
+    assert r["delta_val_loss"] == pytest.approx(0.25)
+    r1 = write_steps(tmp_path / "r1", [{"step": s, "loss": 2.0 + (0.01 if s > 55 else 0)} for s in range(1, 61)],
+                     evals=[(60, 2.02, 7.1)])
+    r2 = write_steps(tmp_path / "r2", [{"step": s, "loss": 2.0 - 0.002} for s in range(1, 61)], evals=[(60, 1.99, 6.95)])
+    e = sm.envelope_all([clean, r1, r2], k=10)
+    assert e["E_lastK"] == pytest.approx(0.005 + 0.002)   # r1 mean 2.005, r2 1.998
+    assert e["E_val"] == pytest.approx(0.03) and e["E_ppl"] == pytest.approx(0.15)
+    assert e["E_final"] == pytest.approx(0.012)
+
+
+def test_detection_counts_read_caught_qk_and_false_alarms(tmp_path):
+    """events the model reads (live > 0) caught when their step was replayed; Q/K-path events of both
+    passes; a replay on a step without an event is a false alarm"""
+    recs = [{"step": s, "loss": 1.0, "injections": int(s <= 4), "replayed": int(s in (1, 2, 5))} for s in range(1, 7)]
+    d = write_steps(tmp_path / "r", recs)
+    ev = [(1, "q_rope", "fwd", 10), (2, "att_logits", "fwd", 0), (3, "k_proj", "bwd", 10), (4, "down_proj", "bwd", 10)]
+    (d / "faults.jsonl").write_text("".join(json.dumps({"type": "fault", "step": s, "site": site, "pass": p, "m": 10,
+                                                        "live": live}) + "\n" for s, site, p, live in ev))
+    det = sm.detection(d)
+    assert det["events"] == 4 and det["read"] == 3 and det["caught_read"] == 1 and det["caught"] == 2
+    assert det["qk"] == 2 and det["qk_caught"] == 1 and det["fwd"] == 2 and det["fwd_caught"] == 2
+    assert det["qk_fwd"] == 1 and det["qk_fwd_caught"] == 1
+    assert det["false_alarms"] == 1 and det["replayed"] == 3

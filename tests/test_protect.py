@@ -222,3 +222,143 @@ def test_profile_and_select_end_to_end(data, tmp_path):
     assert r["k_safe"] == [0, min(64, 254 - max(pooled))] == want["k_safe"]
     assert r["k_star"] == want["k_star"] and r["r_min"] == want["r_min"] == min(want["r_amp"].values())
     assert r["decision"] == want["decision"] and r["samples"] == sum(pooled.values())
+
+
+# ----------------------------------------------------------------------------- backward guard (issue 12)
+def calibrate_bwd(data, tmp_path, kw):
+    """40 clean steps to a checkpoint; steps 21..40 calibrate the backward guard"""
+    bcal = tmp_path / "bwd.cal"
+    run(small(data, tmp_path / "cal", **kw, **{"-stop_at": 20}))
+    run(small(data, tmp_path / "cal", **kw, **{"-stop_at": 40, "-resume": tmp_path / "cal" / "step_000020.ckpt",
+                                               "-bwd_calibrate": bcal}))
+    return tmp_path / "cal" / "step_000040.ckpt", bcal
+
+
+BWD_KW = {"-preset": "tiny-llama", "-accum": 3, "-steps": 52, "-precision": "bf16", "-threads": 1}
+BWD_FAULT = {"-fault_mode": "campaign", "-fault_pass": "bwd", "-fault_field": "exponent", "-fault_bits": 8, "-fault_m": 10,
+             "-fault_rank": -1, "-fault_start": 41}
+
+
+def test_backward_faults_are_caught_and_replayed_exactly(data, tmp_path):
+    """every backward event that flips all 8 exponent bits of 10 gradient elements (a small gradient becomes
+    2^30+ times larger) is caught by the backward guard alone and replayed: no update is lost and the run
+    ends bit-identical to the fault-free run. Fails when the guard's threshold is far too high (-bwd_alpha
+    1e6: planted here, updates are lost) or when an alarm does not replay."""
+    ck, bcal = calibrate_bwd(data, tmp_path, BWD_KW)
+    common = {"-resume": ck, "-bwd_calibration": bcal, "-protect": "bwd"}
+    run(small(data, tmp_path / "clean", **BWD_KW, **common))
+    out = tmp_path / "f"
+    run(small(data, out, **BWD_KW, **common, **BWD_FAULT))
+    st = steps(out)
+    injected = [s for s in range(41, 53) if st[s]["injections"]]
+    assert len(injected) == 12
+    assert all(st[s]["replayed"] == 1 and st[s]["by"] == "bwd" for s in injected), \
+        [(s, st[s]["alarm"], st[s]["bwd_r"]) for s in injected if not st[s]["replayed"]]
+    assert all(st[s]["bwd_r"] >= 1 for s in injected)          # a norm blow-up past the threshold, logged
+    assert all(st[s]["found_inf"] == 0 and st[s]["overflow"] == 0 for s in st)
+    assert ckpt(out, 52) == ckpt(tmp_path / "clean", 52)
+    # the threshold out of reach: only a non-finite gradient would still be caught; updates are lost
+    run(small(data, tmp_path / "loose", **BWD_KW, **common, **BWD_FAULT, **{"-bwd_alpha": 1e6}))
+    assert sum(r["replayed"] for r in steps(tmp_path / "loose").values()) < len(injected)
+    assert ckpt(tmp_path / "loose", 52) != ckpt(tmp_path / "clean", 52)
+
+
+def test_backward_guard_quiet_on_clean_steps_and_thresholds_written(data, tmp_path):
+    """calibrated, the guard raises no alarm on 40 clean steps (bf16, every group: each layer, the rest,
+    global); the calibration prints its thresholds; a corrupted calibration file fails with one line"""
+    kw = {**BWD_KW, "-steps": 80}
+    ck, bcal = calibrate_bwd(data, tmp_path, kw)
+    p = run(small(data, tmp_path / "c", **kw, **{"-resume": ck, "-protect": "bwd", "-bwd_calibration": bcal}))
+    st = steps(tmp_path / "c")
+    assert len(st) == 40 and sum(r["alarms"] for r in st.values()) == 0, [r["alarm"] for r in st.values() if r["alarms"]]
+    assert all(r["bwd_r"] < 1 for r in st.values())
+    assert p.returncode == 0
+    bad = corrupt(bcal, tmp_path / "bad.cal", lambda b: b[:-8] + bytes(8))
+    expect_error(run(small(data, tmp_path / "o", **kw, **{"-resume": ck, "-protect": "bwd", "-bwd_calibration": bad}), check=False),
+                 bad, "checksum")
+    expect_error(run(small(data, tmp_path / "o", **kw, **{"-resume": ck, "-bwd_calibration": bcal}), check=False), "-protect bwd")
+    p = run(small(data, tmp_path / "cal2", **{**kw, "-steps": 12}, **{"-bwd_calibrate": tmp_path / "x.cal"}))
+    assert "backward-guard calibration" in p.stdout and "global" in p.stdout
+
+
+def test_real_overflow_is_skipped_and_lowers_k(data, tmp_path):
+    """a gradient that is non-finite again on the clean replay is a real overflow (here: a NaN weight, so
+    every attempt is NaN): the update is skipped as AMP does and k goes down by one a step"""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    sys.path.insert(0, os.path.join(ROOT, "dev"))
+    import sdc_metrics as sm
+    import tsdc_io
+    kw = {"-preset": "tiny-llama", "-accum": 3, "-steps": 3, "-precision": "bf16", "-threads": 1}
+    run(small(data, tmp_path / "w", **{**kw, "-steps": 1}))
+    c = sm.Checkpoint(str(tmp_path / "w" / "step_000001.ckpt"))
+    params = {n: np.array(c.params[o:o + int(np.prod(sh))]).reshape(sh) for n, o, sh in c.tensors()}
+    norm = next(n for n in params if "norm" in n)
+    params[norm][...] = np.nan
+    tsdc_io.write_checkpoint(tmp_path / "nan.ckpt", c.preset, c.cfg, params)
+    run(small(data, tmp_path / "o", **kw, **{"-init": tmp_path / "nan.ckpt", "-protect": "bwd,exp", "-expscale_k": 15}))
+    st = steps(tmp_path / "o")
+    assert [st[s]["k"] for s in (1, 2, 3)] == [15, 14, 13]
+    assert all(r["replayed"] == 1 and r["found_inf"] == 1 and r["overflow"] == 1 for r in st.values()), st
+
+
+def test_skip_steps_skips_exactly_the_listed_updates(data, tmp_path):
+    """-skip_steps: the listed steps make no update (weights after step 3 = after step 2, step 4 updates
+    again), the log says skip and a NaN grad norm; the schedule and data order are unchanged"""
+    (tmp_path / "skip.txt").write_text("# lost updates\n3, 5\n")
+    kw = {"-preset": "tiny-llama", "-steps": 6, "-ckpt_every": 1, "-threads": 1}
+    run(small(data, tmp_path / "s", **kw, **{"-skip_steps": tmp_path / "skip.txt"}))
+    run(small(data, tmp_path / "c", **kw))
+    st, cl = steps(tmp_path / "s"), steps(tmp_path / "c")
+    assert [s for s in st if st[s]["skip"]] == [3, 5]
+    assert all(st[s]["grad_norm"] != st[s]["grad_norm"] for s in (3, 5)) and not any(r["found_inf"] for r in st.values())
+    assert [st[s]["lr"] for s in st] == [cl[s]["lr"] for s in cl]
+    assert st[3]["loss"] == cl[3]["loss"]     # step 3's batch is the same, computed on the same weights
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import sdc_metrics as sm
+    P = lambda d, s: np.asarray(sm.Checkpoint(str(d / f"step_{s:06d}.ckpt")).params)  # noqa: E731
+    assert np.array_equal(P(tmp_path / "s", 2), P(tmp_path / "s", 3))
+    assert not np.array_equal(P(tmp_path / "s", 3), P(tmp_path / "s", 4))
+    assert np.array_equal(P(tmp_path / "s", 2), P(tmp_path / "c", 2)) and not np.array_equal(P(tmp_path / "s", 6), P(tmp_path / "c", 6))
+    (tmp_path / "bad.txt").write_text("3 x\n")
+    expect_error(run(small(data, tmp_path / "b", **kw, **{"-skip_steps": tmp_path / "bad.txt"}), check=False), "bad.txt:1", "'x'")
+
+
+def test_protect_levels_paper_and_all(data, tmp_path):
+    """-protect paper is the paper's three components with k = 15 (no attention check, no backward guard);
+    -protect all adds them and takes k* from its own first step, the k that expscale_select.py picks from
+    a -exp_profile of the same step (same samples)"""
+    kw = {"-preset": "tiny-llama", "-accum": 3, "-steps": 2, "-precision": "bf16", "-threads": 1}
+    prof = tmp_path / "prof.json"
+    run(small(data, tmp_path / "prof", **{**kw, "-steps": 1}, **{"-exp_profile": prof}))
+    kstar = expscale_select.select(expscale_select.pooled(expscale_select.load_profile(str(prof))[1]))["k_star"]
+    p = run(small(data, tmp_path / "all", **kw, **{"-protect": "all"}))
+    assert f"k* = {kstar} " in p.stdout, (kstar, p.stdout)
+    assert all(r["k"] == kstar for r in steps(tmp_path / "all").values())
+    fault = {"-fault_mode": "campaign", "-fault_sites": "att_logits", "-fault_field": "exponent", "-fault_m": 1000,
+             "-fault_layer": 1, "-fault_mb": 0}
+    run(small(data, tmp_path / "paper", **kw, **{"-protect": "paper"}, **fault))
+    run(small(data, tmp_path / "all2", **kw, **{"-protect": "all"}, **fault))
+    sp, sa = steps(tmp_path / "paper"), steps(tmp_path / "all2")
+    assert all(r["k"] == 15 for r in sp.values())
+    assert not any("att" in r["by"] or "bwd" in r["by"] for r in sp.values()), sp
+    assert all("att" in r["by"] for r in sa.values()), sa
+
+
+def test_fault_dtype_autocast_flips_fp32_sites_in_fp32(data, tmp_path):
+    """-fault_dtype autocast: the residual stream and norm outputs take fp32 flips, the projections bf16
+    ones (the fault log's dtype); fp32: every site; -precision fp32 rejects it"""
+    kw = {"-preset": "tiny-llama", "-steps": 2, "-precision": "bf16", "-fault_mode": "campaign", "-fault_m": 10, "-fault_layer": 1,
+          "-threads": 1}
+    dt = {}
+    for site in ("attn_norm", "q_proj", "attn_residual", "down_proj", "att_probs"):
+        for mode in ("autocast", "fp32", "storage"):
+            out = tmp_path / f"{site}_{mode}"
+            run(small(data, out, **kw, **{"-fault_sites": site, "-fault_dtype": mode}))
+            dt[site, mode] = {json.loads(l)["dtype"] for l in open(out / "faults.jsonl")}
+    assert dt["attn_norm", "autocast"] == {"fp32"} and dt["attn_residual", "autocast"] == {"fp32"}
+    assert dt["att_probs", "autocast"] == {"fp32"}
+    assert dt["q_proj", "autocast"] == {"bf16"} and dt["down_proj", "autocast"] == {"bf16"}
+    assert all(dt[s, "fp32"] == {"fp32"} and dt[s, "storage"] == {"bf16"} for s in ("attn_norm", "q_proj"))
+    assert ckpt(tmp_path / "q_proj_fp32", 2) != ckpt(tmp_path / "q_proj_storage", 2)
+    p = run(small(data, tmp_path / "x", **{**kw, "-precision": "fp32"}, **{"-fault_dtype": "autocast"}), check=False)
+    expect_error(p, "-fault_dtype", "bf16")
