@@ -44,6 +44,8 @@ static int compare_tensor(const char* name, const float* got, const float* ref, 
 }
 
 /* ------------------------------------------------------------------------------- unit tests */
+/* the HF presets' parameter counts equal DESIGN.md's (the published model sizes). Catches: a tensor missing,
+ * duplicated or of the wrong shape in the layout (untied head counted as tied, GQA K/V sized as Q). */
 static void test_param_counts(void) {
     printf("parameter counts (DESIGN.md section 2)\n");
     struct { const char* name; size_t expect; } cases[] = {
@@ -54,6 +56,8 @@ static void test_param_counts(void) {
     }
 }
 
+/* fp32 -> bf16 on hand-computed cases. Catches: truncation instead of round-to-nearest-even, ties rounded away
+ * from even, overflow not going to inf, a NaN rounded into inf. */
 static void test_bf16(void) {
     printf("bf16 round-to-nearest-even\n");
     struct { uint32_t in; uint16_t out; } cases[] = {
@@ -77,6 +81,9 @@ static void test_bf16(void) {
     check((nan & 0x7F80) == 0x7F80 && (nan & 0x7F), "  NaN stays NaN (%04x)", nan);
 }
 
+/* the file checksum: every single-bit flip changes it, streaming equals one shot, the length counts. Catches:
+ * a checksum blind to some bit positions (a corrupted file accepted), a streaming state lost across pieces
+ * of odd length, zero padding that hides a truncation. */
 static void test_checksum(void) {
     printf("checksum\n");
     uint8_t buf[1003];
@@ -106,6 +113,8 @@ static void test_checksum(void) {
     check(tsdc_checksum(z, 15) != tsdc_checksum(z, 16), "  length is part of the checksum (15 vs 16 zero bytes)");
 }
 
+/* lr_at: linear warmup (s+1)/w, cosine to the floor, the floor after the end. Catches: warmup off by one
+ * step, a cosine over the wrong span, a decay to 0 instead of final_lr_frac. */
 static void test_schedule(void) {
     printf("learning-rate schedule\n");
     int ok = fabs(lr_at(0, 1.0, 10, 100, 0.1) - 0.1) < 1e-15 && fabs(lr_at(9, 1.0, 10, 100, 0.1) - 1.0) < 1e-15 &&
@@ -120,6 +129,8 @@ static void fill_normal(float* x, size_t n, uint64_t seed, float scale) {
 }
 
 #ifdef _OPENMP
+/* a GEMM and a whole tiny-qwen3 forward + backward, 1 vs 3 threads: bitwise equal. Catches: a reduction whose
+ * order follows the thread split (results that change with -threads or the machine). */
 static void test_thread_independence(void) {
     printf("bitwise independence from the thread count\n");
     int M = 37, K = 129, N = 200;
@@ -156,7 +167,9 @@ static void test_thread_independence(void) {
 /* ---------------------------------------------------------------------------- initialisation */
 /* the counter-based generator of llmc/init.h: its log and sin/cos against libm in double over every
  * input they take, the normal's moments and tails, thread-count independence, and pinned bits (the GPU
- * kernel is compared with this host code by test_sdc_cu; the pins notice a change of either) */
+ * kernel is compared with this host code by test_sdc_cu; the pins notice a change of either). Catches: an
+ * inaccurate log or sin/cos (a biased or heavy-tailed normal), correlated draws, two tensors with the same
+ * stream, norm weights not 1, weights that depend on the thread count, an unnoticed change of the draws. */
 #define INIT_PIN_SUM 0xd3411a7b1f49283cULL     /* tsdc_checksum of tiny-llama's initial weights, seed 8 */
 static void test_init(void) {
     printf("weight initialisation: counter-based normal draws (llmc/init.h)\n");
@@ -253,6 +266,8 @@ static int bench_init(const char* preset) {
 }
 
 /* ------------------------------------------------------------------------------ fault model */
+/* bit flips in the storage dtype, hand-computed. Catches: bf16 masks applied to the fp32 word's low bits
+ * (flipping bits bf16 does not store), a flip that is not an XOR of the stored bits. */
 static void test_fault_flips(void) {
     printf("fault injection: bit flips in the storage dtype (hand-computed)\n");
     struct { float x; uint32_t mask; int width; uint32_t expect_bits; } cases[] = {
@@ -274,6 +289,10 @@ static void test_fault_flips(void) {
     check(ok, "  %zu cases, fp32 and bf16", sizeof(cases) / sizeof(cases[0]));
 }
 
+/* fault_select and the char schedule. Catches: a selection that is not reproducible (a resumed campaign
+ * flips other elements), repeated or out-of-range indices, masks with the wrong number of bits or above
+ * the width, sites of one event not sharing the selection, every step selecting the same elements, a
+ * char schedule with events outside its window, site or layer, or far from rate x window. */
 static void test_fault_selection(void) {
     printf("fault injection: the shared random selection\n");
     FaultEvent a; memset(&a, 0, sizeof(a));
@@ -334,7 +353,8 @@ static uint32_t flip_moving_by(float x, int width, double lo, double hi) {
  * rows: 2^-6 in bf16, 1e-5 + 4 T 2^-24 in fp32), written here as numbers: a flip moving
  * a value by 2x to 8x its row's tolerance must fail the check, one moving it by at most 1/8 must pass
  * (the clean rounding residual uses at most half the tolerance: the bounds' stated margin). A check
- * whose tolerance is 100x looser than it claims, or that skips rows, fails this test. */
+ * whose tolerance is 100x looser than it claims, or that skips rows, fails this test. Catches also: a check
+ * that alarms on clean rows (its tolerance under the rounding residual). */
 static void test_att_checks_tolerance(void) {
     printf("attention checks (-protect att): non-exponent flips against the claimed tolerances\n");
     int B = 1, T = 16, H = 2, KV = 1, hd = 32, g = H / KV;
@@ -401,6 +421,10 @@ static void test_att_checks_tolerance(void) {
 #include "llmc/refstate.h"
 #include "llmc/bf16_bounds.h"
 
+/* fp32 against PyTorch / HF transformers on the reference batch: logits, loss, every gradient, 10 AdamW steps
+ * through model_update. Catches: a model bug anywhere in the forward or backward (attention, RoPE, norms, MLP,
+ * head), the import path (hf_to_ckpt.py -> checkpoint -> loader) permuting or transposing a tensor,
+ * an optimizer bug in model_update (clip, AdamW, weight decay, bias correction). */
 static void test_reference(const char* preset, const char* states_dir, const char* ckpt_dir) {
     printf("reference state %s (vs PyTorch / HF transformers, fp32)\n", preset);
     char spath[1200], cpath[1200];
@@ -471,7 +495,9 @@ static double rel_l2(const float* got, const float* ref, size_t n) {
 }
 
 /* -precision bf16 (the emulated AMP) against the fp32 reference, under the fixed bounds of
- * llmc/bf16_bounds.h (derived there from the bf16 unit roundoff and the roundings on each path) */
+ * llmc/bf16_bounds.h (derived there from the bf16 unit roundoff and the roundings on each path). Catches: a
+ * stale bf16 weight copy (training stops learning), a tensor computed or stored at less than bf16 accuracy, a
+ * bf16 path that drifts from the fp32 model (a wrong rounding point, a missing fp32 accumulation). */
 static void test_reference_bf16(const char* preset, const char* states_dir, const char* ckpt_dir) {
     printf("reference state %s: -precision bf16 vs PyTorch fp32, fixed bounds of llmc/bf16_bounds.h\n", preset);
     char spath[1200], cpath[1200];

@@ -49,6 +49,9 @@ def tree(tmp_path_factory):
 
 
 def test_config_change_rebuilds(tree):
+    """make after make NO_MPI=1 relinks train_sdc with MPI (where mpicc exists); the same configuration again is up
+    to date; NATIVE=0 drops -march=native. Catches: a build that ignores a changed configuration (a stale
+    single-process binary after OpenMPI is installed), a rebuild on every make, NATIVE=0 ignored."""
     before = os.stat(tree / "train_sdc").st_mtime_ns
     out = make(tree, "train_sdc")  # mpicc is found now (if installed): another configuration
     if MPICC:
@@ -67,6 +70,9 @@ def test_config_change_rebuilds(tree):
 @pytest.mark.parametrize("env", [{"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0"}, {"PMI_SIZE": "4", "PMI_RANK": "0"},
                                  {"SLURM_STEP_NUM_TASKS": "3", "SLURM_PROCID": "0"}, {"PMIX_SIZE": "2"}])
 def test_single_process_binary_refuses_many_ranks(tree, tmp_path, env):
+    """a NO_MPI binary started with a launcher's rank variables (OpenMPI, PMI, Slurm, PMIx): exit 1, one line, no
+    output directory; the other ranks exit silently. Catches: a single-process binary that runs as N uncoordinated
+    copies under a launcher (N runs writing one -out), or N copies of the error."""
     e = dict(os.environ, **env)
     p = subprocess.run([str(tree / "train_sdc_nompi"), "-steps", "0", "-out", str(tmp_path / "o")], capture_output=True,
                        text=True, env=e, timeout=60)
@@ -84,6 +90,8 @@ def test_single_process_binary_refuses_many_ranks(tree, tmp_path, env):
 
 
 def test_single_process_binary_runs_in_a_one_task_allocation(tree, tmp_path):
+    """SLURM_NTASKS 4 with a world size of 1 (sbatch, no srun) is no multi-rank launch: the binary runs. Catches: a
+    launch detection that refuses every multi-task allocation."""
     # sbatch with several tasks, the binary started once (no srun): SLURM_NTASKS alone is no launch
     e = dict(os.environ, SLURM_NTASKS="4", OMPI_COMM_WORLD_SIZE="1")
     p = subprocess.run([str(tree / "train_sdc_nompi"), "-vocab", "256", "-steps", "0", "-out", str(tmp_path / "o")],
@@ -93,6 +101,8 @@ def test_single_process_binary_runs_in_a_one_task_allocation(tree, tmp_path):
 
 @pytest.mark.skipif(MPIRUN is None, reason="OpenMPI not installed (no mpirun)")
 def test_single_process_binary_under_mpirun(tree, tmp_path):
+    """a real mpirun -np 2 of the NO_MPI binary: one error line naming 2 processes, no output directory. Catches: a
+    launch detection that misses the environment OpenMPI really sets."""
     p = subprocess.run([MPIRUN, "-np", "2", str(tree / "train_sdc_nompi"), "-steps", "0", "-out", str(tmp_path / "o")],
                        capture_output=True, text=True, env=dict(os.environ, **MPI_ENV), timeout=120)
     assert p.returncode != 0
@@ -117,7 +127,9 @@ def hide_mpi_path(tmp_path):
 
 def test_without_openmpi_the_mpi_tests_skip_with_a_reason(tree, tmp_path):
     """the single-process build and no mpirun on PATH (a machine without OpenMPI): the MPI tests of the
-    suite skip, saying why, instead of failing"""
+    suite skip, saying why, instead of failing.
+    Catches: MPI tests that fail instead of skipping without OpenMPI, a skip without its reason, a reason that does
+    not name the single-process build."""
     shutil.copy2(tree / "train_sdc_nompi", tree / "train_sdc")  # test_config_change_rebuilds may have rebuilt it
     env = dict(os.environ, PATH=hide_mpi_path(tmp_path), TSDC_DATA_DIR=os.path.abspath(DATA_DIR))
     assert subprocess.run(["sh", "-c", "command -v mpirun"], env=env, capture_output=True).returncode != 0

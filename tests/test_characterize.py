@@ -48,6 +48,10 @@ def smoke(tmp_path_factory):
 
 
 def test_smoke_writes_figures_and_table(smoke):
+    """--smoke leaves the six Figure 1 panels and figure1.png as real PNGs, and results.md with one Experiment 1 row
+    per model, pass and site plus one clean-repeat row a model, both Experiment 2 sections and the exact commands.
+    Catches: a figure missing or empty, a model, pass or site dropped from the table, commands printed without their
+    fault flags."""
     out, first, _ = smoke
     for f in ["fig1a.png", "fig1b.png", "fig1c.png", "fig1d.png", "fig1e.png", "fig1f.png", "figure1.png"]:
         p = out / f
@@ -71,6 +75,10 @@ def test_smoke_writes_figures_and_table(smoke):
 
 
 def test_smoke_numbers(smoke):
+    """results.json: a model's fault runs share one schedule inside steps 21-30, log m = 10, T 30 and 10 steps, have
+    W_L2 and (forward) one trace per event; some fault changes the run; the repeat is -perturb 65536 and differs by
+    0 < W_L2 < 0.05 %. Catches: sites of a model hit at other steps (not comparable), events outside the window, a
+    trace missing events, a repeat identical to the clean run (E = 0) or far from it."""
     out, _, _ = smoke
     res = json.loads((out / "results.json").read_text())
     assert set(res["models"]) == set(MODELS)
@@ -100,7 +108,8 @@ def test_smoke_numbers(smoke):
 
 def test_every_run_reached_its_last_step(smoke):
     """issue 10: a run that stopped early must not pass: every run directory's log ends with its end record
-    at the step its command had to reach (-stop_at, else -steps), after a step record of that step"""
+    at the step its command had to reach (-stop_at, else -steps), after a step record of that step.
+    Catches: a trainer run that stopped early (crash, -stop_at misread) behind a finished-looking table."""
     out, _, _ = smoke
     cmds = sorted(out.rglob("cmd"))
     assert len(cmds) >= 18, cmds
@@ -114,7 +123,8 @@ def test_every_run_reached_its_last_step(smoke):
 
 
 def test_a_failed_run_fails_the_driver(tmp_path):
-    """characterize.sh stops with exit 1 and the run's output when a trainer run fails (here: missing data)"""
+    """characterize.sh stops with exit 1 and the run's output when a trainer run fails (here: missing data).
+    Catches: a driver that swallows a trainer failure and goes on to the table."""
     env = dict(os.environ, PYTHON=sys.executable)
     data = tmp_path / "data"
     data.mkdir()
@@ -128,12 +138,18 @@ def test_a_failed_run_fails_the_driver(tmp_path):
 
 
 def test_second_invocation_skips_finished_runs(smoke):
+    """the second --smoke call finds the 18 runs done and starts none. Catches: a driver that reruns finished runs
+    (an interrupted job restarts from scratch) or whose done-test never matches."""
     _, _, second = smoke
     assert "18 already done, 0 to run" in second, second[-2000:]
     assert "start " not in second
 
 
 def test_paper_preset_dry_run():
+    """--preset paper --dry: 2 prefixes, 2 clean runs, 6 repeats and every site forward and backward for each model,
+    with the paper's layer, m, rate, fault window, prefix checkpoint, batch and rank, a trace on the forward runs;
+    --layer, --frac, --rate reach the commands (Figure 4). Catches: a paper schedule drifted from Section 3 (wrong
+    window, layer, m, rate, resume step) and variant flags ignored."""
     out = drive("--preset", "paper", "--dry", "--llama-data", "data/smol", "--nanochat-data", "data/nano")
     cmds = [l for l in out.splitlines() if l.startswith("./train_sdc_cu")]
     # 2 prefixes, 2 clean, 6 repeats, and every site forward and backward (18 a model)

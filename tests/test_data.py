@@ -83,6 +83,10 @@ def shakespeare(tmp_path_factory):
 
 # ---------------------------------------------------------------- prepare.py
 def test_roundtrip_train_and_val(shakespeare):
+    """decode(train) + decode(val) is the input byte for byte, the split falls after a newline near 10 %, meta's
+    token counts are the shards', BPE compresses. Catches: text lost or duplicated at the split or in encoding, a
+    split in mid-line, a wrong validation fraction, meta out of step with the shards, an untrained (byte-level)
+    tokenizer."""
     text, _, out, _ = shakespeare
     table, bos, eos = tsdc_io.read_vocab(out / "tokenizer.bin")
     assert len(table) == 512 and eos == 0 and table[0] == EOT and bos is None
@@ -99,6 +103,8 @@ def test_roundtrip_train_and_val(shakespeare):
 
 
 def test_trained_tokenizer_has_every_byte(shakespeare):
+    """the trained tokenizer has the asked 512 ids, <|endoftext|> at 0, and all 256 single bytes. Catches: a byte
+    alphabet with holes (text outside the training slice cannot be encoded), EOT at another id."""
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(str(shakespeare[2] / "tokenizer.json"))
     assert tok.get_vocab_size(with_added_tokens=True) == 512
@@ -108,13 +114,17 @@ def test_trained_tokenizer_has_every_byte(shakespeare):
 
 
 def test_deterministic(shakespeare):
+    """two prepare runs (default threads, then 1 tokenizer thread) write identical files. Catches: output that
+    depends on the thread count or on hash or dict order."""
     _, _, a, b = shakespeare
     for name in OUTPUTS:
         assert (a / name).read_bytes() == (b / name).read_bytes(), f"{name} differs between two runs"
 
 
 def test_shard_and_table_headers_match_the_spec(shakespeare):
-    """Read the files by the layout in docs/formats.md, not through tsdc_io."""
+    """Read the files by the layout in docs/formats.md, not through tsdc_io.
+    Catches: tsdc_io drifting from docs/formats.md (field order or width, reserved bytes not zero, the checksum over
+    the wrong range), which a tsdc_io round trip cannot see."""
     out = shakespeare[2]
     data = (out / "train.bin").read_bytes()
     magic, ver, width, vocab, reserved, n, chk = struct.unpack_from("<8sIIIIQQ", data, 0)
@@ -128,7 +138,9 @@ def test_shard_and_table_headers_match_the_spec(shakespeare):
 
 def test_given_tokenizer_json(shakespeare, tmp_path):
     """The first run's tokenizer.json given back: same decode table and shards for the same text,
-    and text it never saw (non-ASCII WikiText) still round-trips through the byte alphabet."""
+    and text it never saw (non-ASCII WikiText) still round-trips through the byte alphabet.
+    Catches: --tokenizer retrained or altered instead of reused, bytes outside the training text lost, --val_input
+    ignored."""
     _, ts, a, _ = shakespeare
     r = run_prepare("--input", ts, "--tokenizer", a / "tokenizer.json", "--out", tmp_path / "same")
     assert r.returncode == 0, r.stderr
@@ -148,7 +160,9 @@ def test_given_tokenizer_json(shakespeare, tmp_path):
 
 def test_several_inputs_split_across_documents(tmp_path):
     """Two files are two documents joined by <|endoftext|>; the validation cut (30%) falls inside
-    the first file, so validation is its tail, the separator, then the whole second file."""
+    the first file, so validation is its tail, the separator, then the whole second file.
+    Catches: inputs joined without the separator, a validation cut made per file or off the line boundary, wrong
+    source ranges in meta."""
     first = corpus_slice("tinyshakespeare.txt", 0, 20_000, tmp_path / "a.txt")
     second = corpus_slice("tinyshakespeare.txt", 100_000, 4_000, tmp_path / "b.txt")
     meta = prepare.prepare(inputs=[tmp_path / "a.txt", tmp_path / "b.txt"], out=tmp_path / "out",
@@ -162,7 +176,9 @@ def test_several_inputs_split_across_documents(tmp_path):
 
 
 def test_chunked_encoding_round_trips(tmp_path, monkeypatch):
-    """Text longer than one encoding piece: pieces end after a newline and still round-trip."""
+    """Text longer than one encoding piece: pieces end after a newline and still round-trip.
+    Catches: a chunk boundary inside a line (BPE merges across it differ) or text dropped or repeated where chunks
+    join."""
     text = corpus_slice("tinyshakespeare.txt", 0, 30_000, tmp_path / "ts.txt").decode()
     monkeypatch.setattr(prepare, "CHUNK_CHARS", 2_000)
     monkeypatch.setattr(prepare, "BATCH_CHUNKS", 3)
@@ -175,6 +191,8 @@ def test_chunked_encoding_round_trips(tmp_path, monkeypatch):
 
 
 def test_normalizing_tokenizer_is_reported_lossy(shakespeare, tmp_path):
+    """a lowercasing tokenizer: meta reports both splits lossless false. Catches: a lossless flag set without
+    checking the round trip."""
     from tokenizers import Tokenizer, normalizers
     tok = Tokenizer.from_file(str(shakespeare[2] / "tokenizer.json"))
     tok.normalizer = normalizers.Lowercase()
@@ -205,6 +223,9 @@ def llama3_like_tokenizer(path, n_filler=69_744):
 
 
 def test_large_vocab_tokenizer_gives_4_byte_shards(tmp_path):
+    """a Llama 3-like tokenizer whose byte tokens lie above 65535: 4-byte shards, BOS/EOS from its added tokens, the
+    text round-trips. Catches: ids truncated to 16 bits, the BOS template's token written into the shard, BOS/EOS
+    not found."""
     first_special = llama3_like_tokenizer(tmp_path / "tokenizer.json")
     wiki = corpus_slice("wikitext2_valid.txt", 0, 5_000, tmp_path / "wiki.txt")
     prepare.prepare(inputs=[tmp_path / "wiki.txt"], out=tmp_path / "out", tokenizer=tmp_path / "tokenizer.json")
@@ -217,6 +238,9 @@ def test_large_vocab_tokenizer_gives_4_byte_shards(tmp_path):
 
 
 def test_sentencepiece_decode_table():
+    """a SentencePiece-style tokenizer (byte fallback <0xNN>, U+2581 for a space): the decode table's bytes, <s> and
+    </s> found. Catches: byte-fallback tokens decoded as their names, U+2581 not turned into a space, BOS/EOS lookup
+    without the SentencePiece names."""
     from tokenizers import Tokenizer, decoders, models, normalizers
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)},
              "▁": 259, "▁the": 260, "é": 261}
@@ -235,6 +259,8 @@ def test_sentencepiece_decode_table():
 @pytest.mark.parametrize("case", ["missing input", "unreadable tokenizer", "empty text", "vocab 256",
                                   "val fraction 1.5", "one line", "not utf-8", "both val options"])
 def test_bad_input_is_one_line_error(case, tmp_path):
+    """each bad input: non-zero exit, one stderr line naming the culprit, no train.bin written. Catches: a traceback
+    instead of a message, a half-written output directory."""
     good = tmp_path / "good.txt"
     good.write_text("first line\nsecond line\nthird line\n")
     args, named = {
@@ -258,6 +284,8 @@ def test_bad_input_is_one_line_error(case, tmp_path):
 
 # ---------------------------------------------------------------- corpus scripts
 def test_tinyshakespeare_script(tmp_path):
+    """dev/data/tinyshakespeare.py end to end: train + val decode to the input. Catches: the wrapper passing wrong
+    options to prepare or dropping text."""
     text = corpus_slice("tinyshakespeare.txt", 0, 20_000, tmp_path / "ts.txt")
     assert tinyshakespeare.main(["--input", str(tmp_path / "ts.txt"), "--vocab_size", "300",
                                  "--out", str(tmp_path / "out")]) == 0
@@ -266,6 +294,8 @@ def test_tinyshakespeare_script(tmp_path):
 
 
 def test_wikitext2_script(tmp_path):
+    """wikitext2.py: train, val and test each decode to their own input file. Catches: splits swapped, or a split
+    not written from its own file."""
     parts = {s: corpus_slice(f, 0, n, tmp_path / f"{s}.txt") for s, f, n in
              (("train", "wikitext2_valid.txt", 20_000), ("val", "wikitext2_test.txt", 5_000),
               ("test", "wikitext2_test.txt", 8_000))}
@@ -279,6 +309,8 @@ def test_wikitext2_script(tmp_path):
 
 # ---------------------------------------------------------------- tsdc_io
 def test_4_byte_tokens_above_65535(tmp_path):
+    """write_shard: 2-byte ids up to vocab 65536, 4-byte above, read back exactly; an id >= vocab or negative
+    raises. Catches: an off-by-one at the width threshold, ids truncated, out-of-range ids written."""
     rng = np.random.default_rng(0)
     ids = np.concatenate([[0, 65535, 65536, 99_999], rng.integers(0, 100_000, 1000)])
     tsdc_io.write_shard(tmp_path / "big.bin", ids, 100_000)
@@ -297,6 +329,9 @@ def test_4_byte_tokens_above_65535(tmp_path):
 
 
 def test_checksum_matches_the_formula():
+    """tsdc_io.checksum equals docs/formats.md's formula written independently (checksum_ref), at lengths around the
+    8-byte padding and on all-ones words; the input type does not matter; one flipped bit or one more zero byte
+    changes it. Catches: the padding or the length left out, 64-bit overflow handled unlike the C code."""
     rng = random.Random(1)
     for n in (0, 1, 7, 8, 9, 15, 64, 1000, 4099):
         buf = bytes(rng.randrange(256) for _ in range(n))
@@ -311,6 +346,9 @@ def test_checksum_matches_the_formula():
 
 
 def test_readers_reject_damaged_files(tmp_path):
+    """read_shard and read_vocab raise ValueError naming the damage (checksum, size, token width, magic, truncated
+    header, trailing bytes under a valid checksum). Catches: a reader that accepts a damaged file or names the wrong
+    cause."""
     tsdc_io.write_shard(tmp_path / "s.bin", np.arange(100), 512)
     tsdc_io.write_vocab(tmp_path / "v.bin", [b"a", b"bc", b""], eos_id=0)
     damaged = {

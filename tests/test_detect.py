@@ -23,7 +23,9 @@ def faults(out):
 
 def test_detectors_quiet_on_clean_steps(data, tmp_path):
     """40 steps of training first (as the comparison resumes from a common checkpoint), then 100 clean
-    steps with every detector and check on"""
+    steps with every detector and check on.
+    Catches: a detector or check that fires on clean training (false alarms, replays), features never computed (z
+    scores all 0), un/gn not logged."""
     for preset, prec in (("tiny-llama", "fp32"), ("tiny-qwen3", "bf16")):
         out = tmp_path / preset
         kw = {"-preset": preset, "-precision": prec, "-steps": 140, "-accum": 2}
@@ -48,7 +50,9 @@ def test_detectors_quiet_on_clean_steps(data, tmp_path):
 def test_attention_checks_catch_live_attention_faults(data, tmp_path, site, flags, source):
     """exponent faults in the attention tensors: every event that hits an element the model reads is
     caught and replayed; events wholly in the masked triangle are harmless and pass; so the run ends
-    bit-identical to the fault-free run"""
+    bit-identical to the fault-free run.
+    Catches: a check that misses live faults in its tensor, one that alarms on masked (harmless) elements, a replay
+    that does not restore the fault-free result."""
     kw = {"-preset": "tiny-llama", "-precision": "bf16", "-steps": 12, "-accum": 2}
     run(small(data, tmp_path / "clean", **kw, **flags))
     out = tmp_path / "f"
@@ -91,7 +95,9 @@ def one_fault(step, site, **kw):
 
 
 def test_loss_spike_detector(data, tmp_path):
-    """the sign of every element of the last block's output flipped at step 40: a finite loss spike"""
+    """the sign of every element of the last block's output flipped at step 40: a finite loss spike.
+    Catches: a loss z threshold that a finite spike never reaches (or the spike caught as NaN instead), replays on
+    clean steps, a replay that does not restore the clean run."""
     kw = {"-preset": "tiny-llama", "-precision": "fp32", "-steps": 50, "-accum": 2, "-detect": "loss,nan"}
     run(small(data, tmp_path / "clean", **kw))
     out = tmp_path / "f"
@@ -105,6 +111,8 @@ def test_loss_spike_detector(data, tmp_path):
 
 
 def test_nan_detector(data, tmp_path):
+    """1000 flips of down_proj at layer 1, step 20 (bf16) make the loss non-finite: the Inf/NaN detector alone
+    replays step 20 and logs its feature. Catches: a NaN check that never fires, or fires on clean steps."""
     out = tmp_path / "f"
     run(small(data, out, **{"-preset": "tiny-llama", "-precision": "bf16", "-steps": 30, "-accum": 2, "-detect": "nan"},
               **one_fault(20, "down_proj", **{"-fault_layer": 1, "-fault_m": 1000})))
@@ -115,7 +123,8 @@ def test_nan_detector(data, tmp_path):
 
 def test_harmful_update_detector(data, tmp_path):
     """a backward fault: one exponent bit flipped in 100 gradient elements of down_proj's output makes a
-    huge but finite gradient; the gradient-norm history flags it before the update"""
+    huge but finite gradient; the gradient-norm history flags it before the update.
+    Catches: a gradient-norm z score that never reaches its threshold, replays on clean steps."""
     out = tmp_path / "f"
     run(small(data, out, **{"-preset": "tiny-llama", "-precision": "fp32", "-steps": 40, "-accum": 2,
                             "-detect": "harmful"},
@@ -128,6 +137,8 @@ def test_harmful_update_detector(data, tmp_path):
 
 
 def test_observe_mode_logs_and_never_replays(data, tmp_path):
+    """-detect_observe 1: the harmful-update detector names the step-30 backward fault in det, and nothing is
+    replayed. Catches: an observation mode that replays (changing the run it should only watch) or logs nothing."""
     out = tmp_path / "f"
     run(small(data, out, **{"-preset": "tiny-llama", "-precision": "fp32", "-steps": 40, "-accum": 2,
                             "-detect": "loss,nan,harmful", "-detect_observe": 1},
@@ -139,6 +150,9 @@ def test_observe_mode_logs_and_never_replays(data, tmp_path):
 
 
 def test_llmft_trains_on_one_campaign_and_works_on_another(data, tmp_path):
+    """LLMFT trained by llmft_train.py on one campaign and a clean run catches >= 10 events of another campaign and
+    raises no alarm on a clean run of other weights. Catches: a model file the trainer reads wrongly (features out
+    of order, threshold ignored), a detector that only fits its training run, false alarms."""
     kw = {"-preset": "tiny-llama", "-precision": "fp32", "-steps": 120, "-accum": 2}
     camp = {"-fault_mode": "campaign", "-fault_sites": "all", "-fault_pass": "both", "-fault_m": 100,
             "-fault_field": "exponent", "-fault_bits": 2}
@@ -166,6 +180,9 @@ def test_llmft_trains_on_one_campaign_and_works_on_another(data, tmp_path):
 
 
 def test_detector_flag_errors(data, tmp_path):
+    """unknown -detect names, llmft without -llmft_model, -detect_observe without a detector, malformed model files,
+    an unknown -protect part: each a one-line error naming it. Catches: bad flags silently ignored (a run without
+    the detector it was asked for)."""
     base = small(data, tmp_path / "e", **{"-preset": "tiny-llama", "-steps": 2})
     expect_error(run(base + ["-detect", "bogus"], check=False), "-detect", "bogus")
     expect_error(run(base + ["-detect", "llmft"], check=False), "-llmft_model")

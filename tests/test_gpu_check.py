@@ -26,6 +26,8 @@ def plan(p):
 
 
 def test_dry_plan_has_every_phase_and_1_to_4_fit_540_s():
+    """Catches: a phase missing from the plan, phases 1-4 estimated over the 540 s device budget, a summary line
+    that disagrees with the phases' estimates, benchmarks that save checkpoints."""
     p = dry()
     assert p.returncode in (0, 1), p.stderr          # 1 only when a required file is missing here
     if os.path.isdir(os.path.join(ROOT, "build", "ref")):
@@ -54,6 +56,8 @@ def test_dry_plan_has_every_phase_and_1_to_4_fit_540_s():
     ("6", [6]),
 ])
 def test_phases_parsing(arg, want):
+    """--phases takes numbers, names and ranges, runs in phase order, each once. Catches: phases run in the given
+    order or twice, a name or range misread."""
     p = dry("--phases", arg)
     assert p.returncode in (0, 1), p.stderr
     assert sorted(plan(p)) == want
@@ -80,6 +84,8 @@ def test_phases_parsing(arg, want):
     (["--bogus"], "unknown argument '--bogus'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):
+    """each bad option: exit 2, one 'gpu_check: ' line naming it, no plan. Catches: bad input that starts a (costly)
+    device run or fails with a shell error."""
     p = dry(*args)
     assert p.returncode == 2, (p.stdout, p.stderr)
     err = [l for l in p.stderr.splitlines() if l.strip()]
@@ -88,6 +94,9 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
 
 
 def test_budget_and_continue_in_the_plan(tmp_path):
+    """--budget and --continue in the plan: over the budget, it says the later runs will be skipped; the state
+    file's done checks are skipped. Catches: --budget or --continue ignored (a rerun that repeats done work or
+    overruns the device time)."""
     st = tmp_path / "gpu_check.state"
     st.write_text("# gpu_check state v1\ndone\tinfo\t| 1 | machine | x | - | - | - | - | - |\n"
                   "done\ttest_sdc_cu\t| 3 | test_sdc_cu | 90 passed, 0 failed | - | - | - | - | - |\n")
@@ -99,7 +108,9 @@ def test_budget_and_continue_in_the_plan(tmp_path):
 
 
 def test_fallback_list_names_every_test_of_test_sdc_cu():
-    """a crashed test_sdc_cu is rerun one test a process from TEST_NAMES: it must hold every -only name"""
+    """a crashed test_sdc_cu is rerun one test a process from TEST_NAMES: it must hold every -only name.
+    Catches: a test added to test_sdc_cu but not to TEST_NAMES (never rerun after a crash), or a stale name
+    there."""
     src = open(os.path.join(ROOT, "test_sdc.cu")).read()
     main = src[src.index("int main("):]
     kernels = set(re.findall(r'\{"(\w+)", test_\w+\}', main))

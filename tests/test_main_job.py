@@ -18,6 +18,9 @@ def records(d):
 
 
 def test_sdc_compare_smoke(tmp_path):
+    """Catches: a crashed or early-ended run behind a table (no end record at step 142), a fault on the last step,
+    faulty runs with different campaigns, -protect all losing updates or raising false alarms, a forward Q/K-path
+    event missed, a control that skips other steps than the faulty run's lost updates."""
     out = tmp_path / "cmp"
     p = subprocess.run(["bash", SCRIPT, "--smoke", "--out", str(out)], capture_output=True, text=True, timeout=2400,
                        env=dict(os.environ, OMP_WAIT_POLICY="passive"))
@@ -50,7 +53,8 @@ def test_sdc_compare_smoke(tmp_path):
 
 def test_sdc_compare_fails_loudly_when_a_run_fails(tmp_path):
     """a trainer failure (here: a corrupt common checkpoint, so every run from it fails at once) ends the
-    job with exit 1 naming the run, and no table"""
+    job with exit 1 naming the run, and no table.
+    Catches: a driver that swallows a trainer's failure (`... || true`) and prints a table with n/a."""
     out = tmp_path / "cmp"
     (out / "pre").mkdir(parents=True)
     for f in ("step_000130.ckpt", "rgg.cal", "bwd.cal"):

@@ -86,6 +86,8 @@ def assert_one_error(r, *fragments):
 
 # ---------------------------------------------------------------- loss deviation D
 def test_d_max_d_final(tmp_path):
+    """D = L_fault - L_clean by hand: D_max 0.5 at step 2, D_final 0.2, t_f the first differing step. Catches: D as
+    clean - fault or as a ratio, D_max at the wrong step, T or t_f off by one."""
     c = make_run(tmp_path, "clean", [3, 2, 1])
     f = make_run(tmp_path, "fault", [3, 2.5, 1.2])
     r = sm.loss_deviation(c, f)
@@ -96,6 +98,8 @@ def test_d_max_d_final(tmp_path):
 
 
 def test_window_from_faults_jsonl(tmp_path):
+    """the window starts at faults.jsonl's first event (a larger deviation before it is left out); window_start
+    overrides it. Catches: D_max over the whole run, faults.jsonl ignored, window_start off by one."""
     # the larger deviation at step 1 lies before the fault window (first fault at step 2)
     c = make_run(tmp_path, "clean", [3, 2, 1])
     f = make_run(tmp_path, "fault", [3.9, 2.5, 1.2], fault_steps=[2, 3])
@@ -109,6 +113,8 @@ def test_window_from_faults_jsonl(tmp_path):
 
 
 def test_d_is_signed(tmp_path):
+    """a faulty run below the clean one: D_max -0.25, the largest |D| with its sign. Catches: D_max as max(D) or as
+    |D|."""
     c = make_run(tmp_path, "clean", [3, 2, 1])
     f = make_run(tmp_path, "fault", [3, 1.5, 0.75], fault_steps=[2])
     r = sm.loss_deviation(c, f)
@@ -117,6 +123,8 @@ def test_d_is_signed(tmp_path):
 
 
 def test_aligned_steps_and_resume_duplicates(tmp_path):
+    """logs over different step ranges are aligned on their common steps, and a step a resume logged twice counts
+    once, the last record. Catches: alignment by position instead of step, the pre-resume record used."""
     # clean log steps 1..4; fault log steps 2..3 plus a duplicate step 3 appended by a resume (last wins)
     c = tmp_path / "c.jsonl"
     f = tmp_path / "f.jsonl"
@@ -129,6 +137,7 @@ def test_aligned_steps_and_resume_duplicates(tmp_path):
 
 
 def test_identical_runs(tmp_path):
+    """Catches: a nonzero D or a spurious first fault step for identical runs."""
     c = make_run(tmp_path, "clean", [3, 2, 1])
     f = make_run(tmp_path, "fault", [3, 2, 1])
     r = sm.loss_deviation(c, f)
@@ -136,6 +145,8 @@ def test_identical_runs(tmp_path):
 
 
 def test_nonfinite_loss_is_divergence(tmp_path):
+    """NaN, +inf and -inf losses: diverged, the first non-finite step, D = +inf; the CLI prints DIVERGED. Catches:
+    NaN compared as a number (max() skips it), -inf giving a -inf deviation, divergence not reported."""
     c = make_run(tmp_path, "clean", [3, 2, 1, 0.5])
     f = make_run(tmp_path, "fault", [3, 2.5, math.nan, math.inf], fault_steps=[2])
     assert "NaN" in (f / "log.jsonl").read_text() and "Infinity" in (f / "log.jsonl").read_text()
@@ -153,6 +164,8 @@ def test_nonfinite_loss_is_divergence(tmp_path):
 
 # ---------------------------------------------------------------- envelope E and D/E
 def test_envelope_and_ratios(tmp_path):
+    """E = per-step max - min over the clean runs (E_max 0.15 at step 2, E_final 0.03), independent of order; D/E
+    ratios. Catches: E as a standard deviation or as the difference to the first run only, ratios inverted."""
     a = make_run(tmp_path, "a", [3, 2, 1])
     b = make_run(tmp_path, "b", [3, 2.1, 0.99])
     c = make_run(tmp_path, "c", [3, 1.95, 1.02])
@@ -171,6 +184,8 @@ def test_envelope_and_ratios(tmp_path):
 
 
 def test_envelope_zero_gives_inf_ratio(tmp_path):
+    """identical clean runs: E = 0, D/E = inf with a note; ratio(0, 0) = 0, ratio(-1, 0) = -inf. Catches: a
+    division-by-zero error, or a ratio of 0 that hides a deviation."""
     a = make_run(tmp_path, "a", [3, 2, 1])
     b = make_run(tmp_path, "b", [3, 2, 1])
     f = make_run(tmp_path, "f", [3, 2.5, 1.2], fault_steps=[2])
@@ -183,6 +198,8 @@ def test_envelope_zero_gives_inf_ratio(tmp_path):
 
 
 def test_envelope_nonfinite_and_too_few(tmp_path):
+    """a NaN in a clean run makes E_max inf and is flagged; one clean run is an error. Catches: a NaN silently
+    dropped from the envelope, E from one run (always 0)."""
     a = make_run(tmp_path, "a", [3, 2, 1])
     b = make_run(tmp_path, "b", [3, math.nan, 1])
     e = sm.envelope([a, b])
@@ -193,6 +210,9 @@ def test_envelope_nonfinite_and_too_few(tmp_path):
 
 # ---------------------------------------------------------------- delta-PPL, Top-1
 def test_delta_ppl(tmp_path):
+    """delta-PPL at the final eval (2.5), inf for a non-finite ppl, an error when the final evals are at different
+    steps, None without evals. Catches: the first eval used instead of the final, perplexities of different steps
+    compared."""
     c = make_run(tmp_path, "c", [3, 2], evals=[(1, 3.5, 33.0), (2, 3.0, 20.0)])
     f = make_run(tmp_path, "f", [3, 2], evals=[(1, 3.6, 36.0), (2, 3.1, 22.5)])
     r = sm.delta_ppl(c, f)
@@ -207,6 +227,8 @@ def test_delta_ppl(tmp_path):
 
 
 def test_top1_agreement(tmp_path):
+    """7 of 10 predictions equal: 0.7 from 4-byte and 2-byte shards and from arrays; sets of different length are an
+    error. Catches: agreement over a truncated set, 2-byte shards misread."""
     a = np.arange(10)
     b = a.copy()
     b[[1, 4, 8]] = 9999  # 7 of 10 agree
@@ -233,6 +255,9 @@ def weights_pair():
 
 
 def test_weight_l2(tmp_path):
+    """W_L2 = 100 ||W - W_clean|| / ||W_clean|| by hand (5 %; per tensor 3 %, inf, 0; 100 % for 2x); a NaN weight
+    gives NaN. Catches: the wrong norm as denominator, per-tensor rows out of layout order, NaN turned into a
+    number."""
     clean, fault = weights_pair()
     tsdc_io.write_checkpoint(tmp_path / "c.ckpt", "tiny", CFG, clean)
     tsdc_io.write_checkpoint(tmp_path / "f.ckpt", "tiny", CFG, fault)
@@ -257,6 +282,9 @@ def test_weight_l2(tmp_path):
 
 
 def test_checkpoint_reader_matches_tsdc_io(tmp_path):
+    """sdc_metrics' streaming checkpoint reader gives tsdc_io's config, count and tensors; the streamed checksum
+    equals tsdc_io's at any chunk size. Catches: a tensor offset or shape mistake in the reader, a streamed checksum
+    wrong at chunk boundaries."""
     rng = np.random.default_rng(0)
     params = {n: rng.standard_normal(s).astype(np.float32) for n, s in tsdc_io.param_layout(CFG)}
     tsdc_io.write_checkpoint(tmp_path / "r.ckpt", "tiny", CFG, params)
@@ -272,6 +300,8 @@ def test_checkpoint_reader_matches_tsdc_io(tmp_path):
 
 
 def test_checkpoint_errors(tmp_path):
+    """a flipped byte, a short file, a wrong magic, another config, a missing file: MetricsError naming the cause.
+    Catches: W_L2 computed from a damaged checkpoint or from two different models."""
     clean, fault = weights_pair()
     tsdc_io.write_checkpoint(tmp_path / "c.ckpt", "tiny", CFG, clean)
     raw = (tmp_path / "c.ckpt").read_bytes()
@@ -295,6 +325,8 @@ def test_checkpoint_errors(tmp_path):
 
 # ---------------------------------------------------------------- overhead
 def test_overhead(tmp_path):
+    """overhead = mean step ms of the run / of the base - 1 over the window, the first 10 steps skipped by default.
+    Catches: warm-up steps in the mean, the ratio inverted, the start/steps window off by one."""
     # steps 1..10 are warm-up (slow, skipped by default); steps 11..20: 11 ms vs 10 ms -> +10 %
     base = make_run(tmp_path, "base", [1.0] * 20, ms=[500.0] * 10 + [10.0] * 10)
     run = make_run(tmp_path, "run", [1.0] * 20, ms=[1000.0] * 10 + [11.0] * 10)
@@ -312,6 +344,9 @@ def test_overhead(tmp_path):
 
 # ---------------------------------------------------------------- the whole comparison, CLI
 def test_compare_cli(tmp_path):
+    """the whole comparison on hand-made runs: every metric's hand value in --json and in the text; without repeats,
+    predictions or checkpoints each is None with a note. Catches: a metric fed the wrong input in compare, a missing
+    input that crashes instead of giving n/a."""
     clean, fault = weights_pair()
     preds = np.arange(10)
     fpreds = preds.copy()
@@ -348,6 +383,7 @@ def test_compare_cli(tmp_path):
 
 
 def test_envelope_cli(tmp_path):
+    """Catches: the envelope subcommand printing or serialising other values than envelope() computes."""
     a = make_run(tmp_path, "a", [3, 2, 1])
     b = make_run(tmp_path, "b", [3, 2.1, 0.99])
     out = cli("envelope", a, b)
@@ -358,6 +394,8 @@ def test_envelope_cli(tmp_path):
 
 
 def test_weights_cli(tmp_path):
+    """Catches: the weights subcommand swapping fault and clean (W_L2 relative to the wrong norm) or ignoring
+    --per-tensor."""
     clean, fault = weights_pair()
     tsdc_io.write_checkpoint(tmp_path / "c.ckpt", "tiny", CFG, clean)
     tsdc_io.write_checkpoint(tmp_path / "f.ckpt", "tiny", CFG, fault)
@@ -380,6 +418,9 @@ def trace_lines(step, vals, norm_clean=1.0):
 
 
 def test_trace_summary(tmp_path):
+    """the median rx per site over events, a NaN ranked as +inf, events whose clean tensor was non-finite left out
+    and counted; a malformed record is a one-line error. Catches: a mean instead of a median, NaN dropped (a blow-up
+    hidden), diverged events in the median."""
     ev1 = {("q_rope", 1): 1.0, ("attn_residual", 1): 1e-3, ("block_out", 1): 1e-3, ("block_out", 2): 4e-4,
            ("lm_output", -1): 2e-4}
     ev2 = {("q_rope", 1): 3.0, ("attn_residual", 1): 3e-3, ("block_out", 1): 1e-3, ("block_out", 2): 6e-4,
@@ -411,6 +452,8 @@ def test_trace_summary(tmp_path):
 
 # ---------------------------------------------------------------- errors
 def test_errors(tmp_path):
+    """every missing or malformed input is a one-line error naming the file, line and field. Catches: a traceback,
+    or a silently empty result, on bad input."""
     c = make_run(tmp_path, "clean", [3, 2, 1])
     assert_one_error(cli_process("compare", "--clean", c, "--fault", tmp_path / "nope"), "nope", "no such run directory")
     empty = tmp_path / "empty"
@@ -467,7 +510,8 @@ def write_steps(d, recs, evals=()):
 
 def test_lost_updates_skipped_and_clipped_away(tmp_path):
     """skipped updates (found_inf, skip, NaN norm) and norms > 100x the median of the 32 nearest other
-    steps are lost; 99x is not (a factor applied the wrong way or a mean instead of a median fails)"""
+    steps are lost; 99x is not (a factor applied the wrong way or a mean instead of a median fails). Catches: a
+    lost-update count that misses found_inf or -skip_steps updates, or lets one huge norm move the median."""
     g = [1.0] * 40
     g[5] = 150.0          # > 100 x median 1: lost
     g[10] = 99.0          # < 100 x: not lost
@@ -488,7 +532,9 @@ def test_lost_updates_skipped_and_clipped_away(tmp_path):
 
 def test_lost_updates_median_of_neighbours_not_of_the_run(tmp_path):
     """the reference is local: a norm 150x its neighbours is lost even where the run's overall median is
-    much larger, and a norm that only follows a slow rise is not"""
+    much larger, and a norm that only follows a slow rise is not.
+    Catches: a median over the whole run (step 11 not counted lost), a fixed threshold (the rise to 1000 counted
+    lost)."""
     g = [1.0] * 20 + [1000.0] * 40
     g[10] = 150.0
     recs = [{"step": i + 1, "loss": 1.0, "grad_norm": x} for i, x in enumerate(g)]
@@ -498,7 +544,9 @@ def test_lost_updates_median_of_neighbours_not_of_the_run(tmp_path):
 
 def test_mean_deviation_last_k_and_envelope_of_every_deviation(tmp_path):
     """hand-computed: D = +0.1 on steps 1..50 and +0.3 on 51..60 -> last 10: 0.3, last 20: 0.2; a NaN
-    loss is left out and counted; E_lastK, E_val, E_ppl are the largest pairwise differences"""
+    loss is left out and counted; E_lastK, E_val, E_ppl are the largest pairwise differences.
+    Catches: a NaN loss counted as 0 or turning the mean into NaN, the last-K window taken from the start, E_* from
+    one pair of runs only."""
     clean = write_steps(tmp_path / "c", [{"step": s, "loss": 2.0} for s in range(1, 61)], evals=[(60, 2.0, 7.0)])
     fl = [2.1] * 50 + [2.3] * 10
     fl[-1] = float("nan")
@@ -520,7 +568,9 @@ def test_mean_deviation_last_k_and_envelope_of_every_deviation(tmp_path):
 
 def test_detection_counts_read_caught_qk_and_false_alarms(tmp_path):
     """events the model reads (live > 0) caught when their step was replayed; Q/K-path events of both
-    passes; a replay on a step without an event is a false alarm"""
+    passes; a replay on a step without an event is a false alarm.
+    Catches: events in unread (masked) elements counted as missed, backward Q/K-path events left out, replays of
+    faulty steps counted as false alarms."""
     recs = [{"step": s, "loss": 1.0, "injections": int(s <= 4), "replayed": int(s in (1, 2, 5))} for s in range(1, 7)]
     d = write_steps(tmp_path / "r", recs)
     ev = [(1, "q_rope", "fwd", 10), (2, "att_logits", "fwd", 0), (3, "k_proj", "bwd", 10), (4, "down_proj", "bwd", 10)]

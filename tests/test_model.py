@@ -30,6 +30,8 @@ def small(data, out, *extra):
 
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3", "tiny-nanochat"])
 def test_init_takes_the_model_from_the_checkpoint(data, tmp_path, preset):
+    """-init without -preset and -vocab trains bit for bit like with them; -resume needs no model flag either.
+    Catches: a model built from default flags instead of the checkpoint's config."""
     ck = ref_ckpt(preset)
     run(small(data, tmp_path / "a", "-init", ck))                                   # no -preset, no -vocab
     run(small(data, tmp_path / "b", "-init", ck, "-preset", preset, "-vocab", 256))  # the old way
@@ -46,11 +48,13 @@ def test_init_takes_the_model_from_the_checkpoint(data, tmp_path, preset):
     (["-n_layer", 5], ["checkpoint has n_layer 4", "-n_layer 5"]),
 ])
 def test_flag_contradicting_the_checkpoint_is_one_line(data, tmp_path, extra, needles):
+    """Catches: a contradicting flag that silently overrides, or is silently overridden by, the checkpoint."""
     ck = ref_ckpt("tiny-llama")
     expect_error(run(small(data, tmp_path / "o", "-init", ck, *extra), check=False), ck, *needles)
 
 
 def test_resume_keeps_the_depth_and_seq(data, tmp_path):
+    """Catches: a resume that accepts another depth or sequence length than the checkpoint was trained with."""
     ck = ref_ckpt("tiny-llama")
     run(small(data, tmp_path / "a", "-init", ck, "-n_layer", 2))
     c = tmp_path / "a" / "step_000003.ckpt"
@@ -60,7 +64,8 @@ def test_resume_keeps_the_depth_and_seq(data, tmp_path):
 
 def test_n_layer_init_is_the_checkpoints_first_layers(data, tmp_path):
     """-init CKPT -n_layer 2 trains bit for bit like -init of the checkpoint cut to 2 layers in Python
-    (embedding, layers 0 and 1, final norm, head)."""
+    (embedding, layers 0 and 1, final norm, head).
+    Catches: -n_layer keeping other layers than the first N, or losing the final norm or head."""
     for preset in ("tiny-qwen3", "tiny-nanochat"):  # tied with QK norm; untied with embedding norm
         ck = ref_ckpt(preset)
         name, cfg, _h, params, _m, _v = tsdc_io.read_checkpoint(ck)
@@ -79,6 +84,8 @@ def test_n_layer_init_is_the_checkpoints_first_layers(data, tmp_path):
 
 
 def test_n_layer_from_a_preset(data, tmp_path):
+    """-n_layer 1 of tiny-llama has the parameter count of the 1-layer layout; more layers than the preset has is an
+    error. Catches: -n_layer ignored for a preset, or allowed past its depth."""
     p = run(small(data, tmp_path / "o", "-preset", "tiny-llama", "-vocab", 256, "-n_layer", 1, "-steps", 1))
     full = sum(int(np.prod(s)) for _, s in tsdc_io.param_layout(dict(tsdc_io.read_checkpoint(ref_ckpt("tiny-llama"))[1], n_layer=1)))
     assert f"| {full} parameters |" in p.stdout
@@ -121,7 +128,9 @@ def family_run(request, tmp_path_factory):
 
 
 def test_family_model_trains_like_transformers(family_run):
-    """./train_sdc's losses of 3 AdamW steps equal transformers + torch AdamW's (committed) to 1e-5 relative"""
+    """./train_sdc's losses of 3 AdamW steps equal transformers + torch AdamW's (committed) to 1e-5 relative.
+    Catches: a config.json field misimported (the geometry check) or a family variant trained unlike
+    transformers."""
     name, d, ref = family_run
     got = [steps(d / "run")[s]["loss"] for s in (1, 2, 3)]
     rel = [abs(g - float(r)) / abs(float(r)) for g, r in zip(got, ref["losses"][:3])]
@@ -137,7 +146,8 @@ def test_family_model_trains_like_transformers(family_run):
 def test_family_model_exports_back(family_run):
     """the trained checkpoint exported with ckpt_to_hf.py: the same config.json geometry, every tensor equal to the
     checkpoint's bit for bit, and its logits (numpy forward, float64) equal to transformers' logits of the model torch
-    trained, and the loss of the 4th batch to torch's"""
+    trained, and the loss of the 4th batch to torch's.
+    Catches: ckpt_to_hf.py writing a wrong key, a transposed tensor or a wrong config field."""
     import hf_to_ckpt
     import json
     import numpy_forward
@@ -172,7 +182,8 @@ def test_family_model_exports_back(family_run):
                     "the committed logits are compared instead (test_family_model_exports_back)")
 def test_family_model_export_loads_in_transformers(family_run):
     """where torch + transformers are installed (.venv-ref, as the bench scripts make it): transformers loads the
-    exported directory and its logits equal those of the trained checkpoint (numpy forward, float64)"""
+    exported directory and its logits equal those of the trained checkpoint (numpy forward, float64).
+    Catches: an export that transformers reads as another model (its logits differ from the checkpoint's)."""
     import numpy_forward
     name, d, ref = family_run
     code = ("import sys, numpy as np, torch\nfrom transformers import AutoModelForCausalLM\n"
@@ -203,6 +214,9 @@ def test_family_model_export_loads_in_transformers(family_run):
     ({"num_key_value_heads": 3}, "num_key_value_heads"),
 ])
 def test_importer_names_what_it_cannot_represent(tmp_path, change, needle):
+    """hf_to_ckpt.py refuses a config it cannot represent (biases, gelu, yarn, another architecture, a KV head
+    count that does not divide the heads) with one line naming the field. Catches: an import that silently drops a
+    feature and trains another model."""
     import json
     src = os.path.join(ROOT, "dev", "reference", "states", "tiny-llama")
     d = tmp_path / "m"

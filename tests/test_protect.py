@@ -34,6 +34,9 @@ def ckpt(out, step):
 
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3", "tiny-nanochat"])
 def test_qk_recomputation_detects_every_qk_fault_and_replay_is_exact(data, tmp_path, preset):
+    """one forward Q/K-path fault a step (1, 10, 1000 elements, every microbatch): each step alarms "qk" and
+    replays, the run ends bit-identical to the fault-free one. Catches: a fault that escapes the fingerprint
+    comparison, a replay that reuses faulty state, the faulty attempt's loss logged."""
     base = {"-preset": preset, "-steps": 6, "-accum": 2}
     run(small(data, tmp_path / "clean", **base))
     for m in (1, 10, 1000):
@@ -41,6 +44,7 @@ def test_qk_recomputation_detects_every_qk_fault_and_replay_is_exact(data, tmp_p
         run(small(data, out, **base, **{"-protect": "qk", "-fault_mode": "campaign", "-fault_sites": "qk",
                                        "-fault_pass": "fwd", "-fault_m": m, "-fault_seed": 11 + m, "-fault_mb": -1}))
         st = steps(out)
+        assert sorted(st) == list(range(1, 7)), sorted(st)
         for s, r in st.items():
             assert r["injections"] == 1, (s, r)
             assert r["replayed"] == 1 and r["alarm"].startswith("qk"), (m, s, r)
@@ -59,6 +63,8 @@ def calibrate_then_run(data, tmp_path, mpi, **kw):
 
 
 def test_clean_single_process_run_raises_no_alarm(data, tmp_path):
+    """calibrated on clean steps, 200 more clean steps under -protect all on one process (3 microbatches as peers):
+    no alarm. Catches: false alarms (thresholds under clean variation, a calibration not applied)."""
     st = calibrate_then_run(data, tmp_path, 0, **{"-preset": "tiny-llama", "-accum": 3})
     protected = [st[s] for s in range(101, 301)]
     assert len(protected) == 200
@@ -67,6 +73,8 @@ def test_clean_single_process_run_raises_no_alarm(data, tmp_path):
 
 @pytest.mark.skipif(MPIRUN is None, reason=str(MPI_SKIP))
 def test_clean_three_rank_run_raises_no_alarm(data, tmp_path):
+    """as above on 3 MPI ranks, one microbatch each (the other ranks as peers). Catches: false alarms when the peers
+    are other ranks (gains gathered from the wrong rank or step)."""
     st = calibrate_then_run(data, tmp_path, 3, **{"-preset": "tiny-llama", "-accum": 1, "-threads": 1})
     protected = [st[s] for s in range(101, 301)]
     assert len(protected) == 200
@@ -75,6 +83,9 @@ def test_clean_three_rank_run_raises_no_alarm(data, tmp_path):
 
 @pytest.mark.parametrize("site", ["o_proj", "down_proj", "v_proj"])
 def test_large_residual_faults_are_detected_and_replayed(data, tmp_path, site):
+    """exponent flips of 100 elements of o_proj, down_proj or v_proj at layer 2, steps 101-120: every event alarmed
+    by the Residual Gain Guard and replayed. Catches: a residual-reaching site the guard does not watch, an alarm
+    without a replay."""
     cal = tmp_path / "rgg.cal"
     kw = {"-preset": "tiny-llama", "-accum": 3, "-steps": 120}
     run(small(data, tmp_path / "cal", **kw, **{"-stop_at": 100, "-rgg_calibrate": cal}))
@@ -118,6 +129,8 @@ def test_finite_residual_faults_raise_z_or_rel_alarms(data, tmp_path):
 
 
 def test_exponent_scaling_is_bit_identical(data, tmp_path):
+    """-expscale_k 15 against k = 0 on 6 steps, fp32 and bf16. Catches: an unscale by another power, an unscale
+    after clipping, a rounding between scale and unscale (see below), k not logged."""
     for prec in ("fp32", "bf16"):
         run(small(data, tmp_path / f"k0{prec}", **{"-preset": "tiny-qwen3", "-steps": 6, "-precision": prec}))
         run(small(data, tmp_path / f"k15{prec}", **{"-preset": "tiny-qwen3", "-steps": 6, "-precision": prec, "-expscale_k": 15}))
@@ -131,12 +144,16 @@ def test_exponent_scaling_is_bit_identical(data, tmp_path):
 
 
 def test_found_inf_skips_the_update(data, tmp_path):
+    """+inf activations (every exact zero of relu(x)^2 with all exponent bits flipped) make every step's gradient
+    non-finite: found_inf on each of the 3 steps and the weights are still the initial ones. Catches: a non-finite
+    gradient applied (NaN weights), found_inf never set."""
     # all 8 exponent bits of the exact zeros of relu(x)^2 flipped: +inf activations, NaN loss and
     # gradients; after unscaling the step finds them and skips the update, as AMP does
     kw = {"-preset": "tiny-nanochat", "-steps": 3}
     run(small(data, tmp_path / "o", **kw, **{"-fault_mode": "campaign", "-fault_sites": "act", "-fault_field": "exponent",
                                             "-fault_bits": 8, "-fault_m": 1000, "-fault_layer": 1, "-expscale_k": 15}))
     st = steps(tmp_path / "o")
+    assert sorted(st) == [1, 2, 3], st
     assert all(r["found_inf"] == 1 for r in st.values()), st
     # no update was made: the weights are still the initial ones
     run(small(data, tmp_path / "init", **{**kw, "-steps": 0}))
@@ -145,6 +162,9 @@ def test_found_inf_skips_the_update(data, tmp_path):
 
 
 def test_calibration_file_is_validated(data, tmp_path):
+    """a damaged calibration file (magic, truncated, checksum), one of another accum or monitored layers, fewer than
+    3 observations or 64 calibration steps: one-line errors. Catches: thresholds from a damaged or mismatched
+    calibration accepted, a calibration from too little data."""
     cal = tmp_path / "rgg.cal"
     run(small(data, tmp_path / "cal", **{"-preset": "tiny-llama", "-accum": 3, "-steps": 70, "-rgg_calibrate": cal}))
     kw = {"-preset": "tiny-llama", "-accum": 3, "-steps": 2, "-protect": "rgg"}
@@ -169,6 +189,9 @@ def test_calibration_file_is_validated(data, tmp_path):
 
 # ----------------------------------------------------------------------------- R_amp and k*
 def test_r_amp_hand_computed():
+    """R_amp and k* of expscale_select.py against hand sums of the zero-bit weights (2^(2^j) - 1)^2. Catches: a
+    wrong bit weight, R_amp summed over set instead of zero bits, K_safe not ending where the largest code reaches
+    254."""
     h = {100: 1}                                       # one code, 0b01100100
     w = lambda j: (2 ** (2 ** j) - 1) ** 2             # noqa: E731
     assert expscale_select.r_amp_exact(h, 0) == w(0) + w(1) + w(3) + w(4) + w(7)
@@ -188,7 +211,8 @@ def test_hold_rule():
     re-profiles (a factor of 1e30, or 1, fails one side). R_amp is dominated by bit 7's weight, so it is the
     share of codes below 128 after the shift: codes {1: 10, 100: 2, 110: 1, 200: 1}, k <= 54 safe; at
     k >= 28 only code 1 is below 128 (10 of 14: the minimum), at 18 <= k < 28 code 100 too (12: 1.2 x), at
-    k < 18 code 110 too (13: 1.3 x)."""
+    k < 18 code 110 too (13: 1.3 x). Catches: a hold rule that never re-profiles
+    or always does, a k* that is not the safe minimiser of R_amp."""
     h = {1: 10, 100: 2, 110: 1, 200: 1}
     for held, want_ratio, want_hold in ((20, 1.2, True), (10, 1.3, False)):
         r = expscale_select.select(h, 0, 54, held=held)
@@ -202,6 +226,9 @@ def test_hold_rule():
 
 
 def test_profile_and_select_end_to_end(data, tmp_path):
+    """-exp_profile writes every projection's exponent histogram (3 steps x 512 samples, less exact zeros); the
+    tool's answer is the selection over the pooled histogram. Catches: a tool that drops the profile's shift or a
+    projection (see below), a profile of the wrong size."""
     prof = tmp_path / "prof.json"
     run(small(data, tmp_path / "o", **{"-preset": "tiny-llama", "-steps": 3, "-exp_profile": prof, "-exp_samples": 512,
                                        "-expscale_k": 4}))
@@ -243,7 +270,8 @@ def test_backward_faults_are_caught_and_replayed_exactly(data, tmp_path):
     """every backward event that flips all 8 exponent bits of 10 gradient elements (a small gradient becomes
     2^30+ times larger) is caught by the backward guard alone and replayed: no update is lost and the run
     ends bit-identical to the fault-free run. Fails when the guard's threshold is far too high (-bwd_alpha
-    1e6: planted here, updates are lost) or when an alarm does not replay."""
+    1e6: planted here, updates are lost) or when an alarm does not replay. Catches: a backward guard
+    blind to gradient blow-ups, a replay that is not exact."""
     ck, bcal = calibrate_bwd(data, tmp_path, BWD_KW)
     common = {"-resume": ck, "-bwd_calibration": bcal, "-protect": "bwd"}
     run(small(data, tmp_path / "clean", **BWD_KW, **common))
@@ -265,7 +293,9 @@ def test_backward_faults_are_caught_and_replayed_exactly(data, tmp_path):
 
 def test_backward_guard_quiet_on_clean_steps_and_thresholds_written(data, tmp_path):
     """calibrated, the guard raises no alarm on 40 clean steps (bf16, every group: each layer, the rest,
-    global); the calibration prints its thresholds; a corrupted calibration file fails with one line"""
+    global); the calibration prints its thresholds; a corrupted calibration file fails with one line.
+    Catches: guard thresholds under clean variation (false alarms), a damaged calibration accepted, -bwd_calibration
+    without -protect bwd accepted."""
     kw = {**BWD_KW, "-steps": 80}
     ck, bcal = calibrate_bwd(data, tmp_path, kw)
     p = run(small(data, tmp_path / "c", **kw, **{"-resume": ck, "-protect": "bwd", "-bwd_calibration": bcal}))
@@ -283,7 +313,8 @@ def test_backward_guard_quiet_on_clean_steps_and_thresholds_written(data, tmp_pa
 
 def test_real_overflow_is_skipped_and_lowers_k(data, tmp_path):
     """a gradient that is non-finite again on the clean replay is a real overflow (here: a NaN weight, so
-    every attempt is NaN): the update is skipped as AMP does and k goes down by one a step"""
+    every attempt is NaN): the update is skipped as AMP does and k goes down by one a step.
+    Catches: an endless replay of a real overflow, an update from a NaN gradient, k never lowered."""
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     sys.path.insert(0, os.path.join(ROOT, "dev"))
     import sdc_metrics as sm
@@ -303,7 +334,8 @@ def test_real_overflow_is_skipped_and_lowers_k(data, tmp_path):
 
 def test_skip_steps_skips_exactly_the_listed_updates(data, tmp_path):
     """-skip_steps: the listed steps make no update (weights after step 3 = after step 2, step 4 updates
-    again), the log says skip and a NaN grad norm; the schedule and data order are unchanged"""
+    again), the log says skip and a NaN grad norm; the schedule and data order are unchanged.
+    Catches: -skip_steps skipping other steps or still updating, or shifting the data order or lr schedule."""
     (tmp_path / "skip.txt").write_text("# lost updates\n3, 5\n")
     kw = {"-preset": "tiny-llama", "-steps": 6, "-ckpt_every": 1, "-threads": 1}
     run(small(data, tmp_path / "s", **kw, **{"-skip_steps": tmp_path / "skip.txt"}))
@@ -326,19 +358,22 @@ def test_skip_steps_skips_exactly_the_listed_updates(data, tmp_path):
 def test_protect_levels_paper_and_all(data, tmp_path):
     """-protect paper is the paper's three components with k = 15 (no attention check, no backward guard);
     -protect all adds them and takes k* from its own first step, the k that expscale_select.py picks from
-    a -exp_profile of the same step (same samples)"""
+    a -exp_profile of the same step (same samples).
+    Catches: paper mode running beyond-paper components, all not taking k* or taking it from another profile."""
     kw = {"-preset": "tiny-llama", "-accum": 3, "-steps": 2, "-precision": "bf16", "-threads": 1}
     prof = tmp_path / "prof.json"
     run(small(data, tmp_path / "prof", **{**kw, "-steps": 1}, **{"-exp_profile": prof}))
     kstar = expscale_select.select(expscale_select.pooled(expscale_select.load_profile(str(prof))[1]))["k_star"]
     p = run(small(data, tmp_path / "all", **kw, **{"-protect": "all"}))
     assert f"k* = {kstar} " in p.stdout, (kstar, p.stdout)
+    assert sorted(steps(tmp_path / "all")) == [1, 2]
     assert all(r["k"] == kstar for r in steps(tmp_path / "all").values())
     fault = {"-fault_mode": "campaign", "-fault_sites": "att_logits", "-fault_field": "exponent", "-fault_m": 1000,
              "-fault_layer": 1, "-fault_mb": 0}
     run(small(data, tmp_path / "paper", **kw, **{"-protect": "paper"}, **fault))
     run(small(data, tmp_path / "all2", **kw, **{"-protect": "all"}, **fault))
     sp, sa = steps(tmp_path / "paper"), steps(tmp_path / "all2")
+    assert sorted(sp) == sorted(sa) == [1, 2]
     assert all(r["k"] == 15 for r in sp.values())
     assert not any("att" in r["by"] or "bwd" in r["by"] for r in sp.values()), sp
     assert all("att" in r["by"] for r in sa.values()), sa
@@ -346,7 +381,8 @@ def test_protect_levels_paper_and_all(data, tmp_path):
 
 def test_fault_dtype_autocast_flips_fp32_sites_in_fp32(data, tmp_path):
     """-fault_dtype autocast: the residual stream and norm outputs take fp32 flips, the projections bf16
-    ones (the fault log's dtype); fp32: every site; -precision fp32 rejects it"""
+    ones (the fault log's dtype); fp32: every site; -precision fp32 rejects it.
+    Catches: autocast flipping fp32 tensors in bf16 (or the reverse), -fault_dtype ignored."""
     kw = {"-preset": "tiny-llama", "-steps": 2, "-precision": "bf16", "-fault_mode": "campaign", "-fault_m": 10, "-fault_layer": 1,
           "-threads": 1}
     dt = {}

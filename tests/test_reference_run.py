@@ -103,7 +103,9 @@ def test_binary_reproduces_reference_training(tmp_path, preset):
     """1 rank x B 2, then 1 rank x -accum 2 x B 1, then 2 MPI ranks x B 1: each reproduces the reference's
     10 losses and step-0 gradient norm; every step's grad_norm agrees with the 1-rank B 2 run's to
     SPLIT_REL (the runs sum the row gradients in other orders: accumulation adds inside the backward
-    GEMMs, the all-reduce after it)."""
+    GEMMs, the all-reduce after it).
+    Catches: a missing world or 1/accum factor (grad_norm 2x), weight decay, lr schedule, betas, eps or clipping
+    wrong in the training loop."""
     st = state(preset)
     shard = write_ref_shard(st, tmp_path / "ref.bin")
     run(ref_args(preset, st, shard, tmp_path / "one", B=st["B"], extra=["-threads", 2]))
@@ -129,7 +131,7 @@ def test_binary_reproduces_reference_training(tmp_path, preset):
 
 def test_weight_decay_is_visible(tmp_path):
     """The reference comparison is sensitive to weight decay: the same run with -wd 0 misses the reference
-    losses by more than the tolerance (so a training loop that drops weight decay fails the test above)."""
+    losses by more than the tolerance (so a training loop that drops weight decay fails the test above). Catches: a reference test too loose to see weight decay."""
     preset = "tiny-llama"
     st = state(preset)
     shard = write_ref_shard(st, tmp_path / "ref.bin")
@@ -203,7 +205,8 @@ def test_pred_out_is_the_argmax_of_the_reference_logits(tmp_path, preset):
 
 def test_row_shard_needs_rows_of_seq_plus_one(tmp_path):
     """A row shard read with another -seq is a one-line error naming the file (never rows read across
-    their ends); a row length that does not divide the file is rejected at load."""
+    their ends); a row length that does not divide the file is rejected at load.
+    Catches: rows read across their ends under another -seq, a corrupt row length accepted."""
     from test_trainer import expect_error
     st = state("tiny-llama")
     shard = write_ref_shard(st, tmp_path / "ref.bin")

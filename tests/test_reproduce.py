@@ -14,6 +14,8 @@ SCRIPT = os.path.join(ROOT, "scripts", "reproduce.sh")
 
 
 def test_reproduce_smoke(tmp_path):
+    """Catches: a table or figure missing from the report, a run that ended before its last step, a second call that
+    reruns finished runs."""
     out = tmp_path / "rep"
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
     t0 = time.time()
@@ -53,6 +55,8 @@ def test_reproduce_smoke(tmp_path):
 
 
 def test_reproduce_bad_options():
+    """an unknown preset, the paper preset without --train, an unknown option: exit 1 with a message naming it.
+    Catches: a bad option ignored (a long run with defaults) or a traceback."""
     p = subprocess.run(["bash", SCRIPT, "--preset", "huge"], capture_output=True, text=True)
     assert p.returncode == 1 and p.stderr.count("\n") == 1 and "--preset" in p.stderr
     p = subprocess.run(["bash", SCRIPT, "--preset", "paper"], capture_output=True, text=True)
@@ -63,7 +67,8 @@ def test_reproduce_bad_options():
 
 def test_reproduce_fails_loudly_when_a_run_fails(tmp_path):
     """a trainer run that fails (a corrupt common checkpoint behind a finished pre-training log) stops the
-    job with exit 1, the run named, the other runs stopped"""
+    job with exit 1, the run named, the other runs stopped.
+    Catches: a failed run swallowed and a report written from missing logs."""
     out = tmp_path / "rep"
     pre = out / "tiny-llama" / "pre"
     pre.mkdir(parents=True)
