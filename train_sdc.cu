@@ -56,6 +56,19 @@
 #include "llmc/init.cuh"
 #include "llmc/checksum.cuh"
 #include "llmc/rgg.h"
+#include "llmc/stats.h"
+#ifdef __CUDA_EMU__
+#include "cuda_emu.h"   /* the emulation's counters (-stats) */
+#endif
+
+/* host synchronisations so far (the emulation counts them; a GPU build cannot, and reports -1) */
+static long long host_syncs_now(void) {
+#ifdef __CUDA_EMU__
+    return (long long)emu_counters()->host_syncs;
+#else
+    return -1;
+#endif
+}
 
 /* ------------------------------------------------------------------------------------- model */
 typedef struct {                         /* all bf16 but the mean squares and lse (fp32); site names as on the CPU */
@@ -118,6 +131,8 @@ typedef struct {
     uint32_t* exp_hist;                  /* exponent profiling [L.n][256] (host), NULL = off */
     int exp_samples;
     Rng exp_rng;
+    long long loop_syncs;                /* host synchronisations inside the forward's and backward's layer loops */
+    int rgg_on;                          /* model_set_rgg */
 } Model;
 
 static int tensor_index(const Model* m, int type, int layer) { return m->tidx[(layer < 0 ? m->c.n_layer : layer) * PT_COUNT + type]; }
@@ -462,6 +477,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     embedding_forward(model->emb, model->inputs, W(PT_WTE, -1), N, d, s);
     bf16* x = model->emb;
     if (c->embed_norm) { rmsnorm_forward(model->x0, model->emb_ms, x, W(PT_EMBED_NORM, -1), N, d, eps, s); x = model->x0; }
+    const long long syncs0 = host_syncs_now();   /* -stats: none may happen inside the layer loop */
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
         rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, s);
@@ -558,6 +574,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         FAULT_FWD(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
         x = a->out;
     }
+    model->loop_syncs += host_syncs_now() - syncs0;
     if (checks)   /* pinned: asynchronous; read after the synchronisation below */
         cudaCheck(cudaMemcpyAsync(model->chk_host, model->chk_dev, sizeof(int) * (size_t)c->n_layer * ATTC_NCHECK, cudaMemcpyDeviceToHost, s));
     rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, s);
@@ -597,6 +614,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
     rmsnorm_backward(dres, GR(PT_FINAL_NORM, -1), dbuf, model->la[c->n_layer - 1].out, W(PT_FINAL_NORM, -1), model->final_ms,
                      N, d, eps, 0, s);
+    const long long syncs0 = host_syncs_now();   /* -stats: none may happen inside the layer loop */
     for (int l = c->n_layer - 1; l >= 0; l--) {
         LayerActs* a = &model->la[l];
         bf16* x_in = l > 0 ? model->la[l - 1].out : (c->embed_norm ? model->x0 : model->emb);
@@ -719,6 +737,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         FAULT_BWD(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
         rmsnorm_backward(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, s);
     }
+    model->loop_syncs += host_syncs_now() - syncs0;
     if (c->embed_norm) {
         rmsnorm_backward(dbuf, GR(PT_EMBED_NORM, -1), dres, model->emb, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0, s);
         dres = dbuf;
@@ -923,6 +942,8 @@ static void model_trace_diff(Model* model, int site, int l, int B, int T, double
 }
 
 static void model_set_protect_qk(Model* model, int on) { model->protect_qk = on; }
+/* the Residual Gain Guard on: each forward reduces the norms' mean squares on the device (model_rgg_gains) */
+static void model_set_rgg(Model* model, int on) { model->rgg_on = on != 0; }
 /* 1: the materialised attention (llmc/attention.cuh) at every layer; 0 (default): the fused one
  * (llmc/flash_attention.cuh) wherever attention_fused allows */
 static __attribute__((unused)) void model_set_attention_materialised(Model* model, int on) { model->att_materialised = on != 0; }
@@ -974,6 +995,25 @@ static int model_unscale_check(Model* model, float s) {
     }
     double n2 = global_norm_squared(model->grads, model->L.total, model->stream);
     return !isfinite(n2);
+}
+
+/* -stats (llmc/stats.h): the emulation's counters, the trainer's own loop count and the element-wise
+ * launchers' byte accounting; on a GPU only the latter two (the rest -1) */
+static void model_set_rgg(Model* model, int on);
+static int model_device_stats(Model* model, DeviceStats* st) {
+    DEVICE_STATS_UNKNOWN(st);
+#ifdef __CUDA_EMU__
+    const emu_counters_t* e = emu_counters();
+    st->launches = (long long)e->launches;
+    st->syncs = (long long)e->host_syncs;
+    st->d2h = (long long)e->d2h_copies;
+    st->dev_bytes = (long long)e->device_bytes;
+    st->alloc_bytes = (long long)e->allocated_bytes;
+    st->loop_syncs = model->loop_syncs;
+#endif
+    st->ew_read = (long long)g_ew_bytes_read;
+    st->ew_written = (long long)g_ew_bytes_written;
+    return 1;
 }
 
 static int model_threads(void) { return 1; }
