@@ -55,6 +55,7 @@
 #include "llmc/attcheck.cuh"
 #include "llmc/init.cuh"
 #include "llmc/checksum.cuh"
+#include "llmc/rgg.cuh"
 #include "llmc/rgg.h"
 #include "llmc/stats.h"
 #ifdef __CUDA_EMU__
@@ -99,7 +100,7 @@ typedef struct {
     LayerActs* la;
     bf16* final_norm; float* final_ms;
     bf16* logits;                        /* [N, V]; dlogits in place in the backward */
-    float *lse, *losses;                 /* [N] */
+    float *lse, *losses;                 /* [N]; losses lives in the report (rep_dev) */
     int *inputs, *targets;               /* [N] device */
     /* backward scratch */
     bf16 *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt, *dF, *dF2, *dF3;
@@ -122,15 +123,24 @@ typedef struct {
     int protect_qk;                      /* Q/K path recomputation on */
     int check_abft, check_att;           /* attention checks on (llmc/attcheck.cuh) */
     int alarms[CHECK_KINDS], first_layer[CHECK_KINDS];   /* since model_qk_reset, by kind (CHECK_QK/ABFT/ATT) */
-    int* chk_dev;                        /* attention checks: counts [n_layer][ATTC_NCHECK], then flags
-                                            [n_layer][ATTC_NCHECK][B*H] (device, zeroed per forward), NULL until used */
-    int* chk_host;                       /* pinned host copy of the counts */
+    int* chk_dev;                        /* attention checks: flags [n_layer][ATTC_NCHECK][B*H] (device, zeroed per
+                                            forward; the counts are in the report), NULL until used */
     double* chk_scratch;                 /* attcheck_scratch_doubles(B, H, T) (device) */
     size_t* upd_seg_end;                 /* model_update_norm: end offset and decay flag per tensor (device), */
     int* upd_seg_decay;                  /*   NULL until used */
     uint32_t* exp_hist;                  /* exponent profiling [L.n][256] (host), NULL = off */
     int exp_samples;
     Rng exp_rng;
+    /* The report: what the host reads after a forward, in one pinned asynchronous copy per microbatch
+     * (issue 14 item 2), laid out as: rgg_ss, rgg_bad double [2L+1] (llmc/rgg.cuh; vector 2l = layer l's
+     * attn_ms, 2l+1 its mlp_ms, 2L the final norm's), qk int [L] (1: the layer's Q/K fingerprints
+     * differ), attc int [L][ATTC_NCHECK] (the attention checks' failed heads), losses float [B*T]. Byte
+     * offsets rep_*; the copy covers everything up to the losses, and the losses when there are targets. */
+    char *rep_dev, *rep_host;
+    size_t rep_bad, rep_qk, rep_attc, rep_loss;
+    const float** ms_table;              /* device [2L+1]: the mean-square vectors in the report's order */
+    unsigned long long* fp_part;         /* device [4][FP_PART_U64]: partials of the forward's Q, K fingerprints and
+                                            of their recomputation's (fingerprint.cuh) */
     long long loop_syncs;                /* host synchronisations inside the forward's and backward's layer loops */
     int rgg_on;                          /* model_set_rgg */
 } Model;
@@ -274,7 +284,7 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
             CARVE_BF(a->down, N * d); CARVE_BF(a->out, N * d);
         }
         CARVE_BF(model->final_norm, N * d); CARVE_F(model->final_ms, N);
-        CARVE_BF(model->logits, N * V); CARVE_F(model->lse, N); CARVE_F(model->losses, N);
+        CARVE_BF(model->logits, N * V); CARVE_F(model->lse, N);
         CARVE_I(model->inputs, N); CARVE_I(model->targets, N); CARVE_I(model->argmax, N);
         CARVE_BF(model->dres, N * d); CARVE_BF(model->dbuf, N * d);
         CARVE_BF(model->dq, N * qd); CARVE_BF(model->dq2, N * qd); CARVE_BF(model->datt, N * qd);
@@ -294,7 +304,29 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     }
     model->act_bytes = bytes;
     cudaCheck(cudaMemset(model->act_mem, 0, bytes));
-    model->h_losses = (float*)mallocCheck(sizeof(float) * N);
+    /* the report (see Model) and what fills it */
+    {
+        const size_t nv = 2 * (size_t)c->n_layer + 1;
+        model->rep_bad = nv * sizeof(double);
+        model->rep_qk = 2 * nv * sizeof(double);
+        model->rep_attc = model->rep_qk + (size_t)c->n_layer * sizeof(int);
+        model->rep_loss = (model->rep_attc + (size_t)c->n_layer * ATTC_NCHECK * sizeof(int) + 15) / 16 * 16;
+        const size_t rb = model->rep_loss + N * sizeof(float);
+        cudaCheck(cudaMalloc(&model->rep_dev, rb));
+        cudaCheck(cudaMemset(model->rep_dev, 0, rb));
+        cudaCheck(cudaMallocHost(&model->rep_host, rb));
+        memset(model->rep_host, 0, rb);
+        model->losses = (float*)(model->rep_dev + model->rep_loss);
+        const float** tab = (const float**)mallocCheck(nv * sizeof(float*));
+        for (int l = 0; l < c->n_layer; l++) { tab[2 * l] = model->la[l].attn_ms; tab[2 * l + 1] = model->la[l].mlp_ms; }
+        tab[nv - 1] = model->final_ms;
+        cudaCheck(cudaMalloc(&model->ms_table, nv * sizeof(float*)));
+        cudaCheck(cudaMemcpy(model->ms_table, tab, nv * sizeof(float*), cudaMemcpyHostToDevice));
+        free(tab);
+        cudaCheck(cudaMalloc(&model->fp_part, 4 * FP_PART_U64 * sizeof(unsigned long long)));
+        cudaCheck(cudaMemset(model->fp_part, 0, 4 * FP_PART_U64 * sizeof(unsigned long long)));
+    }
+    model->h_losses = (float*)(model->rep_host + model->rep_loss);
     model->h_targets = (int*)mallocCheck(sizeof(int) * N);
     model->h_row = (bf16*)mallocCheck(sizeof(bf16) * V);
     matmul_init();
@@ -308,12 +340,13 @@ static void model_free(Model* model) {
     if (model->att_scratch) cudaCheck(cudaFree(model->att_scratch));
     if (model->att_out_clean) cudaCheck(cudaFree(model->att_out_clean));
     if (model->chk_dev) cudaCheck(cudaFree(model->chk_dev));
-    if (model->chk_host) cudaCheck(cudaFreeHost(model->chk_host));
+    cudaCheck(cudaFree(model->rep_dev)); cudaCheck(cudaFreeHost(model->rep_host));
+    cudaCheck(cudaFree(model->ms_table)); cudaCheck(cudaFree(model->fp_part));
     if (model->chk_scratch) cudaCheck(cudaFree(model->chk_scratch));
     if (model->upd_seg_end) cudaCheck(cudaFree(model->upd_seg_end));
     if (model->upd_seg_decay) cudaCheck(cudaFree(model->upd_seg_decay));
     cudaCheck(cudaStreamDestroy(model->stream));
-    free(model->h_params); free(model->h_m); free(model->h_v); free(model->h_losses); free(model->h_targets); free(model->h_row);
+    free(model->h_params); free(model->h_m); free(model->h_v); free(model->h_targets); free(model->h_row);
     free(model->la); free(model->tidx); free(model->exp_hist);
     matmul_free();
 }
@@ -367,9 +400,12 @@ static void model_set_tokens(Model* model, const int* inputs, const int* targets
  * forward; the recomputation runs the projections (and Qwen3's QK norm) into backward scratch and then
  * the same final kernel in fingerprint-only mode, so the recomputed Q and K are never written out.
  * When a fault was injected into the final tensor after its kernel, the forward's fingerprint is taken
- * from the stored tensor instead (the fault stands for an error inside that kernel). */
+ * from the stored tensor instead (the fault stands for an error inside that kernel).
+ * Nothing goes to the host here: the fingerprints stay as block partials in model->fp_part (slots 0, 1:
+ * the forward's Q, K; 2, 3: the recomputation's, bq..brk their block counts) and fp_compare writes the
+ * layer's flag into the report, which the host reads after the forward (model_forward_step). */
 static void gpu_alarm(Model* model, int kind, int l, int n);
-static void qk_recompute_check(Model* model, int l, int B, int T, Fingerprint fq, Fingerprint fk) {
+static void qk_recompute_check(Model* model, int l, int B, int T, int bq, int bk) {
     const Config* c = &model->c;
     cudaStream_t s = model->stream;
     LayerActs* a = &model->la[l];
@@ -384,17 +420,18 @@ static void qk_recompute_check(Model* model, int l, int B, int T, Fingerprint fq
         rmsnorm_forward(k2, ms, k1, W(PT_KNORM, l), N * KV, hd, eps, s);
         t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
     }
-    Fingerprint rq, rk;
+    unsigned long long *pq = model->fp_part, *pk = pq + FP_PART_U64, *prq = pk + FP_PART_U64, *prk = prq + FP_PART_U64;
+    int brq, brk;
     if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
         rope_forward(q2, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
         rope_forward(k2, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
-        rq = rmsnorm_forward_fp(NULL, NULL, q2, NULL, N * H, hd, eps, s);
-        rk = rmsnorm_forward_fp(NULL, NULL, k2, NULL, N * KV, hd, eps, s);
+        brq = rmsnorm_forward_fp(NULL, NULL, q2, NULL, N * H, hd, eps, prq, s);
+        brk = rmsnorm_forward_fp(NULL, NULL, k2, NULL, N * KV, hd, eps, prk, s);
     } else {
-        rq = rope_forward_fp(NULL, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-        rk = rope_forward_fp(NULL, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        brq = rope_forward_fp(NULL, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, prq, s);
+        brk = rope_forward_fp(NULL, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, prk, s);
     }
-    if (!fp_equal(fq, rq) || !fp_equal(fk, rk)) gpu_alarm(model, CHECK_QK, l, 1);
+    fp_compare((int*)(model->rep_dev + model->rep_qk) + l, pq, bq, pk, bk, prq, brq, prk, brk, s);
 }
 
 /* n alarms of a kind (CHECK_QK / CHECK_ABFT / CHECK_ATT) raised at layer l; the first layer since
@@ -411,8 +448,9 @@ static void gpu_alarm(Model* model, int kind, int l, int n) {
  * the att_out injection point, and read the tensors as the CPU's checks do after their injection points
  * (logits with an att_logits fault in; probs after the recompute of the rows a logits fault hit and with
  * an att_probs fault in; out after everything). Failed heads are counted on the device per layer and
- * check; the counts come back once per forward (pinned copy, no extra synchronisation). Buffers sized
- * for the model's B and T, allocated on first use, outside the activations (not in the trace snapshot). */
+ * check, into the report; the counts come back with it once per forward (no extra synchronisation).
+ * Buffers sized for the model's B and T, allocated on first use, outside the activations (not in the
+ * trace snapshot). */
 static void attcheck_buffers(Model* model) {
     if (model->chk_dev) return;
     const int L = model->c.n_layer;
@@ -421,16 +459,15 @@ static void attcheck_buffers(Model* model) {
     cudaError_t e = cudaMalloc(&model->chk_scratch, nd * sizeof(double));
     if (e != cudaSuccess)
         tsdc_fail("cannot allocate %.3f GiB for the attention checks: %s", nd * 8 / 1073741824.0, cudaGetErrorString(e));
-    cudaCheck(cudaMalloc(&model->chk_dev, sizeof(int) * (size_t)L * ATTC_NCHECK * (1 + nbh)));
-    cudaCheck(cudaMallocHost(&model->chk_host, sizeof(int) * (size_t)L * ATTC_NCHECK));
+    cudaCheck(cudaMalloc(&model->chk_dev, sizeof(int) * (size_t)L * ATTC_NCHECK * nbh));
 }
 static size_t attcheck_dev_ints(const Model* model) {
-    return (size_t)model->c.n_layer * ATTC_NCHECK * (1 + (size_t)model->B * model->c.n_head);
+    return (size_t)model->c.n_layer * ATTC_NCHECK * ((size_t)model->B * model->c.n_head);
 }
 /* after the forward's final synchronisation: the layers' counts into the alarms (layer order) */
 static void attcheck_collect(Model* model) {
     for (int l = 0; l < model->c.n_layer; l++) {
-        const int* n = model->chk_host + (size_t)l * ATTC_NCHECK;
+        const int* n = (const int*)(model->rep_host + model->rep_attc) + (size_t)l * ATTC_NCHECK;
         gpu_alarm(model, CHECK_ABFT, l, n[ATTC_ABFT_LOGITS] + n[ATTC_ABFT_AV]);
         gpu_alarm(model, CHECK_ATT, l, n[ATTC_ATT_LOGITS] + n[ATTC_ATT_PROBS]);
     }
@@ -467,11 +504,15 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     int qd = H * hd, kd = KV * hd, F = c->ffn_dim, V = c->vocab_size;
     float eps = (float)c->norm_eps;
     const int checks = model->check_abft || model->check_att;
+    if (B * T > model->B * model->T) tsdc_fail("model_forward_step: B %d x T %d exceed the model's %d x %d tokens", B, T, model->B, model->T);
     if (checks) {
         if (B > model->B || T > model->T) tsdc_fail("model_forward_step: B %d T %d exceed the model's %d %d", B, T, model->B, model->T);
         attcheck_buffers(model);
         cudaCheck(cudaMemsetAsync(model->chk_dev, 0, sizeof(int) * attcheck_dev_ints(model), s));
     }
+    /* the report's flags and counts start from zero (a layer without a check leaves its zeros) */
+    if (checks || model->protect_qk)
+        cudaCheck(cudaMemsetAsync(model->rep_dev + model->rep_qk, 0, model->rep_loss - model->rep_qk, s));
 
     model->last_B = B; model->last_T = T;
     embedding_forward(model->emb, model->inputs, W(PT_WTE, -1), N, d, s);
@@ -497,37 +538,39 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             qc = a->qn; kc = a->kn;
         }
         /* the kernel producing the Q and K attention consumes also fingerprints them (protect qk) */
+        /* (fingerprints: block partials in fp_part slots 0 and 1, bq / bk blocks; compared on the device) */
         int fused_q = model->protect_qk && c->qk_norm != QKNORM_PLAIN_POST_ROPE;
-        Fingerprint fq = {0, 0}, fk = {0, 0};
-        if (fused_q) fq = rope_forward_fp(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        unsigned long long *pq = model->fp_part, *pk = model->fp_part + FP_PART_U64;
+        int bq = 0, bk = 0;
+        if (fused_q) bq = rope_forward_fp(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);
         else rope_forward(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
         if (fault_due(model->fx, SITE_Q_ROPE, l, PASS_FWD)) {
             fault_apply_device(model->fx, a->qr, (size_t)N * qd, s);
-            if (fused_q) fq = qk_fingerprint_dev(a->qr, (size_t)N * qd, s);
+            if (fused_q) bq = qk_fingerprint_part(pq, a->qr, (size_t)N * qd, s);
         }
-        if (fused_q) fk = rope_forward_fp(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        if (fused_q) bk = rope_forward_fp(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, pk, s);
         else rope_forward(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
         if (fault_due(model->fx, SITE_K_ROPE, l, PASS_FWD)) {
             fault_apply_device(model->fx, a->kr, (size_t)N * kd, s);
-            if (fused_q) fk = qk_fingerprint_dev(a->kr, (size_t)N * kd, s);
+            if (fused_q) bk = qk_fingerprint_part(pk, a->kr, (size_t)N * kd, s);
         }
         qc = a->qr; kc = a->kr;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-            if (model->protect_qk) fq = rmsnorm_forward_fp(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, s);
+            if (model->protect_qk) bq = rmsnorm_forward_fp(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, pq, s);
             else rmsnorm_forward(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, s);
             if (fault_due(model->fx, SITE_Q_NORM, l, PASS_FWD)) {
                 fault_apply_device(model->fx, a->qf, (size_t)N * qd, s);
-                if (model->protect_qk) fq = qk_fingerprint_dev(a->qf, (size_t)N * qd, s);
+                if (model->protect_qk) bq = qk_fingerprint_part(pq, a->qf, (size_t)N * qd, s);
             }
-            if (model->protect_qk) fk = rmsnorm_forward_fp(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, s);
+            if (model->protect_qk) bk = rmsnorm_forward_fp(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, pk, s);
             else rmsnorm_forward(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, s);
             if (fault_due(model->fx, SITE_K_NORM, l, PASS_FWD)) {
                 fault_apply_device(model->fx, a->kf, (size_t)N * kd, s);
-                if (model->protect_qk) fk = qk_fingerprint_dev(a->kf, (size_t)N * kd, s);
+                if (model->protect_qk) bk = qk_fingerprint_part(pk, a->kf, (size_t)N * kd, s);
             }
             qc = a->qf; kc = a->kf;
         }
-        if (model->protect_qk) qk_recompute_check(model, l, B, T, fq, fk);
+        if (model->protect_qk) qk_recompute_check(model, l, B, T, bq, bk);
         a->fused = attention_fused(model, l);
         if (a->fused) {
             flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, s);
@@ -540,8 +583,8 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
         if (checks) {
             const size_t nbh_max = (size_t)model->B * H;
-            attcheck_forward(model->chk_dev + (size_t)l * ATTC_NCHECK,
-                             model->chk_dev + (size_t)c->n_layer * ATTC_NCHECK + (size_t)l * ATTC_NCHECK * nbh_max, model->chk_scratch,
+            attcheck_forward((int*)(model->rep_dev + model->rep_attc) + (size_t)l * ATTC_NCHECK,
+                             model->chk_dev + (size_t)l * ATTC_NCHECK * nbh_max, model->chk_scratch,
                              a->logits, a->probs, a->att_out, qc, kc, a->v, B, T, H, KV, hd, model->check_abft, model->check_att, s);
         }
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
@@ -575,20 +618,22 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         x = a->out;
     }
     model->loop_syncs += host_syncs_now() - syncs0;
-    if (checks)   /* pinned: asynchronous; read after the synchronisation below */
-        cudaCheck(cudaMemcpyAsync(model->chk_host, model->chk_dev, sizeof(int) * (size_t)c->n_layer * ATTC_NCHECK, cudaMemcpyDeviceToHost, s));
     rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, s);
+    /* the Residual Gain Guard's sums of mean squares, all layers in one launch, into the report */
+    if (model->rgg_on)
+        rgg_ms_sums((double*)model->rep_dev, (double*)(model->rep_dev + model->rep_bad), model->ms_table, 2 * c->n_layer + 1, N, s);
     linear_forward(model->logits, model->final_norm, c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1), N, d, V, s);
     softcap_forward(model->logits, (size_t)N * V, (float)c->softcap, s);
-    if (!with_targets) {
-        cudaCheck(cudaStreamSynchronize(s));
-        if (checks) attcheck_collect(model);
-        return 0.0f;
-    }
-    crossentropy_forward(model->losses, model->lse, model->logits, model->targets, N, V, s);
-    cudaCheck(cudaMemcpyAsync(model->h_losses, model->losses, sizeof(float) * N, cudaMemcpyDeviceToHost, s));
+    if (with_targets) crossentropy_forward(model->losses, model->lse, model->logits, model->targets, N, V, s);
+    /* the report: one pinned asynchronous copy (flags, counts, RGG sums, and the losses), read after the
+     * one synchronisation of the forward, once all its work is queued */
+    cudaCheck(cudaMemcpyAsync(model->rep_host, model->rep_dev, model->rep_loss + (with_targets ? sizeof(float) * N : 0),
+                              cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
+    if (model->protect_qk)
+        for (int l = 0; l < c->n_layer; l++) gpu_alarm(model, CHECK_QK, l, ((const int*)(model->rep_host + model->rep_qk))[l]);
     if (checks) attcheck_collect(model);
+    if (!with_targets) return 0.0f;
     double sum = 0.0; int cnt = 0;
     for (int n = 0; n < N; n++) if (model->h_targets[n] >= 0) { sum += model->h_losses[n]; cnt++; }
     return cnt ? (float)(sum / cnt) : 0.0f;
@@ -968,21 +1013,20 @@ static void model_exp_profile_start(Model* model, int samples, uint64_t seed) {
 }
 static void model_exp_profile_stop(Model* model) { model->exp_samples = 0; }
 static const uint32_t* model_exp_hist(Model* model) { return model->exp_hist; }
-/* the residual gains of the monitored layers from the norms' mean squares (copied to the host) */
+/* the residual gains of the monitored layers of the last forward, from the sums of the norms' mean
+ * squares that it reduced on the device (llmc/rgg.cuh) and copied with its report: no device work here.
+ * Vector 2l is layer l's attn_ms (its attention residual's input), 2l+1 its mlp_ms (the attention
+ * residual's output, the MLP residual's input), 2l+2 the next layer's attn_ms or the final norm's. */
 static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n_mon, double* out) {
-    int N = B * T, L = model->c.n_layer;
-    float *a = (float*)mallocCheck(sizeof(float) * N), *b = (float*)mallocCheck(sizeof(float) * N), *c = (float*)mallocCheck(sizeof(float) * N);
+    if (!model->rgg_on) tsdc_fail("internal: model_rgg_gains without model_set_rgg before the forward");
+    const int N = B * T;
+    const double* ss = (const double*)model->rep_host;
+    const double* bad = (const double*)(model->rep_host + model->rep_bad);
     for (int i = 0; i < n_mon; i++) {
-        int l = layers[i];
-        const float* ms_next = l + 1 < L ? model->la[l + 1].attn_ms : model->final_ms;
-        cudaCheck(cudaMemcpyAsync(a, model->la[l].attn_ms, sizeof(float) * N, cudaMemcpyDeviceToHost, model->stream));
-        cudaCheck(cudaMemcpyAsync(b, model->la[l].mlp_ms, sizeof(float) * N, cudaMemcpyDeviceToHost, model->stream));
-        cudaCheck(cudaMemcpyAsync(c, ms_next, sizeof(float) * N, cudaMemcpyDeviceToHost, model->stream));
-        cudaCheck(cudaStreamSynchronize(model->stream));
-        out[i * 2 + RGG_ATTN] = residual_gain(a, b, N);
-        out[i * 2 + RGG_MLP] = residual_gain(b, c, N);
+        const int j = 2 * layers[i];
+        out[i * 2 + RGG_ATTN] = bad[j] || bad[j + 1] ? NAN : residual_gain_sums(ss[j], ss[j + 1], N);
+        out[i * 2 + RGG_MLP] = bad[j + 1] || bad[j + 2] ? NAN : residual_gain_sums(ss[j + 1], ss[j + 2], N);
     }
-    free(a); free(b); free(c);
 }
 __global__ static void scale_f32_kernel(float* x, size_t n, float s) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= s;

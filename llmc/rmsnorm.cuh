@@ -203,19 +203,21 @@ static void rmsnorm_forward(bf16* out, float* ms, const bf16* x, const bf16* w, 
     rmsnorm_forward_kernel<false><<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, eps, L, vec, NULL);
     cudaCheck(cudaGetLastError());
 }
-/* rmsnorm_forward with the Q/K fingerprint of its output (out, ms NULL: fingerprint only); synchronises */
-static Fingerprint rmsnorm_forward_fp(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, float eps,
-                                      cudaStream_t stream) {
-    Fingerprint none = {0, 0};
-    if (rows <= 0 || C <= 0) return none;
+/* rmsnorm_forward with the Q/K fingerprint of its output (out, ms NULL: fingerprint only), left as block
+ * partials in part (FP_PART_U64 words, fingerprint.cuh); returns the block count (0: nothing to do),
+ * does not wait */
+static int rmsnorm_forward_fp(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, float eps,
+                              unsigned long long* part, cudaStream_t stream) {
+    if (rows <= 0 || C <= 0) return 0;
     bool vec = C % 8 == 0 && (!out || ptr_aligned(out, 16)) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
     const int L = rmsnorm_lanes(C);
     int grid = rmsnorm_grid(rows, L);
     if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
-    unsigned long long* part = fingerprint_partials();
     rmsnorm_forward_kernel<true><<<grid, RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, eps, L, vec, part);
     cudaCheck(cudaGetLastError());
-    return fingerprint_collect(part, grid, stream);
+    const size_t n = (size_t)rows * C;
+    ew_account(n * 2 + (w ? (size_t)C * 2 : 0), (out ? n * 2 : 0) + (ms ? (size_t)rows * 4 : 0));
+    return grid;
 }
 
 /* dx (= or +=) d/dx; dw (may be NULL) += the weight gradient. Uses workspace slot 0 when dw != NULL. */
