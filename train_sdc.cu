@@ -50,6 +50,7 @@
 #include "llmc/classifier.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/global_norm.cuh"
+#include "llmc/multi_tensor.cuh"
 #include "llmc/fault.cuh"
 #include "llmc/fingerprint.cuh"
 #include "llmc/attcheck.cuh"
@@ -141,6 +142,14 @@ typedef struct {
     const float** ms_table;              /* device [2L+1]: the mean-square vectors in the report's order */
     unsigned long long* fp_part;         /* device [4][FP_PART_U64]: partials of the forward's Q, K fingerprints and
                                             of their recomputation's (fingerprint.cuh) */
+    /* the optimizer pass (llmc/multi_tensor.cuh): the tensors' chunk table, the per-tensor sums of squares
+     * of the gradients (device, and a pinned host copy) and their scratch */
+    MtTable mt;
+    double *ss_dev, *ss_host, *mt_part;
+    double norm2;                        /* the global sum of squares (host: the tensors' sums in order) */
+    int norms_valid;                     /* ss_host / norm2 hold the current gradients' (x unscale) */
+    float unscale;                       /* exponent scaling's 2^-k, folded into the norms and AdamW (1: none) */
+    int grads_fresh;                     /* the next backward overwrites the gradients (beta 0) instead of adding */
     long long loop_syncs;                /* host synchronisations inside the forward's and backward's layer loops */
     int rgg_on;                          /* model_set_rgg */
 } Model;
@@ -236,6 +245,26 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     cudaCheck(cudaMemset(model->grads, 0, P * sizeof(float)));
     cudaCheck(cudaMemset(model->m, 0, P * sizeof(float)));
     cudaCheck(cudaMemset(model->v, 0, P * sizeof(float)));
+    {   /* the chunk table of the optimizer pass: every tensor, in layout order (contiguous) */
+        const int n = model->L.n;
+        size_t *off = (size_t*)mallocCheck(sizeof(size_t) * n), *numel = (size_t*)mallocCheck(sizeof(size_t) * n);
+        int* dk = (int*)mallocCheck(sizeof(int) * n);
+        size_t end = 0;
+        for (int i = 0; i < n; i++) {
+            const TensorInfo* ti = &model->L.t[i];
+            if (ti->offset != end) tsdc_fail("internal: the optimizer pass needs the tensors contiguous in layout order");
+            off[i] = ti->offset; numel[i] = ti->numel; dk[i] = ti->decay;
+            end += ti->numel;
+        }
+        if (end != P) tsdc_fail("internal: the tensors cover %zu of %zu parameters", end, P);
+        mt_table_build(&model->mt, n, off, numel, dk);
+        free(off); free(numel); free(dk);
+        cudaCheck(cudaMalloc(&model->ss_dev, sizeof(double) * n));
+        cudaCheck(cudaMallocHost(&model->ss_host, sizeof(double) * n));
+        cudaCheck(cudaMalloc(&model->mt_part, sizeof(double) * (model->mt.n_chunks > 0 ? model->mt.n_chunks : 1)));
+        model->unscale = 1.0f;
+        model->grads_fresh = 0;          /* the memset above zeroed them: adding is right too */
+    }
     model->h_params = (float*)mallocCheck(P * sizeof(float));
     model->h_m = (float*)mallocCheck(P * sizeof(float));
     model->h_v = (float*)mallocCheck(P * sizeof(float));
@@ -343,6 +372,8 @@ static void model_free(Model* model) {
     cudaCheck(cudaFree(model->rep_dev)); cudaCheck(cudaFreeHost(model->rep_host));
     cudaCheck(cudaFree(model->ms_table)); cudaCheck(cudaFree(model->fp_part));
     if (model->chk_scratch) cudaCheck(cudaFree(model->chk_scratch));
+    mt_table_free(&model->mt);
+    cudaCheck(cudaFree(model->ss_dev)); cudaCheck(cudaFreeHost(model->ss_host)); cudaCheck(cudaFree(model->mt_part));
     if (model->upd_seg_end) cudaCheck(cudaFree(model->upd_seg_end));
     if (model->upd_seg_decay) cudaCheck(cudaFree(model->upd_seg_decay));
     cudaCheck(cudaStreamDestroy(model->stream));
@@ -648,6 +679,14 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     float eps = (float)c->norm_eps;
     bf16 *dres = model->dres, *dbuf = model->dbuf;
     float* dx32 = model->dx32;
+    /* Gradients: the first backward after model_zero_grads writes every gradient (GEMMs with beta 0, the
+     * norms' dw kernels with accumulate 0) instead of adding to a memset; the later microbatches add. Each
+     * gradient tensor is written by exactly one kernel a backward, but for the embedding: tied, the lm
+     * head's GEMM writes it first and embedding_backward adds; untied, only embedding_backward (a scatter
+     * into the rows of the batch's tokens) touches it, so that tensor alone is zeroed first. */
+    const int acc = !model->grads_fresh;
+    model->grads_fresh = 0;
+    model->norms_valid = 0;
 
     bf16* dlogits = model->logits;
     crossentropy_softcap_backward(dlogits, model->logits, model->lse, model->targets, N, V, dloss, (float)c->softcap, s);
@@ -655,10 +694,10 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     float* lm_g = c->tied ? GR(PT_WTE, -1) : GR(PT_LMHEAD, -1);
     exp_profile(model, c->tied ? PT_WTE : PT_LMHEAD, -1, dlogits, (size_t)N * V);
     linear_backward_dx(dx32, dlogits, lm_w, N, d, V, 0, s);
-    linear_backward_dw(lm_g, dlogits, model->final_norm, N, d, V, s);
+    linear_backward_dw_acc(lm_g, dlogits, model->final_norm, N, d, V, acc, s);
     f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
-    rmsnorm_backward(dres, GR(PT_FINAL_NORM, -1), dbuf, model->la[c->n_layer - 1].out, W(PT_FINAL_NORM, -1), model->final_ms,
-                     N, d, eps, 0, s);
+    rmsnorm_backward_acc(dres, GR(PT_FINAL_NORM, -1), dbuf, model->la[c->n_layer - 1].out, W(PT_FINAL_NORM, -1), model->final_ms,
+                     N, d, eps, 0, acc, s);
     const long long syncs0 = host_syncs_now();   /* -stats: none may happen inside the layer loop */
     for (int l = c->n_layer - 1; l >= 0; l--) {
         LayerActs* a = &model->la[l];
@@ -675,7 +714,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         if (c->mlp == MLP_SWIGLU) {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
             linear_backward_dx(dx32, ddown, W(PT_WDOWN, l), N, F, d, 0, s);
-            linear_backward_dw(GR(PT_WDOWN, l), ddown, a->prod, N, F, d, s);
+            linear_backward_dw_acc(GR(PT_WDOWN, l), ddown, a->prod, N, F, d, acc, s);
             f32_to_bf16(model->dF, dx32, (size_t)N * F, s);
             FAULT_BWD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
             mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F, s);
@@ -687,23 +726,23 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             exp_profile(model, PT_WUP, l, model->dF3, (size_t)N * F);
             linear_backward_dx(dx32, model->dF, W(PT_WGATE, l), N, d, F, 0, s);
             linear_backward_dx(dx32, model->dF3, W(PT_WUP, l), N, d, F, 1, s);
-            linear_backward_dw(GR(PT_WGATE, l), model->dF, a->mlp_norm, N, d, F, s);
-            linear_backward_dw(GR(PT_WUP, l), model->dF3, a->mlp_norm, N, d, F, s);
+            linear_backward_dw_acc(GR(PT_WGATE, l), model->dF, a->mlp_norm, N, d, F, acc, s);
+            linear_backward_dw_acc(GR(PT_WUP, l), model->dF3, a->mlp_norm, N, d, F, acc, s);
         } else {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
             linear_backward_dx(dx32, ddown, W(PT_WDOWN, l), N, F, d, 0, s);
-            linear_backward_dw(GR(PT_WDOWN, l), ddown, a->act, N, F, d, s);
+            linear_backward_dw_acc(GR(PT_WDOWN, l), ddown, a->act, N, F, d, acc, s);
             f32_to_bf16(model->dF, dx32, (size_t)N * F, s);
             FAULT_BWD(SITE_ACT, l, model->dF, (size_t)N * F);
             relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F, s);
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
             exp_profile(model, PT_WFC, l, model->dF2, (size_t)N * F);
             linear_backward_dx(dx32, model->dF2, W(PT_WFC, l), N, d, F, 0, s);
-            linear_backward_dw(GR(PT_WFC, l), model->dF2, a->mlp_norm, N, d, F, s);
+            linear_backward_dw_acc(GR(PT_WFC, l), model->dF2, a->mlp_norm, N, d, F, acc, s);
         }
         f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
         FAULT_BWD(SITE_MLP_NORM, l, dbuf, (size_t)N * d);
-        rmsnorm_backward(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, s);
+        rmsnorm_backward_acc(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, acc, s);
         FAULT_BWD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
         /* attention block; d(o) shares dres with the skip path, as d(down) */
         const bf16* dout_o = dres;
@@ -714,7 +753,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         }
         exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
         linear_backward_dx(dx32, dout_o, W(PT_WO, l), N, qd, d, 0, s);
-        linear_backward_dw(GR(PT_WO, l), dout_o, a->att_out, N, qd, d, s);
+        linear_backward_dw_acc(GR(PT_WO, l), dout_o, a->att_out, N, qd, d, acc, s);
         f32_to_bf16(model->datt, dx32, (size_t)N * qd, s);
         FAULT_BWD(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
         const bf16* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
@@ -763,8 +802,8 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
             FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
-            rmsnorm_backward(dq2, GR(PT_QNORM, l), dq, a->q, W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0, s);
-            rmsnorm_backward(dk2, GR(PT_KNORM, l), dk, a->k, W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0, s);
+            rmsnorm_backward_acc(dq2, GR(PT_QNORM, l), dq, a->q, W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0, acc, s);
+            rmsnorm_backward_acc(dk2, GR(PT_KNORM, l), dk, a->k, W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0, acc, s);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         }
         FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
@@ -775,24 +814,29 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         linear_backward_dx(dx32, dq, W(PT_WQ, l), N, d, qd, 0, s);
         linear_backward_dx(dx32, dk, W(PT_WK, l), N, d, kd, 1, s);
         linear_backward_dx(dx32, model->dv, W(PT_WV, l), N, d, kd, 1, s);
-        linear_backward_dw(GR(PT_WQ, l), dq, a->attn_norm, N, d, qd, s);
-        linear_backward_dw(GR(PT_WK, l), dk, a->attn_norm, N, d, kd, s);
-        linear_backward_dw(GR(PT_WV, l), model->dv, a->attn_norm, N, d, kd, s);
+        linear_backward_dw_acc(GR(PT_WQ, l), dq, a->attn_norm, N, d, qd, acc, s);
+        linear_backward_dw_acc(GR(PT_WK, l), dk, a->attn_norm, N, d, kd, acc, s);
+        linear_backward_dw_acc(GR(PT_WV, l), model->dv, a->attn_norm, N, d, kd, acc, s);
         f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
         FAULT_BWD(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
-        rmsnorm_backward(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, s);
+        rmsnorm_backward_acc(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, acc, s);
     }
     model->loop_syncs += host_syncs_now() - syncs0;
     if (c->embed_norm) {
-        rmsnorm_backward(dbuf, GR(PT_EMBED_NORM, -1), dres, model->emb, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0, s);
+        rmsnorm_backward_acc(dbuf, GR(PT_EMBED_NORM, -1), dres, model->emb, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0, acc, s);
         dres = dbuf;
     }
+    if (!acc && !c->tied) cudaCheck(cudaMemsetAsync(GR(PT_WTE, -1), 0, sizeof(float) * (size_t)V * d, s));
     embedding_backward(GR(PT_WTE, -1), dres, model->inputs, N, d, s);
 }
 
 /* --------------------------------------------------------------------------------- optimizer */
+/* no memset: the next backward writes every gradient instead of adding (model_backward_step); the
+ * exponent-scaling fold is reset */
 static void model_zero_grads(Model* model) {
-    cudaCheck(cudaMemsetAsync(model->grads, 0, model->L.total * sizeof(float), model->stream));
+    model->grads_fresh = 1;
+    model->unscale = 1.0f;
+    model->norms_valid = 0;
 }
 
 #ifdef USE_NCCL
@@ -802,6 +846,7 @@ static int g_nccl_ready = 0;
 
 static void model_allreduce_grads(Model* model, Dist* dist) {
     if (dist->world == 1) return;
+    model->norms_valid = 0;
 #ifdef USE_NCCL
     ncclCheck(ncclAllReduce(model->grads, model->grads, model->L.total, ncclFloat, ncclSum, g_nccl, model->stream));
 #else
@@ -821,27 +866,63 @@ static AdamWParams adamw_params(const AdamW* o, long long t, double clip, double
     h.bc2_sqrt = (float)sqrt(bc2);
     h.b1 = (float)o->beta1; h.b2 = (float)o->beta2; h.eps = (float)o->eps;
     h.decay = 1.0f;
+    h.unscale = 1.0f;
     return h;
 }
 
-static double model_update(Model* model, const AdamW* o, long long t, double clip) {
-    double norm = sqrt(global_norm_squared(model->grads, model->L.total, model->stream));
-    const AdamWParams h = adamw_params(o, t, clip, norm);
-    for (int i = 0; i < model->L.n; i++) {
-        const TensorInfo* ti = &model->L.t[i];
-        float decay = ti->decay ? (float)(1.0 - o->lr * o->weight_decay) : 1.0f;
-        adamw_update(model->params + ti->offset, model->wbf + ti->offset, model->grads + ti->offset, model->m + ti->offset,
-                     model->v + ti->offset, ti->numel, h.grad_scale, decay, h.b1, h.b2, h.eps, h.step_size, h.bc2_sqrt, model->stream);
-    }
+/* The gradient norms of the step, once: every tensor's sum of squares of (grad * unscale) in one pass
+ * (llmc/multi_tensor.cuh: two launches), one pinned copy, one synchronisation; the global one is their
+ * sum in tensor order. Kept until the gradients change (backward, all-reduce, zero, unscale), so the
+ * found_inf test, the backward guard's per-layer norms, the detectors and the update share it. */
+static void model_norms(Model* model) {
+    if (model->norms_valid) return;
+    const int n = model->L.n;
+    mt_grad_sumsq(model->ss_dev, model->mt_part, model->grads, model->unscale, &model->mt, model->stream);
+    mt_grad_sumsq_account(model->L.total);
+    cudaCheck(cudaMemcpyAsync(model->ss_host, model->ss_dev, sizeof(double) * n, cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
+    double s2 = 0.0;
+    for (int i = 0; i < n; i++) s2 += model->ss_host[i];
+    model->norm2 = s2;
+    model->norms_valid = 1;
+}
+
+/* One launch updates every parameter (llmc/multi_tensor.cuh adamw_multi_tensor: per-tensor decay from the
+ * chunk table; exponent scaling's unscale folded into the gradient scale) with the norm of model_norms
+ * (computed here if the loop has not yet). Nothing waits for the update: the next step's first copy
+ * does, and model_host_state / the checksum synchronise before they read. */
+static double model_update(Model* model, const AdamW* o, long long t, double clip) {
+    model_norms(model);
+    const double norm = sqrt(model->norm2);
+    AdamWParams h = adamw_params(o, t, clip, norm);
+    h.unscale = model->unscale;
+    adamw_multi_tensor(model->params, model->wbf, model->grads, model->m, model->v, &model->mt, h, (float)(1.0 - o->lr * o->weight_decay),
+                       model->L.total, model->stream);
     return norm;
 }
 
-/* the global L2 norm of the gradients as they are now (after all-reduce and unscale): global_norm.cuh,
- * the same bits as the norm model_update computes and returns */
-static double model_grad_norm(Model* model) { return sqrt(global_norm_squared(model->grads, model->L.total, model->stream)); }
-/* sum of squares of the gradients [off, off + n) (the backward guard's per-layer norms; synchronises) */
-static double model_grad_sumsq_range(Model* model, size_t off, size_t n) { return global_norm_squared(model->grads + off, n, model->stream); }
+/* the global L2 norm of the gradients as they are now (after all-reduce, x the unscale): model_norms, the
+ * same bits as the norm model_update uses and returns */
+static double model_grad_norm(Model* model) { model_norms(model); return sqrt(model->norm2); }
+/* sum of squares of the gradients [off, off + n) (x the unscale; the backward guard's per-layer norms): the
+ * sum of model_norms' per-tensor sums in tensor order when the range is whole tensors (the guard's are),
+ * else a pass of its own (global_norm.cuh; synchronises) */
+static double model_grad_sumsq_range(Model* model, size_t off, size_t n) {
+    int i = 0;
+    while (i < model->L.n && model->L.t[i].offset < off) i++;
+    if (i < model->L.n && model->L.t[i].offset == off) {
+        size_t covered = 0;
+        int j = i;
+        while (j < model->L.n && covered < n) covered += model->L.t[j++].numel;
+        if (covered == n) {
+            model_norms(model);
+            double s2 = 0.0;
+            for (int k = i; k < j; k++) s2 += model->ss_host[k];
+            return s2;
+        }
+    }
+    return global_norm_squared_scaled(model->grads + off, n, model->unscale, model->stream);
+}
 
 /* model_update_norm's kernel: per element the AdamW step of adamw_element (llmc/adamw.cuh, the update
  * kernel's own element math) on register copies (nothing is written), delta = p' - p in fp32, delta^2
@@ -889,7 +970,8 @@ static double model_update_norm(Model* model, const AdamW* o, long long t, doubl
         cudaCheck(cudaMemcpy(model->upd_seg_decay, dk, sizeof(int) * nseg, cudaMemcpyHostToDevice));
         free(e); free(dk);
     }
-    const AdamWParams h = adamw_params(o, t, clip, grad_norm);
+    AdamWParams h = adamw_params(o, t, clip, grad_norm);
+    h.unscale = model->unscale;
     const float decay = (float)(1.0 - o->lr * o->weight_decay);
     double* part = (double*)cuda_workspace_f32(1, 2 * (size_t)GNORM_BLOCKS);   /* global_norm.cuh's slot and size */
     update_norm_partials_kernel<<<GNORM_BLOCKS, GNORM_THREADS, 0, model->stream>>>(part, model->params, model->grads, model->m, model->v,
@@ -1028,17 +1110,16 @@ static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n
         out[i * 2 + RGG_MLP] = bad[j + 1] || bad[j + 2] ? NAN : residual_gain_sums(ss[j + 1], ss[j + 2], N);
     }
 }
-__global__ static void scale_f32_kernel(float* x, size_t n, float s) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= s;
-}
-/* grads *= s (exact for a power of two); 1 if any gradient is non-finite (the squared norm is then not finite) */
+/* exponent scaling's unscale, grads *= s, folded: the gradients are left as they are and every reader
+ * (model_norms, AdamW, model_update_norm) takes grad * s, the fp32 product a separate pass would have
+ * stored (exact for a power of two unless it lands below the normal range, and then the same rounding
+ * either way), until model_zero_grads. Returns 1 if any gradient is non-finite (the squared norm is
+ * then not finite); the norms computed for it serve the rest of the step. */
 static int model_unscale_check(Model* model, float s) {
-    if (s != 1.0f) {
-        scale_f32_kernel<<<1024, 256, 0, model->stream>>>(model->grads, model->L.total, s);
-        cudaCheck(cudaGetLastError());
-    }
-    double n2 = global_norm_squared(model->grads, model->L.total, model->stream);
-    return !isfinite(n2);
+    model->unscale = s;
+    model->norms_valid = 0;
+    model_norms(model);
+    return !isfinite(model->norm2);
 }
 
 /* -stats (llmc/stats.h): the emulation's counters, the trainer's own loop count and the element-wise
