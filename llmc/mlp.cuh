@@ -82,6 +82,7 @@ static void mul_backward(bf16* da, bf16* db, const bf16* dout, const bf16* a, co
         mul_backward_kernel<1><<<ew_grid(n), EW_BLOCK, 0, stream>>>(da, db, dout, a, b, n);
     }
     cudaCheck(cudaGetLastError());
+    ew_account(n * 6, n * 4);   /* dout, a, b in; da, db out */
 }
 
 /* act = relu(x)^2 */

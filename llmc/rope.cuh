@@ -56,6 +56,7 @@ static void rope_launch(bf16* out, const bf16* x, const float* cos_t, const floa
                                                                              inverse, NULL);
     }
     cudaCheck(cudaGetLastError());
+    ew_account(npairs * 4 + npairs * 8, npairs * 4);   /* x pairs (bf16) and cos, sin (fp32) in; out */
 }
 
 /* out = rope(x); out may equal x */
