@@ -693,9 +693,8 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     const bf16* lm_w = c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1);
     float* lm_g = c->tied ? GR(PT_WTE, -1) : GR(PT_LMHEAD, -1);
     exp_profile(model, c->tied ? PT_WTE : PT_LMHEAD, -1, dlogits, (size_t)N * V);
-    linear_backward_dx(dx32, dlogits, lm_w, N, d, V, 0, s);
+    linear_backward_dx_bf16(dbuf, dlogits, lm_w, N, d, V, s);
     linear_backward_dw_acc(lm_g, dlogits, model->final_norm, N, d, V, acc, s);
-    f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
     rmsnorm_backward_acc(dres, GR(PT_FINAL_NORM, -1), dbuf, model->la[c->n_layer - 1].out, W(PT_FINAL_NORM, -1), model->final_ms,
                      N, d, eps, 0, acc, s);
     const long long syncs0 = host_syncs_now();   /* -stats: none may happen inside the layer loop */
@@ -713,9 +712,8 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         /* MLP block */
         if (c->mlp == MLP_SWIGLU) {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            linear_backward_dx(dx32, ddown, W(PT_WDOWN, l), N, F, d, 0, s);
+            linear_backward_dx_bf16(model->dF, ddown, W(PT_WDOWN, l), N, F, d, s);
             linear_backward_dw_acc(GR(PT_WDOWN, l), ddown, a->prod, N, F, d, acc, s);
-            f32_to_bf16(model->dF, dx32, (size_t)N * F, s);
             FAULT_BWD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
             mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F, s);
             FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
@@ -730,9 +728,8 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             linear_backward_dw_acc(GR(PT_WUP, l), model->dF3, a->mlp_norm, N, d, F, acc, s);
         } else {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            linear_backward_dx(dx32, ddown, W(PT_WDOWN, l), N, F, d, 0, s);
+            linear_backward_dx_bf16(model->dF, ddown, W(PT_WDOWN, l), N, F, d, s);
             linear_backward_dw_acc(GR(PT_WDOWN, l), ddown, a->act, N, F, d, acc, s);
-            f32_to_bf16(model->dF, dx32, (size_t)N * F, s);
             FAULT_BWD(SITE_ACT, l, model->dF, (size_t)N * F);
             relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F, s);
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
@@ -752,9 +749,8 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             dout_o = dbuf;
         }
         exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
-        linear_backward_dx(dx32, dout_o, W(PT_WO, l), N, qd, d, 0, s);
+        linear_backward_dx_bf16(model->datt, dout_o, W(PT_WO, l), N, qd, d, s);
         linear_backward_dw_acc(GR(PT_WO, l), dout_o, a->att_out, N, qd, d, acc, s);
-        f32_to_bf16(model->datt, dx32, (size_t)N * qd, s);
         FAULT_BWD(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
         const bf16* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
         const bf16* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
