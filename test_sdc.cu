@@ -970,7 +970,7 @@ static void test_flash_attention(void) {
 }
 
 static void test_elementwise(void) {
-    printf("element-wise (llmc/mlp.cuh, llmc/residual.cuh) vs silu/mul/relu2/residual\n");
+    printf("element-wise (llmc/mlp.cuh, llmc/residual.cuh) vs silu/mul/relu2/residual; fused SwiGLU vs the split kernels\n");
     for (int pass = 0; pass < 2; pass++) {
         /* pass 0: n = 100003 aligned (vector path + tail); pass 1: pointers one element in (scalar) */
         size_t n = pass ? 4099 : 100003, off = pass;
@@ -1046,6 +1046,29 @@ static void test_elementwise(void) {
         residual_forward(ref, a, b, n);
         compare("residual forward", y, ref, n, tol_bitwise(1), &w);
         free(y);
+        /* fused SwiGLU (gate a, up b, d(prod) g) against the split kernels above on the device: bitwise; the
+         * backward in place over d(prod), as the trainer runs it */
+        {
+            bf16 *act = d_bf16_poison(n + off) + off, *prod = d_bf16_poison(n + off) + off, *act2 = d_bf16_poison(n + off) + off,
+                 *prod2 = d_bf16_poison(n + off) + off;
+            silu_forward(act, da, n, g_s);
+            mul_forward(prod, act, db, n, g_s);
+            swiglu_forward(act2, prod2, da, db, n, g_s);
+            Written w2;
+            float *s1 = dl_bf16(act, n, NULL), *s2 = dl_bf16(prod, n, NULL), *f1 = dl_bf16(act2, n, &w), *f2 = dl_bf16(prod2, n, &w2);
+            compare("swiglu forward act == silu_forward", f1, s1, n, tol_bitwise(0), &w);
+            compare("swiglu forward prod == mul_forward(act, up)", f2, s2, n, tol_bitwise(0), &w2);
+            bf16 *dact = d_bf16_poison(n + off) + off, *dup = d_bf16_poison(n + off) + off, *dgate = d_bf16_poison(n + off) + off,
+                 *dup2 = d_bf16_poison(n + off) + off, *dgp = d_bf16_poison(n + off) + off;
+            mul_backward(dact, dup, dg, act, db, n, g_s);
+            silu_backward(dgate, dact, da, n, g_s);
+            cudaCheck(cudaMemcpy(dgp, dg, n * sizeof(bf16), cudaMemcpyDeviceToDevice));
+            swiglu_backward(dgp, dup2, dgp, act, da, db, n, g_s);
+            float *r1 = dl_bf16(dgate, n, NULL), *r2 = dl_bf16(dup, n, NULL), *b1 = dl_bf16(dgp, n, &w), *b2 = dl_bf16(dup2, n, &w2);
+            compare("swiglu backward d(gate) (in place) == mul + silu backward", b1, r1, n, tol_bitwise(0), &w);
+            compare("swiglu backward d(up) == mul_backward", b2, r2, n, tol_bitwise(0), &w2);
+            FREE_ALL(s1, s2, f1, f2, r1, r2, b1, b2);
+        }
         FREE_ALL(a, b, g, a2, b2, g2, ref, ref2, mag);
         dfree_all();
     }

@@ -630,9 +630,13 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             linear_forward(a->up, a->mlp_norm, W(PT_WUP, l), N, d, F, s);
             FAULT_FWD(SITE_UP_PROJ, l, a->up, (size_t)N * F);
-            silu_forward(a->act, a->gate, (size_t)N * F, s);
-            FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
-            mul_forward(a->prod, a->act, a->up, (size_t)N * F, s);
+            if (fault_due(model->fx, SITE_ACT, l, PASS_FWD)) {   /* the fault goes between silu and the product */
+                silu_forward(a->act, a->gate, (size_t)N * F, s);
+                FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
+                mul_forward(a->prod, a->act, a->up, (size_t)N * F, s);
+            } else {
+                swiglu_forward(a->act, a->prod, a->gate, a->up, (size_t)N * F, s);   /* the same bits, one pass */
+            }
             FAULT_FWD(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
             hidden = a->prod;
         } else {
@@ -715,10 +719,15 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             linear_backward_dx_bf16(model->dF, ddown, W(PT_WDOWN, l), N, F, d, s);
             linear_backward_dw_acc(GR(PT_WDOWN, l), ddown, a->prod, N, F, d, acc, s);
             FAULT_BWD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
-            mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F, s);
-            FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
-            FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
-            silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F, s);
+            if (fault_due(model->fx, SITE_ACT, l, PASS_BWD)) {   /* the fault goes into d(act), between the steps */
+                mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F, s);
+                FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
+                FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
+                silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F, s);
+            } else {   /* the same bits, one pass: d(up) into dF3, d(gate) into dF (over d(prod)) */
+                swiglu_backward(model->dF, model->dF3, model->dF, a->act, a->gate, a->up, (size_t)N * F, s);
+                FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
+            }
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
             exp_profile(model, PT_WGATE, l, model->dF, (size_t)N * F);
             exp_profile(model, PT_WUP, l, model->dF3, (size_t)N * F);
