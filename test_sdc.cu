@@ -442,6 +442,33 @@ static void test_rmsnorm(void) {
         printf("  %s\n", cases[ci].what);
         compare("forward out (bf16)", out, rout, n, tol_bf16(0), &w1);
         compare("forward ms (fp32)", ms, rms, rows, tol_f32(NULL, 0, 0, sum_tol), &w2);
+        {   /* the residual add fused in front (residual_rmsnorm_forward) vs residual_forward then rmsnorm_forward: bitwise */
+            float* y = h_normal(n, 0.7, -0.1, 1);
+            bf16 *dy = d_bf16(y, n), *r1 = d_bf16_poison(n), *o1 = d_bf16_poison(n), *r2 = d_bf16_poison(n), *o2 = d_bf16_poison(n);
+            float *m1 = d_f32_poison(rows), *m2 = d_f32_poison(rows);
+            residual_forward(r1, dx, dy, n, g_s);
+            rmsnorm_forward(o1, m1, r1, dw, rows, C, eps, g_s);
+            residual_rmsnorm_forward(r2, o2, m2, dx, dy, dw, rows, C, eps, g_s);
+            Written wr, wo, wm;
+            float *fr1 = dl_bf16(r1, n, NULL), *fo1 = dl_bf16(o1, n, NULL), *fm1 = dl_f32(m1, rows, NULL);
+            float *fr2 = dl_bf16(r2, n, &wr), *fo2 = dl_bf16(o2, n, &wo), *fm2 = dl_f32(m2, rows, &wm);
+            compare("residual fused: resid == residual_forward", fr2, fr1, n, tol_bitwise(0), &wr);
+            compare("residual fused: out == rmsnorm_forward(resid)", fo2, fo1, n, tol_bitwise(0), &wo);
+            compare("residual fused: ms == rmsnorm_forward's", fm2, fm1, rows, tol_bitwise(0), &wm);
+            FREE_ALL(y, fr1, fo1, fm1, fr2, fo2, fm2);
+        }
+        if (wt) {   /* accumulate_dw 0 over a poisoned dw == accumulate into zeros: bitwise (the first microbatch) */
+            float* g = h_normal(n, 1.0, 0.0, 1);
+            float* zeros = (float*)callocCheck(C, sizeof(float));
+            bf16 *dg = d_bf16(g, n), *x1 = d_bf16_poison(n), *x2 = d_bf16_poison(n);
+            float *w1p = d_f32(zeros, C), *w2p = d_f32_poison(C), *dms2 = d_f32(ms, rows);
+            rmsnorm_backward(x1, w1p, dg, dx, dw, dms2, rows, C, eps, 0, g_s);
+            rmsnorm_backward_acc(x2, w2p, dg, dx, dw, dms2, rows, C, eps, 0, 0, g_s);
+            Written wa;
+            float *a1 = dl_f32(w1p, C, NULL), *a2 = dl_f32(w2p, C, &wa);
+            compare("backward dw, accumulate_dw 0 over poison == += into zeros", a2, a1, C, tol_bitwise(0), &wa);
+            FREE_ALL(g, zeros, a1, a2);
+        }
         /* backward: both sides get the CPU's ms, so only the kernel's own arithmetic is compared */
         float* dmsin = d_f32(rms, rows);
         for (int acc = 0; acc < 2; acc++) {

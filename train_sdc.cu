@@ -550,9 +550,13 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     bf16* x = model->emb;
     if (c->embed_norm) { rmsnorm_forward(model->x0, model->emb_ms, x, W(PT_EMBED_NORM, -1), N, d, eps, s); x = model->x0; }
     const long long syncs0 = host_syncs_now();   /* -stats: none may happen inside the layer loop */
+    /* Each residual add is fused with the norm that follows it (residual_rmsnorm_forward: the same bits),
+     * but where a fault is due in the residual's output between the two (attn_residual, block_out).
+     * normed: the previous layer's fused add already wrote this layer's attn_norm (or the final norm). */
+    int normed = 0;
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
-        rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, s);
+        if (!normed) rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, s);
         FAULT_FWD(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
         linear_forward(a->q, a->attn_norm, W(PT_WQ, l), N, d, qd, s);
         FAULT_FWD(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
@@ -620,9 +624,13 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         }
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
-        residual_forward(a->resid_mid, x, a->o, (size_t)N * d, s);
-        FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
-        rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, s);
+        if (fault_due(model->fx, SITE_ATTN_RESIDUAL, l, PASS_FWD)) {
+            residual_forward(a->resid_mid, x, a->o, (size_t)N * d, s);
+            FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
+            rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, s);
+        } else {
+            residual_rmsnorm_forward(a->resid_mid, a->mlp_norm, a->mlp_ms, x, a->o, W(PT_MLP_NORM, l), N, d, eps, s);
+        }
         FAULT_FWD(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
         bf16* hidden;
         if (c->mlp == MLP_SWIGLU) {
@@ -648,12 +656,20 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         }
         linear_forward(a->down, hidden, W(PT_WDOWN, l), N, F, d, s);
         FAULT_FWD(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
-        residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d, s);
-        FAULT_FWD(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
+        normed = !fault_due(model->fx, SITE_BLOCK_OUT, l, PASS_FWD);
+        if (normed) {   /* the next norm: layer l+1's attn_norm, or the final norm */
+            const int last = l + 1 == c->n_layer;
+            residual_rmsnorm_forward(a->out, last ? model->final_norm : model->la[l + 1].attn_norm,
+                                     last ? model->final_ms : model->la[l + 1].attn_ms, a->resid_mid, a->down,
+                                     last ? W(PT_FINAL_NORM, -1) : W(PT_ATTN_NORM, l + 1), N, d, eps, s);
+        } else {
+            residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d, s);
+            FAULT_FWD(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
+        }
         x = a->out;
     }
     model->loop_syncs += host_syncs_now() - syncs0;
-    rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, s);
+    if (!normed) rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, s);
     /* the Residual Gain Guard's sums of mean squares, all layers in one launch, into the report */
     if (model->rgg_on)
         rgg_ms_sums((double*)model->rep_dev, (double*)(model->rep_dev + model->rep_bad), model->ms_table, 2 * c->n_layer + 1, N, s);

@@ -24,6 +24,8 @@
  *   shape over the chunks (lane y: chunks y, y+8, ... in order, then lanes in order), added into
  *   dw. dw runs before dx, so dx may alias dout. accumulate_dw 0 (rmsnorm_backward_acc) makes
  *   kernel 2 write dw = 0 + sum instead of adding (the first microbatch: no memset of the gradients).
+ * residual_rmsnorm_forward fuses the residual add in front (resid = bf16(a + b) stored, then the forward on
+ * it, each lane on the elements it wrote): the same bits as residual_forward then rmsnorm_forward.
  * CPU reference: rmsnorm_forward, rmsnorm_backward in llmc/cpu_kernels.h (same per-element
  * expressions; the sums there are serial, here a fixed tree, so they agree to rounding). */
 #ifndef TSDC_RMSNORM_CUH
@@ -91,6 +93,52 @@ __global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* 
         }
     }
     if (FP) fp_block_reduce(fp, fp_part);
+}
+
+/* the residual add fused in front of the norm: resid = bf16(a + b) stored, then the forward above on the
+ * stored (rounded) values, by the lane that wrote them (it reads back only its own elements) */
+__global__ static void residual_rmsnorm_forward_kernel(bf16* resid, bf16* out, float* ms, const bf16* a, const bf16* b, const bf16* w,
+                                                       int rows, int C, float eps, int L, bool vec) {
+    const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
+    const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
+    for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
+        const int row = base + lane / L;
+        const bool valid = row < rows;
+        const size_t ro = (size_t)row * C;
+        float acc = 0.0f;
+        if (valid) {
+            for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
+                const int cnt = min(8, C - c0);
+                float fa[8], fb[8];
+                load8_f32(fa, a + ro + c0, cnt, vec, 0.0f);
+                load8_f32(fb, b + ro + c0, cnt, vec, 0.0f);
+#pragma unroll
+                for (int j = 0; j < 8; j++) fa[j] = __bfloat162float(__float2bfloat16_rn(fa[j] + fb[j]));   /* AddOp, rounded */
+                store8_bf16(resid + ro + c0, fa, cnt, vec);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j < cnt) acc += fa[j] * fa[j];
+            }
+        }
+        const float m = rmsnorm_group_sum(acc, L) / C;
+        if (!valid) continue;
+        const float rstd = 1.0f / sqrtf(m + eps);
+        if (gl == 0 && ms) ms[row] = m;
+        for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
+            const int cnt = min(8, C - c0);
+            float f[8], wv[8];
+            load8_f32(f, resid + ro + c0, cnt, vec, 0.0f);
+            if (w) {
+                load8_f32(wv, w + c0, cnt, vec, 0.0f);
+#pragma unroll
+                for (int j = 0; j < 8; j++) f[j] = wv[j] * (f[j] * rstd);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) f[j] = f[j] * rstd;
+            }
+            store8_bf16(out + ro + c0, f, cnt, vec);
+        }
+    }
 }
 
 __global__ static void rmsnorm_backward_dx_kernel(bf16* dx, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
@@ -206,6 +254,19 @@ static void rmsnorm_forward(bf16* out, float* ms, const bf16* x, const bf16* w, 
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
     ew_account(n * 2 + (w ? (size_t)C * 2 : 0), n * 2 + (ms ? (size_t)rows * 4 : 0));   /* x (w) in; out, ms out */
+}
+/* resid = a + b (residual.cuh's add, rounded to bf16 and stored), then out, ms = rmsnorm_forward(resid):
+ * the same bits as residual_forward followed by rmsnorm_forward, in one pass (issue 14 item 4) */
+static void residual_rmsnorm_forward(bf16* resid, bf16* out, float* ms, const bf16* a, const bf16* b, const bf16* w, int rows, int C,
+                                     float eps, cudaStream_t stream) {
+    if (rows <= 0 || C <= 0) return;
+    bool vec = C % 8 == 0 && ptr_aligned(resid, 16) && ptr_aligned(out, 16) && ptr_aligned(a, 16) && ptr_aligned(b, 16) &&
+               (!w || ptr_aligned(w, 16));
+    const int L = rmsnorm_lanes(C);
+    residual_rmsnorm_forward_kernel<<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(resid, out, ms, a, b, w, rows, C, eps, L, vec);
+    cudaCheck(cudaGetLastError());
+    const size_t n = (size_t)rows * C;
+    ew_account(n * 4 + (w ? (size_t)C * 2 : 0), n * 4 + (ms ? (size_t)rows * 4 : 0));   /* a, b (w) in; resid, out, ms out */
 }
 /* rmsnorm_forward with the Q/K fingerprint of its output (out, ms NULL: fingerprint only), left as block
  * partials in part (FP_PART_U64 words, fingerprint.cuh); returns the block count (0: nothing to do),
