@@ -442,6 +442,33 @@ static void test_rmsnorm(void) {
         printf("  %s\n", cases[ci].what);
         compare("forward out (bf16)", out, rout, n, tol_bf16(0), &w1);
         compare("forward ms (fp32)", ms, rms, rows, tol_f32(NULL, 0, 0, sum_tol), &w2);
+        {   /* the residual add fused in front (residual_rmsnorm_forward) vs residual_forward then rmsnorm_forward: bitwise */
+            float* y = h_normal(n, 0.7, -0.1, 1);
+            bf16 *dy = d_bf16(y, n), *r1 = d_bf16_poison(n), *o1 = d_bf16_poison(n), *r2 = d_bf16_poison(n), *o2 = d_bf16_poison(n);
+            float *m1 = d_f32_poison(rows), *m2 = d_f32_poison(rows);
+            residual_forward(r1, dx, dy, n, g_s);
+            rmsnorm_forward(o1, m1, r1, dw, rows, C, eps, g_s);
+            residual_rmsnorm_forward(r2, o2, m2, dx, dy, dw, rows, C, eps, g_s);
+            Written wr, wo, wm;
+            float *fr1 = dl_bf16(r1, n, NULL), *fo1 = dl_bf16(o1, n, NULL), *fm1 = dl_f32(m1, rows, NULL);
+            float *fr2 = dl_bf16(r2, n, &wr), *fo2 = dl_bf16(o2, n, &wo), *fm2 = dl_f32(m2, rows, &wm);
+            compare("residual fused: resid == residual_forward", fr2, fr1, n, tol_bitwise(0), &wr);
+            compare("residual fused: out == rmsnorm_forward(resid)", fo2, fo1, n, tol_bitwise(0), &wo);
+            compare("residual fused: ms == rmsnorm_forward's", fm2, fm1, rows, tol_bitwise(0), &wm);
+            FREE_ALL(y, fr1, fo1, fm1, fr2, fo2, fm2);
+        }
+        if (wt) {   /* accumulate_dw 0 over a poisoned dw == accumulate into zeros: bitwise (the first microbatch) */
+            float* g = h_normal(n, 1.0, 0.0, 1);
+            float* zeros = (float*)callocCheck(C, sizeof(float));
+            bf16 *dg = d_bf16(g, n), *x1 = d_bf16_poison(n), *x2 = d_bf16_poison(n);
+            float *w1p = d_f32(zeros, C), *w2p = d_f32_poison(C), *dms2 = d_f32(ms, rows);
+            rmsnorm_backward(x1, w1p, dg, dx, dw, dms2, rows, C, eps, 0, g_s);
+            rmsnorm_backward_acc(x2, w2p, dg, dx, dw, dms2, rows, C, eps, 0, 0, g_s);
+            Written wa;
+            float *a1 = dl_f32(w1p, C, NULL), *a2 = dl_f32(w2p, C, &wa);
+            compare("backward dw, accumulate_dw 0 over poison == += into zeros", a2, a1, C, tol_bitwise(0), &wa);
+            FREE_ALL(g, zeros, a1, a2);
+        }
         /* backward: both sides get the CPU's ms, so only the kernel's own arithmetic is compared */
         float* dmsin = d_f32(rms, rows);
         for (int acc = 0; acc < 2; acc++) {
@@ -970,7 +997,7 @@ static void test_flash_attention(void) {
 }
 
 static void test_elementwise(void) {
-    printf("element-wise (llmc/mlp.cuh, llmc/residual.cuh) vs silu/mul/relu2/residual\n");
+    printf("element-wise (llmc/mlp.cuh, llmc/residual.cuh) vs silu/mul/relu2/residual; fused SwiGLU vs the split kernels\n");
     for (int pass = 0; pass < 2; pass++) {
         /* pass 0: n = 100003 aligned (vector path + tail); pass 1: pointers one element in (scalar) */
         size_t n = pass ? 4099 : 100003, off = pass;
@@ -1046,6 +1073,29 @@ static void test_elementwise(void) {
         residual_forward(ref, a, b, n);
         compare("residual forward", y, ref, n, tol_bitwise(1), &w);
         free(y);
+        /* fused SwiGLU (gate a, up b, d(prod) g) against the split kernels above on the device: bitwise; the
+         * backward in place over d(prod), as the trainer runs it */
+        {
+            bf16 *act = d_bf16_poison(n + off) + off, *prod = d_bf16_poison(n + off) + off, *act2 = d_bf16_poison(n + off) + off,
+                 *prod2 = d_bf16_poison(n + off) + off;
+            silu_forward(act, da, n, g_s);
+            mul_forward(prod, act, db, n, g_s);
+            swiglu_forward(act2, prod2, da, db, n, g_s);
+            Written w2;
+            float *s1 = dl_bf16(act, n, NULL), *s2 = dl_bf16(prod, n, NULL), *f1 = dl_bf16(act2, n, &w), *f2 = dl_bf16(prod2, n, &w2);
+            compare("swiglu forward act == silu_forward", f1, s1, n, tol_bitwise(0), &w);
+            compare("swiglu forward prod == mul_forward(act, up)", f2, s2, n, tol_bitwise(0), &w2);
+            bf16 *dact = d_bf16_poison(n + off) + off, *dup = d_bf16_poison(n + off) + off, *dgate = d_bf16_poison(n + off) + off,
+                 *dup2 = d_bf16_poison(n + off) + off, *dgp = d_bf16_poison(n + off) + off;
+            mul_backward(dact, dup, dg, act, db, n, g_s);
+            silu_backward(dgate, dact, da, n, g_s);
+            cudaCheck(cudaMemcpy(dgp, dg, n * sizeof(bf16), cudaMemcpyDeviceToDevice));
+            swiglu_backward(dgp, dup2, dgp, act, da, db, n, g_s);
+            float *r1 = dl_bf16(dgate, n, NULL), *r2 = dl_bf16(dup, n, NULL), *b1 = dl_bf16(dgp, n, &w), *b2 = dl_bf16(dup2, n, &w2);
+            compare("swiglu backward d(gate) (in place) == mul + silu backward", b1, r1, n, tol_bitwise(0), &w);
+            compare("swiglu backward d(up) == mul_backward", b2, r2, n, tol_bitwise(0), &w2);
+            FREE_ALL(s1, s2, f1, f2, r1, r2, b1, b2);
+        }
         FREE_ALL(a, b, g, a2, b2, g2, ref, ref2, mag);
         dfree_all();
     }
@@ -1185,6 +1235,70 @@ static void test_global_norm(void) {
         free(g);
         dfree_all();
     }
+}
+
+/* ------------------------------------------------------------ one optimizer pass (multi_tensor.cuh) */
+/* adamw_multi_tensor over a layout of tensors with odd sizes and offsets (chunks on the float4 and the
+ * scalar paths, tensors shorter than a chunk, an empty one, decay on some) against one adamw_update per
+ * tensor with the same scalars: bitwise, every element written; mt_grad_sumsq per tensor (with an
+ * unscale of 2^-15) against sumsq_det of the CPU's scaled values (rel err <= (n + 1024) 2^-53), two calls
+ * bitwise equal */
+static void test_multi_tensor(void) {
+    printf("one optimizer pass (llmc/multi_tensor.cuh) vs one adamw_update per tensor (bitwise) and sumsq_det per tensor\n");
+    const size_t numel[] = {5, MT_CHUNK + 3, 0, 3 * MT_CHUNK, 1, 2 * MT_CHUNK - 1, 4096, 77};
+    const int decay_of[] = {1, 0, 1, 1, 0, 1, 0, 1};
+    const int n = (int)(sizeof(numel) / sizeof(numel[0]));
+    size_t off[8], P = 0;
+    for (int i = 0; i < n; i++) { off[i] = P; P += numel[i]; }
+    MtTable t;
+    mt_table_build(&t, n, off, numel, decay_of);
+    float* p = h_normal(P, 0.02, 0.0, 0);
+    float* g = h_normal(P, 3e2, 0.0, 0);
+    float* m = h_normal(P, 1e-4, 0.0, 0);
+    float* v = h_normal(P, 1e-3, 0.0, 0);
+    for (size_t i = 0; i < P; i++) v[i] = v[i] * v[i];
+    AdamWParams h;
+    h.grad_scale = 0.7f; h.b1 = 0.9f; h.b2 = 0.95f; h.eps = 1e-8f; h.step_size = 1e-3f; h.bc2_sqrt = 0.3f; h.decay = 1.0f;
+    h.unscale = ldexpf(1.0f, -15);
+    const float decay = 0.9999f;
+    float *dp = d_f32(p, P), *dg = d_f32(g, P), *dm = d_f32(m, P), *dv = d_f32(v, P);
+    bf16* dpb = d_bf16_poison(P);
+    adamw_multi_tensor(dp, dpb, dg, dm, dv, &t, h, decay, P, g_s);
+    Written wp, wm, wv, wb;
+    float *ap = dl_f32(dp, P, &wp), *am = dl_f32(dm, P, &wm), *av = dl_f32(dv, P, &wv), *ab = dl_bf16(dpb, P, &wb);
+    /* the reference: the CPU's scale_grads (g * 2^-15 stored), then one adamw_update per tensor */
+    float* gs = h_alloc(P);
+    for (size_t i = 0; i < P; i++) gs[i] = g[i] * h.unscale;
+    float *rp = d_f32(p, P), *rg = d_f32(gs, P), *rm = d_f32(m, P), *rv = d_f32(v, P);
+    bf16* rpb = d_bf16_poison(P);
+    for (int i = 0; i < n; i++)
+        adamw_update(rp + off[i], rpb + off[i], rg + off[i], rm + off[i], rv + off[i], numel[i], h.grad_scale, decay_of[i] ? decay : 1.0f,
+                     h.b1, h.b2, h.eps, h.step_size, h.bc2_sqrt, g_s);
+    float *bp = dl_f32(rp, P, NULL), *bm = dl_f32(rm, P, NULL), *bv = dl_f32(rv, P, NULL), *bb = dl_bf16(rpb, P, NULL);
+    compare("p (fp32) vs per-tensor adamw_update", ap, bp, P, tol_bitwise(0), &wp);
+    compare("m (fp32) vs per-tensor adamw_update", am, bm, P, tol_bitwise(0), &wm);
+    compare("v (fp32) vs per-tensor adamw_update", av, bv, P, tol_bitwise(0), &wv);
+    compare("p_bf16 vs per-tensor adamw_update", ab, bb, P, tol_bitwise(0), &wb);
+    double* ss = (double*)dalloc_raw(n, 8);
+    double* part = (double*)dalloc_raw(t.n_chunks, 8);
+    double h1[8], h2[8];
+    mt_grad_sumsq(ss, part, dg, h.unscale, &t, g_s);
+    cudaCheck(cudaMemcpy(h1, ss, sizeof(double) * n, cudaMemcpyDeviceToHost));
+    mt_grad_sumsq(ss, part, dg, h.unscale, &t, g_s);
+    cudaCheck(cudaMemcpy(h2, ss, sizeof(double) * n, cudaMemcpyDeviceToHost));
+    double worst = 0;
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        double r = sumsq_det(gs + off[i], numel[i]), e = r > 0 ? fabs(h1[i] - r) / r : fabs(h1[i]);
+        if (e > (numel[i] + 1024) * ldexp(1.0, -53)) bad++;
+        if (e > worst) worst = e;
+    }
+    check(bad == 0 && memcmp(h1, h2, sizeof(double) * n) == 0, "    per-tensor sums of squares of grad x 2^-15 (%d tensors, %d chunks): "
+          "worst rel err %.2e vs sumsq_det, %d over (n + 1024) 2^-53; two calls bitwise %s", n, t.n_chunks, worst, bad,
+          memcmp(h1, h2, sizeof(double) * n) == 0 ? "equal" : "DIFFERENT");
+    mt_table_free(&t);
+    FREE_ALL(p, g, m, v, ap, am, av, ab, gs, bp, bm, bv, bb);
+    dfree_all();
 }
 
 /* ------------------------------------------------------------------- Q/K fingerprints (fingerprint.cuh) */
@@ -1371,9 +1485,11 @@ static void test_argmax(void) {
 }
 
 /* ------------------------------------------------------------- unscale and found_inf (train_sdc.cu) */
-/* model_unscale_check (exponent scaling's grads *= 2^-k, then the non-finite test that skips the update):
- * the unscaled gradients bitwise the CPU trainer's scale_grads, and found_inf raised by one NaN, one +inf,
- * one -inf anywhere in the gradients (first, middle, last element), never by clean or huge finite ones */
+/* model_unscale_check (exponent scaling's grads *= 2^-k, folded into the norms and AdamW, then the
+ * non-finite test that skips the update): the stored gradients are left as they are; the norm and the
+ * AdamW step taken with the fold are bitwise those from the gradients unscaled by the CPU trainer's
+ * scale_grads (uploaded, no fold); found_inf raised by one NaN, one +inf, one -inf anywhere in the
+ * gradients (first, middle, last element), never by clean or huge finite ones */
 static size_t bits_differ(const float* a, const float* b, size_t n);
 static void test_unscale(void) {
     Config c = *preset_find("tiny-llama");
@@ -1384,16 +1500,38 @@ static void test_unscale(void) {
     cpu::model_build(cm, &c, 2, 32, 1);
     const size_t P = gm->L.total;
     printf("model_unscale_check (train_sdc.cu) vs the CPU trainer's, %s, %zu gradients\n", "tiny-llama", P);
+    model_init_weights(gm, 11);
+    const float *hp, *hm, *hv;
+    model_host_state(gm, &hp, &hm, &hv);
+    float *p0 = h_copy(hp, P), *m0 = h_copy(hm, P), *v0 = h_copy(hv, P);
     float* g = h_normal(P, 3e4, 0.0, 0);
     g[P / 3] = 3.0e38f;                        /* huge but finite: not found_inf */
+    for (size_t i = 0; i < P; i += 97) g[i] = ldexpf(g[i], -130);   /* x 2^-15 lands below the normal range */
     const float s = ldexpf(1.0f, -15);
-    cudaCheck(cudaMemcpy(gm->grads, g, P * 4, cudaMemcpyHostToDevice));
     memcpy(cm->grads, g, P * 4);
-    int fg = model_unscale_check(gm, s), fc = cpu::model_unscale_check(cm, s);
-    float* got = dl_f32(gm->grads, P, NULL);
-    size_t differ = bits_differ(got, cm->grads, P);
-    check(fg == 0 && fc == 0 && differ == 0, "    finite gradients x 2^-15: found_inf gpu %d cpu %d (want 0), %zu unscaled values differ bitwise", fg, fc, differ);
-    free(got);
+    int fc = cpu::model_unscale_check(cm, s);  /* cm->grads: the CPU's unscaled gradients */
+    AdamW opt = {1e-3, 0.9, 0.95, 1e-8, 0.1};
+    /* (a) the fold: g uploaded, unscale_check(s), update */
+    model_zero_grads(gm);
+    cudaCheck(cudaMemcpy(gm->grads, g, P * 4, cudaMemcpyHostToDevice));
+    int fg = model_unscale_check(gm, s);
+    double na = model_grad_norm(gm);
+    double ua = model_update(gm, &opt, 1, 1.0);
+    float *ga = dl_f32(gm->grads, P, NULL), *pa = dl_f32(gm->params, P, NULL), *ma = dl_f32(gm->m, P, NULL), *va = dl_f32(gm->v, P, NULL);
+    /* (b) the CPU's unscaled gradients uploaded, no fold */
+    model_load_state(gm, p0, m0, v0);
+    model_zero_grads(gm);
+    cudaCheck(cudaMemcpy(gm->grads, cm->grads, P * 4, cudaMemcpyHostToDevice));
+    int fb = model_unscale_check(gm, 1.0f);
+    double nb = model_grad_norm(gm);
+    double ub = model_update(gm, &opt, 1, 1.0);
+    float *pb = dl_f32(gm->params, P, NULL), *mb = dl_f32(gm->m, P, NULL), *vb = dl_f32(gm->v, P, NULL);
+    size_t differ = bits_differ(pa, pb, P) + bits_differ(ma, mb, P) + bits_differ(va, vb, P), touched = bits_differ(ga, g, P);
+    check(fg == 0 && fb == 0 && fc == 0 && differ == 0 && touched == 0 && memcmp(&na, &nb, 8) == 0 && memcmp(&ua, &ub, 8) == 0,
+          "    finite gradients x 2^-15 (some below the normal range): found_inf gpu %d/%d cpu %d (want 0); folded vs the CPU's "
+          "unscaled gradients: norm %.17g vs %.17g, %zu parameter/m/v values differ bitwise, %zu stored gradients changed (want 0)",
+          fg, fb, fc, na, nb, differ, touched);
+    FREE_ALL(ga, pa, ma, va, pb, mb, vb, p0, m0, v0);
     const size_t where[3] = {0, P / 2, P - 1};
     const float bads[3] = {NAN, INFINITY, -INFINITY};
     for (int w = 0; w < 3; w++)
@@ -2406,7 +2544,7 @@ int main(int argc, char** argv) {
         {"attention", test_attention}, {"attention_split", test_attention_split}, {"flash", test_flash_attention},
         {"attcheck", test_attcheck},
         {"elementwise", test_elementwise}, {"classifier", test_classifier},
-        {"adamw", test_adamw}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"matmul", test_matmul},
+        {"adamw", test_adamw}, {"multi_tensor", test_multi_tensor}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"matmul", test_matmul},
         {"matmul_cache", test_matmul_cache}, {"fault_flip", test_fault_flip}, {"argmax", test_argmax}, {"unscale", test_unscale},
         {"attention_chunked", test_attention_chunked}};
     if (want("init", NULL)) test_init();

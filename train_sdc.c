@@ -45,6 +45,7 @@
 #include "llmc/rope.h"
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
+#include "llmc/stats.h"
 
 /* ------------------------------------------------------------------------------------- model */
 typedef struct {
@@ -634,6 +635,10 @@ static void model_set_threads(int n) {
 
 static void model_set_fault(Model* model, FaultCtx* fx) { model->fx = fx; }
 static void model_set_protect_qk(Model* model, int on) { model->protect_qk = on; }
+/* the mean squares the Residual Gain Guard reads are kept by every forward: nothing to switch on here */
+static void model_set_rgg(Model* model, int on) { (void)model; (void)on; }
+/* no device: no counts (-stats logs nothing) */
+static int model_device_stats(Model* model, DeviceStats* st) { (void)model; DEVICE_STATS_UNKNOWN(st); return 0; }
 static void model_set_checks(Model* model, int abft, int att) { model->check_abft = abft; model->check_att = att; }
 /* alarms of one kind (CHECK_QK, CHECK_ABFT, CHECK_ATT) in the last forward, and the first layer that had one */
 static int model_check_alarms(Model* model, int kind, int* first_layer) { *first_layer = model->first_layer[kind]; return model->alarms[kind]; }

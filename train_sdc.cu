@@ -50,12 +50,27 @@
 #include "llmc/classifier.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/global_norm.cuh"
+#include "llmc/multi_tensor.cuh"
 #include "llmc/fault.cuh"
 #include "llmc/fingerprint.cuh"
 #include "llmc/attcheck.cuh"
 #include "llmc/init.cuh"
 #include "llmc/checksum.cuh"
+#include "llmc/rgg.cuh"
 #include "llmc/rgg.h"
+#include "llmc/stats.h"
+#ifdef __CUDA_EMU__
+#include "cuda_emu.h"   /* the emulation's counters (-stats) */
+#endif
+
+/* host synchronisations so far (the emulation counts them; a GPU build cannot, and reports -1) */
+static long long host_syncs_now(void) {
+#ifdef __CUDA_EMU__
+    return (long long)emu_counters()->host_syncs;
+#else
+    return -1;
+#endif
+}
 
 /* ------------------------------------------------------------------------------------- model */
 typedef struct {                         /* all bf16 but the mean squares and lse (fp32); site names as on the CPU */
@@ -86,7 +101,7 @@ typedef struct {
     LayerActs* la;
     bf16* final_norm; float* final_ms;
     bf16* logits;                        /* [N, V]; dlogits in place in the backward */
-    float *lse, *losses;                 /* [N] */
+    float *lse, *losses;                 /* [N]; losses lives in the report (rep_dev) */
     int *inputs, *targets;               /* [N] device */
     /* backward scratch */
     bf16 *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt, *dF, *dF2, *dF3;
@@ -109,15 +124,34 @@ typedef struct {
     int protect_qk;                      /* Q/K path recomputation on */
     int check_abft, check_att;           /* attention checks on (llmc/attcheck.cuh) */
     int alarms[CHECK_KINDS], first_layer[CHECK_KINDS];   /* since model_qk_reset, by kind (CHECK_QK/ABFT/ATT) */
-    int* chk_dev;                        /* attention checks: counts [n_layer][ATTC_NCHECK], then flags
-                                            [n_layer][ATTC_NCHECK][B*H] (device, zeroed per forward), NULL until used */
-    int* chk_host;                       /* pinned host copy of the counts */
+    int* chk_dev;                        /* attention checks: flags [n_layer][ATTC_NCHECK][B*H] (device, zeroed per
+                                            forward; the counts are in the report), NULL until used */
     double* chk_scratch;                 /* attcheck_scratch_doubles(B, H, T) (device) */
     size_t* upd_seg_end;                 /* model_update_norm: end offset and decay flag per tensor (device), */
     int* upd_seg_decay;                  /*   NULL until used */
     uint32_t* exp_hist;                  /* exponent profiling [L.n][256] (host), NULL = off */
     int exp_samples;
     Rng exp_rng;
+    /* The report: what the host reads after a forward, in one pinned asynchronous copy per microbatch
+     * (issue 14 item 2), laid out as: rgg_ss, rgg_bad double [2L+1] (llmc/rgg.cuh; vector 2l = layer l's
+     * attn_ms, 2l+1 its mlp_ms, 2L the final norm's), qk int [L] (1: the layer's Q/K fingerprints
+     * differ), attc int [L][ATTC_NCHECK] (the attention checks' failed heads), losses float [B*T]. Byte
+     * offsets rep_*; the copy covers everything up to the losses, and the losses when there are targets. */
+    char *rep_dev, *rep_host;
+    size_t rep_bad, rep_qk, rep_attc, rep_loss;
+    const float** ms_table;              /* device [2L+1]: the mean-square vectors in the report's order */
+    unsigned long long* fp_part;         /* device [4][FP_PART_U64]: partials of the forward's Q, K fingerprints and
+                                            of their recomputation's (fingerprint.cuh) */
+    /* the optimizer pass (llmc/multi_tensor.cuh): the tensors' chunk table, the per-tensor sums of squares
+     * of the gradients (device, and a pinned host copy) and their scratch */
+    MtTable mt;
+    double *ss_dev, *ss_host, *mt_part;
+    double norm2;                        /* the global sum of squares (host: the tensors' sums in order) */
+    int norms_valid;                     /* ss_host / norm2 hold the current gradients' (x unscale) */
+    float unscale;                       /* exponent scaling's 2^-k, folded into the norms and AdamW (1: none) */
+    int grads_fresh;                     /* the next backward overwrites the gradients (beta 0) instead of adding */
+    long long loop_syncs;                /* host synchronisations inside the forward's and backward's layer loops */
+    int rgg_on;                          /* model_set_rgg */
 } Model;
 
 static int tensor_index(const Model* m, int type, int layer) { return m->tidx[(layer < 0 ? m->c.n_layer : layer) * PT_COUNT + type]; }
@@ -211,6 +245,26 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     cudaCheck(cudaMemset(model->grads, 0, P * sizeof(float)));
     cudaCheck(cudaMemset(model->m, 0, P * sizeof(float)));
     cudaCheck(cudaMemset(model->v, 0, P * sizeof(float)));
+    {   /* the chunk table of the optimizer pass: every tensor, in layout order (contiguous) */
+        const int n = model->L.n;
+        size_t *off = (size_t*)mallocCheck(sizeof(size_t) * n), *numel = (size_t*)mallocCheck(sizeof(size_t) * n);
+        int* dk = (int*)mallocCheck(sizeof(int) * n);
+        size_t end = 0;
+        for (int i = 0; i < n; i++) {
+            const TensorInfo* ti = &model->L.t[i];
+            if (ti->offset != end) tsdc_fail("internal: the optimizer pass needs the tensors contiguous in layout order");
+            off[i] = ti->offset; numel[i] = ti->numel; dk[i] = ti->decay;
+            end += ti->numel;
+        }
+        if (end != P) tsdc_fail("internal: the tensors cover %zu of %zu parameters", end, P);
+        mt_table_build(&model->mt, n, off, numel, dk);
+        free(off); free(numel); free(dk);
+        cudaCheck(cudaMalloc(&model->ss_dev, sizeof(double) * n));
+        cudaCheck(cudaMallocHost(&model->ss_host, sizeof(double) * n));
+        cudaCheck(cudaMalloc(&model->mt_part, sizeof(double) * (model->mt.n_chunks > 0 ? model->mt.n_chunks : 1)));
+        model->unscale = 1.0f;
+        model->grads_fresh = 0;          /* the memset above zeroed them: adding is right too */
+    }
     model->h_params = (float*)mallocCheck(P * sizeof(float));
     model->h_m = (float*)mallocCheck(P * sizeof(float));
     model->h_v = (float*)mallocCheck(P * sizeof(float));
@@ -259,7 +313,7 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
             CARVE_BF(a->down, N * d); CARVE_BF(a->out, N * d);
         }
         CARVE_BF(model->final_norm, N * d); CARVE_F(model->final_ms, N);
-        CARVE_BF(model->logits, N * V); CARVE_F(model->lse, N); CARVE_F(model->losses, N);
+        CARVE_BF(model->logits, N * V); CARVE_F(model->lse, N);
         CARVE_I(model->inputs, N); CARVE_I(model->targets, N); CARVE_I(model->argmax, N);
         CARVE_BF(model->dres, N * d); CARVE_BF(model->dbuf, N * d);
         CARVE_BF(model->dq, N * qd); CARVE_BF(model->dq2, N * qd); CARVE_BF(model->datt, N * qd);
@@ -279,7 +333,29 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     }
     model->act_bytes = bytes;
     cudaCheck(cudaMemset(model->act_mem, 0, bytes));
-    model->h_losses = (float*)mallocCheck(sizeof(float) * N);
+    /* the report (see Model) and what fills it */
+    {
+        const size_t nv = 2 * (size_t)c->n_layer + 1;
+        model->rep_bad = nv * sizeof(double);
+        model->rep_qk = 2 * nv * sizeof(double);
+        model->rep_attc = model->rep_qk + (size_t)c->n_layer * sizeof(int);
+        model->rep_loss = (model->rep_attc + (size_t)c->n_layer * ATTC_NCHECK * sizeof(int) + 15) / 16 * 16;
+        const size_t rb = model->rep_loss + N * sizeof(float);
+        cudaCheck(cudaMalloc(&model->rep_dev, rb));
+        cudaCheck(cudaMemset(model->rep_dev, 0, rb));
+        cudaCheck(cudaMallocHost(&model->rep_host, rb));
+        memset(model->rep_host, 0, rb);
+        model->losses = (float*)(model->rep_dev + model->rep_loss);
+        const float** tab = (const float**)mallocCheck(nv * sizeof(float*));
+        for (int l = 0; l < c->n_layer; l++) { tab[2 * l] = model->la[l].attn_ms; tab[2 * l + 1] = model->la[l].mlp_ms; }
+        tab[nv - 1] = model->final_ms;
+        cudaCheck(cudaMalloc(&model->ms_table, nv * sizeof(float*)));
+        cudaCheck(cudaMemcpy(model->ms_table, tab, nv * sizeof(float*), cudaMemcpyHostToDevice));
+        free(tab);
+        cudaCheck(cudaMalloc(&model->fp_part, 4 * FP_PART_U64 * sizeof(unsigned long long)));
+        cudaCheck(cudaMemset(model->fp_part, 0, 4 * FP_PART_U64 * sizeof(unsigned long long)));
+    }
+    model->h_losses = (float*)(model->rep_host + model->rep_loss);
     model->h_targets = (int*)mallocCheck(sizeof(int) * N);
     model->h_row = (bf16*)mallocCheck(sizeof(bf16) * V);
     matmul_init();
@@ -293,12 +369,15 @@ static void model_free(Model* model) {
     if (model->att_scratch) cudaCheck(cudaFree(model->att_scratch));
     if (model->att_out_clean) cudaCheck(cudaFree(model->att_out_clean));
     if (model->chk_dev) cudaCheck(cudaFree(model->chk_dev));
-    if (model->chk_host) cudaCheck(cudaFreeHost(model->chk_host));
+    cudaCheck(cudaFree(model->rep_dev)); cudaCheck(cudaFreeHost(model->rep_host));
+    cudaCheck(cudaFree(model->ms_table)); cudaCheck(cudaFree(model->fp_part));
     if (model->chk_scratch) cudaCheck(cudaFree(model->chk_scratch));
+    mt_table_free(&model->mt);
+    cudaCheck(cudaFree(model->ss_dev)); cudaCheck(cudaFreeHost(model->ss_host)); cudaCheck(cudaFree(model->mt_part));
     if (model->upd_seg_end) cudaCheck(cudaFree(model->upd_seg_end));
     if (model->upd_seg_decay) cudaCheck(cudaFree(model->upd_seg_decay));
     cudaCheck(cudaStreamDestroy(model->stream));
-    free(model->h_params); free(model->h_m); free(model->h_v); free(model->h_losses); free(model->h_targets); free(model->h_row);
+    free(model->h_params); free(model->h_m); free(model->h_v); free(model->h_targets); free(model->h_row);
     free(model->la); free(model->tidx); free(model->exp_hist);
     matmul_free();
 }
@@ -352,9 +431,12 @@ static void model_set_tokens(Model* model, const int* inputs, const int* targets
  * forward; the recomputation runs the projections (and Qwen3's QK norm) into backward scratch and then
  * the same final kernel in fingerprint-only mode, so the recomputed Q and K are never written out.
  * When a fault was injected into the final tensor after its kernel, the forward's fingerprint is taken
- * from the stored tensor instead (the fault stands for an error inside that kernel). */
+ * from the stored tensor instead (the fault stands for an error inside that kernel).
+ * Nothing goes to the host here: the fingerprints stay as block partials in model->fp_part (slots 0, 1:
+ * the forward's Q, K; 2, 3: the recomputation's, bq..brk their block counts) and fp_compare writes the
+ * layer's flag into the report, which the host reads after the forward (model_forward_step). */
 static void gpu_alarm(Model* model, int kind, int l, int n);
-static void qk_recompute_check(Model* model, int l, int B, int T, Fingerprint fq, Fingerprint fk) {
+static void qk_recompute_check(Model* model, int l, int B, int T, int bq, int bk) {
     const Config* c = &model->c;
     cudaStream_t s = model->stream;
     LayerActs* a = &model->la[l];
@@ -369,17 +451,18 @@ static void qk_recompute_check(Model* model, int l, int B, int T, Fingerprint fq
         rmsnorm_forward(k2, ms, k1, W(PT_KNORM, l), N * KV, hd, eps, s);
         t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
     }
-    Fingerprint rq, rk;
+    unsigned long long *pq = model->fp_part, *pk = pq + FP_PART_U64, *prq = pk + FP_PART_U64, *prk = prq + FP_PART_U64;
+    int brq, brk;
     if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
         rope_forward(q2, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
         rope_forward(k2, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
-        rq = rmsnorm_forward_fp(NULL, NULL, q2, NULL, N * H, hd, eps, s);
-        rk = rmsnorm_forward_fp(NULL, NULL, k2, NULL, N * KV, hd, eps, s);
+        brq = rmsnorm_forward_fp(NULL, NULL, q2, NULL, N * H, hd, eps, prq, s);
+        brk = rmsnorm_forward_fp(NULL, NULL, k2, NULL, N * KV, hd, eps, prk, s);
     } else {
-        rq = rope_forward_fp(NULL, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-        rk = rope_forward_fp(NULL, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        brq = rope_forward_fp(NULL, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, prq, s);
+        brk = rope_forward_fp(NULL, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, prk, s);
     }
-    if (!fp_equal(fq, rq) || !fp_equal(fk, rk)) gpu_alarm(model, CHECK_QK, l, 1);
+    fp_compare((int*)(model->rep_dev + model->rep_qk) + l, pq, bq, pk, bk, prq, brq, prk, brk, s);
 }
 
 /* n alarms of a kind (CHECK_QK / CHECK_ABFT / CHECK_ATT) raised at layer l; the first layer since
@@ -396,8 +479,9 @@ static void gpu_alarm(Model* model, int kind, int l, int n) {
  * the att_out injection point, and read the tensors as the CPU's checks do after their injection points
  * (logits with an att_logits fault in; probs after the recompute of the rows a logits fault hit and with
  * an att_probs fault in; out after everything). Failed heads are counted on the device per layer and
- * check; the counts come back once per forward (pinned copy, no extra synchronisation). Buffers sized
- * for the model's B and T, allocated on first use, outside the activations (not in the trace snapshot). */
+ * check, into the report; the counts come back with it once per forward (no extra synchronisation).
+ * Buffers sized for the model's B and T, allocated on first use, outside the activations (not in the
+ * trace snapshot). */
 static void attcheck_buffers(Model* model) {
     if (model->chk_dev) return;
     const int L = model->c.n_layer;
@@ -406,16 +490,15 @@ static void attcheck_buffers(Model* model) {
     cudaError_t e = cudaMalloc(&model->chk_scratch, nd * sizeof(double));
     if (e != cudaSuccess)
         tsdc_fail("cannot allocate %.3f GiB for the attention checks: %s", nd * 8 / 1073741824.0, cudaGetErrorString(e));
-    cudaCheck(cudaMalloc(&model->chk_dev, sizeof(int) * (size_t)L * ATTC_NCHECK * (1 + nbh)));
-    cudaCheck(cudaMallocHost(&model->chk_host, sizeof(int) * (size_t)L * ATTC_NCHECK));
+    cudaCheck(cudaMalloc(&model->chk_dev, sizeof(int) * (size_t)L * ATTC_NCHECK * nbh));
 }
 static size_t attcheck_dev_ints(const Model* model) {
-    return (size_t)model->c.n_layer * ATTC_NCHECK * (1 + (size_t)model->B * model->c.n_head);
+    return (size_t)model->c.n_layer * ATTC_NCHECK * ((size_t)model->B * model->c.n_head);
 }
 /* after the forward's final synchronisation: the layers' counts into the alarms (layer order) */
 static void attcheck_collect(Model* model) {
     for (int l = 0; l < model->c.n_layer; l++) {
-        const int* n = model->chk_host + (size_t)l * ATTC_NCHECK;
+        const int* n = (const int*)(model->rep_host + model->rep_attc) + (size_t)l * ATTC_NCHECK;
         gpu_alarm(model, CHECK_ABFT, l, n[ATTC_ABFT_LOGITS] + n[ATTC_ABFT_AV]);
         gpu_alarm(model, CHECK_ATT, l, n[ATTC_ATT_LOGITS] + n[ATTC_ATT_PROBS]);
     }
@@ -452,19 +535,28 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     int qd = H * hd, kd = KV * hd, F = c->ffn_dim, V = c->vocab_size;
     float eps = (float)c->norm_eps;
     const int checks = model->check_abft || model->check_att;
+    if (B * T > model->B * model->T) tsdc_fail("model_forward_step: B %d x T %d exceed the model's %d x %d tokens", B, T, model->B, model->T);
     if (checks) {
         if (B > model->B || T > model->T) tsdc_fail("model_forward_step: B %d T %d exceed the model's %d %d", B, T, model->B, model->T);
         attcheck_buffers(model);
         cudaCheck(cudaMemsetAsync(model->chk_dev, 0, sizeof(int) * attcheck_dev_ints(model), s));
     }
+    /* the report's flags and counts start from zero (a layer without a check leaves its zeros) */
+    if (checks || model->protect_qk)
+        cudaCheck(cudaMemsetAsync(model->rep_dev + model->rep_qk, 0, model->rep_loss - model->rep_qk, s));
 
     model->last_B = B; model->last_T = T;
     embedding_forward(model->emb, model->inputs, W(PT_WTE, -1), N, d, s);
     bf16* x = model->emb;
     if (c->embed_norm) { rmsnorm_forward(model->x0, model->emb_ms, x, W(PT_EMBED_NORM, -1), N, d, eps, s); x = model->x0; }
+    const long long syncs0 = host_syncs_now();   /* -stats: none may happen inside the layer loop */
+    /* Each residual add is fused with the norm that follows it (residual_rmsnorm_forward: the same bits),
+     * but where a fault is due in the residual's output between the two (attn_residual, block_out).
+     * normed: the previous layer's fused add already wrote this layer's attn_norm (or the final norm). */
+    int normed = 0;
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
-        rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, s);
+        if (!normed) rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, s);
         FAULT_FWD(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
         linear_forward(a->q, a->attn_norm, W(PT_WQ, l), N, d, qd, s);
         FAULT_FWD(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
@@ -481,37 +573,39 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             qc = a->qn; kc = a->kn;
         }
         /* the kernel producing the Q and K attention consumes also fingerprints them (protect qk) */
+        /* (fingerprints: block partials in fp_part slots 0 and 1, bq / bk blocks; compared on the device) */
         int fused_q = model->protect_qk && c->qk_norm != QKNORM_PLAIN_POST_ROPE;
-        Fingerprint fq = {0, 0}, fk = {0, 0};
-        if (fused_q) fq = rope_forward_fp(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        unsigned long long *pq = model->fp_part, *pk = model->fp_part + FP_PART_U64;
+        int bq = 0, bk = 0;
+        if (fused_q) bq = rope_forward_fp(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);
         else rope_forward(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
         if (fault_due(model->fx, SITE_Q_ROPE, l, PASS_FWD)) {
             fault_apply_device(model->fx, a->qr, (size_t)N * qd, s);
-            if (fused_q) fq = qk_fingerprint_dev(a->qr, (size_t)N * qd, s);
+            if (fused_q) bq = qk_fingerprint_part(pq, a->qr, (size_t)N * qd, s);
         }
-        if (fused_q) fk = rope_forward_fp(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        if (fused_q) bk = rope_forward_fp(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, pk, s);
         else rope_forward(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
         if (fault_due(model->fx, SITE_K_ROPE, l, PASS_FWD)) {
             fault_apply_device(model->fx, a->kr, (size_t)N * kd, s);
-            if (fused_q) fk = qk_fingerprint_dev(a->kr, (size_t)N * kd, s);
+            if (fused_q) bk = qk_fingerprint_part(pk, a->kr, (size_t)N * kd, s);
         }
         qc = a->qr; kc = a->kr;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-            if (model->protect_qk) fq = rmsnorm_forward_fp(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, s);
+            if (model->protect_qk) bq = rmsnorm_forward_fp(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, pq, s);
             else rmsnorm_forward(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, s);
             if (fault_due(model->fx, SITE_Q_NORM, l, PASS_FWD)) {
                 fault_apply_device(model->fx, a->qf, (size_t)N * qd, s);
-                if (model->protect_qk) fq = qk_fingerprint_dev(a->qf, (size_t)N * qd, s);
+                if (model->protect_qk) bq = qk_fingerprint_part(pq, a->qf, (size_t)N * qd, s);
             }
-            if (model->protect_qk) fk = rmsnorm_forward_fp(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, s);
+            if (model->protect_qk) bk = rmsnorm_forward_fp(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, pk, s);
             else rmsnorm_forward(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, s);
             if (fault_due(model->fx, SITE_K_NORM, l, PASS_FWD)) {
                 fault_apply_device(model->fx, a->kf, (size_t)N * kd, s);
-                if (model->protect_qk) fk = qk_fingerprint_dev(a->kf, (size_t)N * kd, s);
+                if (model->protect_qk) bk = qk_fingerprint_part(pk, a->kf, (size_t)N * kd, s);
             }
             qc = a->qf; kc = a->kf;
         }
-        if (model->protect_qk) qk_recompute_check(model, l, B, T, fq, fk);
+        if (model->protect_qk) qk_recompute_check(model, l, B, T, bq, bk);
         a->fused = attention_fused(model, l);
         if (a->fused) {
             flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, s);
@@ -524,15 +618,19 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
         if (checks) {
             const size_t nbh_max = (size_t)model->B * H;
-            attcheck_forward(model->chk_dev + (size_t)l * ATTC_NCHECK,
-                             model->chk_dev + (size_t)c->n_layer * ATTC_NCHECK + (size_t)l * ATTC_NCHECK * nbh_max, model->chk_scratch,
+            attcheck_forward((int*)(model->rep_dev + model->rep_attc) + (size_t)l * ATTC_NCHECK,
+                             model->chk_dev + (size_t)l * ATTC_NCHECK * nbh_max, model->chk_scratch,
                              a->logits, a->probs, a->att_out, qc, kc, a->v, B, T, H, KV, hd, model->check_abft, model->check_att, s);
         }
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
-        residual_forward(a->resid_mid, x, a->o, (size_t)N * d, s);
-        FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
-        rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, s);
+        if (fault_due(model->fx, SITE_ATTN_RESIDUAL, l, PASS_FWD)) {
+            residual_forward(a->resid_mid, x, a->o, (size_t)N * d, s);
+            FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
+            rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, s);
+        } else {
+            residual_rmsnorm_forward(a->resid_mid, a->mlp_norm, a->mlp_ms, x, a->o, W(PT_MLP_NORM, l), N, d, eps, s);
+        }
         FAULT_FWD(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
         bf16* hidden;
         if (c->mlp == MLP_SWIGLU) {
@@ -540,9 +638,13 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             linear_forward(a->up, a->mlp_norm, W(PT_WUP, l), N, d, F, s);
             FAULT_FWD(SITE_UP_PROJ, l, a->up, (size_t)N * F);
-            silu_forward(a->act, a->gate, (size_t)N * F, s);
-            FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
-            mul_forward(a->prod, a->act, a->up, (size_t)N * F, s);
+            if (fault_due(model->fx, SITE_ACT, l, PASS_FWD)) {   /* the fault goes between silu and the product */
+                silu_forward(a->act, a->gate, (size_t)N * F, s);
+                FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
+                mul_forward(a->prod, a->act, a->up, (size_t)N * F, s);
+            } else {
+                swiglu_forward(a->act, a->prod, a->gate, a->up, (size_t)N * F, s);   /* the same bits, one pass */
+            }
             FAULT_FWD(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
             hidden = a->prod;
         } else {
@@ -554,24 +656,35 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         }
         linear_forward(a->down, hidden, W(PT_WDOWN, l), N, F, d, s);
         FAULT_FWD(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
-        residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d, s);
-        FAULT_FWD(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
+        normed = !fault_due(model->fx, SITE_BLOCK_OUT, l, PASS_FWD);
+        if (normed) {   /* the next norm: layer l+1's attn_norm, or the final norm */
+            const int last = l + 1 == c->n_layer;
+            residual_rmsnorm_forward(a->out, last ? model->final_norm : model->la[l + 1].attn_norm,
+                                     last ? model->final_ms : model->la[l + 1].attn_ms, a->resid_mid, a->down,
+                                     last ? W(PT_FINAL_NORM, -1) : W(PT_ATTN_NORM, l + 1), N, d, eps, s);
+        } else {
+            residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d, s);
+            FAULT_FWD(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
+        }
         x = a->out;
     }
-    if (checks)   /* pinned: asynchronous; read after the synchronisation below */
-        cudaCheck(cudaMemcpyAsync(model->chk_host, model->chk_dev, sizeof(int) * (size_t)c->n_layer * ATTC_NCHECK, cudaMemcpyDeviceToHost, s));
-    rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, s);
+    model->loop_syncs += host_syncs_now() - syncs0;
+    if (!normed) rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, s);
+    /* the Residual Gain Guard's sums of mean squares, all layers in one launch, into the report */
+    if (model->rgg_on)
+        rgg_ms_sums((double*)model->rep_dev, (double*)(model->rep_dev + model->rep_bad), model->ms_table, 2 * c->n_layer + 1, N, s);
     linear_forward(model->logits, model->final_norm, c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1), N, d, V, s);
     softcap_forward(model->logits, (size_t)N * V, (float)c->softcap, s);
-    if (!with_targets) {
-        cudaCheck(cudaStreamSynchronize(s));
-        if (checks) attcheck_collect(model);
-        return 0.0f;
-    }
-    crossentropy_forward(model->losses, model->lse, model->logits, model->targets, N, V, s);
-    cudaCheck(cudaMemcpyAsync(model->h_losses, model->losses, sizeof(float) * N, cudaMemcpyDeviceToHost, s));
+    if (with_targets) crossentropy_forward(model->losses, model->lse, model->logits, model->targets, N, V, s);
+    /* the report: one pinned asynchronous copy (flags, counts, RGG sums, and the losses), read after the
+     * one synchronisation of the forward, once all its work is queued */
+    cudaCheck(cudaMemcpyAsync(model->rep_host, model->rep_dev, model->rep_loss + (with_targets ? sizeof(float) * N : 0),
+                              cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
+    if (model->protect_qk)
+        for (int l = 0; l < c->n_layer; l++) gpu_alarm(model, CHECK_QK, l, ((const int*)(model->rep_host + model->rep_qk))[l]);
     if (checks) attcheck_collect(model);
+    if (!with_targets) return 0.0f;
     double sum = 0.0; int cnt = 0;
     for (int n = 0; n < N; n++) if (model->h_targets[n] >= 0) { sum += model->h_losses[n]; cnt++; }
     return cnt ? (float)(sum / cnt) : 0.0f;
@@ -586,17 +699,25 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     float eps = (float)c->norm_eps;
     bf16 *dres = model->dres, *dbuf = model->dbuf;
     float* dx32 = model->dx32;
+    /* Gradients: the first backward after model_zero_grads writes every gradient (GEMMs with beta 0, the
+     * norms' dw kernels with accumulate 0) instead of adding to a memset; the later microbatches add. Each
+     * gradient tensor is written by exactly one kernel a backward, but for the embedding: tied, the lm
+     * head's GEMM writes it first and embedding_backward adds; untied, only embedding_backward (a scatter
+     * into the rows of the batch's tokens) touches it, so that tensor alone is zeroed first. */
+    const int acc = !model->grads_fresh;
+    model->grads_fresh = 0;
+    model->norms_valid = 0;
 
     bf16* dlogits = model->logits;
     crossentropy_softcap_backward(dlogits, model->logits, model->lse, model->targets, N, V, dloss, (float)c->softcap, s);
     const bf16* lm_w = c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1);
     float* lm_g = c->tied ? GR(PT_WTE, -1) : GR(PT_LMHEAD, -1);
     exp_profile(model, c->tied ? PT_WTE : PT_LMHEAD, -1, dlogits, (size_t)N * V);
-    linear_backward_dx(dx32, dlogits, lm_w, N, d, V, 0, s);
-    linear_backward_dw(lm_g, dlogits, model->final_norm, N, d, V, s);
-    f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
-    rmsnorm_backward(dres, GR(PT_FINAL_NORM, -1), dbuf, model->la[c->n_layer - 1].out, W(PT_FINAL_NORM, -1), model->final_ms,
-                     N, d, eps, 0, s);
+    linear_backward_dx_bf16(dbuf, dlogits, lm_w, N, d, V, s);
+    linear_backward_dw_acc(lm_g, dlogits, model->final_norm, N, d, V, acc, s);
+    rmsnorm_backward_acc(dres, GR(PT_FINAL_NORM, -1), dbuf, model->la[c->n_layer - 1].out, W(PT_FINAL_NORM, -1), model->final_ms,
+                     N, d, eps, 0, acc, s);
+    const long long syncs0 = host_syncs_now();   /* -stats: none may happen inside the layer loop */
     for (int l = c->n_layer - 1; l >= 0; l--) {
         LayerActs* a = &model->la[l];
         bf16* x_in = l > 0 ? model->la[l - 1].out : (c->embed_norm ? model->x0 : model->emb);
@@ -611,36 +732,39 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         /* MLP block */
         if (c->mlp == MLP_SWIGLU) {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            linear_backward_dx(dx32, ddown, W(PT_WDOWN, l), N, F, d, 0, s);
-            linear_backward_dw(GR(PT_WDOWN, l), ddown, a->prod, N, F, d, s);
-            f32_to_bf16(model->dF, dx32, (size_t)N * F, s);
+            linear_backward_dx_bf16(model->dF, ddown, W(PT_WDOWN, l), N, F, d, s);
+            linear_backward_dw_acc(GR(PT_WDOWN, l), ddown, a->prod, N, F, d, acc, s);
             FAULT_BWD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
-            mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F, s);
-            FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
-            FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
-            silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F, s);
+            if (fault_due(model->fx, SITE_ACT, l, PASS_BWD)) {   /* the fault goes into d(act), between the steps */
+                mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F, s);
+                FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
+                FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
+                silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F, s);
+            } else {   /* the same bits, one pass: d(up) into dF3, d(gate) into dF (over d(prod)) */
+                swiglu_backward(model->dF, model->dF3, model->dF, a->act, a->gate, a->up, (size_t)N * F, s);
+                FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
+            }
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
             exp_profile(model, PT_WGATE, l, model->dF, (size_t)N * F);
             exp_profile(model, PT_WUP, l, model->dF3, (size_t)N * F);
             linear_backward_dx(dx32, model->dF, W(PT_WGATE, l), N, d, F, 0, s);
             linear_backward_dx(dx32, model->dF3, W(PT_WUP, l), N, d, F, 1, s);
-            linear_backward_dw(GR(PT_WGATE, l), model->dF, a->mlp_norm, N, d, F, s);
-            linear_backward_dw(GR(PT_WUP, l), model->dF3, a->mlp_norm, N, d, F, s);
+            linear_backward_dw_acc(GR(PT_WGATE, l), model->dF, a->mlp_norm, N, d, F, acc, s);
+            linear_backward_dw_acc(GR(PT_WUP, l), model->dF3, a->mlp_norm, N, d, F, acc, s);
         } else {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            linear_backward_dx(dx32, ddown, W(PT_WDOWN, l), N, F, d, 0, s);
-            linear_backward_dw(GR(PT_WDOWN, l), ddown, a->act, N, F, d, s);
-            f32_to_bf16(model->dF, dx32, (size_t)N * F, s);
+            linear_backward_dx_bf16(model->dF, ddown, W(PT_WDOWN, l), N, F, d, s);
+            linear_backward_dw_acc(GR(PT_WDOWN, l), ddown, a->act, N, F, d, acc, s);
             FAULT_BWD(SITE_ACT, l, model->dF, (size_t)N * F);
             relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F, s);
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
             exp_profile(model, PT_WFC, l, model->dF2, (size_t)N * F);
             linear_backward_dx(dx32, model->dF2, W(PT_WFC, l), N, d, F, 0, s);
-            linear_backward_dw(GR(PT_WFC, l), model->dF2, a->mlp_norm, N, d, F, s);
+            linear_backward_dw_acc(GR(PT_WFC, l), model->dF2, a->mlp_norm, N, d, F, acc, s);
         }
         f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
         FAULT_BWD(SITE_MLP_NORM, l, dbuf, (size_t)N * d);
-        rmsnorm_backward(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, s);
+        rmsnorm_backward_acc(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, acc, s);
         FAULT_BWD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
         /* attention block; d(o) shares dres with the skip path, as d(down) */
         const bf16* dout_o = dres;
@@ -650,9 +774,8 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             dout_o = dbuf;
         }
         exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
-        linear_backward_dx(dx32, dout_o, W(PT_WO, l), N, qd, d, 0, s);
-        linear_backward_dw(GR(PT_WO, l), dout_o, a->att_out, N, qd, d, s);
-        f32_to_bf16(model->datt, dx32, (size_t)N * qd, s);
+        linear_backward_dx_bf16(model->datt, dout_o, W(PT_WO, l), N, qd, d, s);
+        linear_backward_dw_acc(GR(PT_WO, l), dout_o, a->att_out, N, qd, d, acc, s);
         FAULT_BWD(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
         const bf16* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
         const bf16* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
@@ -700,8 +823,8 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
             FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
-            rmsnorm_backward(dq2, GR(PT_QNORM, l), dq, a->q, W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0, s);
-            rmsnorm_backward(dk2, GR(PT_KNORM, l), dk, a->k, W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0, s);
+            rmsnorm_backward_acc(dq2, GR(PT_QNORM, l), dq, a->q, W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0, acc, s);
+            rmsnorm_backward_acc(dk2, GR(PT_KNORM, l), dk, a->k, W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0, acc, s);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         }
         FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
@@ -712,23 +835,29 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         linear_backward_dx(dx32, dq, W(PT_WQ, l), N, d, qd, 0, s);
         linear_backward_dx(dx32, dk, W(PT_WK, l), N, d, kd, 1, s);
         linear_backward_dx(dx32, model->dv, W(PT_WV, l), N, d, kd, 1, s);
-        linear_backward_dw(GR(PT_WQ, l), dq, a->attn_norm, N, d, qd, s);
-        linear_backward_dw(GR(PT_WK, l), dk, a->attn_norm, N, d, kd, s);
-        linear_backward_dw(GR(PT_WV, l), model->dv, a->attn_norm, N, d, kd, s);
+        linear_backward_dw_acc(GR(PT_WQ, l), dq, a->attn_norm, N, d, qd, acc, s);
+        linear_backward_dw_acc(GR(PT_WK, l), dk, a->attn_norm, N, d, kd, acc, s);
+        linear_backward_dw_acc(GR(PT_WV, l), model->dv, a->attn_norm, N, d, kd, acc, s);
         f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
         FAULT_BWD(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
-        rmsnorm_backward(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, s);
+        rmsnorm_backward_acc(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, acc, s);
     }
+    model->loop_syncs += host_syncs_now() - syncs0;
     if (c->embed_norm) {
-        rmsnorm_backward(dbuf, GR(PT_EMBED_NORM, -1), dres, model->emb, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0, s);
+        rmsnorm_backward_acc(dbuf, GR(PT_EMBED_NORM, -1), dres, model->emb, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0, acc, s);
         dres = dbuf;
     }
+    if (!acc && !c->tied) cudaCheck(cudaMemsetAsync(GR(PT_WTE, -1), 0, sizeof(float) * (size_t)V * d, s));
     embedding_backward(GR(PT_WTE, -1), dres, model->inputs, N, d, s);
 }
 
 /* --------------------------------------------------------------------------------- optimizer */
+/* no memset: the next backward writes every gradient instead of adding (model_backward_step); the
+ * exponent-scaling fold is reset */
 static void model_zero_grads(Model* model) {
-    cudaCheck(cudaMemsetAsync(model->grads, 0, model->L.total * sizeof(float), model->stream));
+    model->grads_fresh = 1;
+    model->unscale = 1.0f;
+    model->norms_valid = 0;
 }
 
 #ifdef USE_NCCL
@@ -738,6 +867,7 @@ static int g_nccl_ready = 0;
 
 static void model_allreduce_grads(Model* model, Dist* dist) {
     if (dist->world == 1) return;
+    model->norms_valid = 0;
 #ifdef USE_NCCL
     ncclCheck(ncclAllReduce(model->grads, model->grads, model->L.total, ncclFloat, ncclSum, g_nccl, model->stream));
 #else
@@ -757,27 +887,63 @@ static AdamWParams adamw_params(const AdamW* o, long long t, double clip, double
     h.bc2_sqrt = (float)sqrt(bc2);
     h.b1 = (float)o->beta1; h.b2 = (float)o->beta2; h.eps = (float)o->eps;
     h.decay = 1.0f;
+    h.unscale = 1.0f;
     return h;
 }
 
-static double model_update(Model* model, const AdamW* o, long long t, double clip) {
-    double norm = sqrt(global_norm_squared(model->grads, model->L.total, model->stream));
-    const AdamWParams h = adamw_params(o, t, clip, norm);
-    for (int i = 0; i < model->L.n; i++) {
-        const TensorInfo* ti = &model->L.t[i];
-        float decay = ti->decay ? (float)(1.0 - o->lr * o->weight_decay) : 1.0f;
-        adamw_update(model->params + ti->offset, model->wbf + ti->offset, model->grads + ti->offset, model->m + ti->offset,
-                     model->v + ti->offset, ti->numel, h.grad_scale, decay, h.b1, h.b2, h.eps, h.step_size, h.bc2_sqrt, model->stream);
-    }
+/* The gradient norms of the step, once: every tensor's sum of squares of (grad * unscale) in one pass
+ * (llmc/multi_tensor.cuh: two launches), one pinned copy, one synchronisation; the global one is their
+ * sum in tensor order. Kept until the gradients change (backward, all-reduce, zero, unscale), so the
+ * found_inf test, the backward guard's per-layer norms, the detectors and the update share it. */
+static void model_norms(Model* model) {
+    if (model->norms_valid) return;
+    const int n = model->L.n;
+    mt_grad_sumsq(model->ss_dev, model->mt_part, model->grads, model->unscale, &model->mt, model->stream);
+    mt_grad_sumsq_account(model->L.total);
+    cudaCheck(cudaMemcpyAsync(model->ss_host, model->ss_dev, sizeof(double) * n, cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
+    double s2 = 0.0;
+    for (int i = 0; i < n; i++) s2 += model->ss_host[i];
+    model->norm2 = s2;
+    model->norms_valid = 1;
+}
+
+/* One launch updates every parameter (llmc/multi_tensor.cuh adamw_multi_tensor: per-tensor decay from the
+ * chunk table; exponent scaling's unscale folded into the gradient scale) with the norm of model_norms
+ * (computed here if the loop has not yet). Nothing waits for the update: the next step's first copy
+ * does, and model_host_state / the checksum synchronise before they read. */
+static double model_update(Model* model, const AdamW* o, long long t, double clip) {
+    model_norms(model);
+    const double norm = sqrt(model->norm2);
+    AdamWParams h = adamw_params(o, t, clip, norm);
+    h.unscale = model->unscale;
+    adamw_multi_tensor(model->params, model->wbf, model->grads, model->m, model->v, &model->mt, h, (float)(1.0 - o->lr * o->weight_decay),
+                       model->L.total, model->stream);
     return norm;
 }
 
-/* the global L2 norm of the gradients as they are now (after all-reduce and unscale): global_norm.cuh,
- * the same bits as the norm model_update computes and returns */
-static double model_grad_norm(Model* model) { return sqrt(global_norm_squared(model->grads, model->L.total, model->stream)); }
-/* sum of squares of the gradients [off, off + n) (the backward guard's per-layer norms; synchronises) */
-static double model_grad_sumsq_range(Model* model, size_t off, size_t n) { return global_norm_squared(model->grads + off, n, model->stream); }
+/* the global L2 norm of the gradients as they are now (after all-reduce, x the unscale): model_norms, the
+ * same bits as the norm model_update uses and returns */
+static double model_grad_norm(Model* model) { model_norms(model); return sqrt(model->norm2); }
+/* sum of squares of the gradients [off, off + n) (x the unscale; the backward guard's per-layer norms): the
+ * sum of model_norms' per-tensor sums in tensor order when the range is whole tensors (the guard's are),
+ * else a pass of its own (global_norm.cuh; synchronises) */
+static double model_grad_sumsq_range(Model* model, size_t off, size_t n) {
+    int i = 0;
+    while (i < model->L.n && model->L.t[i].offset < off) i++;
+    if (i < model->L.n && model->L.t[i].offset == off) {
+        size_t covered = 0;
+        int j = i;
+        while (j < model->L.n && covered < n) covered += model->L.t[j++].numel;
+        if (covered == n) {
+            model_norms(model);
+            double s2 = 0.0;
+            for (int k = i; k < j; k++) s2 += model->ss_host[k];
+            return s2;
+        }
+    }
+    return global_norm_squared_scaled(model->grads + off, n, model->unscale, model->stream);
+}
 
 /* model_update_norm's kernel: per element the AdamW step of adamw_element (llmc/adamw.cuh, the update
  * kernel's own element math) on register copies (nothing is written), delta = p' - p in fp32, delta^2
@@ -825,7 +991,8 @@ static double model_update_norm(Model* model, const AdamW* o, long long t, doubl
         cudaCheck(cudaMemcpy(model->upd_seg_decay, dk, sizeof(int) * nseg, cudaMemcpyHostToDevice));
         free(e); free(dk);
     }
-    const AdamWParams h = adamw_params(o, t, clip, grad_norm);
+    AdamWParams h = adamw_params(o, t, clip, grad_norm);
+    h.unscale = model->unscale;
     const float decay = (float)(1.0 - o->lr * o->weight_decay);
     double* part = (double*)cuda_workspace_f32(1, 2 * (size_t)GNORM_BLOCKS);   /* global_norm.cuh's slot and size */
     update_norm_partials_kernel<<<GNORM_BLOCKS, GNORM_THREADS, 0, model->stream>>>(part, model->params, model->grads, model->m, model->v,
@@ -923,6 +1090,8 @@ static void model_trace_diff(Model* model, int site, int l, int B, int T, double
 }
 
 static void model_set_protect_qk(Model* model, int on) { model->protect_qk = on; }
+/* the Residual Gain Guard on: each forward reduces the norms' mean squares on the device (model_rgg_gains) */
+static void model_set_rgg(Model* model, int on) { model->rgg_on = on != 0; }
 /* 1: the materialised attention (llmc/attention.cuh) at every layer; 0 (default): the fused one
  * (llmc/flash_attention.cuh) wherever attention_fused allows */
 static __attribute__((unused)) void model_set_attention_materialised(Model* model, int on) { model->att_materialised = on != 0; }
@@ -947,33 +1116,50 @@ static void model_exp_profile_start(Model* model, int samples, uint64_t seed) {
 }
 static void model_exp_profile_stop(Model* model) { model->exp_samples = 0; }
 static const uint32_t* model_exp_hist(Model* model) { return model->exp_hist; }
-/* the residual gains of the monitored layers from the norms' mean squares (copied to the host) */
+/* the residual gains of the monitored layers of the last forward, from the sums of the norms' mean
+ * squares that it reduced on the device (llmc/rgg.cuh) and copied with its report: no device work here.
+ * Vector 2l is layer l's attn_ms (its attention residual's input), 2l+1 its mlp_ms (the attention
+ * residual's output, the MLP residual's input), 2l+2 the next layer's attn_ms or the final norm's. */
 static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n_mon, double* out) {
-    int N = B * T, L = model->c.n_layer;
-    float *a = (float*)mallocCheck(sizeof(float) * N), *b = (float*)mallocCheck(sizeof(float) * N), *c = (float*)mallocCheck(sizeof(float) * N);
+    if (!model->rgg_on) tsdc_fail("internal: model_rgg_gains without model_set_rgg before the forward");
+    const int N = B * T;
+    const double* ss = (const double*)model->rep_host;
+    const double* bad = (const double*)(model->rep_host + model->rep_bad);
     for (int i = 0; i < n_mon; i++) {
-        int l = layers[i];
-        const float* ms_next = l + 1 < L ? model->la[l + 1].attn_ms : model->final_ms;
-        cudaCheck(cudaMemcpyAsync(a, model->la[l].attn_ms, sizeof(float) * N, cudaMemcpyDeviceToHost, model->stream));
-        cudaCheck(cudaMemcpyAsync(b, model->la[l].mlp_ms, sizeof(float) * N, cudaMemcpyDeviceToHost, model->stream));
-        cudaCheck(cudaMemcpyAsync(c, ms_next, sizeof(float) * N, cudaMemcpyDeviceToHost, model->stream));
-        cudaCheck(cudaStreamSynchronize(model->stream));
-        out[i * 2 + RGG_ATTN] = residual_gain(a, b, N);
-        out[i * 2 + RGG_MLP] = residual_gain(b, c, N);
+        const int j = 2 * layers[i];
+        out[i * 2 + RGG_ATTN] = bad[j] || bad[j + 1] ? NAN : residual_gain_sums(ss[j], ss[j + 1], N);
+        out[i * 2 + RGG_MLP] = bad[j + 1] || bad[j + 2] ? NAN : residual_gain_sums(ss[j + 1], ss[j + 2], N);
     }
-    free(a); free(b); free(c);
 }
-__global__ static void scale_f32_kernel(float* x, size_t n, float s) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= s;
-}
-/* grads *= s (exact for a power of two); 1 if any gradient is non-finite (the squared norm is then not finite) */
+/* exponent scaling's unscale, grads *= s, folded: the gradients are left as they are and every reader
+ * (model_norms, AdamW, model_update_norm) takes grad * s, the fp32 product a separate pass would have
+ * stored (exact for a power of two unless it lands below the normal range, and then the same rounding
+ * either way), until model_zero_grads. Returns 1 if any gradient is non-finite (the squared norm is
+ * then not finite); the norms computed for it serve the rest of the step. */
 static int model_unscale_check(Model* model, float s) {
-    if (s != 1.0f) {
-        scale_f32_kernel<<<1024, 256, 0, model->stream>>>(model->grads, model->L.total, s);
-        cudaCheck(cudaGetLastError());
-    }
-    double n2 = global_norm_squared(model->grads, model->L.total, model->stream);
-    return !isfinite(n2);
+    model->unscale = s;
+    model->norms_valid = 0;
+    model_norms(model);
+    return !isfinite(model->norm2);
+}
+
+/* -stats (llmc/stats.h): the emulation's counters, the trainer's own loop count and the element-wise
+ * launchers' byte accounting; on a GPU only the latter two (the rest -1) */
+static void model_set_rgg(Model* model, int on);
+static int model_device_stats(Model* model, DeviceStats* st) {
+    DEVICE_STATS_UNKNOWN(st);
+#ifdef __CUDA_EMU__
+    const emu_counters_t* e = emu_counters();
+    st->launches = (long long)e->launches;
+    st->syncs = (long long)e->host_syncs;
+    st->d2h = (long long)e->d2h_copies;
+    st->dev_bytes = (long long)e->device_bytes;
+    st->alloc_bytes = (long long)e->allocated_bytes;
+    st->loop_syncs = model->loop_syncs;
+#endif
+    st->ew_read = (long long)g_ew_bytes_read;
+    st->ew_written = (long long)g_ew_bytes_written;
+    return 1;
 }
 
 static int model_threads(void) { return 1; }

@@ -1,8 +1,10 @@
 /* adamw.cuh: the AdamW step (torch.optim.AdamW semantics), fused with the bf16 weight copy.
  *
  * Math, per element, in this order (fp32, as adamw_update() in train_sdc.c):
- *   g = grad * grad_scale                     (grad_scale: the clip coefficient, 1 when not clipping;
- *                                              grad itself is left unchanged)
+ *   g = (grad * unscale) * grad_scale         (unscale: exponent scaling's 2^-k, folded in here instead of a
+ *                                              pass of its own: the same product the CPU's scale_grads
+ *                                              stores, so bitwise the same; 1 without it. grad_scale: the
+ *                                              clip coefficient, 1 when not clipping; grad is left unchanged)
  *   p *= decay                                (decay = 1 - lr*wd, or 1 for tensors without decay)
  *   m += (1 - b1) * (g - m)
  *   v  = v * b2 + (1 - b2) * g * g
@@ -10,6 +12,8 @@
  *   p_bf16 = bf16_rn(p)                       (the copy the math uses, as model_prepare_weights())
  * Layout: p, grad, m, v fp32 [n]; p_bf16 bf16 [n]; n is size_t (grid-stride). float4 access when
  * every pointer is aligned, element by element otherwise; the element math is the same either way.
+ * adamw_update is one launch for one tensor; the trainer updates every tensor in one launch with
+ * llmc/multi_tensor.cuh's adamw_multi_tensor, which runs this file's adamw_element.
  * CPU reference: adamw_update, scale_grads and model_prepare_weights in train_sdc.c. */
 #ifndef TSDC_ADAMW_CUH
 #define TSDC_ADAMW_CUH
@@ -18,11 +22,11 @@
 #include "convert.cuh"
 
 struct AdamWParams {
-    float grad_scale, decay, b1, b2, eps, step_size, bc2_sqrt;
+    float grad_scale, decay, b1, b2, eps, step_size, bc2_sqrt, unscale;
 };
 
 __device__ __forceinline__ void adamw_element(float& p, float& m, float& v, float grad, const AdamWParams& h) {
-    const float g = grad * h.grad_scale;
+    const float g = (grad * h.unscale) * h.grad_scale;
     p *= h.decay;
     m += (1.0f - h.b1) * (g - m);
     v = v * h.b2 + (1.0f - h.b2) * g * g;
@@ -64,7 +68,7 @@ static void adamw_update(float* p, bf16* p_bf16, const float* grad, float* m, fl
     if (n == 0) return;
     AdamWParams h;
     h.grad_scale = grad_scale; h.decay = decay; h.b1 = b1; h.b2 = b2; h.eps = eps;
-    h.step_size = step_size; h.bc2_sqrt = bc2_sqrt;
+    h.step_size = step_size; h.bc2_sqrt = bc2_sqrt; h.unscale = 1.0f;
     if (ptr_aligned(p, 16) && ptr_aligned(grad, 16) && ptr_aligned(m, 16) && ptr_aligned(v, 16) && ptr_aligned(p_bf16, 8)) {
         adamw_kernel<4><<<ew_grid(n / 4 + 1), EW_BLOCK, 0, stream>>>(p, p_bf16, grad, m, v, n, h);
     } else {

@@ -33,6 +33,7 @@ typedef struct {
     int save;                  /* 0: -save none, no checkpoint is written */
     int threads;
     int quiet;
+    int stats;                 /* -stats: device counts per step (llmc/stats.h) in the log and the step line */
     /* fault injection (llmc/fault.h) */
     char fault_mode[16], fault_sites[512], fault_pass[8], fault_log[1024], fault_field[16];
     int fault_layer, fault_bits, fault_rank, fault_mb;
@@ -105,6 +106,9 @@ static const char* USAGE =
 "                     overhead runs) (default all)\n"
 "  -threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n"
 "  -quiet             no per-step lines on stdout (the log still has them)\n"
+"  -stats             per step, the device work's counts (kernel launches, host synchronisations, those inside\n"
+"                     the layer loops, device-to-host copies, device bytes, element-wise bytes; llmc/stats.h) in\n"
+"                     the log's \"stats\" field and the step line; complete on the CUDA emulation (train_sdc_emu)\n"
 "fault injection (DESIGN.md section 5; every event is logged to OUT/faults.jsonl)\n"
 "  -fault_mode M      off, char (characterisation) or campaign (one event a step) (default off)\n"
 "  -fault_sites LIST  comma-separated sites, or all, or qk (the Q/K path): attn_norm q_proj k_proj v_proj\n"
@@ -242,6 +246,7 @@ static void args_parse(Args* a, int argc, char** argv) {
         const char* f = argv[i];
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { printf("%s", USAGE); exit(0); }
         if (!strcmp(f, "-quiet")) { a->quiet = 1; continue; }
+        if (!strcmp(f, "-stats")) { a->stats = 1; continue; }
         if (f[0] != '-') usage_fail("unexpected argument '%s'", f);
         if (i + 1 >= argc) usage_fail("flag %s needs a value", f);
         const char* v = argv[++i];

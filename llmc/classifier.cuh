@@ -129,6 +129,7 @@ static void crossentropy_forward(float* losses, float* lse, const bf16* logits, 
     const bool vec = V % 8 == 0 && ptr_aligned(logits, 16);
     crossentropy_forward_kernel<<<N, CE_BLOCK, 0, stream>>>(losses, lse, logits, targets, V, vec);
     cudaCheck(cudaGetLastError());
+    ew_account((size_t)N * V * 2 + (size_t)N * 4, (size_t)N * 8);   /* logits, targets in; losses, lse out */
 }
 
 /* dlogits = dloss * (softmax(zc) - onehot) * (1 - (zc/cap)^2 if cap > 0); may alias logits.
@@ -139,6 +140,7 @@ static void crossentropy_softcap_backward(bf16* dlogits, const bf16* logits, con
     const bool vec = V % 8 == 0 && ptr_aligned(logits, 16) && ptr_aligned(dlogits, 16);
     crossentropy_softcap_backward_kernel<<<N, CE_BLOCK, 0, stream>>>(dlogits, logits, lse, targets, V, dloss, cap, vec);
     cudaCheck(cudaGetLastError());
+    ew_account((size_t)N * V * 2 + (size_t)N * 8, (size_t)N * V * 2);   /* logits, lse, targets in; dlogits out */
 }
 
 #endif

@@ -102,6 +102,7 @@ static void ew_map1(bf16* out, const bf16* a, size_t n, Op op, cudaStream_t stre
         ew_map1_kernel<1, Op><<<ew_grid(n), EW_BLOCK, 0, stream>>>(out, a, n, op);
     }
     cudaCheck(cudaGetLastError());
+    ew_account(n * 2, n * 2);
 }
 template <typename Op>
 static void ew_map2(bf16* out, const bf16* a, const bf16* b, size_t n, Op op, cudaStream_t stream) {
@@ -112,6 +113,7 @@ static void ew_map2(bf16* out, const bf16* a, const bf16* b, size_t n, Op op, cu
         ew_map2_kernel<1, Op><<<ew_grid(n), EW_BLOCK, 0, stream>>>(out, a, b, n, op);
     }
     cudaCheck(cudaGetLastError());
+    ew_account(n * 4, n * 2);
 }
 
 /* ------------------------------------------------------------------------------ conversions */
@@ -153,6 +155,7 @@ static void f32_to_bf16(bf16* out, const float* in, size_t n, cudaStream_t strea
         f32_to_bf16_kernel<1><<<ew_grid(n), EW_BLOCK, 0, stream>>>(out, in, n);
     }
     cudaCheck(cudaGetLastError());
+    ew_account(n * 4, n * 2);
 }
 /* out[n] (fp32) = in[n] (bf16), exact */
 static void bf16_to_f32(float* out, const bf16* in, size_t n, cudaStream_t stream) {
@@ -163,6 +166,7 @@ static void bf16_to_f32(float* out, const bf16* in, size_t n, cudaStream_t strea
         bf16_to_f32_kernel<1><<<ew_grid(n), EW_BLOCK, 0, stream>>>(out, in, n);
     }
     cudaCheck(cudaGetLastError());
+    ew_account(n * 2, n * 4);
 }
 
 #endif

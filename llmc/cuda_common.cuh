@@ -15,6 +15,9 @@
  *       4..7  attention.cuh (4: fp32 logits / dprobs chunk, 5: bf16 dlogits chunk,
  *             6: bf16 permuted q/k/v/dout, 7: fp32 permuted dq/dk/dv); flash_attention.cuh's D in 4
  * - cuda_device_check_or_exit(program): a clean one-line error where there is no usable GPU.
+ * - ew_account(read, written): the element-wise launchers' own byte accounting (issue 14 item 5; read by
+ *   -stats, llmc/stats.h): each adds, per launch, its documented estimate of the compulsory traffic
+ *   (every input element read once, every output element written once, in its storage dtype).
  *
  * Device code must not be built with --use_fast_math: the kernels use expf, 1.0f/x and sqrtf with
  * their IEEE meaning, as the CPU reference (llmc/cpu_kernels.h) does. */
@@ -72,6 +75,10 @@ static void cuda_device_check_or_exit(const char* program) {
         exit(1);
     }
 }
+
+/* --------------------------------------------------------------------- element-wise accounting */
+static unsigned long long g_ew_bytes_read = 0, g_ew_bytes_written = 0;
+static inline void ew_account(size_t read, size_t written) { g_ew_bytes_read += read; g_ew_bytes_written += written; }
 
 /* ------------------------------------------------------------------- deterministic reductions */
 /* xor butterfly with fixed offsets: all 32 lanes return the same value, the same bits every run.

@@ -73,6 +73,7 @@ static void embedding_forward(bf16* out, const int* tokens, const bf16* wte, int
         embedding_forward_kernel<1><<<ew_grid((size_t)N * C), EW_BLOCK, 0, stream>>>(out, tokens, wte, N, C);
     }
     cudaCheck(cudaGetLastError());
+    ew_account((size_t)N * 4 + (size_t)N * C * 2, (size_t)N * C * 2);   /* tokens, the N rows in; out */
 }
 
 /* dwte[tokens[n]] += dout[n], deterministic (see the top of the file) */
@@ -81,6 +82,8 @@ static void embedding_backward(float* dwte, const bf16* dout, const int* tokens,
     dim3 grid(CEIL_DIV(C, EMB_BWD_BLOCK), EMB_BWD_SLICES);
     embedding_backward_kernel<<<grid, EMB_BWD_BLOCK, 0, stream>>>(dwte, dout, tokens, N, C);
     cudaCheck(cudaGetLastError());
+    /* dout and the touched dwte rows in (tokens: once a slice), those rows out (at most N of them) */
+    ew_account((size_t)N * C * 2 + (size_t)N * C * 4 + (size_t)N * 4 * EMB_BWD_SLICES, (size_t)N * C * 4);
 }
 
 #endif

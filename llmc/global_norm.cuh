@@ -11,7 +11,9 @@
  * The call synchronises the stream (the result is needed on the host for clipping).
  * Layout: g fp32 [n], n size_t.
  * CPU reference: sumsq_det in llmc/cpu_kernels.h (chunked in a different order: equal to rounding
- * in double). */
+ * in double).
+ * The trainer's step takes its norms from llmc/multi_tensor.cuh (per tensor, one pass, one copy); this
+ * file's sum serves arbitrary ranges and the tests. */
 #ifndef TSDC_GLOBAL_NORM_CUH
 #define TSDC_GLOBAL_NORM_CUH
 
@@ -41,22 +43,23 @@ __device__ __forceinline__ void gnorm_block_reduce(double acc, double* part) {
     }
 }
 
-__global__ static void global_norm_partials_kernel(double* part, const float* g, size_t n) {
+__global__ static void global_norm_partials_kernel(double* part, const float* g, size_t n, float scale) {
     const size_t stride = (size_t)GNORM_BLOCKS * GNORM_THREADS;
     double acc = 0.0;
     for (size_t i = (size_t)blockIdx.x * GNORM_THREADS + threadIdx.x; i < n; i += stride) {
-        const double x = (double)g[i];
+        const double x = (double)(g[i] * scale);
         acc += x * x;
     }
     gnorm_block_reduce(acc, part);
 }
 
-/* sum of squares of g[0..n), returned to the host (synchronises `stream`). Uses workspace slot 1. */
-static double global_norm_squared(const float* g, size_t n, cudaStream_t stream) {
+/* sum of squares of (g[i] * scale) for i in [0, n) (the fp32 product: scale 1 is g itself), returned to the
+ * host (synchronises `stream`). Uses workspace slot 1. */
+static double global_norm_squared_scaled(const float* g, size_t n, float scale, cudaStream_t stream) {
     if (n == 0) return 0.0;
     /* GNORM_BLOCKS doubles in a float workspace (cudaMalloc memory is 256-byte aligned) */
     double* part = (double*)cuda_workspace_f32(1, 2 * (size_t)GNORM_BLOCKS);
-    global_norm_partials_kernel<<<GNORM_BLOCKS, GNORM_THREADS, 0, stream>>>(part, g, n);
+    global_norm_partials_kernel<<<GNORM_BLOCKS, GNORM_THREADS, 0, stream>>>(part, g, n, scale);
     cudaCheck(cudaGetLastError());
     static double host_part[GNORM_BLOCKS];
     cudaCheck(cudaMemcpyAsync(host_part, part, sizeof(host_part), cudaMemcpyDeviceToHost, stream));
@@ -65,5 +68,6 @@ static double global_norm_squared(const float* g, size_t n, cudaStream_t stream)
     for (int b = 0; b < GNORM_BLOCKS; b++) s += host_part[b];
     return s;
 }
+static double global_norm_squared(const float* g, size_t n, cudaStream_t stream) { return global_norm_squared_scaled(g, n, 1.0f, stream); }
 
 #endif

@@ -256,9 +256,19 @@ static void linear_forward(bf16* y, const bf16* x, const bf16* W, int N, int I, 
 static void linear_backward_dx(float* dx, const bf16* dy, const bf16* W, int N, int I, int O, int accumulate, cudaStream_t stream) {
     matmul_bf16(dx, 1, dy, W, N, I, O, 0, 0, 1.0f, accumulate ? 1.0f : 0.0f, 1, 0, 0, 0, stream);
 }
-/* dW[O,I] += dy[N,O]^T x[N,I], fp32: m O, n I, k N; A = dy stored [k,m] (transA 1); B = x stored [k,n] */
+/* dx[N,I] = dy[N,O] W[O,I] written as bf16 by the GEMM's epilogue (the fp32 sum rounded once, RN): where
+ * a dx is one GEMM's alone (not summed over q/k/v or gate/up), the same bits as linear_backward_dx into
+ * fp32 then f32_to_bf16, without the fp32 buffer and the conversion pass (issue 14 item 4) */
+static void linear_backward_dx_bf16(bf16* dx, const bf16* dy, const bf16* W, int N, int I, int O, cudaStream_t stream) {
+    matmul_bf16(dx, 0, dy, W, N, I, O, 0, 0, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+}
+/* dW[O,I] (= or +=) dy[N,O]^T x[N,I], fp32: m O, n I, k N; A = dy stored [k,m] (transA 1); B = x stored
+ * [k,n]. accumulate 0 (beta 0): the first microbatch overwrites the gradient, so no memset zeroes it. */
+static void linear_backward_dw_acc(float* dW, const bf16* dy, const bf16* x, int N, int I, int O, int accumulate, cudaStream_t stream) {
+    matmul_bf16(dW, 1, dy, x, O, I, N, 1, 0, 1.0f, accumulate ? 1.0f : 0.0f, 1, 0, 0, 0, stream);
+}
 static void linear_backward_dw(float* dW, const bf16* dy, const bf16* x, int N, int I, int O, cudaStream_t stream) {
-    matmul_bf16(dW, 1, dy, x, O, I, N, 1, 0, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+    linear_backward_dw_acc(dW, dy, x, N, I, O, 1, stream);
 }
 
 #endif

@@ -86,6 +86,11 @@ static void rgg_init(Rgg* r, int n_layer, const int* layers, int n_mon, int n_ob
 }
 static void rgg_free(Rgg* r) { free(r->win); free(r->seed); r->win = r->seed = NULL; }
 
+/* the gain from the two sums of mean squares over n tokens (the GPU reduces them on the device:
+ * llmc/rgg.cuh) */
+static double residual_gain_sums(double sum_in, double sum_out, int n) {
+    return log(sqrt(sum_out / n) + RGG_EPS) - log(sqrt(sum_in / n) + RGG_EPS);
+}
 /* the gain of one residual writeback from the per-token mean squares of its input and output;
  * NaN when any mean square is non-finite or negative (an immediate alarm) */
 static double residual_gain(const float* ms_in, const float* ms_out, int n) {
@@ -94,7 +99,7 @@ static double residual_gain(const float* ms_in, const float* ms_out, int n) {
         if (!(ms_in[i] >= 0) || !(ms_out[i] >= 0) || isinf(ms_in[i]) || isinf(ms_out[i])) return NAN;
         a += ms_in[i]; b += ms_out[i];
     }
-    return log(sqrt(b / n) + RGG_EPS) - log(sqrt(a / n) + RGG_EPS);
+    return residual_gain_sums(a, b, n);
 }
 
 static int rgg_cmp_double(const void* a, const void* b) {

@@ -22,7 +22,10 @@
  *   of 32 columns x 8 row-lanes; lane y sums rows r0+y, r0+y+8, ... of its chunk in order, the 8
  *   lane sums are added in lane order -> part[chunk, C] in workspace slot 0. Kernel 2: the same
  *   shape over the chunks (lane y: chunks y, y+8, ... in order, then lanes in order), added into
- *   dw. dw runs before dx, so dx may alias dout.
+ *   dw. dw runs before dx, so dx may alias dout. accumulate_dw 0 (rmsnorm_backward_acc) makes
+ *   kernel 2 write dw = 0 + sum instead of adding (the first microbatch: no memset of the gradients).
+ * residual_rmsnorm_forward fuses the residual add in front (resid = bf16(a + b) stored, then the forward on
+ * it, each lane on the elements it wrote): the same bits as residual_forward then rmsnorm_forward.
  * CPU reference: rmsnorm_forward, rmsnorm_backward in llmc/cpu_kernels.h (same per-element
  * expressions; the sums there are serial, here a fixed tree, so they agree to rounding). */
 #ifndef TSDC_RMSNORM_CUH
@@ -90,6 +93,52 @@ __global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* 
         }
     }
     if (FP) fp_block_reduce(fp, fp_part);
+}
+
+/* the residual add fused in front of the norm: resid = bf16(a + b) stored, then the forward above on the
+ * stored (rounded) values, by the lane that wrote them (it reads back only its own elements) */
+__global__ static void residual_rmsnorm_forward_kernel(bf16* resid, bf16* out, float* ms, const bf16* a, const bf16* b, const bf16* w,
+                                                       int rows, int C, float eps, int L, bool vec) {
+    const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
+    const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
+    for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
+        const int row = base + lane / L;
+        const bool valid = row < rows;
+        const size_t ro = (size_t)row * C;
+        float acc = 0.0f;
+        if (valid) {
+            for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
+                const int cnt = min(8, C - c0);
+                float fa[8], fb[8];
+                load8_f32(fa, a + ro + c0, cnt, vec, 0.0f);
+                load8_f32(fb, b + ro + c0, cnt, vec, 0.0f);
+#pragma unroll
+                for (int j = 0; j < 8; j++) fa[j] = __bfloat162float(__float2bfloat16_rn(fa[j] + fb[j]));   /* AddOp, rounded */
+                store8_bf16(resid + ro + c0, fa, cnt, vec);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j < cnt) acc += fa[j] * fa[j];
+            }
+        }
+        const float m = rmsnorm_group_sum(acc, L) / C;
+        if (!valid) continue;
+        const float rstd = 1.0f / sqrtf(m + eps);
+        if (gl == 0 && ms) ms[row] = m;
+        for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
+            const int cnt = min(8, C - c0);
+            float f[8], wv[8];
+            load8_f32(f, resid + ro + c0, cnt, vec, 0.0f);
+            if (w) {
+                load8_f32(wv, w + c0, cnt, vec, 0.0f);
+#pragma unroll
+                for (int j = 0; j < 8; j++) f[j] = wv[j] * (f[j] * rstd);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) f[j] = f[j] * rstd;
+            }
+            store8_bf16(out + ro + c0, f, cnt, vec);
+        }
+    }
 }
 
 __global__ static void rmsnorm_backward_dx_kernel(bf16* dx, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
@@ -167,8 +216,9 @@ __global__ static void rmsnorm_dw_partial_kernel(float* part, const bf16* dout, 
         part[(size_t)blockIdx.y * C + c] = t;
     }
 }
-/* dw[c] += sum over chunks of part[chunk, c], 8 chunk-lanes then lanes in order */
-__global__ static void rmsnorm_dw_sum_kernel(float* dw, const float* part, int nchunks, int C) {
+/* dw[c] (+)= sum over chunks of part[chunk, c], 8 chunk-lanes then lanes in order (accumulate 0: dw[c] =
+ * 0 + that, the first microbatch's write that replaces the memset of the gradients) */
+__global__ static void rmsnorm_dw_sum_kernel(float* dw, const float* part, int nchunks, int C, int accumulate) {
     __shared__ float sh[RMSNORM_DW_TY][RMSNORM_DW_TX + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int c = blockIdx.x * RMSNORM_DW_TX + tx;
@@ -181,7 +231,7 @@ __global__ static void rmsnorm_dw_sum_kernel(float* dw, const float* part, int n
         float t = sh[0][tx];
 #pragma unroll
         for (int k = 1; k < RMSNORM_DW_TY; k++) t += sh[k][tx];
-        dw[c] += t;
+        dw[c] = (accumulate ? dw[c] : 0.0f) + t;
     }
 }
 
@@ -202,25 +252,43 @@ static void rmsnorm_forward(bf16* out, float* ms, const bf16* x, const bf16* w, 
     const int L = rmsnorm_lanes(C);
     rmsnorm_forward_kernel<false><<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, eps, L, vec, NULL);
     cudaCheck(cudaGetLastError());
+    const size_t n = (size_t)rows * C;
+    ew_account(n * 2 + (w ? (size_t)C * 2 : 0), n * 2 + (ms ? (size_t)rows * 4 : 0));   /* x (w) in; out, ms out */
 }
-/* rmsnorm_forward with the Q/K fingerprint of its output (out, ms NULL: fingerprint only); synchronises */
-static Fingerprint rmsnorm_forward_fp(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, float eps,
-                                      cudaStream_t stream) {
-    Fingerprint none = {0, 0};
-    if (rows <= 0 || C <= 0) return none;
+/* resid = a + b (residual.cuh's add, rounded to bf16 and stored), then out, ms = rmsnorm_forward(resid):
+ * the same bits as residual_forward followed by rmsnorm_forward, in one pass (issue 14 item 4) */
+static void residual_rmsnorm_forward(bf16* resid, bf16* out, float* ms, const bf16* a, const bf16* b, const bf16* w, int rows, int C,
+                                     float eps, cudaStream_t stream) {
+    if (rows <= 0 || C <= 0) return;
+    bool vec = C % 8 == 0 && ptr_aligned(resid, 16) && ptr_aligned(out, 16) && ptr_aligned(a, 16) && ptr_aligned(b, 16) &&
+               (!w || ptr_aligned(w, 16));
+    const int L = rmsnorm_lanes(C);
+    residual_rmsnorm_forward_kernel<<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(resid, out, ms, a, b, w, rows, C, eps, L, vec);
+    cudaCheck(cudaGetLastError());
+    const size_t n = (size_t)rows * C;
+    ew_account(n * 4 + (w ? (size_t)C * 2 : 0), n * 4 + (ms ? (size_t)rows * 4 : 0));   /* a, b (w) in; resid, out, ms out */
+}
+/* rmsnorm_forward with the Q/K fingerprint of its output (out, ms NULL: fingerprint only), left as block
+ * partials in part (FP_PART_U64 words, fingerprint.cuh); returns the block count (0: nothing to do),
+ * does not wait */
+static int rmsnorm_forward_fp(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, float eps,
+                              unsigned long long* part, cudaStream_t stream) {
+    if (rows <= 0 || C <= 0) return 0;
     bool vec = C % 8 == 0 && (!out || ptr_aligned(out, 16)) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
     const int L = rmsnorm_lanes(C);
     int grid = rmsnorm_grid(rows, L);
     if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
-    unsigned long long* part = fingerprint_partials();
     rmsnorm_forward_kernel<true><<<grid, RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, eps, L, vec, part);
     cudaCheck(cudaGetLastError());
-    return fingerprint_collect(part, grid, stream);
+    const size_t n = (size_t)rows * C;
+    ew_account(n * 2 + (w ? (size_t)C * 2 : 0), (out ? n * 2 : 0) + (ms ? (size_t)rows * 4 : 0));
+    return grid;
 }
 
-/* dx (= or +=) d/dx; dw (may be NULL) += the weight gradient. Uses workspace slot 0 when dw != NULL. */
-static void rmsnorm_backward(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
-                             int rows, int C, float eps, int accumulate_dx, cudaStream_t stream) {
+/* dx (= or +=) d/dx; dw (may be NULL) += the weight gradient (accumulate_dw 0: dw = 0 + it, the first
+ * microbatch's write, no memset before). Uses workspace slot 0 when dw != NULL. */
+static void rmsnorm_backward_acc(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
+                                 int rows, int C, float eps, int accumulate_dx, int accumulate_dw, cudaStream_t stream) {
     if (rows <= 0 || C <= 0) return;
     if (dw) {
         /* about 2048 blocks of 256 threads in kernel 1; at least 128 rows (16 per lane) a chunk.
@@ -235,7 +303,7 @@ static void rmsnorm_backward(bf16* dx, float* dw, const bf16* dout, const bf16* 
         dim3 block(RMSNORM_DW_TX, RMSNORM_DW_TY);
         rmsnorm_dw_partial_kernel<<<dim3(col_blocks, nchunks), block, 0, stream>>>(part, dout, x, ms, rows, C, eps, R);
         cudaCheck(cudaGetLastError());
-        rmsnorm_dw_sum_kernel<<<col_blocks, block, 0, stream>>>(dw, part, nchunks, C);
+        rmsnorm_dw_sum_kernel<<<col_blocks, block, 0, stream>>>(dw, part, nchunks, C, accumulate_dw);
         cudaCheck(cudaGetLastError());
     }
     bool vec = C % 8 == 0 && ptr_aligned(dx, 16) && ptr_aligned(dout, 16) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
@@ -243,6 +311,13 @@ static void rmsnorm_backward(bf16* dx, float* dw, const bf16* dout, const bf16* 
     rmsnorm_backward_dx_kernel<<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(dx, dout, x, w, ms, rows, C, eps,
                                                                                       accumulate_dx, L, vec);
     cudaCheck(cudaGetLastError());
+    const size_t n = (size_t)rows * C;
+    ew_account(n * 2 * 2 + (accumulate_dx ? n * 2 : 0) + (size_t)rows * 4 + (w ? (size_t)C * 2 : 0) + (dw && accumulate_dw ? (size_t)C * 4 : 0),
+               n * 2 + (dw ? (size_t)C * 4 : 0));   /* dx kernel: dout, x (and dx) in, dx out; the dw kernels' x, dout second read not counted */
+}
+static void rmsnorm_backward(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
+                             int rows, int C, float eps, int accumulate_dx, cudaStream_t stream) {
+    rmsnorm_backward_acc(dx, dw, dout, x, w, ms, rows, C, eps, accumulate_dx, 1, stream);
 }
 
 #endif

@@ -56,6 +56,7 @@ static void rope_launch(bf16* out, const bf16* x, const float* cos_t, const floa
                                                                              inverse, NULL);
     }
     cudaCheck(cudaGetLastError());
+    ew_account(npairs * 4 + npairs * 8, npairs * 4);   /* x pairs (bf16) and cos, sin (fp32) in; out */
 }
 
 /* out = rope(x); out may equal x */
@@ -64,16 +65,17 @@ static void rope_forward(bf16* out, const bf16* x, const float* cos, const float
     rope_launch(out, x, cos, sin, B, T, nh, hd, style, false, stream);
 }
 /* out = rope(x) (out NULL: not written) and the Q/K fingerprint of rope(x), from the same arithmetic as
- * rope_forward; synchronises */
-static Fingerprint rope_forward_fp(bf16* out, const bf16* x, const float* cos, const float* sin, int B, int T, int nh, int hd,
-                                   int style, cudaStream_t stream) {
+ * rope_forward, left as block partials in part (FP_PART_U64 words, fingerprint.cuh); returns the block
+ * count, does not wait */
+static int rope_forward_fp(bf16* out, const bf16* x, const float* cos, const float* sin, int B, int T, int nh, int hd,
+                           int style, unsigned long long* part, cudaStream_t stream) {
     const size_t npairs = (size_t)B * T * nh * (hd / 2);
-    unsigned long long* part = fingerprint_partials();
     int grid = ew_grid(npairs);
     if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
     rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(out, x, cos, sin, npairs, T, nh, hd, style, false, part);
     cudaCheck(cudaGetLastError());
-    return fingerprint_collect(part, grid, stream);
+    ew_account(npairs * 4 + npairs * 8, out ? npairs * 4 : 0);   /* x bf16 pairs + cos/sin fp32 read; out written */
+    return grid;
 }
 /* dx = inverse rotation of dout (sin -> -sin); dx may equal dout */
 static void rope_backward(bf16* dx, const bf16* dout, const float* cos, const float* sin, int B, int T, int nh, int hd,

@@ -29,6 +29,8 @@
  *   model_exp_profile_start(Model*, samples, seed) (counts from zero)   model_exp_profile_stop(Model*)
  *   model_exp_hist(Model*) -> [tensors][256] counts
  *   model_grad_sumsq_range(Model*, off, n) -> sum of squares of the gradients [off, off + n)   (backward guard)
+ *   model_set_rgg(Model*, on)      (the Residual Gain Guard's statistics are gathered in each forward)
+ *   model_device_stats(Model*, DeviceStats*) -> 1 when the backend counts its device work (llmc/stats.h), else 0
  */
 #ifndef TSDC_TRAIN_LOOP_H
 #define TSDC_TRAIN_LOOP_H
@@ -55,6 +57,15 @@
 #include "rng.h"
 #include "schedule.h"
 #include "tokenizer.h"
+#include "stats.h"
+
+/* a count for the JSONL log: null when unknown (< 0) */
+static JNum jcount(long long x) {
+    JNum j;
+    if (x < 0) snprintf(j.s, sizeof(j.s), "null");
+    else snprintf(j.s, sizeof(j.s), "%lld", x);
+    return j;
+}
 
 typedef struct {
     Args a;
@@ -522,6 +533,7 @@ static void protect_setup(Run* run) {
     if (a->rgg_calibrate[0]) run->rgg.calibrating = 1;
     if (a->rgg_calibration[0]) rgg_load_calibration(&run->rgg, a->rgg_calibration);
     run->gains = (double*)callocCheck((size_t)run->rgg.n_obs * n * 2, sizeof(double));
+    model_set_rgg(&run->model, 1);
     if (run->prot_rgg && !a->rgg_calibration[0] && !a->rgg_calibrate[0] && run->dist.rank == 0)
         printf("note: -protect rgg without -rgg_calibration: the window seeds itself from the first %d steps, which are "
                "not checked\n", a->rgg_window);
@@ -698,6 +710,9 @@ int train_main(int argc, char** argv) {
     while (ts->step < last) {
         long long s = ts->step; /* update number, 0-based */
         double t0 = wall_seconds(), c0 = cpu_seconds();
+        DeviceStats st0, st1;
+        DEVICE_STATS_UNKNOWN(&st0); DEVICE_STATS_UNKNOWN(&st1);
+        const int have_st = a->stats && model_device_stats(model, &st0);
         run->fx.ev = fault_plan_step(&run->fx.cfg, s + 1, world, a->accum, run->c.n_layer);
         run->fx.injected = 0;
         run->fx.replay = 0;
@@ -844,6 +859,21 @@ int train_main(int argc, char** argv) {
         else if (found_inf) run->found_inf_total++;
         else run->skipped_total++;            /* the lost-step control: no update, as if it were lost */
         run->overflow_total += overflow;
+        char st_json[400] = "", st_line[160] = "";
+        if (have_st) {   /* this step's device work: differences, but the device bytes now */
+            model_device_stats(model, &st1);
+#define ST_D(f) (st0.f < 0 || st1.f < 0 ? -1 : st1.f - st0.f)
+#define ST_J(x) jcount(x).s
+            long long L_ = ST_D(launches), S_ = ST_D(syncs), LS_ = ST_D(loop_syncs), D_ = ST_D(d2h), A_ = ST_D(alloc_bytes),
+                      R_ = ST_D(ew_read), W_ = ST_D(ew_written), B_ = st1.dev_bytes;
+            snprintf(st_json, sizeof(st_json), ",\"stats\":{\"launches\":%s,\"syncs\":%s,\"loop_syncs\":%s,\"d2h\":%s,\"dev_bytes\":%s,"
+                     "\"alloc_bytes\":%s,\"ew_read\":%s,\"ew_written\":%s}", ST_J(L_), ST_J(S_), ST_J(LS_), ST_J(D_), ST_J(B_), ST_J(A_),
+                     ST_J(R_), ST_J(W_));
+            snprintf(st_line, sizeof(st_line), " | %lld launches, %lld syncs (%lld in layer loops), %.1f MB device, ew %.2f MB", L_, S_, LS_,
+                     B_ / 1e6, (R_ + W_) / 1e6);
+#undef ST_D
+#undef ST_J
+        }
         ts->step = s + 1;
         ts->data_pos = shard_advance(&run->train, ts->data_pos, span);
         double dt = wall_seconds() - t0, cpu_ms = (cpu_seconds() - c0) * 1e3;
@@ -857,14 +887,14 @@ int train_main(int argc, char** argv) {
         if (rank == 0) {
             logger_line(&run->log, "{\"type\":\"step\",\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,\"cpu_ms\":%.3f,"
                         "\"tok_s\":%.1f,\"k\":%d,\"alarms\":%d,\"injections\":%d,\"replayed\":%d,\"replay_ms\":%.3f,"
-                        "\"found_inf\":%d,\"skip\":%d,\"overflow\":%d,\"bwd_r\":%s,\"bwd_ms\":%.3f,\"by\":\"%s\",\"alarm\":\"%s\"%s}",
+                        "\"found_inf\":%d,\"skip\":%d,\"overflow\":%d,\"bwd_r\":%s,\"bwd_ms\":%.3f,\"by\":\"%s\",\"alarm\":\"%s\"%s%s}",
                         (long long)ts->step, jnum(loss).s, opt.lr, jnum(norm).s, dt * 1e3, cpu_ms, tok_s, k_step, n_alarms,
-                        (int)inj, replayed, replay_ms, found_inf, skip, overflow, jnum(bwd_r0).s, bwd_ms, alarm_by, alarm_desc, det_json);
+                        (int)inj, replayed, replay_ms, found_inf, skip, overflow, jnum(bwd_r0).s, bwd_ms, alarm_by, alarm_desc, det_json, st_json);
             if (!a->quiet) {
                 char eta[32];
                 fmt_eta((last - ts->step) * (timed ? ms_sum / timed : dt), eta, sizeof(eta));
-                printf("step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | ETA %s%s%s%s%s\n",
-                       (long long)ts->step, a->steps, loss, opt.lr, norm, dt * 1e3, tok_s, eta, inj > 0 ? " | fault injected" : "",
+                printf("step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | ETA %s%s%s%s%s%s\n",
+                       (long long)ts->step, a->steps, loss, opt.lr, norm, dt * 1e3, tok_s, eta, st_line, inj > 0 ? " | fault injected" : "",
                        replayed ? " | ALARM, replayed: " : "", alarm_desc, found_inf ? " | found_inf: update skipped" : skip ? " | update skipped (-skip_steps)" : "");
                 fflush(stdout);
             }

@@ -55,7 +55,7 @@ def small(data, out, **kw):
     a.update(kw)
     args = []
     for k, v in a.items():
-        args += [k, v]
+        args += [k] if v is None else [k, v]   # None: a flag without a value (-stats)
     return args + ["-quiet"]
 
 
@@ -177,7 +177,8 @@ def test_calibrated_clean_steps_raise_no_alarm(data, tmp_path):
 def test_pred_out_matches_cpu_bf16(data, tmp_path):
     """-pred_out through the GPU trainer's own launch (model_argmax): catches a launch the GPU would refuse
     (planted: argmax_kernel with 2048 threads a block, which test_sdc.cu's argmax test does not go through)
-    and a wrong row stride; the two trainers differ only by bf16 near-ties (measured 2026-12: 1 of 256)"""
+    and a wrong row stride; the two trainers differ only by bf16 near-ties (measured 2026-12: 1 of 256). Catches: an
+    argmax launch the GPU refuses, a wrong row stride or column range."""
     import numpy as np
     import tsdc_io
     kw = {"-preset": "tiny-llama", "-init": ref_ckpt("tiny-llama"), "-steps": 1, "-val": data / "val.bin",
@@ -190,3 +191,38 @@ def test_pred_out_matches_cpu_bf16(data, tmp_path):
     agree = float(np.mean(np.asarray(pg) == np.asarray(pc)))
     print(f"predictions: {agree:.4f} of 256 positions agree")
     assert agree >= 0.98, agree
+
+
+# ------------------------------------------------------------------------ device work (issue 14 item 5)
+def stats_of(data, out, **kw):
+    """the per-step device counts (-stats, llmc/stats.h) of a 2-step emulated run: step 2's (step 1 holds the
+    one-off allocations)"""
+    emu(small(data, out, **{"-steps": 2, "-warmup": 1, "-save": "none", "-stats": None, **kw}))
+    return steps(out)[2]["stats"]
+
+
+def test_no_host_sync_inside_the_layer_loops(data, tmp_path):
+    """Protection without host round-trips (issue 14 item 2), counted by the emulation (-stats): a protected step
+    (-protect all: Q/K recomputation, Residual Gain Guard, attention checks, backward guard, exponent scaling;
+    4 microbatches, so the RGG has its peers) synchronises the host nowhere inside the forward's and backward's
+    layer loops; its synchronisations per step are those of the unprotected step (the Q/K fingerprints are
+    compared on the device, the RGG sums reduced there, both come back with the losses in the forward's one
+    copy); and they do not grow with the layers (2 vs 4). A host round-trip planted in the layer loop (a
+    stream synchronisation, a pageable copy) fails all three."""
+    geo = {"-preset": "tiny-llama", "-accum": 4}
+    prot2 = stats_of(data, tmp_path / "p2", **geo, **{"-n_layer": 2, "-protect": "all"})
+    prot4 = stats_of(data, tmp_path / "p4", **geo, **{"-n_layer": 4, "-protect": "all"})
+    none2 = stats_of(data, tmp_path / "n2", **geo, **{"-n_layer": 2, "-protect": "none"})
+    none4 = stats_of(data, tmp_path / "n4", **geo, **{"-n_layer": 4, "-protect": "none"})
+    print("stats per step: protect all L2", prot2, "L4", prot4, "| none L2", none2, "L4", none4)
+    for name, st in (("all L2", prot2), ("all L4", prot4), ("none L2", none2), ("none L4", none4)):
+        assert st["loop_syncs"] == 0, f"{name}: {st['loop_syncs']} host synchronisations inside the layer loops"
+    assert prot2["syncs"] == none2["syncs"] and prot4["syncs"] == none4["syncs"], \
+        f"protection adds host synchronisations: {prot2['syncs']} vs {none2['syncs']} (L2), {prot4['syncs']} vs {none4['syncs']} (L4)"
+    assert prot2["syncs"] == prot4["syncs"], f"host synchronisations grow with the layers: {prot2['syncs']} (L2) vs {prot4['syncs']} (L4)"
+    # a small constant: per microbatch the token upload and the forward's report, plus the step's norms
+    assert prot2["syncs"] <= 2 * 4 + 2, prot2
+    # one device-to-host copy per microbatch (the report) and one for the norms, protected or not
+    assert prot2["d2h"] == none2["d2h"] == prot4["d2h"], (prot2, none2, prot4)
+    # the launches do grow with the layers (the counters count)
+    assert prot4["launches"] > prot2["launches"] > none2["launches"] > 0

@@ -76,7 +76,9 @@
  * its own device (nothing is shared between processes but what NCCL/MPI carries). cudaSetDevice only
  * records the ordinal. EMU_NO_DEVICE=1 makes cudaGetDeviceCount report cudaErrorNoDevice (a machine
  * without a GPU). Counters (cuda_emu.h):
- * launches, host synchronisations, device-to-host copies, device bytes now and at peak; EMU_STATS=1
+ * launches, host synchronisations (an asynchronous device-to-host copy into pageable memory counts as one:
+ * CUDA returns from it only when the copy is done), device-to-host copies, device bytes now, at peak and
+ * allocated in all; EMU_STATS=1
  * prints them at exit.
  *
  * Device math is the host's libm (IEEE, no fast-math; the x86-64 baseline has no FMA, so no
@@ -303,9 +305,9 @@ void at_exit_report() {
     }
     if (g_cfg.stats)
         fprintf(stderr,
-                "cuda_emu stats: %llu kernel launches, %llu host syncs, %llu device-to-host copies (%llu bytes), "
+                "cuda_emu stats: %llu kernel launches, %llu host syncs (%llu pageable async copies), %llu device-to-host copies (%llu bytes), "
                 "device memory now %zu bytes, peak %zu bytes, %llu allocations, digest %016" PRIx64 "\n",
-                g_counters.launches, g_counters.host_syncs, g_counters.d2h_copies, g_counters.d2h_bytes, g_counters.device_bytes,
+                g_counters.launches, g_counters.host_syncs, g_counters.pageable_async, g_counters.d2h_copies, g_counters.d2h_bytes, g_counters.device_bytes,
                 g_counters.device_bytes_peak, g_counters.allocations, g_digest);
 }
 
@@ -841,6 +843,15 @@ cudaError_t check_side(const char* api, const char* side, const void* p, size_t 
     return cudaSuccess;
 }
 
+/* [p, p + n) inside one cudaMallocHost buffer */
+bool is_pinned(const void* p, size_t n) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = g_pinned.upper_bound((uintptr_t)p);
+    if (it == g_pinned.begin()) return false;
+    --it;
+    return (uintptr_t)p + n <= it->first + it->second;
+}
+
 bool is_device(const void* p) {
     std::lock_guard<std::mutex> lk(g_mu);
     return find_alloc(p, 0) != nullptr;
@@ -866,7 +877,10 @@ cudaError_t do_memcpy(const char* api, void* dst, const void* src, size_t n, cud
     memmove(dst, src, n);
     if (ws == W_DEVICE && wd == W_HOST) {
         digest_copy(dst, n);
-        if (sync) g_counters.host_syncs++;
+        /* an asynchronous copy into pageable (not cudaMallocHost) memory returns only when it is done (CUDA's
+         * "API synchronization behavior"): a host synchronisation like the synchronous copy */
+        if (sync || !is_pinned(dst, n)) g_counters.host_syncs++;
+        if (!sync && !is_pinned(dst, n)) g_counters.pageable_async++;
     }
     return cudaSuccess;
 }
@@ -1073,6 +1087,7 @@ cudaError_t cudaMalloc_at(void** ptr, size_t size, const char* file, int line) {
         g_allocs[(uintptr_t)user] = Alloc{m, map_len, user, size, size16, file, line};
         g_counters.device_bytes += size;
         g_counters.allocations++;
+        g_counters.allocated_bytes += size;
         if (g_counters.device_bytes > g_counters.device_bytes_peak) g_counters.device_bytes_peak = g_counters.device_bytes;
     }
     *ptr = user;

@@ -491,15 +491,21 @@ static void test_counters(void) {
     nop_kernel<<<1, 32>>>(d);
     int h;
     cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost);
-    cudaMemcpyAsync(&h, d, sizeof(int), cudaMemcpyDeviceToHost, 0);
+    cudaMemcpyAsync(&h, d, sizeof(int), cudaMemcpyDeviceToHost, 0);   /* pageable: returns when done, a sync */
+    int* pinned = NULL;
+    cudaMallocHost((void**)&pinned, 2 * sizeof(int));
+    cudaMemcpyAsync(pinned, d, 2 * sizeof(int), cudaMemcpyDeviceToHost, 0);   /* pinned: no sync */
     cudaStreamSynchronize(0);
     cudaDeviceSynchronize();
     emu_counters_t b = *emu_counters();
     cudaFree(d);
+    cudaFreeHost(pinned);
     emu_counters_t c = *emu_counters();
-    check(b.launches - a.launches == 2 && b.host_syncs - a.host_syncs == 3 && b.d2h_copies - a.d2h_copies == 2 &&
-              b.device_bytes - a.device_bytes == (1 << 20) && b.device_bytes_peak >= b.device_bytes && c.device_bytes == a.device_bytes,
-          "launches +%llu (2), host syncs +%llu (3: a sync copy, a stream and a device sync), D2H copies +%llu (2), device bytes +%zu then back",
+    check(b.launches - a.launches == 2 && b.host_syncs - a.host_syncs == 4 && b.pageable_async - a.pageable_async == 1 &&
+              b.d2h_copies - a.d2h_copies == 3 && b.device_bytes - a.device_bytes == (1 << 20) &&
+              b.allocated_bytes - a.allocated_bytes == (1 << 20) && b.device_bytes_peak >= b.device_bytes && c.device_bytes == a.device_bytes,
+          "launches +%llu (2), host syncs +%llu (4: a sync copy, a pageable async copy, a stream and a device sync; not the pinned "
+          "async copy), D2H copies +%llu (3), device bytes +%zu then back",
           b.launches - a.launches, b.host_syncs - a.host_syncs, b.d2h_copies - a.d2h_copies, b.device_bytes - a.device_bytes);
 }
 

@@ -13,13 +13,16 @@ extern "C" {
 
 typedef struct {
     unsigned long long launches;     /* kernel launches that ran (a launch refused by a check is not counted) */
-    unsigned long long host_syncs;   /* cudaStreamSynchronize, cudaDeviceSynchronize, and synchronous
-                                        device-to-host cudaMemcpy calls */
+    unsigned long long host_syncs;   /* cudaStreamSynchronize, cudaDeviceSynchronize, synchronous
+                                        device-to-host cudaMemcpy calls, and asynchronous ones into
+                                        pageable memory (CUDA returns from those when the copy is done) */
     unsigned long long d2h_copies;   /* device-to-host copies (sync and async) */
     unsigned long long d2h_bytes;
     size_t device_bytes;             /* device memory allocated now (cudaMalloc sizes as requested) */
     size_t device_bytes_peak;        /* the most allocated at one time */
     unsigned long long allocations;  /* cudaMalloc calls that succeeded */
+    unsigned long long allocated_bytes;  /* their sizes summed (never decreases) */
+    unsigned long long pageable_async;   /* asynchronous device-to-host copies into pageable memory (in host_syncs) */
 } emu_counters_t;
 
 /* the counters since the start of the process */
