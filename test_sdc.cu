@@ -305,6 +305,8 @@ static float* dl_f32(const float* d, size_t n, Written* w) {
 #define FREE_ALL(...) do { void* ptrs_[] = {__VA_ARGS__}; for (size_t i_ = 0; i_ < sizeof(ptrs_) / sizeof(ptrs_[0]); i_++) free(ptrs_[i_]); } while (0)
 
 /* ------------------------------------------------------------------------ (a) kernel tests */
+/* Catches: a rounding that truncates or breaks ties away from even, NaN or inf mishandled, the vector path and the
+ * scalar tail disagreeing, elements past n written. */
 static void test_convert(void) {
     printf("f32 <-> bf16 conversion (llmc/convert.cuh) vs bf16.h, bitwise\n");
     size_t n = 1000003;
@@ -364,6 +366,8 @@ static void test_convert(void) {
     dfree_all();
 }
 
+/* Catches: a wrong row of the table read (token stride), a backward that loses a repeated token's contribution or
+ * sums in another order than the CPU, elements outside the output written. */
 static void test_embedding(void) {
     printf("embedding (llmc/embedding.cuh) vs embedding_forward / embedding_backward\n");
     struct { int N, V, C; } fw[] = {{517, 1000, 128}, {300, 77, 100}};
@@ -406,6 +410,9 @@ static void test_embedding(void) {
     dfree_all();
 }
 
+/* Catches: a wrong eps or mean (sum over the wrong length), a backward that differs from the CPU's formula, a dw
+ * reduced across chunks in a thread-dependent order, the fused residual variant differing from the split one, the
+ * scalar path for C % 8 != 0 broken. */
 static void test_rmsnorm(void) {
     printf("rmsnorm (llmc/rmsnorm.cuh) vs rmsnorm_forward / rmsnorm_backward\n");
     struct { int rows, C, weighted; float eps; const char* what; } cases[] = {
@@ -530,6 +537,8 @@ static float* rope_mag(const float* x, const float* cs, const float* sn, int B, 
     return m;
 }
 
+/* Catches: the wrong pairing (interleaved vs half-split), the wrong theta or missing Llama-3 frequency scaling,
+ * positions off by one, a backward that is not the inverse rotation. */
 static void test_rope(void) {
     printf("rope (llmc/rope.cuh) vs rope_forward / rope_backward; 1 ulp + 2^-22 (|x1 c| + |x2 s|) (FMA contraction)\n");
     struct { const char* preset; int B, T, nh; } cases[] = {
@@ -571,6 +580,8 @@ static void test_rope(void) {
     }
 }
 
+/* Catches: a wrong causal mask (future positions read), a GQA head mapped to the wrong K/V head, a missing
+ * 1/sqrt(hd) scale, a softmax or backward that differs from the CPU's math. */
 static void test_attention(void) {
     printf("attention (llmc/attention.cuh) vs attention_forward / attention_backward\n");
     struct { int B, T, H, KV, hd; } cases[] = {
@@ -660,6 +671,8 @@ static void test_attention(void) {
 /* the split attention pieces (fault injection into att_logits / att_probs and their gradients) against
  * the CPU's three-step attention, each from identical bf16 inputs; wherever the CPU reads only s <= t the
  * input holds garbage at s > t, which must change nothing */
+/* Catches: a split kernel that reads the masked upper triangle, a gradient step of the split path that differs
+ * from the CPU's three-step attention. */
 static void test_attention_split(void) {
     printf("attention split path (llmc/attention.cuh) vs attention_softmax_forward / attention_av_forward /\n"
            "  attention_av_backward / attention_softmax_backward / attention_logits_backward\n");
@@ -837,6 +850,8 @@ static void test_attention_split(void) {
  * Against the materialised path (which multiplies bf16 probs and bf16 dlogits, bounded in test_attention
  * by 2^-8 max|v| for out, 2^-6 max|ref| for dq and dk, 2^-9 sum p |dout| for dv): the sum of both bounds,
  * 2 ulps. All with relative L2 < 1e-2. */
+/* Catches: an online softmax that rescales wrongly across tiles, the causal skip dropping a diagonal tile, T not a
+ * multiple of the tile mishandled, a dK/dV or dQ order that changes between runs (atomics), a GQA mapping error. */
 static void test_flash_attention(void) {
     printf("fused attention (llmc/flash_attention.cuh) vs attention_forward / attention_backward, determinism, vs llmc/attention.cuh\n");
     struct { int B, T, H, KV, hd; } cases[] = {
@@ -996,6 +1011,8 @@ static void test_flash_attention(void) {
     }
 }
 
+/* Catches: a SiLU or ReLU^2 derivative error, the fused SwiGLU rounding differently from the split kernels, in-
+ * place aliasing broken, the scalar path for unaligned pointers broken. */
 static void test_elementwise(void) {
     printf("element-wise (llmc/mlp.cuh, llmc/residual.cuh) vs silu/mul/relu2/residual; fused SwiGLU vs the split kernels\n");
     for (int pass = 0; pass < 2; pass++) {
@@ -1101,6 +1118,8 @@ static void test_elementwise(void) {
     }
 }
 
+/* Catches: a softcap or cross-entropy formula error, ignored targets (-1) counted, a large vocabulary (128256,
+ * 151936) reduced with the wrong block stride. */
 static void test_classifier(void) {
     printf("classifier (llmc/classifier.cuh) vs softcap_forward / crossentropy_forward / crossentropy_softcap_backward\n");
     struct { int N, V; float cap; } cases[] = {{96, 1000, 0.0f}, {96, 1000, 15.0f}, {32, 50257, 0.0f}, {32, 50257, 15.0f}, {64, 8192, 30.0f},
@@ -1163,6 +1182,8 @@ static void test_classifier(void) {
     }
 }
 
+/* Catches: a bias correction, decay or epsilon placement that differs from the CPU's AdamW, the grad scale not
+ * applied, the bf16 weight copy not refreshed. */
 static void test_adamw(void) {
     printf("adamw (llmc/adamw.cuh) vs the formula of train_sdc.c adamw_update (+ scale_grads, bf16 copy)\n");
     struct { size_t n, off; double lr, wd, grad_scale; long long t; } cases[] = {
@@ -1218,6 +1239,8 @@ static void test_adamw(void) {
     }
 }
 
+/* Catches: elements skipped or counted twice at block boundaries, a reduction order that changes between calls
+ * (non-deterministic), a sum in fp32 where the design says double. */
 static void test_global_norm(void) {
     printf("global norm (llmc/global_norm.cuh) vs sumsq_det (both in double: rel err <= (n + 1024) 2^-53)\n");
     size_t sizes[] = {1, 7, 1000003, 10000019};
@@ -1243,6 +1266,8 @@ static void test_global_norm(void) {
  * tensor with the same scalars: bitwise, every element written; mt_grad_sumsq per tensor (with an
  * unscale of 2^-15) against sumsq_det of the CPU's scaled values (rel err <= (n + 1024) 2^-53), two calls
  * bitwise equal */
+/* Catches: a chunk table that skips or overlaps tensors, decay applied to the wrong tensors, the multi-tensor
+ * update differing from the per-tensor one, per-tensor norms mixed up, the folded unscale wrong. */
 static void test_multi_tensor(void) {
     printf("one optimizer pass (llmc/multi_tensor.cuh) vs one adamw_update per tensor (bitwise) and sumsq_det per tensor\n");
     const size_t numel[] = {5, MT_CHUNK + 3, 0, 3 * MT_CHUNK, 1, 2 * MT_CHUNK - 1, 4096, 77};
@@ -1305,6 +1330,8 @@ static void test_multi_tensor(void) {
 /* issue 5's fingerprint test on the GPU: the device fingerprint of a stored bf16 tensor equals the CPU's
  * (llmc/fingerprint.h, width 16); every single-bit change at every position changes it (exhaustive on
  * small tensors: 16 bits x n elements); a swap of two different elements changes it */
+/* Catches: a fingerprint blind to some bit positions or to swaps (a Q/K fault that passes the comparison), a GPU
+ * fingerprint that differs from the CPU's. */
 static void test_fingerprint(void) {
     printf("Q/K fingerprints: GPU == CPU; any single-bit change (exhaustive) and any swap of two different elements change them\n");
     size_t sizes[] = {1, 7, 64, 257};
@@ -1367,6 +1394,8 @@ static uint16_t* dl_bits(const bf16* d, size_t n) {
     cudaCheck(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
     return h;
 }
+/* Catches: a chunked attention (B*H*T^2 above the buffer) that mixes sequences across chunk boundaries or skips a
+ * chunk. */
 static void test_attention_chunked(void) {
     const int B = 3, T = 4096, H = 2, KV = 1, hd = 8;
     const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
@@ -1413,6 +1442,8 @@ static void test_attention_chunked(void) {
 /* more distinct GEMM shapes than the plan cache holds (as -sample_every makes, one per prefix length):
  * every product still right (fp32 C of exact bf16 products, k 8: exact sums of 8 terms with small
  * integers), and the first shape, evicted and planned again, gives the same bits as the first time */
+/* Catches: a plan cache that returns the wrong plan after eviction, or fails when more shapes are seen than it
+ * holds. */
 static void test_matmul_cache(void) {
     const int nshapes = MATMUL_CACHE_SIZE + 40, k = 8, n = 8;
     printf("matmul plan cache: %d distinct shapes through a %d-plan cache (m 1..%d, n %d, k %d)\n", nshapes, MATMUL_CACHE_SIZE, nshapes, n, k);
@@ -1453,6 +1484,8 @@ static void test_matmul_cache(void) {
 /* argmax_kernel (evaluation predictions) against the CPU trainer's strict '>' scan (first maximum on ties)
  * at llama3.2-1b's and qwen3-0.6b's vocabularies: random rows, rows with the maximum repeated (first wins),
  * the maximum in the first and in the last column, a constant row */
+/* Catches: ties resolved to another index than the CPU's first maximum, the first or last column missed, a launch
+ * configuration the GPU refuses. */
 static void test_argmax(void) {
     printf("argmax_kernel (train_sdc.cu) vs the CPU's first-maximum scan\n");
     const int Vs[2] = {128256, 151936};
@@ -1491,6 +1524,7 @@ static void test_argmax(void) {
  * scale_grads (uploaded, no fold); found_inf raised by one NaN, one +inf, one -inf anywhere in the
  * gradients (first, middle, last element), never by clean or huge finite ones */
 static size_t bits_differ(const float* a, const float* b, size_t n);
+/* Catches: an unscale check (found_inf, 2^-k) on the GPU that differs from the CPU trainer's. */
 static void test_unscale(void) {
     Config c = *preset_find("tiny-llama");
     c.vocab_size = 256; c.seq_len = 32;
@@ -1556,6 +1590,8 @@ static void test_unscale(void) {
  * event (every element hit, 4 random bits of 16 each): the stored 16-bit patterns must be identical,
  * including the NaNs the flips create (their payloads are the bits the fault model says; a conversion
  * through fp32 -> bf16 rounding would make them the canonical NaN) */
+/* Catches: a flip applied through an fp32 round trip (NaN payloads canonicalised), masks or selection that differ
+ * from the CPU's fault model. */
 static void test_fault_flip(void) {
     printf("fault injection (llmc/fault.cuh) vs fault_apply_host (llmc/fault.h): stored bits after 4-bit flips, NaN payloads included\n");
     size_t sizes[] = {4099, 65536};
@@ -1637,6 +1673,8 @@ static size_t pick_any(const float* x, size_t n) {
     return (size_t)-1;
 }
 
+/* Catches: an attention check (ABFT on the logits and AV, row checks of logits and probabilities) whose GPU sums
+ * or tolerances differ from the CPU's, alarms on clean attention. */
 static void test_attcheck(void) {
     printf("attention checks (llmc/attcheck.cuh) vs abft_logits_check / att_logits_rowcheck / att_probs_rowcheck /\n"
            "  abft_av_check (llmc/attcheck.h, width 16), on attention_forward's bf16 logits, probs and out (hd 48: the CPU's\n"
@@ -1755,6 +1793,8 @@ static float* gemm_mag(const float* A, long sam, long sak, size_t na, const floa
     return c;
 }
 
+/* Catches: a transposed operand, a wrong leading dimension, beta/accumulation misused (gradients overwritten or
+ * doubled), bf16 outputs rounded twice. */
 static void test_matmul(void) {
     printf("linear layers (llmc/matmul.cuh, cuBLASLt) vs matmul_forward / matmul_backward; fp32 sums of K terms:\n"
            "  |err| <= 2^-12 sum|terms| (the worst case K 2^-24 of either order for K <= 4096) (+ 1 bf16 ulp for bf16 outputs)\n");
@@ -1884,6 +1924,8 @@ static int compare_ref(const char* name, const float* gpu, const float* cpub, co
 
 static int file_exists(const char* p) { FILE* f = fopen(p, "rb"); if (f) fclose(f); return f != NULL; }
 
+/* Catches: a GPU model bug against PyTorch (a wrong layer, head mapping, norm or loss), under the fixed bf16
+ * bounds of llmc/bf16_bounds.h. */
 static void test_reference(const char* preset, const char* states_dir, const char* ckpt_dir) {
     printf("reference state %s: GPU (bf16 AMP) vs PyTorch fp32, beside the CPU's -precision bf16\n", preset);
     char spath[1200], cpath[1200];
@@ -1988,6 +2030,8 @@ static void test_reference(const char* preset, const char* states_dir, const cha
 }
 
 /* ------------------------------------------------------------------------ (c) determinism */
+/* Catches: any non-deterministic kernel (floating-point atomics, a schedule-dependent reduction): two runs or two
+ * schedules giving other bits. */
 static void test_determinism(const char* preset, int vocab, int B, int T, const char* ckpt_dir) {
     Config c = *preset_find(preset);
     c.vocab_size = vocab; c.seq_len = T;
@@ -2106,6 +2150,8 @@ static double rel_l2(const float* a, const float* ref, size_t n) {
     return sr > 0 ? sqrt(se / sr) : (se > 0 ? INFINITY : 0.0);
 }
 
+/* Catches: att_logits / att_probs faults never reaching the run, injected in the wrong layer or pass, or not
+ * changing the loss. */
 static void test_att_faults(const char* preset) {
     Config c = *preset_find(preset);
     int B = 2, T = 32, N = B * T;
@@ -2193,6 +2239,8 @@ static double grads_rel_l2_qk(const Model* gm, const float* a, const float* ref,
     }
     return sr > 0 ? sqrt(se / sr) : (se > 0 ? INFINITY : 0.0);
 }
+/* Catches: the model's fused path differing from the materialised one beyond bf16 rounding, in the forward, the
+ * gradients or an update. */
 static void test_flash_model(const char* preset) {
     Config c = *preset_find(preset);
     int B = 2, T = 40, N = B * T, L = c.n_layer;
@@ -2270,6 +2318,8 @@ static size_t bits_differ(const float* a, const float* b, size_t n) {
     for (size_t i = 0; i < n; i++) d += f32_bits(a[i]) != f32_bits(b[i]);
     return d;
 }
+/* Catches: a gradient or update norm on the GPU that differs from the CPU's (the backward guard and detectors read
+ * them). */
 static void test_update_norm(const char* preset) {
     Config c = *preset_find(preset);
     int B = 2, T = 32, N = B * T;
@@ -2335,6 +2385,8 @@ typedef struct { int n[CHECK_KINDS], layer[CHECK_KINDS]; } Alarms;
 static Alarms gpu_alarms(Model* gm) { Alarms a; for (int k = 0; k < CHECK_KINDS; k++) a.n[k] = model_check_alarms(gm, k, &a.layer[k]); return a; }
 static Alarms cpu_alarms(cpu::Model* cm) { Alarms a; for (int k = 0; k < CHECK_KINDS; k++) a.n[k] = cpu::model_check_alarms(cm, k, &a.layer[k]); return a; }
 
+/* Catches: attention checks or Q/K alarms in the model that fire on clean steps, or whose counts differ from the
+ * CPU's bf16 mode. */
 static void test_att_checks(const char* preset) {
     Config c = *preset_find(preset);
     int B = 2, T = 32, N = B * T;
@@ -2424,6 +2476,8 @@ static void test_att_checks(const char* preset) {
 /* -only LIST: comma-separated test names, or the groups "kernels" (every kernel test), "reference" and
  * "determinism"; empty: everything */
 /* (0) init: GPU model_init_weights vs the CPU trainer's, bit for bit */
+/* Catches: GPU weights that differ from the CPU trainer's for the same seed (the two trainers would not start from
+ * the same model). */
 static void test_init(void) {
     printf("weight initialisation: GPU kernel (llmc/init.cuh) vs the CPU trainer (llmc/init.h), bitwise\n");
     const char* presets[] = {"tiny-llama", "tiny-qwen3", "tiny-nanochat"};
