@@ -136,7 +136,7 @@ static const char* USAGE =
 "  -protect LIST      none, paper, all, or any of qk (Q/K path recomputation), rgg (Residual Gain Guard), exp\n"
 "                     (exponent scaling), att (cheap attention checks: logits row checksums, probability rows\n"
 "                     sum to one; llmc/attcheck.h), bwd (backward guard: replay on a non-finite gradient or a\n"
-"                     gradient-norm blow-up, global and per layer; llmc/bwdguard.h), comma-separated.\n"
+"                     gradient-norm blow-up, global, per layer and per weight matrix; llmc/bwdguard.h), comma-separated.\n"
 "                     paper = qk,rgg,exp with k 15 (the paper's method); all = qk,rgg,att,bwd,exp with k\n"
 "                     chosen from the run's own profile at its start (-expscale_k auto) (default none)\n"
 "  -rgg_calibration F load the Residual Gain Guard's calibration (seed window and floors) from F\n"

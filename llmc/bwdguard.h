@@ -5,9 +5,16 @@
  * and the alarm replays the step's microbatches with injection off like every other alarm.
  *
  * Inputs of a step (after the all-reduce and the unscale by 2^-k, so k never moves them): whether any
- * gradient is non-finite, and the L2 norms of the gradient of every layer l (its parameters are one
- * contiguous range, llmc/config.h), of the rest (embedding, final norm, head) and of all of it (global):
- * n_groups = n_layer + 2 series x_g = log(norm_g) (log(1e-30) for a zero norm).
+ * gradient is non-finite, and the L2 norms of the gradient of every weight matrix and embedding
+ * (llmc/config.h's layout order; not the norm weights, whose clean gradient norms swing up to 49x their
+ * median in a short window), of every layer l (its parameters are one contiguous range), of the rest (embedding, final
+ * norm, head) and of all of it (global): n_groups = n_matrices + n_layer + 2 series x_g = log(norm_g)
+ * (log(1e-30) for a zero norm). The per-tensor groups are the sensitive ones (2026-12, the main job at
+ * m = 10): a fault in dK of layer 0 that raised dK's RMS 200x blew layer 0's norm up only 5.7x, under the
+ * 16x minimum threshold, so with per-layer groups alone it cost a corrupted update; W_K's own gradient norm
+ * moves by about the factor of dK. The per-layer and global groups stay (a fault spread thinly over many
+ * tensors of a layer still shows there). The per-tensor norms cost nothing extra on the GPU (one pass
+ * computes them for the update, llmc/multi_tensor.cuh) and one pass over the gradients on the CPU.
  *
  * History. H_g holds the x_g of the last W accepted (alarm-free) steps (W = -bwd_window, 32).
  * mu_g = median(H_g); the blow-up of the step is d_g = x_g - mu_g (a log ratio to the median norm).
@@ -39,7 +46,8 @@
 #define BWD_MIN_FLOOR_UNCALIBRATED 1.1090354888959125   /* the same without a calibration */
 
 typedef struct {
-    int n_layer, n_groups, W;
+    int n_layer, n_tensors, n_groups, W;
+    char (*names)[32];         /* [n_groups] the groups' names, for the log: "L3.wk", "layer 3", "other", "global" */
     double alpha;
     double* win;               /* [W][n_groups] accepted log norms, a ring */
     int count, head;
@@ -56,20 +64,30 @@ typedef struct {
     double max_ratio;          /* largest d / tau over the groups (0 while unseeded) */
 } BwdResult;
 
-static void bwd_init(BwdGuard* g, int n_layer, int W, double alpha) {
+/* tensor_names[n_tensors]: the names of the tensors with a group of their own (the matrices), in layout order (groups 0..n_tensors-1); then
+ * the layers, "other" and "global" */
+static void bwd_init(BwdGuard* g, int n_layer, int n_tensors, const char (*tensor_names)[32], int W, double alpha) {
     memset(g, 0, sizeof(*g));
-    g->n_layer = n_layer; g->n_groups = n_layer + 2; g->W = W; g->alpha = alpha;
+    g->n_layer = n_layer; g->n_tensors = n_tensors; g->n_groups = n_tensors + n_layer + 2; g->W = W; g->alpha = alpha;
+    g->names = (char (*)[32])callocCheck((size_t)g->n_groups, 32);
+    for (int i = 0; i < g->n_groups; i++) {
+        if (i < n_tensors) snprintf(g->names[i], 32, "%s", tensor_names[i]);
+        else if (i < n_tensors + n_layer) snprintf(g->names[i], 32, "layer %d", i - n_tensors);
+        else snprintf(g->names[i], 32, "%s", i == g->n_groups - 2 ? "other" : "global");
+    }
     g->win = (double*)callocCheck((size_t)W * g->n_groups, sizeof(double));
     g->floor_ = (double*)callocCheck((size_t)g->n_groups, sizeof(double));
     g->cal_max = (double*)callocCheck((size_t)g->n_groups, sizeof(double));
 }
-static void bwd_free(BwdGuard* g) { free(g->win); free(g->floor_); free(g->cal_max); g->win = g->floor_ = g->cal_max = NULL; }
+static void bwd_free(BwdGuard* g) {
+    free(g->win); free(g->floor_); free(g->cal_max); free(g->names);
+    g->win = g->floor_ = g->cal_max = NULL; g->names = NULL;
+}
 
-/* the name of a group, for the log: "layer 3", "other", "global" */
+/* the name of a group, for the log: "L3.wk", "layer 3", "other", "global" */
 static void bwd_group_name(const BwdGuard* g, int i, char* buf, size_t n) {
-    if (i < 0) snprintf(buf, n, "nonfinite");
-    else if (i < g->n_layer) snprintf(buf, n, "layer %d", i);
-    else snprintf(buf, n, "%s", i == g->n_layer ? "other" : "global");
+    if (i < 0 || i >= g->n_groups) snprintf(buf, n, "nonfinite");
+    else snprintf(buf, n, "%s", g->names[i]);
 }
 
 static int bwd_cmp(const void* a, const void* b) {
@@ -121,7 +139,7 @@ static void bwd_admit(BwdGuard* g, const double* x) {
 }
 
 /* ------------------------------------------------------------------------------ calibration file
- * "TSDCBWD\0", u32 version 1, i32 n_layer, n_groups, W, count, then f64 floors[n_groups], f64 the window in
+ * "TSDCBWD\0", u32 version 2 (version 1: per-layer groups only, refused), i32 n_layer, n_groups, W, count, then f64 floors[n_groups], f64 the window in
  * age order, oldest first [count][n_groups], u64 checksum of everything before it. */
 static void bwd_write_calibration(const BwdGuard* g, const char* path) {
     if (g->count < BWD_MIN_HISTORY)
@@ -131,7 +149,7 @@ static void bwd_write_calibration(const BwdGuard* g, const char* path) {
     uint8_t* buf = (uint8_t*)callocCheck(bytes + 8, 1);
     uint8_t* p = buf;
     memcpy(p, "TSDCBWD\0", 8); p += 8;
-    uint32_t ver = 1; memcpy(p, &ver, 4); p += 4;
+    uint32_t ver = 2; memcpy(p, &ver, 4); p += 4;
     int32_t hv[4] = {g->n_layer, g->n_groups, g->W, g->count}; memcpy(p, hv, 16); p += 16;
     memcpy(p, g->cal_max, 8 * (size_t)g->n_groups); p += 8 * (size_t)g->n_groups;
     int start = g->count < g->W ? 0 : g->head;
@@ -160,14 +178,17 @@ static void bwd_load_calibration(BwdGuard* g, const char* path) {
     fclose(fp);
     if (memcmp(buf, "TSDCBWD\0", 8) != 0) tsdc_fail("%s: not a backward-guard calibration file (bad magic)", path);
     uint32_t ver; memcpy(&ver, buf + 8, 4);
-    if (ver != 1) tsdc_fail("%s: unsupported backward-guard calibration version %u", path, ver);
+    if (ver == 1) tsdc_fail("%s: a version-1 backward-guard calibration (per-layer groups only); the guard now also watches every "
+                            "tensor: recalibrate with -bwd_calibrate", path);
+    if (ver != 2) tsdc_fail("%s: unsupported backward-guard calibration version %u", path, ver);
     int32_t hv[4]; memcpy(hv, buf + 12, 16);
-    if (hv[1] != hv[0] + 2 || hv[2] < 1 || hv[3] < 1 || hv[3] > hv[2]) tsdc_fail("%s: corrupt backward-guard calibration header", path);
+    if (hv[0] < 1 || hv[1] < hv[0] + 2 || hv[2] < 1 || hv[3] < 1 || hv[3] > hv[2]) tsdc_fail("%s: corrupt backward-guard calibration header", path);
     size_t need = 8 + 4 + 16 + 8 * (size_t)hv[1] + 8 * (size_t)hv[3] * hv[1] + 8;
     if ((size_t)size != need) tsdc_fail("%s: truncated backward-guard calibration file (%lld bytes, header implies %zu)", path, size, need);
     uint64_t chk; memcpy(&chk, buf + size - 8, 8);
     if (tsdc_checksum(buf, (size_t)size - 8) != chk) tsdc_fail("%s: checksum mismatch (corrupted backward-guard calibration file)", path);
     if (hv[0] != g->n_layer) tsdc_fail("%s: calibrated for %d layers, the model has %d", path, hv[0], g->n_layer);
+    if (hv[1] != g->n_groups) tsdc_fail("%s: calibrated for %d gradient groups, this model has %d (another architecture)", path, hv[1], g->n_groups);
     const uint8_t* p = buf + 28;
     memcpy(g->floor_, p, 8 * (size_t)g->n_groups); p += 8 * (size_t)g->n_groups;
     /* the newest min(count, W) vectors fill this run's window */
