@@ -6,6 +6,7 @@ within rounding in bf16, and skips non-finite updates; the calibration file is v
 k-selection tool reproduces hand-computed R_amp and k*."""
 import json
 import os
+import re
 import subprocess
 import sys
 from fractions import Fraction
@@ -271,7 +272,7 @@ def test_backward_faults_are_caught_and_replayed_exactly(data, tmp_path):
     2^30+ times larger) is caught by the backward guard alone and replayed: no update is lost and the run
     ends bit-identical to the fault-free run. Fails when the guard's threshold is far too high (-bwd_alpha
     1e6: planted here, updates are lost) or when an alarm does not replay. Catches: a backward guard
-    blind to gradient blow-ups, a replay that is not exact."""
+    blind to gradient blow-ups, a replay that is not exact, the per-matrix groups dropped (alarms name only layers)."""
     ck, bcal = calibrate_bwd(data, tmp_path, BWD_KW)
     common = {"-resume": ck, "-bwd_calibration": bcal, "-protect": "bwd"}
     run(small(data, tmp_path / "clean", **BWD_KW, **common))
@@ -283,6 +284,9 @@ def test_backward_faults_are_caught_and_replayed_exactly(data, tmp_path):
     assert all(st[s]["replayed"] == 1 and st[s]["by"] == "bwd" for s in injected), \
         [(s, st[s]["alarm"], st[s]["bwd_r"]) for s in injected if not st[s]["replayed"]]
     assert all(st[s]["bwd_r"] >= 1 for s in injected)          # a norm blow-up past the threshold, logged
+    # the largest blow-up is a weight matrix's own group (per-matrix groups: without them it would be a layer's)
+    assert any(re.search(r"bwd: (L\d+\.w\w+|wte|lm_head) gradient norm", st[s]["alarm"]) for s in injected), \
+        [st[s]["alarm"] for s in injected]
     assert all(st[s]["found_inf"] == 0 and st[s]["overflow"] == 0 for s in st)
     assert ckpt(out, 52) == ckpt(tmp_path / "clean", 52)
     # the threshold out of reach: only a non-finite gradient would still be caught; updates are lost
