@@ -46,6 +46,20 @@ __device__ __forceinline__ float rmsnorm_group_sum(float v, int L) {
     return v;
 }
 
+/* y = w * (x * rstd), or x * rstd without a weight, on 8 loaded values (the forward's second pass; the
+ * plain and the residual-fused kernels share it, so their bits are the same by construction) */
+__device__ __forceinline__ static void rmsnorm_scale8(float f[8], const bf16* w, int c0, int cnt, bool vec, float rstd) {
+    if (w) {
+        float wv[8];
+        load8_f32(wv, w + c0, cnt, vec, 0.0f);
+#pragma unroll
+        for (int j = 0; j < 8; j++) f[j] = wv[j] * (f[j] * rstd);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) f[j] = f[j] * rstd;
+    }
+}
+
 /* FP: also fold every output element into the Q/K fingerprint; out and ms may then be NULL */
 template <bool FP>
 __global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* x, const bf16* w,
@@ -76,16 +90,9 @@ __global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* 
         if (gl == 0 && ms) ms[row] = m;
         for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
             const int cnt = min(8, C - c0);
-            float f[8], wv[8];
+            float f[8];
             load8_f32(f, xr + c0, cnt, vec, 0.0f);
-            if (w) {
-                load8_f32(wv, w + c0, cnt, vec, 0.0f);
-#pragma unroll
-                for (int j = 0; j < 8; j++) f[j] = wv[j] * (f[j] * rstd);
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; j++) f[j] = f[j] * rstd;
-            }
+            rmsnorm_scale8(f, w, c0, cnt, vec, rstd);
             if (!FP || out) store8_bf16(o + c0, f, cnt, vec);
             if (FP)
                 for (int j = 0; j < cnt; j++)
@@ -126,16 +133,9 @@ __global__ static void residual_rmsnorm_forward_kernel(bf16* resid, bf16* out, f
         if (gl == 0 && ms) ms[row] = m;
         for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
             const int cnt = min(8, C - c0);
-            float f[8], wv[8];
+            float f[8];
             load8_f32(f, resid + ro + c0, cnt, vec, 0.0f);
-            if (w) {
-                load8_f32(wv, w + c0, cnt, vec, 0.0f);
-#pragma unroll
-                for (int j = 0; j < 8; j++) f[j] = wv[j] * (f[j] * rstd);
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; j++) f[j] = f[j] * rstd;
-            }
+            rmsnorm_scale8(f, w, c0, cnt, vec, rstd);
             store8_bf16(out + ro + c0, f, cnt, vec);
         }
     }
