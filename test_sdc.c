@@ -417,6 +417,78 @@ static void test_att_checks_tolerance(void) {
     free(q); free(k); free(lg); free(pr);
 }
 
+/* -protect att_bwd: the dprobs row checksum and the dlogits zero row sums, on a backward made by the trainer's own
+ * kernels (attention_av_backward, attention_softmax_backward) from bf16-rounded dO, V and probabilities, fed
+ * sign and mantissa flips sized against the tolerances attcheck.h's comment claims, written here as numbers:
+ * dprobs row t: 2^-7 (bf16) or 1e-4 (fp32) of |dO_t| sum_{s<=t} |v_s|; dlogits row t: 2^-6 (bf16) or 2e-4 (fp32)
+ * of 2 |dO_t| max_{s<=t} |v_s|. A flip moving an entry by 2-8x its row's tolerance must fail the check, one
+ * moving it by at most 1/8 must pass; clean rows pass; a flip in the masked triangle (never read) passes; a NaN
+ * in a read entry fails. Catches: a backward check whose tolerance is far looser than it claims, one that skips
+ * rows or reads the masked triangle, one that alarms on clean rounding, a NaN that compares as passing. */
+static void test_att_bwd_checks_tolerance(void) {
+    printf("attention checks, backward (-protect att_bwd): non-exponent flips against the claimed tolerances\n");
+    int B = 1, T = 16, H = 4, KV = 2, hd = 32, g = H / KV;
+    size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
+    float *dout = mallocCheck(4 * nq), *v = mallocCheck(4 * nk), *dv = mallocCheck(4 * nk), *pr = mallocCheck(4 * na);
+    float *dp = mallocCheck(4 * na), *ds = mallocCheck(4 * na);
+    for (int wi = 0; wi < 2; wi++) {
+        int width = wi ? 16 : 32;
+        fill_normal(dout, nq, 41, 1); fill_normal(v, nk, 42, 1);
+        /* probabilities: a softmax of random logits, rows concentrated as a trained model's are */
+        fill_normal(pr, na, 43, 3);
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                float* row = pr + ((size_t)h * T + t) * T;
+                double mx = -INFINITY, sum = 0;
+                for (int u = 0; u <= t; u++) mx = fmax(mx, row[u]);
+                for (int u = 0; u <= t; u++) sum += exp(row[u] - mx);
+                for (int u = 0; u < T; u++) row[u] = u <= t ? (float)(exp(row[u] - mx) / sum) : 0.0f;
+            }
+        if (width == 16) { bf16_round_array(dout, (long long)nq); bf16_round_array(v, (long long)nk); bf16_round_array(pr, (long long)na); }
+        attention_av_backward(dp, dv, dout, pr, v, B, T, H, KV, hd);
+        if (width == 16) bf16_round_array(dp, (long long)na);
+        attention_softmax_backward(ds, dp, pr, B, H, T);
+        if (width == 16) bf16_round_array(ds, (long long)na);
+        check(att_dprobs_rowcheck(dp, dout, v, B, T, H, KV, hd, width) == 0 && att_dlogits_rowcheck(ds, dout, v, B, T, H, KV, hd, width) == 0,
+              "  %s: clean dprobs and dlogits pass", width == 16 ? "bf16" : "fp32");
+        double rel_p = width == 16 ? ldexp(1.0, -7) : 1e-4, rel_s = width == 16 ? ldexp(1.0, -6) : 2e-4;
+        int tried = 0, caught = 0, small_tried = 0, small_passed = 0, masked_passed = 0, nan_caught = 0;
+        for (int h = 0; h < H; h++)
+            for (int t = 1; t < T; t++) {
+                const float* vh = v + (size_t)(h / g) * hd;
+                double on = att_norm(dout + (size_t)t * H * hd + h * hd, hd), vsum = 0, vmax = 0;
+                for (int u = 0; u <= t; u++) { double n = att_norm(vh + (size_t)u * KV * hd, hd); vsum += n; vmax = fmax(vmax, n); }
+                double tol[2] = {rel_p * on * vsum, rel_s * 2 * on * vmax};
+                float* ten[2] = {dp, ds};
+                for (int w = 0; w < 2; w++)
+                    for (int s = 0; s <= t; s += 3) {
+                        float* x = &ten[w][((size_t)h * T + t) * T + s];
+                        float keep = *x;
+#define ATTB_RUN(X) (w ? att_dlogits_rowcheck(X, dout, v, B, T, H, KV, hd, width) : att_dprobs_rowcheck(X, dout, v, B, T, H, KV, hd, width))
+                        uint32_t m = flip_moving_by(keep, width, 2 * tol[w], 8 * tol[w]);
+                        if (m) { *x = fault_flip_value(keep, m, width); tried++; caught += ATTB_RUN(ten[w]) == 1; *x = keep; }
+                        m = flip_moving_by(keep, width, 0, tol[w] / 8);
+                        if (m) { *x = fault_flip_value(keep, m, width); small_tried++; small_passed += ATTB_RUN(ten[w]) == 0; *x = keep; }
+                        if (s == 0) {
+                            *x = NAN; nan_caught += ATTB_RUN(ten[w]) == 1; *x = keep;
+                            float* dead = &ten[w][((size_t)h * T + t - 1) * T + t];   /* row t-1, column t: masked */
+                            *dead = 1e30f; masked_passed += ATTB_RUN(ten[w]) == 0; *dead = 0.0f;
+                        }
+#undef ATTB_RUN
+                    }
+            }
+        const char* wn = width == 16 ? "bf16" : "fp32";
+        check(tried >= 40 && caught == tried, "  %s: %d of %d sign/mantissa flips moving a dprobs or dlogits entry by 2-8x its tolerance caught",
+              wn, caught, tried);
+        check(small_tried >= 40 && small_passed == small_tried, "  %s: %d of %d flips moving it by <= 1/8 of its tolerance pass", wn,
+              small_passed, small_tried);
+        check(nan_caught == 2 * H * (T - 1) && masked_passed == 2 * H * (T - 1),
+              "  %s: a NaN in a read entry fails (%d of %d), 1e30 in the masked triangle passes (%d of %d)", wn, nan_caught,
+              2 * H * (T - 1), masked_passed, 2 * H * (T - 1));
+    }
+    free(dout); free(v); free(dv); free(pr); free(dp); free(ds);
+}
+
 /* --------------------------------------------------------------------------- reference states */
 #include "llmc/refstate.h"
 #include "llmc/bf16_bounds.h"
@@ -585,6 +657,7 @@ int main(int argc, char** argv) {
     test_fault_flips();
     test_fault_selection();
     test_att_checks_tolerance();
+    test_att_bwd_checks_tolerance();
 #ifdef _OPENMP
     test_thread_independence();
 #endif

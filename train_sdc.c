@@ -87,7 +87,8 @@ typedef struct {
     /* protection */
     int protect_qk;            /* Q/K path recomputation on */
     int check_abft, check_att; /* attention checks on (llmc/attcheck.h) */
-    int alarms[CHECK_KINDS], first_layer[CHECK_KINDS];   /* alarms of the current microbatch's forward, by kind */
+    int protect_qk_bwd, check_att_bwd;   /* the backward's Q/K recomputation and attention checks */
+    int alarms[CHECK_KINDS], first_layer[CHECK_KINDS];   /* alarms of the current microbatch (forward and backward), by kind */
     float* upd;                /* scratch for model_update_norm (allocated on first use) */
     uint32_t* exp_hist;        /* exponent profiling: [L.n][256] counts of dL/dY codes, NULL = off */
     int exp_samples;
@@ -249,6 +250,53 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const float* q
     int bad = !fp_equal(qk_fingerprint(q_used, (size_t)N * qd, width), qk_fingerprint(q1, (size_t)N * qd, width)) ||
               !fp_equal(qk_fingerprint(k_used, (size_t)N * kd, width), qk_fingerprint(k1, (size_t)N * kd, width));
     if (bad) check_alarm(model, CHECK_QK, l, 1);
+}
+
+/* ---------------------------------------------------------------- backward Q/K path recomputation (ours)
+ * The backward half of the Q/K path, from the gradient of the logits to the gradients of the q and k
+ * projections' outputs (what the weight-gradient and dx GEMMs of wq and wk consume), run a second time
+ * from the same dlogits, Q, K and saved statistics into scratch the backward has finished with (dq2, dk2,
+ * datt), and both results reduced to 128-bit fingerprints: a fault anywhere on the path (q_rope, k_rope,
+ * q_norm, k_norm, q_proj, k_proj gradients, whatever its size) changes the stored tensor's bits and not the
+ * recomputation's. Exact because every kernel here is deterministic. The QK norm's weight gradient is not
+ * accumulated again (NULL). No injection points: a transient fault hits one execution, not both. */
+/* the rest of the path after attention_logits_backward for one of q (nh = H) or k (nh = KV): x holds the
+ * gradient of the tensor attention consumed, spare is scratch of the same size; returns the buffer that
+ * holds the gradient of the projection's output (x or spare) */
+static float* qk_bwd_path(Model* model, int l, int B, int T, int nh, int is_k, float* x, float* spare) {
+    const Config* c = &model->c;
+    LayerActs* a = &model->la[l];
+    int n = B * T * nh, hd = c->head_dim;
+    float eps = (float)c->norm_eps, *t;
+    if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
+        rmsnorm_backward(spare, NULL, x, is_k ? a->kr : a->qr, NULL, is_k ? a->kf_ms : a->qf_ms, n, hd, eps, 0);
+        BF16_STORE(model, spare, (size_t)n * hd);
+        t = x; x = spare; spare = t;
+    }
+    rope_backward(spare, x, model->rope_cos, model->rope_sin, B, T, nh, hd, c->rope_style);
+    BF16_STORE(model, spare, (size_t)n * hd);
+    t = x; x = spare; spare = t;
+    if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
+        rmsnorm_backward(spare, NULL, x, is_k ? a->k : a->q, W(is_k ? PT_KNORM : PT_QNORM, l), is_k ? a->kn_ms : a->qn_ms, n, hd,
+                         eps, 0);
+        BF16_STORE(model, spare, (size_t)n * hd);
+        t = x; x = spare; spare = t;
+    }
+    return x;
+}
+static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const float* qc, const float* kc,
+                                   const float* dq_used, const float* dk_used, float* sq, float* sk) {
+    const Config* c = &model->c;
+    int N = B * T, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
+    int width = model->precision ? 16 : 32;
+    attention_logits_backward(sq, sk, model->dlog, qc, kc, B, T, H, KV, hd);
+    BF16_STORE(model, sq, (size_t)N * qd); BF16_STORE(model, sk, (size_t)N * kd);
+    /* datt (N qd >= N kd) is free once attention_av_backward has read it: the spare of both */
+    int bad = !fp_equal(qk_fingerprint(dq_used, (size_t)N * qd, width),
+                        qk_fingerprint(qk_bwd_path(model, l, B, T, H, 0, sq, model->datt), (size_t)N * qd, width));
+    bad = bad || !fp_equal(qk_fingerprint(dk_used, (size_t)N * kd, width),
+                           qk_fingerprint(qk_bwd_path(model, l, B, T, KV, 1, sk, model->datt), (size_t)N * kd, width));
+    if (bad) check_alarm(model, CHECK_QK_BWD, l, 1);
 }
 
 /* exponent profiling: sample dL/dY of a linear layer (its output gradient) and count the exponent
@@ -450,8 +498,13 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         BF16_STORE(model, model->dlog, natt); BF16_STORE(model, model->dv, (size_t)N * kd);
         FAULT_BWD(SITE_ATT_PROBS, l, model->dlog, natt);
         FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
+        int width = model->precision ? 16 : 32;
+        if (model->check_att_bwd)
+            check_alarm(model, CHECK_ATT_BWD, l, att_dprobs_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
         attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T);                 BF16_STORE(model, model->dlog, natt);
         FAULT_BWD(SITE_ATT_LOGITS, l, model->dlog, natt);
+        if (model->check_att_bwd)
+            check_alarm(model, CHECK_ATT_BWD, l, att_dlogits_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
         attention_logits_backward(model->dq, model->dk, model->dlog, qc, kc, B, T, H, KV, hd);
         BF16_STORE(model, model->dq, (size_t)N * qd); BF16_STORE(model, model->dk, (size_t)N * kd);
         float *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
@@ -476,6 +529,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         }
         FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
         FAULT_BWD(SITE_K_PROJ, l, dk, (size_t)N * kd);
+        if (model->protect_qk_bwd) qk_bwd_recompute_check(model, l, B, T, qc, kc, dq, dk, dq2, dk2);
         exp_profile(model, PT_WQ, l, dq, (size_t)N * qd);
         exp_profile(model, PT_WK, l, dk, (size_t)N * kd);
         exp_profile(model, PT_WV, l, model->dv, (size_t)N * kd);
@@ -640,7 +694,10 @@ static void model_set_rgg(Model* model, int on) { (void)model; (void)on; }
 /* no device: no counts (-stats logs nothing) */
 static int model_device_stats(Model* model, DeviceStats* st) { (void)model; DEVICE_STATS_UNKNOWN(st); return 0; }
 static void model_set_checks(Model* model, int abft, int att) { model->check_abft = abft; model->check_att = att; }
-/* alarms of one kind (CHECK_QK, CHECK_ABFT, CHECK_ATT) in the last forward, and the first layer that had one */
+/* the backward's checks: Q/K path recomputation (qk_bwd_recompute_check) and attention checks (attcheck.h) */
+static void model_set_bwd_checks(Model* model, int qk, int att) { model->protect_qk_bwd = qk; model->check_att_bwd = att; }
+/* alarms of one kind (CHECK_QK .. CHECK_ATT_BWD) in the last microbatch (forward and backward), and the first
+ * layer that had one */
 static int model_check_alarms(Model* model, int kind, int* first_layer) { *first_layer = model->first_layer[kind]; return model->alarms[kind]; }
 static void model_qk_reset(Model* model) {
     for (int k = 0; k < CHECK_KINDS; k++) { model->alarms[k] = 0; model->first_layer[k] = -1; }
@@ -693,6 +750,7 @@ static void model_trace_diff(Model* model, int site, int l, int B, int T, double
 #define TRAINER_NAME "cpu"
 #define TRAINER_DEFAULT_PRECISION 0
 #define TRAINER_HAS_FP32 1
+#define TRAINER_HAS_BWD_CHECKS 1
 #define TRAINER_BF16_NAME "bf16 (emulated AMP)"
 #include "llmc/train_loop.h"
 int main(int argc, char** argv) { return train_main(argc, argv); }

@@ -13,6 +13,15 @@
  *    logits row checksum: sum_{s<=t} logits[t,s] == scale * q_t . (sum_{s<=t} k_s)   (prefix sums of K,
  *      O(T hd) a head; the row sums fuse into the softmax, which reads every row anyway)
  *    probability rows sum to one: |sum_{s<=t} P[t,s] - 1| <= tol
+ *  and in the backward (-protect att_bwd), where a fault in the gradient of the probabilities or of the logits
+ *  reaches dQ, dK (and dV's neighbours) through every entry it touches:
+ *    dprobs row checksum: dP = dO V^T (causal), so sum_{s<=t} dP[t,s] == dO_t . (sum_{s<=t} v_s)   (prefix sums
+ *      of V, O(T hd) a head, as the logits' row check)
+ *    dlogits rows sum to zero: dS[t,s] = P[t,s] (dP[t,s] - sum_j P[t,j] dP[t,j]), so sum_{s<=t} dS[t,s] == 0
+ *      exactly in real arithmetic (sum_s P[t,s] = 1)
+ *  A fault in dO itself (att_out's gradient) is consistent input to both and passes them; the backward
+ *  guard's norms see it. The dlogits check needs the dprobs check beside it: a fault in dP keeps dS's rows
+ *  summing to zero.
  *  "The row maximum of the logits is consistent with the probabilities" (the other example of DESIGN
  *  section 11) is left out: any change of a probability large enough to matter changes its row sum by
  *  the same amount, and a fault in the logits gives consistent probabilities, so it adds no coverage.
@@ -22,7 +31,15 @@
  * fault would inflate its own bound): Cauchy-Schwarz for the logits, |q_t| |k_s| summed; sum of
  * |P| |v| for the output. The relative factor is ATT_TOL_REL(width): 2^-7 when the tensors are stored
  * in bf16 (each element carries up to 2^-8 relative rounding: a 2x margin), 1e-4 in fp32 (enough for
- * T up to about 1700 in the worst case of the float sums; far more in practice). Entries in the masked
+ * T up to about 1700 in the worst case of the float sums; far more in practice). The backward's bounds, from
+ * the clean side again: |dO_t| sum_{s<=t} |v_s| for the dprobs row (Cauchy-Schwarz: at least sum_s |dP[t,s]|,
+ * so the bf16 rounding of the stored dP, 2^-8 of each entry, stays 2x inside, as in the logits' check);
+ * B_t = 2 |dO_t| max_{s<=t} |v_s| for the dlogits row (|dP[t,s]| <= |dO_t| |v_s| and sum_s P[t,s] = 1 bound
+ * sum_s |dS[t,s]| by it; the rounding of the stored dS, 2^-8 of B_t, and the stored probabilities' sum off 1 by
+ * up to 2^-8, times |D_t| <= B_t / 2: at most 1.5 x 2^-8 B_t, so the factor is 2 ATT_TOL_REL = 2^-6 in bf16, 2.7x
+ * inside). Measured on clean bf16 steps (tiny-llama at the main job's checkpoint, tiny-qwen3, tiny-nanochat):
+ * at most 0.45 of the tolerance for dprobs (the t = 0 row, one entry: the 2^-8 rounding itself), 0.08 for
+ * dlogits; fp32 0.002. Entries in the masked
  * triangle are never read by the model, so faults there are harmless and are not checked.
  * A non-finite sum always fails (the comparisons are written as !(err <= tol)). Sums are in double. */
 #ifndef TSDC_ATTCHECK_H
@@ -32,8 +49,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-/* the kinds of in-forward checks a trainer counts (model_check_alarms) */
-enum { CHECK_QK = 0, CHECK_ABFT = 1, CHECK_ATT = 2, CHECK_KINDS = 3 };
+/* the kinds of in-pass checks a trainer counts (model_check_alarms): the forward's Q/K recomputation, ABFT and
+ * attention checks, and the backward's Q/K recomputation (-protect qk_bwd) and attention checks (-protect att_bwd) */
+enum { CHECK_QK = 0, CHECK_ABFT = 1, CHECK_ATT = 2, CHECK_QK_BWD = 3, CHECK_ATT_BWD = 4, CHECK_KINDS = 5 };
 
 #define ATT_TOL_REL(width) ((width) == 16 ? 0.0078125 : 1e-4)
 /* probability rows: bf16 storage 2^-6 (the row's rounding is at most 2^-8 of its sum, 1: a 4x margin); fp32: the
@@ -153,6 +171,63 @@ static int att_probs_rowcheck(const float* probs, int B, int H, int T, int width
         }
         bad += fail;
     }
+    return bad;
+}
+
+/* ours, backward: dprobs = dO V^T row checksums against prefix sums of V. dprobs [B,H,T,T], dout [B*T, H*hd]
+ * (att_out's gradient), v [B*T, KV*hd]. Returns failed heads. */
+static int att_dprobs_rowcheck(const float* dprobs, const float* dout, const float* v, int B, int T, int H, int KV, int hd,
+                               int width) {
+    int g = H / KV, bad = 0;
+    double rel = ATT_TOL_REL(width);
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            double* vpre = (double*)calloc((size_t)hd, sizeof(double));
+            double vnpre = 0;
+            const float* D = dprobs + ((size_t)b * H + h) * T * T;
+            int fail = 0;
+            for (int t = 0; t < T; t++) {
+                const float* vt = v + ((size_t)b * T + t) * ks + (size_t)(h / g) * hd;
+                for (int i = 0; i < hd; i++) vpre[i] += vt[i];
+                vnpre += att_norm(vt, hd);
+                const float* ot = dout + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                double ref = 0, row = 0;
+                for (int i = 0; i < hd; i++) ref += ot[i] * vpre[i];
+                for (int s = 0; s <= t; s++) row += D[(size_t)t * T + s];
+                double tol = rel * att_norm(ot, hd) * vnpre + 1e-30;
+                if (!(fabs(row - ref) <= tol)) fail = 1;
+            }
+            free(vpre);
+            bad += fail;
+        }
+    return bad;
+}
+
+/* ours, backward: every causal row of dlogits (the softmax backward's output) sums to zero. dlogits [B,H,T,T];
+ * dout and v as above, for the bound. Returns failed heads. */
+static int att_dlogits_rowcheck(const float* dlogits, const float* dout, const float* v, int B, int T, int H, int KV, int hd,
+                                int width) {
+    int g = H / KV, bad = 0;
+    double rel = ATT_TOL_REL(width);
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            double vmax = 0;
+            const float* D = dlogits + ((size_t)b * H + h) * T * T;
+            int fail = 0;
+            for (int t = 0; t < T; t++) {
+                double vn = att_norm(v + ((size_t)b * T + t) * ks + (size_t)(h / g) * hd, hd);
+                if (vn > vmax || vn != vn) vmax = vn;   /* a NaN norm keeps the bound NaN: the rows fail */
+                double row = 0;
+                for (int s = 0; s <= t; s++) row += D[(size_t)t * T + s];
+                double tol = 2.0 * rel * 2.0 * att_norm(dout + ((size_t)b * T + t) * qs + (size_t)h * hd, hd) * vmax + 1e-30;
+                if (!(fabs(row) <= tol)) fail = 1;
+            }
+            bad += fail;
+        }
     return bad;
 }
 

@@ -4,7 +4,8 @@
  * resume, progress and the JSONL log. The including file defines the model and these functions:
  *
  *   Model (with fields Config c; int B, T), TRAINER_NAME (a string), TRAINER_DEFAULT_PRECISION (0 fp32,
- *   1 bf16), TRAINER_HAS_FP32 (0/1), TRAINER_BF16_NAME (how bf16 is described),
+ *   1 bf16), TRAINER_HAS_FP32 (0/1), TRAINER_HAS_BWD_CHECKS (0/1: -protect qk_bwd, att_bwd), TRAINER_BF16_NAME
+ *   (how bf16 is described),
  *   model_build(Model*, const Config*, B, T, precision)     model_free(Model*)
  *   model_init_weights(Model*, seed)                         model_num_params(const Model*)
  *   model_load_state(Model*, params, m, v)                   (host fp32 arrays; m, v NULL: zero)
@@ -22,7 +23,9 @@
  *                                           site's forward tensor; site -1 = the logits)
  *   model_set_protect_qk(Model*, on)   model_qk_reset(Model*) (resets every check's alarms)
  *   model_set_checks(Model*, abft, att)   (the attention checks of llmc/attcheck.h on/off)
- *   model_check_alarms(Model*, kind, &first_layer)   (CHECK_QK / CHECK_ABFT / CHECK_ATT alarms of the last forward)
+ *   model_set_bwd_checks(Model*, qk, att) (the backward's Q/K recomputation and attention checks on/off; only
+ *                                          where TRAINER_HAS_BWD_CHECKS is 1)
+ *   model_check_alarms(Model*, kind, &first_layer)   (CHECK_QK .. CHECK_ATT_BWD alarms of the last microbatch)
  *   model_grad_norm(Model*)   model_update_norm(Model*, const AdamW*, t, clip, grad_norm)   (harmful-update detector)
  *   model_rgg_gains(Model*, B, T, layers, n_mon, double* out[n_mon*2])   (from the norms' mean squares)
  *   model_unscale_check(Model*, scale) -> 1 if a gradient is non-finite after grads *= scale
@@ -83,7 +86,7 @@ typedef struct {
     FaultCtx fx;
     FILE* trace;
     /* protection */
-    int prot_qk, prot_rgg, prot_exp, prot_att, prot_bwd, expscale_k, exp_auto;
+    int prot_qk, prot_rgg, prot_exp, prot_att, prot_bwd, prot_qkb, prot_attb, expscale_k, exp_auto;
     Detect det;
     Rgg rgg;
     double* gains;             /* [n_obs][n_mon][2] gains of the step (all ranks, gathered) */
@@ -511,13 +514,21 @@ static void protect_setup(Run* run) {
     for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
         if (!strcmp(tok, "none")) continue;
         else if (!strcmp(tok, "paper")) run->prot_qk = run->prot_rgg = run->prot_exp = 1;
-        else if (!strcmp(tok, "all")) { run->prot_qk = run->prot_rgg = run->prot_exp = run->prot_att = run->prot_bwd = 1; run->exp_auto = 1; }
+        else if (!strcmp(tok, "all")) {
+            run->prot_qk = run->prot_rgg = run->prot_exp = run->prot_att = run->prot_bwd = 1;
+            run->prot_qkb = run->prot_attb = TRAINER_HAS_BWD_CHECKS;
+            run->exp_auto = 1;
+        }
         else if (!strcmp(tok, "qk")) run->prot_qk = 1;
+        else if (!strcmp(tok, "qk_bwd") || !strcmp(tok, "att_bwd")) {
+            if (!TRAINER_HAS_BWD_CHECKS) usage_fail("flag -protect: '%s' is the CPU trainer's for now (README: protection on the GPU)", tok);
+            if (tok[0] == 'q') run->prot_qkb = 1; else run->prot_attb = 1;
+        }
         else if (!strcmp(tok, "bwd")) run->prot_bwd = 1;
         else if (!strcmp(tok, "rgg")) run->prot_rgg = 1;
         else if (!strcmp(tok, "exp")) run->prot_exp = 1;
         else if (!strcmp(tok, "att")) run->prot_att = 1;
-        else usage_fail("flag -protect: '%s' is not none, paper, all, qk, rgg, exp, att or bwd", tok);
+        else usage_fail("flag -protect: '%s' is not none, paper, all, qk, rgg, exp, att, bwd, qk_bwd or att_bwd", tok);
     }
     detect_init(&run->det, detect_parse(a->detect), a->detect_observe, a->detect_window, a->spike_z, a->harmful_z, a->llmft_model);
     if (a->detect_observe && !run->det.mask) usage_fail("%s", "-detect_observe 1 needs -detect LIST (the detectors to observe)");
@@ -528,6 +539,10 @@ static void protect_setup(Run* run) {
     run->expscale_k = a->expscale_k >= 0 ? a->expscale_k : (run->prot_exp || run->exp_auto ? 15 : 0);
     if (run->exp_auto) run->prot_exp = 1;
     model_set_protect_qk(&run->model, run->prot_qk);
+    model_set_bwd_checks(&run->model, run->prot_qkb, run->prot_attb);
+    if (!TRAINER_HAS_BWD_CHECKS && strstr(a->protect, "all") && run->dist.rank == 0)
+        printf("note: -protect all on this trainer is qk,rgg,att,bwd,exp: the backward's Q/K recomputation and attention "
+               "checks (qk_bwd, att_bwd) are the CPU trainer's for now\n");
     bwd_setup(run);
     skip_setup(run);
     if (a->rgg_calibrate[0] && a->rgg_calibration[0]) usage_fail("%s", "-rgg_calibrate and -rgg_calibration exclude each other");
@@ -758,16 +773,17 @@ int train_main(int argc, char** argv) {
                 if (tracing) trace_clean(run, a->B, T);
                 model_qk_reset(model);
                 loss_sum += model_forward_step(model, a->B, T, 1);
-                for (int k = 0; k < CHECK_KINDS; k++) {
-                    int cl, cn = model_check_alarms(model, k, &cl);
-                    if (cn && !checks[k]) { chk_layer[k] = cl; chk_mb[k] = mb; }
-                    checks[k] += cn;
-                }
                 if (tracing) trace_write(run, a->B, T);
                 if (run->gains)
                     model_rgg_gains(model, a->B, T, run->rgg.layers, run->rgg.n_mon,
                                     run->gains + ((size_t)(rank * a->accum + mb) * run->rgg.n_mon) * 2);
                 model_backward_step(model, a->B, T, dloss * kscale);
+                /* the microbatch's check alarms, forward and backward */
+                for (int k = 0; k < CHECK_KINDS; k++) {
+                    int cl, cn = model_check_alarms(model, k, &cl);
+                    if (cn && !checks[k]) { chk_layer[k] = cl; chk_mb[k] = mb; }
+                    checks[k] += cn;
+                }
             }
             /* the step's alarm: check alarms summed over ranks; the Residual Gain Guard decided identically on
              * every rank from the gathered gains; the detectors from the all-reduced loss and gradients */
@@ -813,8 +829,9 @@ int train_main(int argc, char** argv) {
                 }
             }
             int qk_alarm = run->prot_qk && checks[CHECK_QK] > 0, att_alarm = run->prot_att && checks[CHECK_ATT] > 0;
+            int qkb_alarm = run->prot_qkb && checks[CHECK_QK_BWD] > 0, attb_alarm = run->prot_attb && checks[CHECK_ATT_BWD] > 0;
             int det_alarm = fired && !run->det.observe;
-            int alarm = qk_alarm || rr.alarm || att_alarm || det_alarm || bwd_alarm;
+            int alarm = qk_alarm || rr.alarm || att_alarm || det_alarm || bwd_alarm || qkb_alarm || attb_alarm;
             if (attempt == 1) replay_ms = (wall_seconds() - ta) * 1e3;
             if (attempt == 1 && found_inf) overflow = 1;   /* non-finite with injection off: a real overflow */
             if (!alarm) {
@@ -824,10 +841,12 @@ int train_main(int argc, char** argv) {
                 break;
             }
             n_alarms += (qk_alarm ? (int)checks[CHECK_QK] : 0) + rr.n_alarms + (att_alarm ? (int)checks[CHECK_ATT] : 0) +
-                        (det_alarm ? __builtin_popcount(fired) : 0) + bwd_alarm;
+                        (det_alarm ? __builtin_popcount(fired) : 0) + bwd_alarm + (qkb_alarm ? (int)checks[CHECK_QK_BWD] : 0) +
+                        (attb_alarm ? (int)checks[CHECK_ATT_BWD] : 0);
             if (attempt == 0) {
-                snprintf(alarm_by, sizeof(alarm_by), "%s%s%s%s%s%s", qk_alarm ? "qk," : "", rr.alarm ? "rgg," : "",
-                         att_alarm ? "att," : "", bwd_alarm ? "bwd," : "", det_alarm ? det_fired : "", det_alarm ? "," : "");
+                snprintf(alarm_by, sizeof(alarm_by), "%s%s%s%s%s%s%s%s", qk_alarm ? "qk," : "", rr.alarm ? "rgg," : "",
+                         att_alarm ? "att," : "", qkb_alarm ? "qk_bwd," : "", attb_alarm ? "att_bwd," : "", bwd_alarm ? "bwd," : "",
+                         det_alarm ? det_fired : "", det_alarm ? "," : "");
                 if (alarm_by[0]) alarm_by[strlen(alarm_by) - 1] = 0;
                 if (qk_alarm) snprintf(alarm_desc, sizeof(alarm_desc), "qk: %d mismatch%s, first layer %d mb %d on rank %d",
                                        (int)checks[CHECK_QK], checks[CHECK_QK] > 1 ? "es" : "", chk_layer[CHECK_QK], chk_mb[CHECK_QK], rank);
@@ -836,6 +855,12 @@ int train_main(int argc, char** argv) {
                               rr.z, rr.tau_z, rr.rel, rr.tau_rel);
                 else if (att_alarm) snprintf(alarm_desc, sizeof(alarm_desc), "att: %d head%s failed, first layer %d mb %d on rank %d",
                                              (int)checks[CHECK_ATT], checks[CHECK_ATT] > 1 ? "s" : "", chk_layer[CHECK_ATT], chk_mb[CHECK_ATT], rank);
+                else if (qkb_alarm) snprintf(alarm_desc, sizeof(alarm_desc), "qk_bwd: %d mismatch%s, first layer %d mb %d on rank %d",
+                                             (int)checks[CHECK_QK_BWD], checks[CHECK_QK_BWD] > 1 ? "es" : "", chk_layer[CHECK_QK_BWD],
+                                             chk_mb[CHECK_QK_BWD], rank);
+                else if (attb_alarm) snprintf(alarm_desc, sizeof(alarm_desc), "att_bwd: %d head%s failed, first layer %d mb %d on rank %d",
+                                              (int)checks[CHECK_ATT_BWD], checks[CHECK_ATT_BWD] > 1 ? "s" : "", chk_layer[CHECK_ATT_BWD],
+                                              chk_mb[CHECK_ATT_BWD], rank);
                 else if (bwd_alarm) {
                     char gname[32];
                     bwd_group_name(&run->bwd, br.group, gname, sizeof(gname));
@@ -846,7 +871,7 @@ int train_main(int argc, char** argv) {
                 else snprintf(alarm_desc, sizeof(alarm_desc), "detector %s: loss %.6g, z loss %.3g, z grad norm %.3g, z update norm %.3g%s",
                               det_fired, step_loss, dout.feat[0], dout.feat[1], dout.feat[2],
                               (fired >> DET_ABFT) & 1 ? " (attention checksum failed)" : "");
-                if (alarm_by[0] && strcmp(alarm_by, alarm_desc) && (qk_alarm + rr.alarm + att_alarm + det_alarm) > 1)
+                if (alarm_by[0] && strcmp(alarm_by, alarm_desc) && (qk_alarm + rr.alarm + att_alarm + det_alarm + qkb_alarm + attb_alarm) > 1)
                     snprintf(alarm_desc + strlen(alarm_desc), sizeof(alarm_desc) - strlen(alarm_desc), " [%s]", alarm_by);
                 run->alarms_total++;
                 run->fx.replay = 1;   /* the replay runs every microbatch again with injection off */
@@ -958,7 +983,7 @@ int train_main(int argc, char** argv) {
         printf("\n");
     }
     if (a->exp_profile[0]) exp_profile_write(run, a->exp_profile);
-    if (rank == 0 && (run->prot_qk || run->prot_rgg || run->prot_exp || run->prot_att || run->prot_bwd || run->fx.cfg.mode != FAULT_OFF))
+    if (rank == 0 && (run->prot_qk || run->prot_rgg || run->prot_exp || run->prot_att || run->prot_bwd || run->prot_qkb || run->prot_attb || run->fx.cfg.mode != FAULT_OFF))
         printf("protection %s (k %d): %lld alarm%s, %lld replayed step%s, %lld found_inf (%lld real overflow%s); faults injected: %lld (this rank)\n",
                a->protect, run->expscale_k, run->alarms_total, run->alarms_total == 1 ? "" : "s", run->replays_total,
                run->replays_total == 1 ? "" : "s", run->found_inf_total, run->overflow_total, run->overflow_total == 1 ? "" : "s",

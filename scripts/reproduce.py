@@ -47,8 +47,8 @@ PRESETS = {
                  alpha_clean=200, alpha_events=48, fig3_k=9, jobs=2, threads=1, overhead_steps=30, overhead_rounds=3,
                  ckpt_every=20, peers=True, profile_steps=4),
     # what fits a shared, oversubscribed 2-core machine in about an hour (issue 12): tiny-llama, m = 10, a
-    # 60-step window, every Table 1 method and Table 2 in both fault dtypes; no alpha sweep, peers, Figure 3,
-    # Figure 5 or overhead pass (scripts/reproduce.sh --preset tiny --reduced). The regime is the paper's:
+    # 60-step window, every Table 1 method and Table 2 in both fault dtypes, and Figure 3 over 5 values of k
+    # in both; no alpha sweep, peers, Figure 5 or overhead pass (scripts/reproduce.sh --preset tiny --reduced). The regime is the paper's:
     # a pre-trained model (the main job's common checkpoint, step 300 of tiny-llama's recipe: run
     # scripts/sdc_compare.sh first) continued with a fresh AdamW at a low learning rate (2e-4, 10x below the
     # pre-training's peak; warmup 30, cosine to 10% over 190 steps), faults from step 131
@@ -352,6 +352,13 @@ def build_reduced(pl, model, obs, prot):
     pl.add(model, "llmft_train", pl.campaign(m, SEED_LLMFT, start=P["pre"] + 1 + P["window"] // 3) + obs)
     pl.add(model, f"llmft_m{m}", flags["llmft"] + ["-llmft_model", pl.llmft_model(model)] + pl.campaign(m, SEED_EVAL),
            deps=[f"{model}/llmft_train", f"{model}/clean"])
+    # Figure 3 (item 6 asks whether it reproduces): the exponent profile at the common checkpoint, then
+    # exponent scaling alone at fig3_k values of k under backward faults, in both fault dtypes
+    pl.add(model, "profile", ["-exp_profile", os.path.join(pl.d(model, "profile"), "profile.json")], stop=P["pre"] + P["profile_steps"])
+    for k in fig3_candidates(P):
+        for dtype, tag in (("storage", ""), ("autocast", "_ac")):
+            pl.add(model, f"expk{k}{tag}", ["-protect", "exp", "-expscale_k", str(k)] +
+                   pl.campaign(P["m"][model][1], SEED_FIG3, pass_="bwd", dtype=dtype))
 
 
 K_MAX = 48   # candidate k: 0..48 (the paper does not list its set; ours spans the shift at which the top
@@ -917,8 +924,8 @@ def report_reduced(pl, args_line):
          "This is the **reduced** tiny plan (issue 12): what fits a shared 2-core machine in an hour. It runs one model "
          f"({', '.join(P['models'])}) at m = {P['m'][P['models'][0]][0]} only, over a {P['window']}-step window: Table 1's methods "
          "plus `-protect all` and the lost-step control, Table 2 and the Fault / Inf/NaN rows under both fault dtypes, in that "
-         "order of priority (a run missing below did not finish in the time); no alpha sweep, peers, Tables 5/6, Figure 3, "
-         "Figure 5 or overhead pass. The full recipe is `scripts/reproduce.sh --preset tiny` (both models, m = low and high, "
+         f"order of priority, then Figure 3 over {len(fig3_candidates(P))} values of k in both fault dtypes (a run missing below did "
+         "not finish in the time); no alpha sweep, peers, Tables 5/6, Figure 5 or overhead pass. The full recipe is `scripts/reproduce.sh --preset tiny` (both models, m = low and high, "
          "every table and figure, both fault dtypes).\n",
          "## Settings\n",
          f"- trainer `{P.get('trainer_shown', P['trainer'])}`, B {P['B']} x T {P['T']} x accum {P['accum']}, {P['precision']}, AdamW lr "

@@ -55,6 +55,56 @@ def test_qk_recomputation_detects_every_qk_fault_and_replay_is_exact(data, tmp_p
         assert loss_bits(out) == loss_bits(tmp_path / "clean"), m
 
 
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3", "tiny-nanochat"])
+def test_backward_qk_recomputation_catches_every_backward_qk_fault(data, tmp_path, preset):
+    """one backward Q/K-path fault a step flipping mantissa bits of a single gradient element (a change no norm
+    can see): -protect qk_bwd catches every one, replays, and the run ends bit-identical to the fault-free one;
+    -protect qk (the paper's forward recomputation) catches none of them; -protect all includes qk_bwd.
+    Catches: a backward recomputation that is not bitwise (false alarms end the run differently), one that
+    fingerprints the recomputation's own tensors twice (misses everything), a fault site on the Q/K backward
+    path left outside the fingerprinted tensors (q_norm/k_norm of qwen3 and nanochat included), qk_bwd dropped
+    from -protect all."""
+    base = {"-preset": preset, "-steps": 6, "-accum": 2}
+    fault = {"-fault_mode": "campaign", "-fault_sites": "qk", "-fault_pass": "bwd", "-fault_field": "mantissa",
+             "-fault_m": 1, "-fault_seed": 5, "-fault_mb": -1}
+    run(small(data, tmp_path / "clean", **base))
+    run(small(data, tmp_path / "b", **base, **fault, **{"-protect": "qk_bwd"}))
+    st = steps(tmp_path / "b")
+    assert sorted(st) == list(range(1, 7)), sorted(st)
+    assert all(r["injections"] == 1 and r["replayed"] == 1 and r["by"] == "qk_bwd" and r["alarm"].startswith("qk_bwd: ")
+               for r in st.values()), st
+    sites = {json.loads(l)["site"] for l in open(tmp_path / "b" / "faults.jsonl")}
+    assert len(sites) >= 3, sites
+    assert ckpt(tmp_path / "b", 6) == ckpt(tmp_path / "clean", 6)
+    assert loss_bits(tmp_path / "b") == loss_bits(tmp_path / "clean")
+    run(small(data, tmp_path / "f", **base, **fault, **{"-protect": "qk"}))
+    assert not any(r["replayed"] for r in steps(tmp_path / "f").values())
+    run(small(data, tmp_path / "a", **{**base, "-accum": 3}, **fault, **{"-protect": "all"}))   # the RGG needs 3 peers
+    assert all("qk_bwd" in r["by"].split(",") for r in steps(tmp_path / "a").values())
+
+
+def test_backward_attention_checks_catch_dprobs_and_dlogits_faults(data, tmp_path):
+    """exponent flips in 1000 elements of the gradient of the attention probabilities or logits, one event a step:
+    -protect att_bwd (the dprobs row checksum, the dlogits zero row sums) catches every one, replays, and the run
+    ends bit-identical to the fault-free one; the forward attention checks (-protect att) catch none. A clean run
+    with att_bwd raises no alarm (bf16, 20 steps). Catches: a backward attention check that is never called, one
+    placed before the injection point, a check whose clean rounding trips it."""
+    base = {"-preset": "tiny-llama", "-steps": 8, "-accum": 2, "-precision": "bf16"}
+    fault = {"-fault_mode": "campaign", "-fault_sites": "att_probs,att_logits", "-fault_pass": "bwd",
+             "-fault_field": "exponent", "-fault_m": 1000, "-fault_seed": 3, "-fault_mb": -1}
+    run(small(data, tmp_path / "clean", **base))
+    run(small(data, tmp_path / "b", **base, **fault, **{"-protect": "att_bwd"}))
+    st = steps(tmp_path / "b")
+    sites = {json.loads(l)["site"] for l in open(tmp_path / "b" / "faults.jsonl")}
+    assert sites == {"att_probs", "att_logits"}, sites
+    assert all(r["injections"] == 1 and r["replayed"] == 1 and r["by"] == "att_bwd" for r in st.values()), st
+    assert ckpt(tmp_path / "b", 8) == ckpt(tmp_path / "clean", 8)
+    run(small(data, tmp_path / "f", **base, **fault, **{"-protect": "att"}))
+    assert not any(r["replayed"] for r in steps(tmp_path / "f").values())
+    run(small(data, tmp_path / "q", **{**base, "-steps": 20}, **{"-protect": "att_bwd"}))
+    assert sum(r["alarms"] for r in steps(tmp_path / "q").values()) == 0
+
+
 def calibrate_then_run(data, tmp_path, mpi, **kw):
     cal = tmp_path / "rgg.cal"
     run(small(data, tmp_path / "cal", **kw, **{"-steps": 300, "-stop_at": 100, "-rgg_calibrate": cal}), mpi=mpi)
