@@ -421,7 +421,8 @@ static void test_att_checks_tolerance(void) {
  * kernels (attention_av_backward, attention_softmax_backward) from bf16-rounded dO, V and probabilities, fed
  * sign and mantissa flips sized against the tolerances attcheck.h's comment claims, written here as numbers:
  * dprobs row t: 2^-7 (bf16) or 1e-4 (fp32) of |dO_t| sum_{s<=t} |v_s|; dlogits row t: 2^-6 (bf16) or 2e-4 (fp32)
- * of 2 |dO_t| max_{s<=t} |v_s|. A flip moving an entry by 2-8x its row's tolerance must fail the check, one
+ * of 2 |dO_t| max_{s<=t} |v_s|; dV column i of a kv head: 2^-6 (bf16) or 2e-4 (fp32) of sum_{h,t} |dO[t,h,i]|.
+ * A flip moving an entry by 2-8x its row's tolerance must fail the check, one
  * moving it by at most 1/8 must pass; clean rows pass; a flip in the masked triangle (never read) passes; a NaN
  * in a read entry fails. Catches: a backward check whose tolerance is far looser than it claims, one that skips
  * rows or reads the masked triangle, one that alarms on clean rounding, a NaN that compares as passing. */
@@ -446,11 +447,12 @@ static void test_att_bwd_checks_tolerance(void) {
             }
         if (width == 16) { bf16_round_array(dout, (long long)nq); bf16_round_array(v, (long long)nk); bf16_round_array(pr, (long long)na); }
         attention_av_backward(dp, dv, dout, pr, v, B, T, H, KV, hd);
-        if (width == 16) bf16_round_array(dp, (long long)na);
+        if (width == 16) { bf16_round_array(dp, (long long)na); bf16_round_array(dv, (long long)nk); }
         attention_softmax_backward(ds, dp, pr, B, H, T);
         if (width == 16) bf16_round_array(ds, (long long)na);
-        check(att_dprobs_rowcheck(dp, dout, v, B, T, H, KV, hd, width) == 0 && att_dlogits_rowcheck(ds, dout, v, B, T, H, KV, hd, width) == 0,
-              "  %s: clean dprobs and dlogits pass", width == 16 ? "bf16" : "fp32");
+        check(att_dprobs_rowcheck(dp, dout, v, B, T, H, KV, hd, width) == 0 && att_dlogits_rowcheck(ds, dout, v, B, T, H, KV, hd, width) == 0 &&
+              att_dv_colcheck(dv, dout, B, T, H, KV, hd, width) == 0,
+              "  %s: clean dprobs, dlogits and dV pass", width == 16 ? "bf16" : "fp32");
         double rel_p = width == 16 ? ldexp(1.0, -7) : 1e-4, rel_s = width == 16 ? ldexp(1.0, -6) : 2e-4;
         int tried = 0, caught = 0, small_tried = 0, small_passed = 0, masked_passed = 0, nan_caught = 0;
         for (int h = 0; h < H; h++)
@@ -477,8 +479,24 @@ static void test_att_bwd_checks_tolerance(void) {
 #undef ATTB_RUN
                     }
             }
+        /* dV: column sums against dO's */
+        for (int kh = 0; kh < KV; kh++)
+            for (int i = 0; i < hd; i += 3) {
+                double bound = 0;
+                for (int t = 0; t < T; t++)
+                    for (int h = kh * g; h < kh * g + g; h++) bound += fabs(dout[(size_t)t * H * hd + h * hd + i]);
+                double tol = rel_s * bound;
+                for (int s = 0; s < T; s += 5) {
+                    float* x = &dv[(size_t)s * KV * hd + kh * hd + i];
+                    float keep = *x;
+                    uint32_t m = flip_moving_by(keep, width, 2 * tol, 8 * tol);
+                    if (m) { *x = fault_flip_value(keep, m, width); tried++; caught += att_dv_colcheck(dv, dout, B, T, H, KV, hd, width) == 1; *x = keep; }
+                    m = flip_moving_by(keep, width, 0, tol / 8);
+                    if (m) { *x = fault_flip_value(keep, m, width); small_tried++; small_passed += att_dv_colcheck(dv, dout, B, T, H, KV, hd, width) == 0; *x = keep; }
+                }
+            }
         const char* wn = width == 16 ? "bf16" : "fp32";
-        check(tried >= 40 && caught == tried, "  %s: %d of %d sign/mantissa flips moving a dprobs or dlogits entry by 2-8x its tolerance caught",
+        check(tried >= 40 && caught == tried, "  %s: %d of %d sign/mantissa flips moving a dprobs, dlogits or dV entry by 2-8x its tolerance caught",
               wn, caught, tried);
         check(small_tried >= 40 && small_passed == small_tried, "  %s: %d of %d flips moving it by <= 1/8 of its tolerance pass", wn,
               small_passed, small_tried);

@@ -499,8 +499,10 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         FAULT_BWD(SITE_ATT_PROBS, l, model->dlog, natt);
         FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
         int width = model->precision ? 16 : 32;
-        if (model->check_att_bwd)
+        if (model->check_att_bwd) {
             check_alarm(model, CHECK_ATT_BWD, l, att_dprobs_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
+            check_alarm(model, CHECK_ATT_BWD, l, att_dv_colcheck(model->dv, model->datt, B, T, H, KV, hd, width));
+        }
         attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T);                 BF16_STORE(model, model->dlog, natt);
         FAULT_BWD(SITE_ATT_LOGITS, l, model->dlog, natt);
         if (model->check_att_bwd)

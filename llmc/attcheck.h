@@ -19,6 +19,8 @@
  *      of V, O(T hd) a head, as the logits' row check)
  *    dlogits rows sum to zero: dS[t,s] = P[t,s] (dP[t,s] - sum_j P[t,j] dP[t,j]), so sum_{s<=t} dS[t,s] == 0
  *      exactly in real arithmetic (sum_s P[t,s] = 1)
+ *    dV column sums: dV = P^T dO (summed over the query heads of a kv head), so for every dim i
+ *      sum_s dV[s,i] == sum_{h in the group} sum_t dO[t,h,i]   (rows of P sum to one; O(T hd) a head)
  *  A fault in dO itself (att_out's gradient) is consistent input to both and passes them; the backward
  *  guard's norms see it. The dlogits check needs the dprobs check beside it: a fault in dP keeps dS's rows
  *  summing to zero.
@@ -39,7 +41,9 @@
  * up to 2^-8, times |D_t| <= B_t / 2: at most 1.5 x 2^-8 B_t, so the factor is 2 ATT_TOL_REL = 2^-6 in bf16, 2.7x
  * inside). Measured on clean bf16 steps (tiny-llama at the main job's checkpoint, tiny-qwen3, tiny-nanochat):
  * at most 0.45 of the tolerance for dprobs (the t = 0 row, one entry: the 2^-8 rounding itself), 0.08 for
- * dlogits; fp32 0.002. Entries in the masked
+ * dlogits; fp32 0.002. The dV column check's bound: B_i = sum_{h,t} |dO[t,h,i]| (at least sum_s |dV[s,i]|, rows
+ * of P summing to one): the stored dV's rounding (2^-8 of B_i) plus the stored probabilities' row sums off 1
+ * (2^-8 of B_i): 2^-7 B_i, so the factor is 2 ATT_TOL_REL = 2^-6 in bf16, 2x inside. Entries in the masked
  * triangle are never read by the model, so faults there are harmless and are not checked.
  * A non-finite sum always fails (the comparisons are written as !(err <= tol)). Sums are in double. */
 #ifndef TSDC_ATTCHECK_H
@@ -226,6 +230,33 @@ static int att_dlogits_rowcheck(const float* dlogits, const float* dout, const f
                 double tol = 2.0 * rel * 2.0 * att_norm(dout + ((size_t)b * T + t) * qs + (size_t)h * hd, hd) * vmax + 1e-30;
                 if (!(fabs(row) <= tol)) fail = 1;
             }
+            bad += fail;
+        }
+    return bad;
+}
+
+/* ours, backward: dV column sums against the column sums of dO over each kv head's query heads. dv [B*T, KV*hd]
+ * (v_proj's gradient), dout [B*T, H*hd]. Returns the number of (b, kv head) whose check failed. */
+static int att_dv_colcheck(const float* dv, const float* dout, int B, int T, int H, int KV, int hd, int width) {
+    int g = H / KV, bad = 0;
+    double rel = 2.0 * ATT_TOL_REL(width);
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
+    for (int b = 0; b < B; b++)
+        for (int kh = 0; kh < KV; kh++) {
+            double* acc = (double*)calloc((size_t)hd * 3, sizeof(double));   /* sum of dV, sum of dO, sum of |dO| */
+            for (int t = 0; t < T; t++) {
+                const float* dvt = dv + ((size_t)b * T + t) * ks + (size_t)kh * hd;
+                for (int i = 0; i < hd; i++) acc[i] += dvt[i];
+                for (int h = kh * g; h < kh * g + g; h++) {
+                    const float* ot = dout + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                    for (int i = 0; i < hd; i++) { acc[hd + i] += ot[i]; acc[2 * hd + i] += fabs(ot[i]); }
+                }
+            }
+            int fail = 0;
+            for (int i = 0; i < hd; i++)
+                if (!(fabs(acc[i] - acc[hd + i]) <= rel * acc[2 * hd + i] + 1e-30)) fail = 1;
+            free(acc);
             bad += fail;
         }
     return bad;

@@ -23,8 +23,9 @@
 #        faulty           campaign: one fault event a step, site and pass drawn, unprotected
 #        protected_paper  the same campaign, -protect paper (Q/K recomputation, Residual Gain Guard,
 #                         exponent scaling k = 15: the paper's method)
-#        protected_all    the same campaign, -protect all (+ attention checks, the backward guard,
-#                         k chosen from the run's own profile)
+#        protected_all    the same campaign, -protect all (+ attention checks in both passes, the
+#                         backward Q/K recomputation, the backward guard, k chosen from the run's own
+#                         profile)
 #        control          fault-free, skipping the updates the faulty run lost (-skip_steps)
 #   4. the table
 # Every trainer run must finish (its log's end record at the last step): a failed run stops the job

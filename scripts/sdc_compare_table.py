@@ -8,7 +8,7 @@ parentheses (E from the clean run and its -perturb repeats clean_p1, clean_m1; |
 D_final, D_max (paper), the mean deviation over the last 50 steps, the held-out (validation) loss
 difference and delta-PPL at the end; Top-1 agreement; W_L2 (percent); fault events; events the model
 reads (live > 0) that were caught (their step was replayed); Q/K-path events caught, forward (what
-Q/K recomputation covers) and backward (the backward guard's); lost updates
+Q/K recomputation covers) and backward (qk_bwd's and the backward guard's); lost updates
 (skipped, or a pre-clip gradient norm > 100x the running median); steps replayed; false alarms
 (replays without an event); found_inf; the exponent-scaling k of the first step; CPU-time overhead of
 clean_prot over clean (mean cpu_ms over the window, first 10 steps skipped; runs may have shared the

@@ -83,24 +83,31 @@ def test_backward_qk_recomputation_catches_every_backward_qk_fault(data, tmp_pat
     assert all("qk_bwd" in r["by"].split(",") for r in steps(tmp_path / "a").values())
 
 
-def test_backward_attention_checks_catch_dprobs_and_dlogits_faults(data, tmp_path):
-    """exponent flips in 1000 elements of the gradient of the attention probabilities or logits, one event a step:
-    -protect att_bwd (the dprobs row checksum, the dlogits zero row sums) catches every one, replays, and the run
-    ends bit-identical to the fault-free one; the forward attention checks (-protect att) catch none. A clean run
-    with att_bwd raises no alarm (bf16, 20 steps). Catches: a backward attention check that is never called, one
-    placed before the injection point, a check whose clean rounding trips it."""
+def test_backward_attention_checks_catch_dprobs_dlogits_and_dv_faults(data, tmp_path):
+    """exponent flips in 1000 elements of the gradient of the attention probabilities, logits or V, one event a step:
+    -protect att_bwd (the dprobs row checksum, the dlogits zero row sums, the dV column sums) catches every one, replays, and the run
+    ends bit-identical to the fault-free one; the forward attention checks (-protect att) catch none; mantissa
+    flips in dprobs alone (invisible to dlogits' zero row sums) are caught too. A clean run with att_bwd raises no
+    alarm (bf16, 20 steps). Catches: a backward attention check that is never called, the dprobs check placed
+    before the injection point (planted: the mantissa part fails), a check whose clean rounding trips it."""
     base = {"-preset": "tiny-llama", "-steps": 8, "-accum": 2, "-precision": "bf16"}
-    fault = {"-fault_mode": "campaign", "-fault_sites": "att_probs,att_logits", "-fault_pass": "bwd",
+    fault = {"-fault_mode": "campaign", "-fault_sites": "att_probs,att_logits,v_proj", "-fault_pass": "bwd",
              "-fault_field": "exponent", "-fault_m": 1000, "-fault_seed": 3, "-fault_mb": -1}
     run(small(data, tmp_path / "clean", **base))
     run(small(data, tmp_path / "b", **base, **fault, **{"-protect": "att_bwd"}))
     st = steps(tmp_path / "b")
     sites = {json.loads(l)["site"] for l in open(tmp_path / "b" / "faults.jsonl")}
-    assert sites == {"att_probs", "att_logits"}, sites
+    assert sites == {"att_probs", "att_logits", "v_proj"}, sites
     assert all(r["injections"] == 1 and r["replayed"] == 1 and r["by"] == "att_bwd" for r in st.values()), st
     assert ckpt(tmp_path / "b", 8) == ckpt(tmp_path / "clean", 8)
     run(small(data, tmp_path / "f", **base, **fault, **{"-protect": "att"}))
     assert not any(r["replayed"] for r in steps(tmp_path / "f").values())
+    # mantissa flips in dprobs (each entry moves by under 2x): dlogits' rows still sum to zero, so only the
+    # dprobs checksum, placed after the injection point, sees them
+    run(small(data, tmp_path / "m", **base, **{**fault, "-fault_sites": "att_probs", "-fault_field": "mantissa"},
+              **{"-protect": "att_bwd"}))
+    assert all(r["replayed"] == 1 for r in steps(tmp_path / "m").values()), steps(tmp_path / "m")
+    assert ckpt(tmp_path / "m", 8) == ckpt(tmp_path / "clean", 8)
     run(small(data, tmp_path / "q", **{**base, "-steps": 20}, **{"-protect": "att_bwd"}))
     assert sum(r["alarms"] for r in steps(tmp_path / "q").values()) == 0
 
