@@ -965,6 +965,7 @@ def report_reduced(pl, args_line):
         L.append("|---|---|---|---|---|---|")
         for model, ks, n, rho, p in rows:
             L.append(f"| {model} | {lab.strip(' ()')} | {ks} | {n} | {rho:.3f} | {'-' if p is None else f'{p:.3f}'} |")
+        L.append("")
     L.append("\nThe paper: rho = 0.650, p_perm = 0.067 (Llama-3.2-1B), rho = 0.867, p_perm = 0.005 (Qwen3-0.6B), n = 9; k = 15.\n")
     notes = os.path.join(ROOT, "docs", f"report_reading_{pl.a.preset}.md")
     if os.path.exists(notes):
