@@ -130,34 +130,42 @@ static int abft_av_check(const float* out, const float* probs, const float* v, i
     return bad;
 }
 
-/* ours: logits row checksums against prefix sums of K. Returns failed heads. */
-static int att_logits_rowcheck(const float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd,
+/* row checksums of a causal product M = scale * A Bm^T (A [B*T, H*hd] per query head, Bm [B*T, KV*hd] per kv head,
+ * M [B,H,T,T]): sum_{s<=t} M[t,s] == scale * a_t . (sum_{s<=t} b_s), within rel * scale * |a_t| sum_{s<=t} |b_s|
+ * (Cauchy-Schwarz). The logits' check (A = Q, Bm = K) and the dprobs' (A = dO, Bm = V, scale 1). Returns failed heads. */
+static int att_prefix_rowcheck(const float* M, const float* A, const float* Bm, int B, int T, int H, int KV, int hd, double scale,
                                int width) {
     int g = H / KV, bad = 0;
-    double scale = 1.0 / sqrt((double)hd), rel = ATT_TOL_REL(width);
+    double rel = ATT_TOL_REL(width);
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
 #pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
-            double* kpre = (double*)calloc((size_t)hd, sizeof(double));
-            double knpre = 0;
-            const float* L = logits + ((size_t)b * H + h) * T * T;
+            double* pre = (double*)calloc((size_t)hd, sizeof(double));
+            double npre = 0;
+            const float* Mh = M + ((size_t)b * H + h) * T * T;
             int fail = 0;
             for (int t = 0; t < T; t++) {
-                const float* kt = k + ((size_t)b * T + t) * ks + (size_t)(h / g) * hd;
-                for (int i = 0; i < hd; i++) kpre[i] += kt[i];
-                knpre += att_norm(kt, hd);
-                const float* qt = q + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                const float* bt = Bm + ((size_t)b * T + t) * ks + (size_t)(h / g) * hd;
+                for (int i = 0; i < hd; i++) pre[i] += bt[i];
+                npre += att_norm(bt, hd);
+                const float* at = A + ((size_t)b * T + t) * qs + (size_t)h * hd;
                 double ref = 0, row = 0;
-                for (int i = 0; i < hd; i++) ref += qt[i] * kpre[i];
-                for (int s = 0; s <= t; s++) row += L[(size_t)t * T + s];
-                double tol = rel * scale * att_norm(qt, hd) * knpre + 1e-30;
+                for (int i = 0; i < hd; i++) ref += at[i] * pre[i];
+                for (int s = 0; s <= t; s++) row += Mh[(size_t)t * T + s];
+                double tol = rel * scale * att_norm(at, hd) * npre + 1e-30;
                 if (!(fabs(row - scale * ref) <= tol)) fail = 1;
             }
-            free(kpre);
+            free(pre);
             bad += fail;
         }
     return bad;
+}
+
+/* ours: logits row checksums against prefix sums of K. Returns failed heads. */
+static int att_logits_rowcheck(const float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd,
+                               int width) {
+    return att_prefix_rowcheck(logits, q, k, B, T, H, KV, hd, 1.0 / sqrt((double)hd), width);
 }
 
 /* ours: every causal probability row sums to one. Returns failed heads. */
@@ -182,31 +190,7 @@ static int att_probs_rowcheck(const float* probs, int B, int H, int T, int width
  * (att_out's gradient), v [B*T, KV*hd]. Returns failed heads. */
 static int att_dprobs_rowcheck(const float* dprobs, const float* dout, const float* v, int B, int T, int H, int KV, int hd,
                                int width) {
-    int g = H / KV, bad = 0;
-    double rel = ATT_TOL_REL(width);
-    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
-#pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            double* vpre = (double*)calloc((size_t)hd, sizeof(double));
-            double vnpre = 0;
-            const float* D = dprobs + ((size_t)b * H + h) * T * T;
-            int fail = 0;
-            for (int t = 0; t < T; t++) {
-                const float* vt = v + ((size_t)b * T + t) * ks + (size_t)(h / g) * hd;
-                for (int i = 0; i < hd; i++) vpre[i] += vt[i];
-                vnpre += att_norm(vt, hd);
-                const float* ot = dout + ((size_t)b * T + t) * qs + (size_t)h * hd;
-                double ref = 0, row = 0;
-                for (int i = 0; i < hd; i++) ref += ot[i] * vpre[i];
-                for (int s = 0; s <= t; s++) row += D[(size_t)t * T + s];
-                double tol = rel * att_norm(ot, hd) * vnpre + 1e-30;
-                if (!(fabs(row - ref) <= tol)) fail = 1;
-            }
-            free(vpre);
-            bad += fail;
-        }
-    return bad;
+    return att_prefix_rowcheck(dprobs, dout, v, B, T, H, KV, hd, 1.0, width);
 }
 
 /* ours, backward: every causal row of dlogits (the softmax backward's output) sums to zero. dlogits [B,H,T,T];
