@@ -88,6 +88,8 @@ typedef struct {
     int protect_qk;            /* Q/K path recomputation on */
     int check_abft, check_att; /* attention checks on (llmc/attcheck.h) */
     int protect_qk_bwd, check_att_bwd;   /* the backward's Q/K recomputation and attention checks */
+    int protect_ew;            /* element-wise recomputation (ew_check) */
+    float* ew_scratch;         /* its scratch: 2 x [N, max(F, d)] + [N] (allocated on first use) */
     int alarms[CHECK_KINDS], first_layer[CHECK_KINDS];   /* alarms of the current microbatch (forward and backward), by kind */
     float* upd;                /* scratch for model_update_norm (allocated on first use) */
     uint32_t* exp_hist;        /* exponent profiling: [L.n][256] counts of dL/dY codes, NULL = off */
@@ -188,6 +190,7 @@ static void model_free(Model* model) {
     free(model->params); free(model->grads); free(model->m); free(model->v); free(model->wT);
     free(model->rope_cos); free(model->rope_sin); free(model->act_mem); free(model->la);
     free(model->inputs); free(model->targets); free(model->tidx); free(model->trace_mem); free(model->exp_hist); free(model->upd);
+    free(model->ew_scratch);
 }
 
 static void model_prepare_weights(Model* model);
@@ -299,6 +302,42 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const floa
     if (bad) check_alarm(model, CHECK_QK_BWD, l, 1);
 }
 
+/* ---------------------------------------------------------------- element-wise recomputation (ours, -protect ew)
+ * The kernels that are not matrix products are cheap (one pass over their tensors): each is run a second time
+ * from the same stored inputs into scratch and the result compared with the stored output through the 128-bit
+ * fingerprints, so a fault at any bit of their outputs is caught. Forward: the RMSNorm outputs (attn_norm,
+ * mlp_norm, from the input and the saved mean square), the residual writebacks (attn_residual, block_out), the
+ * activation and the gated product (act, mlp_product); backward: the gradients the MLP's element-wise backward
+ * produces (act and up_proj from mlp_product's gradient, gate_proj from act's). Each recomputation calls the
+ * same kernel on the same inputs (exact: every kernel here is deterministic); its inputs are the stored,
+ * possibly faulty ones, so a fault upstream is consistent input and stays another check's. Not covered: the
+ * outputs of matrix products (q/k/v/o/gate/up/down projections and their dx), attention (att and att_bwd),
+ * and the backward's norm and residual gradients (accumulated in place: their inputs are gone). */
+static float* ew_scratch(Model* model) {
+    if (!model->ew_scratch) {
+        size_t N = (size_t)model->B * model->T, w = (size_t)(model->c.ffn_dim > model->c.d_model ? model->c.ffn_dim : model->c.d_model);
+        model->ew_scratch = (float*)mallocCheck(sizeof(float) * (2 * N * w + N));
+    }
+    return model->ew_scratch;
+}
+/* the stored tensor x (n elements) against its recomputation r (rounded as stored); an alarm at layer l */
+static void ew_compare(Model* model, int l, const float* x, float* r, size_t n) {
+    int width = model->precision ? 16 : 32;
+    BF16_STORE(model, r, n);
+    if (!fp_equal(qk_fingerprint(x, n, width), qk_fingerprint(r, n, width))) check_alarm(model, CHECK_EW, l, 1);
+}
+static void ew_rmsnorm(Model* model, int l, const float* out, const float* x, const float* w, int N, int d) {
+    float* r = ew_scratch(model);
+    rmsnorm_forward(r, r + 2 * (size_t)model->B * model->T * (model->c.ffn_dim > d ? model->c.ffn_dim : d), x, w, N, d,
+                    (float)model->c.norm_eps);
+    ew_compare(model, l, out, r, (size_t)N * d);
+}
+static void ew_residual(Model* model, int l, const float* out, const float* a, const float* b, size_t n) {
+    float* r = ew_scratch(model);
+    residual_forward(r, a, b, n);
+    ew_compare(model, l, out, r, n);
+}
+
 /* exponent profiling: sample dL/dY of a linear layer (its output gradient) and count the exponent
  * codes (bits 23..30, the same field in fp32 and bf16) of the nonzero finite samples */
 static void exp_profile(Model* model, int type, int l, const float* dy, size_t n) {
@@ -345,6 +384,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         /* attention block: x + o_proj(attn(rope(qk_norm(q, k)), v)) */
         rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps);   BF16_STORE(model, a->attn_norm, (size_t)N * d);
         FAULT_FWD(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
+        if (model->protect_ew) ew_rmsnorm(model, l, a->attn_norm, x, W(PT_ATTN_NORM, l), N, d);
         matmul_forward(a->q, a->attn_norm, WT(PT_WQ, l), N, d, qd);                       BF16_STORE(model, a->q, (size_t)N * qd);
         FAULT_FWD(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
         matmul_forward(a->k, a->attn_norm, WT(PT_WK, l), N, d, kd);                       BF16_STORE(model, a->k, (size_t)N * kd);
@@ -388,9 +428,11 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
         residual_forward(a->resid_mid, x, a->o, (size_t)N * d);                           BF16_STORE(model, a->resid_mid, (size_t)N * d);
         FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
+        if (model->protect_ew) ew_residual(model, l, a->resid_mid, x, a->o, (size_t)N * d);
         /* MLP block: x + down(silu(gate) * up)  or  x + down(relu(fc)^2) */
         rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps); BF16_STORE(model, a->mlp_norm, (size_t)N * d);
         FAULT_FWD(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
+        if (model->protect_ew) ew_rmsnorm(model, l, a->mlp_norm, a->resid_mid, W(PT_MLP_NORM, l), N, d);
         float* hidden;
         if (c->mlp == MLP_SWIGLU) {
             matmul_forward(a->gate, a->mlp_norm, WT(PT_WGATE, l), N, d, F);               BF16_STORE(model, a->gate, (size_t)N * F);
@@ -401,18 +443,28 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
             mul_forward(a->prod, a->act, a->up, (size_t)N * F);                            BF16_STORE(model, a->prod, (size_t)N * F);
             FAULT_FWD(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
+            if (model->protect_ew) {
+                float* r = ew_scratch(model);
+                silu_forward(r, a->gate, (size_t)N * F);       ew_compare(model, l, a->act, r, (size_t)N * F);
+                mul_forward(r, a->act, a->up, (size_t)N * F);  ew_compare(model, l, a->prod, r, (size_t)N * F);
+            }
             hidden = a->prod;
         } else {
             matmul_forward(a->gate, a->mlp_norm, WT(PT_WFC, l), N, d, F);                 BF16_STORE(model, a->gate, (size_t)N * F);
             FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             relu2_forward(a->act, a->gate, (size_t)N * F);                                 BF16_STORE(model, a->act, (size_t)N * F);
             FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
+            if (model->protect_ew) {
+                float* r = ew_scratch(model);
+                relu2_forward(r, a->gate, (size_t)N * F);  ew_compare(model, l, a->act, r, (size_t)N * F);
+            }
             hidden = a->act;
         }
         matmul_forward(a->down, hidden, WT(PT_WDOWN, l), N, F, d);                        BF16_STORE(model, a->down, (size_t)N * d);
         FAULT_FWD(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
         residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d);                   BF16_STORE(model, a->out, (size_t)N * d);
         FAULT_FWD(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
+        if (model->protect_ew) ew_residual(model, l, a->out, a->resid_mid, a->down, (size_t)N * d);
         x = a->out;
     }
     rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps);
@@ -467,8 +519,18 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             BF16_STORE(model, model->dF2, (size_t)N * F); BF16_STORE(model, model->dF3, (size_t)N * F);
             FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
             FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
+            if (model->protect_ew) {   /* d act, d up from mlp_product's gradient (still in dF) */
+                float *r = ew_scratch(model), *r2 = r + (size_t)model->B * model->T * (F > d ? F : d);
+                mul_backward(r, r2, model->dF, a->act, a->up, (size_t)N * F);
+                ew_compare(model, l, model->dF2, r, (size_t)N * F);
+                ew_compare(model, l, model->dF3, r2, (size_t)N * F);
+            }
             silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F);                             BF16_STORE(model, model->dF, (size_t)N * F);
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
+            if (model->protect_ew) {
+                float* r = ew_scratch(model);
+                silu_backward(r, model->dF2, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF, r, (size_t)N * F);
+            }
             exp_profile(model, PT_WGATE, l, model->dF, (size_t)N * F);
             exp_profile(model, PT_WUP, l, model->dF3, (size_t)N * F);
             matmul_backward(dbuf, GR(PT_WGATE, l), model->dF, a->mlp_norm, W(PT_WGATE, l), N, d, F, 0);
@@ -479,6 +541,10 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             FAULT_BWD(SITE_ACT, l, model->dF, (size_t)N * F);
             relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F);                            BF16_STORE(model, model->dF2, (size_t)N * F);
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
+            if (model->protect_ew) {
+                float* r = ew_scratch(model);
+                relu2_backward(r, model->dF, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF2, r, (size_t)N * F);
+            }
             exp_profile(model, PT_WFC, l, model->dF2, (size_t)N * F);
             matmul_backward(dbuf, GR(PT_WFC, l), model->dF2, a->mlp_norm, W(PT_WFC, l), N, d, F, 0);
         }
@@ -698,6 +764,8 @@ static int model_device_stats(Model* model, DeviceStats* st) { (void)model; DEVI
 static void model_set_checks(Model* model, int abft, int att) { model->check_abft = abft; model->check_att = att; }
 /* the backward's checks: Q/K path recomputation (qk_bwd_recompute_check) and attention checks (attcheck.h) */
 static void model_set_bwd_checks(Model* model, int qk, int att) { model->protect_qk_bwd = qk; model->check_att_bwd = att; }
+/* element-wise recomputation (ew_check) */
+static void model_set_ew(Model* model, int on) { model->protect_ew = on; }
 /* alarms of one kind (CHECK_QK .. CHECK_ATT_BWD) in the last microbatch (forward and backward), and the first
  * layer that had one */
 static int model_check_alarms(Model* model, int kind, int* first_layer) { *first_layer = model->first_layer[kind]; return model->alarms[kind]; }
@@ -752,7 +820,7 @@ static void model_trace_diff(Model* model, int site, int l, int B, int T, double
 #define TRAINER_NAME "cpu"
 #define TRAINER_DEFAULT_PRECISION 0
 #define TRAINER_HAS_FP32 1
-#define TRAINER_HAS_BWD_CHECKS 1
+#define TRAINER_HAS_EXTRA_CHECKS 1
 #define TRAINER_BF16_NAME "bf16 (emulated AMP)"
 #include "llmc/train_loop.h"
 int main(int argc, char** argv) { return train_main(argc, argv); }

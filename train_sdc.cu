@@ -1097,11 +1097,15 @@ static void model_set_rgg(Model* model, int on) { model->rgg_on = on != 0; }
 static __attribute__((unused)) void model_set_attention_materialised(Model* model, int on) { model->att_materialised = on != 0; }
 /* the attention checks (llmc/attcheck.cuh): ABFT (-detect abft) and ours (-protect att) */
 static void model_set_checks(Model* model, int abft, int att) { model->check_abft = abft != 0; model->check_att = att != 0; }
-/* the backward's Q/K recomputation and attention checks are the CPU trainer's (TRAINER_HAS_BWD_CHECKS 0): the loop
- * never switches them on here */
+/* the backward's Q/K recomputation and attention checks and the element-wise recomputation are the CPU trainer's
+ * (TRAINER_HAS_EXTRA_CHECKS 0): the loop never switches them on here */
 static void model_set_bwd_checks(Model* model, int qk, int att) {
     (void)model;
     if (qk || att) tsdc_fail("internal: the backward Q/K recomputation and attention checks are not in the CUDA trainer");
+}
+static void model_set_ew(Model* model, int on) {
+    (void)model;
+    if (on) tsdc_fail("internal: the element-wise recomputation is not in the CUDA trainer");
 }
 /* alarms of one kind (CHECK_QK, CHECK_ABFT, CHECK_ATT) since model_qk_reset (the loop resets before each
  * microbatch's forward), and the first layer that had one (-1: none) */
@@ -1209,7 +1213,7 @@ static void gpu_teardown(void) {
 #define TRAINER_NAME "gpu"
 #define TRAINER_DEFAULT_PRECISION 1
 #define TRAINER_HAS_FP32 0
-#define TRAINER_HAS_BWD_CHECKS 0   /* -protect qk_bwd, att_bwd: the CPU trainer's for now (README) */
+#define TRAINER_HAS_EXTRA_CHECKS 0   /* -protect qk_bwd, att_bwd, ew: the CPU trainer's for now (README) */
 #define TRAINER_BF16_NAME "bf16 AMP"
 #define TRAINER_SETUP(dist) gpu_setup(dist)
 #define TRAINER_TEARDOWN() gpu_teardown()

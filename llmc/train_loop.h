@@ -4,7 +4,7 @@
  * resume, progress and the JSONL log. The including file defines the model and these functions:
  *
  *   Model (with fields Config c; int B, T), TRAINER_NAME (a string), TRAINER_DEFAULT_PRECISION (0 fp32,
- *   1 bf16), TRAINER_HAS_FP32 (0/1), TRAINER_HAS_BWD_CHECKS (0/1: -protect qk_bwd, att_bwd), TRAINER_BF16_NAME
+ *   1 bf16), TRAINER_HAS_FP32 (0/1), TRAINER_HAS_EXTRA_CHECKS (0/1: -protect qk_bwd, att_bwd, ew), TRAINER_BF16_NAME
  *   (how bf16 is described),
  *   model_build(Model*, const Config*, B, T, precision)     model_free(Model*)
  *   model_init_weights(Model*, seed)                         model_num_params(const Model*)
@@ -23,8 +23,9 @@
  *                                           site's forward tensor; site -1 = the logits)
  *   model_set_protect_qk(Model*, on)   model_qk_reset(Model*) (resets every check's alarms)
  *   model_set_checks(Model*, abft, att)   (the attention checks of llmc/attcheck.h on/off)
- *   model_set_bwd_checks(Model*, qk, att) (the backward's Q/K recomputation and attention checks on/off; only
- *                                          where TRAINER_HAS_BWD_CHECKS is 1)
+ *   model_set_bwd_checks(Model*, qk, att) (the backward's Q/K recomputation and attention checks on/off)
+ *   model_set_ew(Model*, on)               (element-wise recomputation on/off; both only where
+ *                                          TRAINER_HAS_EXTRA_CHECKS is 1)
  *   model_check_alarms(Model*, kind, &first_layer)   (CHECK_QK .. CHECK_ATT_BWD alarms of the last microbatch)
  *   model_grad_norm(Model*)   model_update_norm(Model*, const AdamW*, t, clip, grad_norm)   (harmful-update detector)
  *   model_rgg_gains(Model*, B, T, layers, n_mon, double* out[n_mon*2])   (from the norms' mean squares)
@@ -86,7 +87,7 @@ typedef struct {
     FaultCtx fx;
     FILE* trace;
     /* protection */
-    int prot_qk, prot_rgg, prot_exp, prot_att, prot_bwd, prot_qkb, prot_attb, expscale_k, exp_auto;
+    int prot_qk, prot_rgg, prot_exp, prot_att, prot_bwd, prot_qkb, prot_attb, prot_ew, expscale_k, exp_auto;
     Detect det;
     Rgg rgg;
     double* gains;             /* [n_obs][n_mon][2] gains of the step (all ranks, gathered) */
@@ -516,19 +517,19 @@ static void protect_setup(Run* run) {
         else if (!strcmp(tok, "paper")) run->prot_qk = run->prot_rgg = run->prot_exp = 1;
         else if (!strcmp(tok, "all")) {
             run->prot_qk = run->prot_rgg = run->prot_exp = run->prot_att = run->prot_bwd = 1;
-            run->prot_qkb = run->prot_attb = TRAINER_HAS_BWD_CHECKS;
+            run->prot_qkb = run->prot_attb = run->prot_ew = TRAINER_HAS_EXTRA_CHECKS;
             run->exp_auto = 1;
         }
         else if (!strcmp(tok, "qk")) run->prot_qk = 1;
-        else if (!strcmp(tok, "qk_bwd") || !strcmp(tok, "att_bwd")) {
-            if (!TRAINER_HAS_BWD_CHECKS) usage_fail("flag -protect: '%s' is the CPU trainer's for now (README: protection on the GPU)", tok);
-            if (tok[0] == 'q') run->prot_qkb = 1; else run->prot_attb = 1;
+        else if (!strcmp(tok, "qk_bwd") || !strcmp(tok, "att_bwd") || !strcmp(tok, "ew")) {
+            if (!TRAINER_HAS_EXTRA_CHECKS) usage_fail("flag -protect: '%s' is the CPU trainer's for now (README: protection on the GPU)", tok);
+            if (tok[0] == 'q') run->prot_qkb = 1; else if (tok[0] == 'a') run->prot_attb = 1; else run->prot_ew = 1;
         }
         else if (!strcmp(tok, "bwd")) run->prot_bwd = 1;
         else if (!strcmp(tok, "rgg")) run->prot_rgg = 1;
         else if (!strcmp(tok, "exp")) run->prot_exp = 1;
         else if (!strcmp(tok, "att")) run->prot_att = 1;
-        else usage_fail("flag -protect: '%s' is not none, paper, all, qk, rgg, exp, att, bwd, qk_bwd or att_bwd", tok);
+        else usage_fail("flag -protect: '%s' is not none, paper, all, qk, rgg, exp, att, bwd, qk_bwd, att_bwd or ew", tok);
     }
     detect_init(&run->det, detect_parse(a->detect), a->detect_observe, a->detect_window, a->spike_z, a->harmful_z, a->llmft_model);
     if (a->detect_observe && !run->det.mask) usage_fail("%s", "-detect_observe 1 needs -detect LIST (the detectors to observe)");
@@ -540,9 +541,10 @@ static void protect_setup(Run* run) {
     if (run->exp_auto) run->prot_exp = 1;
     model_set_protect_qk(&run->model, run->prot_qk);
     model_set_bwd_checks(&run->model, run->prot_qkb, run->prot_attb);
-    if (!TRAINER_HAS_BWD_CHECKS && strstr(a->protect, "all") && run->dist.rank == 0)
+    model_set_ew(&run->model, run->prot_ew);
+    if (!TRAINER_HAS_EXTRA_CHECKS && strstr(a->protect, "all") && run->dist.rank == 0)
         printf("note: -protect all on this trainer is qk,rgg,att,bwd,exp: the backward's Q/K recomputation and attention "
-               "checks (qk_bwd, att_bwd) are the CPU trainer's for now\n");
+               "checks and the element-wise recomputation (qk_bwd, att_bwd, ew) are the CPU trainer's for now\n");
     bwd_setup(run);
     skip_setup(run);
     if (a->rgg_calibrate[0] && a->rgg_calibration[0]) usage_fail("%s", "-rgg_calibrate and -rgg_calibration exclude each other");
@@ -830,8 +832,9 @@ int train_main(int argc, char** argv) {
             }
             int qk_alarm = run->prot_qk && checks[CHECK_QK] > 0, att_alarm = run->prot_att && checks[CHECK_ATT] > 0;
             int qkb_alarm = run->prot_qkb && checks[CHECK_QK_BWD] > 0, attb_alarm = run->prot_attb && checks[CHECK_ATT_BWD] > 0;
+            int ew_alarm = run->prot_ew && checks[CHECK_EW] > 0;
             int det_alarm = fired && !run->det.observe;
-            int alarm = qk_alarm || rr.alarm || att_alarm || det_alarm || bwd_alarm || qkb_alarm || attb_alarm;
+            int alarm = qk_alarm || rr.alarm || att_alarm || det_alarm || bwd_alarm || qkb_alarm || attb_alarm || ew_alarm;
             if (attempt == 1) replay_ms = (wall_seconds() - ta) * 1e3;
             if (attempt == 1 && found_inf) overflow = 1;   /* non-finite with injection off: a real overflow */
             if (!alarm) {
@@ -842,11 +845,11 @@ int train_main(int argc, char** argv) {
             }
             n_alarms += (qk_alarm ? (int)checks[CHECK_QK] : 0) + rr.n_alarms + (att_alarm ? (int)checks[CHECK_ATT] : 0) +
                         (det_alarm ? __builtin_popcount(fired) : 0) + bwd_alarm + (qkb_alarm ? (int)checks[CHECK_QK_BWD] : 0) +
-                        (attb_alarm ? (int)checks[CHECK_ATT_BWD] : 0);
+                        (attb_alarm ? (int)checks[CHECK_ATT_BWD] : 0) + (ew_alarm ? (int)checks[CHECK_EW] : 0);
             if (attempt == 0) {
-                snprintf(alarm_by, sizeof(alarm_by), "%s%s%s%s%s%s%s%s", qk_alarm ? "qk," : "", rr.alarm ? "rgg," : "",
-                         att_alarm ? "att," : "", qkb_alarm ? "qk_bwd," : "", attb_alarm ? "att_bwd," : "", bwd_alarm ? "bwd," : "",
-                         det_alarm ? det_fired : "", det_alarm ? "," : "");
+                snprintf(alarm_by, sizeof(alarm_by), "%s%s%s%s%s%s%s%s%s", qk_alarm ? "qk," : "", rr.alarm ? "rgg," : "",
+                         att_alarm ? "att," : "", qkb_alarm ? "qk_bwd," : "", attb_alarm ? "att_bwd," : "", ew_alarm ? "ew," : "",
+                         bwd_alarm ? "bwd," : "", det_alarm ? det_fired : "", det_alarm ? "," : "");
                 if (alarm_by[0]) alarm_by[strlen(alarm_by) - 1] = 0;
                 if (qk_alarm) snprintf(alarm_desc, sizeof(alarm_desc), "qk: %d mismatch%s, first layer %d mb %d on rank %d",
                                        (int)checks[CHECK_QK], checks[CHECK_QK] > 1 ? "es" : "", chk_layer[CHECK_QK], chk_mb[CHECK_QK], rank);
@@ -861,6 +864,8 @@ int train_main(int argc, char** argv) {
                 else if (attb_alarm) snprintf(alarm_desc, sizeof(alarm_desc), "att_bwd: %d head%s failed, first layer %d mb %d on rank %d",
                                               (int)checks[CHECK_ATT_BWD], checks[CHECK_ATT_BWD] > 1 ? "s" : "", chk_layer[CHECK_ATT_BWD],
                                               chk_mb[CHECK_ATT_BWD], rank);
+                else if (ew_alarm) snprintf(alarm_desc, sizeof(alarm_desc), "ew: %d mismatch%s, first layer %d mb %d on rank %d",
+                                            (int)checks[CHECK_EW], checks[CHECK_EW] > 1 ? "es" : "", chk_layer[CHECK_EW], chk_mb[CHECK_EW], rank);
                 else if (bwd_alarm) {
                     char gname[32];
                     bwd_group_name(&run->bwd, br.group, gname, sizeof(gname));
@@ -871,7 +876,7 @@ int train_main(int argc, char** argv) {
                 else snprintf(alarm_desc, sizeof(alarm_desc), "detector %s: loss %.6g, z loss %.3g, z grad norm %.3g, z update norm %.3g%s",
                               det_fired, step_loss, dout.feat[0], dout.feat[1], dout.feat[2],
                               (fired >> DET_ABFT) & 1 ? " (attention checksum failed)" : "");
-                if (alarm_by[0] && strcmp(alarm_by, alarm_desc) && (qk_alarm + rr.alarm + att_alarm + det_alarm + qkb_alarm + attb_alarm) > 1)
+                if (alarm_by[0] && strcmp(alarm_by, alarm_desc) && (qk_alarm + rr.alarm + att_alarm + det_alarm + qkb_alarm + attb_alarm + ew_alarm) > 1)
                     snprintf(alarm_desc + strlen(alarm_desc), sizeof(alarm_desc) - strlen(alarm_desc), " [%s]", alarm_by);
                 run->alarms_total++;
                 run->fx.replay = 1;   /* the replay runs every microbatch again with injection off */
@@ -983,7 +988,7 @@ int train_main(int argc, char** argv) {
         printf("\n");
     }
     if (a->exp_profile[0]) exp_profile_write(run, a->exp_profile);
-    if (rank == 0 && (run->prot_qk || run->prot_rgg || run->prot_exp || run->prot_att || run->prot_bwd || run->prot_qkb || run->prot_attb || run->fx.cfg.mode != FAULT_OFF))
+    if (rank == 0 && (run->prot_qk || run->prot_rgg || run->prot_exp || run->prot_att || run->prot_bwd || run->prot_qkb || run->prot_attb || run->prot_ew || run->fx.cfg.mode != FAULT_OFF))
         printf("protection %s (k %d): %lld alarm%s, %lld replayed step%s, %lld found_inf (%lld real overflow%s); faults injected: %lld (this rank)\n",
                a->protect, run->expscale_k, run->alarms_total, run->alarms_total == 1 ? "" : "s", run->replays_total,
                run->replays_total == 1 ? "" : "s", run->found_inf_total, run->overflow_total, run->overflow_total == 1 ? "" : "s",

@@ -112,6 +112,44 @@ def test_backward_attention_checks_catch_dprobs_dlogits_and_dv_faults(data, tmp_
     assert sum(r["alarms"] for r in steps(tmp_path / "q").values()) == 0
 
 
+EW_FWD = "attn_norm,mlp_norm,attn_residual,block_out,act,mlp_product"
+EW_BWD = "act,up_proj,gate_proj"
+
+
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-nanochat"])
+def test_elementwise_recomputation_catches_every_fault_at_its_sites(data, tmp_path, preset):
+    """one fault a step flipping mantissa bits of a single element, at the outputs of the element-wise kernels
+    (forward: the RMSNorms, the residual writebacks, the activation, the gated product; backward: the gradients
+    of act, up_proj and gate_proj): -protect ew catches every one, replays, and the run ends bit-identical to the
+    fault-free one; without it none is caught (a change that small moves no norm); a clean bf16 run raises no
+    alarm; -protect all includes ew. tiny-llama has SwiGLU, tiny-nanochat ReLU^2 (no up_proj or product, and its act
+    gradient comes from a matrix product).
+    Catches: a recomputation that is not bitwise (false alarms end the run differently), one that compares the
+    stored tensor with itself or runs before the injection point (misses everything), a site left out."""
+    base = {"-preset": preset, "-steps": 8, "-accum": 3, "-precision": "bf16"}
+    run(small(data, tmp_path / "clean", **base))
+    relu2 = preset == "tiny-nanochat"
+    for pas, sites in (("fwd", EW_FWD.replace(",mlp_product", "") if relu2 else EW_FWD),
+                       ("bwd", "gate_proj" if relu2 else EW_BWD)):   # ReLU^2: act's gradient is down_proj's dx (a product)
+        fault = {"-fault_mode": "campaign", "-fault_sites": sites, "-fault_pass": pas, "-fault_field": "mantissa",
+                 "-fault_m": 1, "-fault_seed": 9, "-fault_mb": -1}
+        out = tmp_path / f"ew_{pas}"
+        run(small(data, out, **base, **fault, **{"-protect": "ew"}))
+        st = steps(out)
+        assert sorted(st) == list(range(1, 9)), sorted(st)
+        assert all(r["injections"] == 1 and r["replayed"] == 1 and r["by"] == "ew" and r["alarm"].startswith("ew: ")
+                   for r in st.values()), (pas, st)
+        hit = {json.loads(l)["site"] for l in open(out / "faults.jsonl")}
+        assert len(hit) >= (4 if pas == "fwd" else 1 if relu2 else 2), hit
+        assert ckpt(out, 8) == ckpt(tmp_path / "clean", 8), pas
+        run(small(data, tmp_path / f"none_{pas}", **base, **fault))
+        assert not any(r["replayed"] for r in steps(tmp_path / f"none_{pas}").values())
+        run(small(data, tmp_path / f"all_{pas}", **base, **fault, **{"-protect": "all"}))
+        assert all("ew" in r["by"].split(",") for r in steps(tmp_path / f"all_{pas}").values()), pas
+    run(small(data, tmp_path / "quiet", **{**base, "-steps": 20}, **{"-protect": "ew"}))
+    assert sum(r["alarms"] for r in steps(tmp_path / "quiet").values()) == 0
+
+
 def calibrate_then_run(data, tmp_path, mpi, **kw):
     cal = tmp_path / "rgg.cal"
     run(small(data, tmp_path / "cal", **kw, **{"-steps": 300, "-stop_at": 100, "-rgg_calibrate": cal}), mpi=mpi)
