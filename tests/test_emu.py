@@ -155,16 +155,16 @@ def test_qk_faults_caught_and_replay_is_exact(data, tmp_path, preset):
         assert ckpt(out, 6) == ckpt(tmp_path / "clean", 6), f"m {m}: final checkpoint differs from the clean emulated run"
 
 
-def test_backward_checks_are_refused_not_silently_dropped(data, tmp_path):
-    """the backward's Q/K recomputation and attention checks are the CPU trainer's for now (README): asked for by
-    name, the GPU trainer stops with one error line naming the flag; under -protect all it says that they are left
-    out. Catches: a GPU run that claims a protection it does not run."""
-    for tok in ("qk_bwd", "att_bwd", "qk,att_bwd"):
+def test_cpu_only_checks_are_refused_not_silently_dropped(data, tmp_path):
+    """the backward's Q/K recomputation and attention checks and the element-wise recomputation are the CPU trainer's
+    for now (README): asked for by name, the GPU trainer stops with one error line naming the flag; under -protect
+    all it says that they are left out. Catches: a GPU run that claims a protection it does not run."""
+    for tok in ("qk_bwd", "att_bwd", "qk,att_bwd", "ew"):
         p = emu(small(data, tmp_path / "r", **{"-steps": 1, "-protect": tok}), check=False)
         err = [l for l in p.stderr.splitlines() if l.startswith("error:")]
         assert p.returncode == 1 and len(err) == 1 and "-protect" in err[0] and "CPU trainer" in err[0], (tok, p.stderr[-500:])
     p = emu(small(data, tmp_path / "a", **{"-steps": 1, "-accum": 3, "-protect": "all"}))
-    assert "qk,rgg,att,bwd,exp" in p.stdout and "qk_bwd, att_bwd" in p.stdout, p.stdout[-1000:]
+    assert "qk,rgg,att,bwd,exp" in p.stdout and "qk_bwd, att_bwd, ew" in p.stdout, p.stdout[-1000:]
 
 
 def test_calibrated_clean_steps_raise_no_alarm(data, tmp_path):
