@@ -88,7 +88,7 @@ typedef struct {
     int protect_qk;            /* Q/K path recomputation on */
     int check_abft, check_att; /* attention checks on (llmc/attcheck.h) */
     int protect_qk_bwd, check_att_bwd;   /* the backward's Q/K recomputation and attention checks */
-    int protect_ew;            /* element-wise recomputation (ew_check) */
+    int protect_ew;            /* element-wise recomputation (ew_compare) */
     float* ew_scratch;         /* its scratch: 2 x [N, max(F, d)] + [N] (allocated on first use) */
     int alarms[CHECK_KINDS], first_layer[CHECK_KINDS];   /* alarms of the current microbatch (forward and backward), by kind */
     float* upd;                /* scratch for model_update_norm (allocated on first use) */
@@ -313,11 +313,12 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const floa
  * possibly faulty ones, so a fault upstream is consistent input and stays another check's. Not covered: the
  * outputs of matrix products (q/k/v/o/gate/up/down projections and their dx), attention (att and att_bwd),
  * and the backward's norm and residual gradients (accumulated in place: their inputs are gone). */
+/* the scratch: two buffers of ew_stride floats (the widest element-wise tensor), then [N] for a mean square */
+static size_t ew_stride(const Model* model) {
+    return (size_t)model->B * model->T * (size_t)(model->c.ffn_dim > model->c.d_model ? model->c.ffn_dim : model->c.d_model);
+}
 static float* ew_scratch(Model* model) {
-    if (!model->ew_scratch) {
-        size_t N = (size_t)model->B * model->T, w = (size_t)(model->c.ffn_dim > model->c.d_model ? model->c.ffn_dim : model->c.d_model);
-        model->ew_scratch = (float*)mallocCheck(sizeof(float) * (2 * N * w + N));
-    }
+    if (!model->ew_scratch) model->ew_scratch = (float*)mallocCheck(sizeof(float) * (2 * ew_stride(model) + (size_t)model->B * model->T));
     return model->ew_scratch;
 }
 /* the stored tensor x (n elements) against its recomputation r, rounded as it would be stored, bit for bit: an
@@ -333,8 +334,7 @@ static void ew_compare(Model* model, int l, const float* x, const float* r, size
 }
 static void ew_rmsnorm(Model* model, int l, const float* out, const float* x, const float* w, int N, int d) {
     float* r = ew_scratch(model);
-    rmsnorm_forward(r, r + 2 * (size_t)model->B * model->T * (model->c.ffn_dim > d ? model->c.ffn_dim : d), x, w, N, d,
-                    (float)model->c.norm_eps);
+    rmsnorm_forward(r, r + 2 * ew_stride(model), x, w, N, d, (float)model->c.norm_eps);
     ew_compare(model, l, out, r, (size_t)N * d);
 }
 static void ew_residual(Model* model, int l, const float* out, const float* a, const float* b, size_t n) {
@@ -525,7 +525,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
             FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
             if (model->protect_ew) {   /* d act, d up from mlp_product's gradient (still in dF) */
-                float *r = ew_scratch(model), *r2 = r + (size_t)model->B * model->T * (F > d ? F : d);
+                float *r = ew_scratch(model), *r2 = r + ew_stride(model);
                 mul_backward(r, r2, model->dF, a->act, a->up, (size_t)N * F);
                 ew_compare(model, l, model->dF2, r, (size_t)N * F);
                 ew_compare(model, l, model->dF3, r2, (size_t)N * F);
@@ -769,9 +769,9 @@ static int model_device_stats(Model* model, DeviceStats* st) { (void)model; DEVI
 static void model_set_checks(Model* model, int abft, int att) { model->check_abft = abft; model->check_att = att; }
 /* the backward's checks: Q/K path recomputation (qk_bwd_recompute_check) and attention checks (attcheck.h) */
 static void model_set_bwd_checks(Model* model, int qk, int att) { model->protect_qk_bwd = qk; model->check_att_bwd = att; }
-/* element-wise recomputation (ew_check) */
+/* element-wise recomputation (ew_compare) */
 static void model_set_ew(Model* model, int on) { model->protect_ew = on; }
-/* alarms of one kind (CHECK_QK .. CHECK_ATT_BWD) in the last microbatch (forward and backward), and the first
+/* alarms of one kind (CHECK_QK .. CHECK_EW) in the last microbatch (forward and backward), and the first
  * layer that had one */
 static int model_check_alarms(Model* model, int kind, int* first_layer) { *first_layer = model->first_layer[kind]; return model->alarms[kind]; }
 static void model_qk_reset(Model* model) {
