@@ -255,11 +255,23 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const float* q
     if (bad) check_alarm(model, CHECK_QK, l, 1);
 }
 
+/* the recomputations of ours (qk_bwd, ew) write their result into scratch on the CPU, so they compare it with
+ * the stored tensor bit for bit in one pass (a fingerprint is for a device that never writes it out): 1 when any
+ * element differs. r is rounded as it would be stored (bf16 under -precision bf16) unless it already was. */
+static int recompute_differs(const Model* model, const float* x, const float* r, size_t n, int round) {
+    int bf = round && model->precision != 0;
+    long long diff = 0;
+#pragma omp parallel for schedule(static) reduction(+:diff)
+    for (long long i = 0; i < (long long)n; i++)
+        diff += f32_bits(bf ? bf16_round(r[i]) : r[i]) != f32_bits(x[i]);
+    return diff != 0;
+}
+
 /* ---------------------------------------------------------------- backward Q/K path recomputation (ours)
  * The backward half of the Q/K path, from the gradient of the logits to the gradients of the q and k
  * projections' outputs (what the weight-gradient and dx GEMMs of wq and wk consume), run a second time
  * from the same dlogits, Q, K and saved statistics into scratch the backward has finished with (dq2, dk2,
- * datt), and both results reduced to 128-bit fingerprints: a fault anywhere on the path (q_rope, k_rope,
+ * datt), and both results compared with the stored ones bit for bit: a fault anywhere on the path (q_rope, k_rope,
  * q_norm, k_norm, q_proj, k_proj gradients, whatever its size) changes the stored tensor's bits and not the
  * recomputation's. Exact because every kernel here is deterministic. The QK norm's weight gradient is not
  * accumulated again (NULL). No injection points: a transient fault hits one execution, not both. */
@@ -291,14 +303,11 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const floa
                                    const float* dq_used, const float* dk_used, float* sq, float* sk) {
     const Config* c = &model->c;
     int N = B * T, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
-    int width = model->precision ? 16 : 32;
     attention_logits_backward(sq, sk, model->dlog, qc, kc, B, T, H, KV, hd);
     BF16_STORE(model, sq, (size_t)N * qd); BF16_STORE(model, sk, (size_t)N * kd);
     /* datt (N qd >= N kd) is free once attention_av_backward has read it: the spare of both */
-    int bad = !fp_equal(qk_fingerprint(dq_used, (size_t)N * qd, width),
-                        qk_fingerprint(qk_bwd_path(model, l, B, T, H, 0, sq, model->datt), (size_t)N * qd, width));
-    bad = bad || !fp_equal(qk_fingerprint(dk_used, (size_t)N * kd, width),
-                           qk_fingerprint(qk_bwd_path(model, l, B, T, KV, 1, sk, model->datt), (size_t)N * kd, width));
+    int bad = recompute_differs(model, dq_used, qk_bwd_path(model, l, B, T, H, 0, sq, model->datt), (size_t)N * qd, 0) ||
+              recompute_differs(model, dk_used, qk_bwd_path(model, l, B, T, KV, 1, sk, model->datt), (size_t)N * kd, 0);
     if (bad) check_alarm(model, CHECK_QK_BWD, l, 1);
 }
 
@@ -321,16 +330,10 @@ static float* ew_scratch(Model* model) {
     if (!model->ew_scratch) model->ew_scratch = (float*)mallocCheck(sizeof(float) * (2 * ew_stride(model) + (size_t)model->B * model->T));
     return model->ew_scratch;
 }
-/* the stored tensor x (n elements) against its recomputation r, rounded as it would be stored, bit for bit: an
- * alarm at layer l on any difference. The recomputation is in scratch here, so the bits are compared directly
- * (one pass, no hashing: a fingerprint is for a device that never writes the recomputed tensor out) */
+/* the stored tensor x (n elements) against its recomputation r (not yet rounded): an alarm at layer l on any
+ * difference */
 static void ew_compare(Model* model, int l, const float* x, const float* r, size_t n) {
-    int bf = model->precision != 0;
-    long long diff = 0;
-#pragma omp parallel for schedule(static) reduction(+:diff)
-    for (long long i = 0; i < (long long)n; i++)
-        diff += f32_bits(bf ? bf16_round(r[i]) : r[i]) != f32_bits(x[i]);
-    if (diff) check_alarm(model, CHECK_EW, l, 1);
+    if (recompute_differs(model, x, r, n, 1)) check_alarm(model, CHECK_EW, l, 1);
 }
 static void ew_rmsnorm(Model* model, int l, const float* out, const float* x, const float* w, int N, int d) {
     float* r = ew_scratch(model);
