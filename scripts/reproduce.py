@@ -878,7 +878,8 @@ def table_fidelity(pl, res):
 
 
 def regime_rows(pl):
-    """how fast the clean loss falls in the window, and what one lost update costs (the control)"""
+    """how fast the clean loss falls in the window, the held-out loss along the way (base model, common
+    checkpoint, end), and what one lost update costs (the control)"""
     P = pl.P
     out = []
     for model in P["models"]:
@@ -890,10 +891,33 @@ def regime_rows(pl):
         first = [st[s]["loss"] for s in range(a, a + 20) if s in st]
         last = [st[s]["loss"] for s in range(b - 19, b + 1) if s in st]
         lr = (st[a]["lr"], st[b]["lr"]) if a in st and b in st else (None, None)
+        val = {}
+        for name, key in (("base", "base"), ("pre", "start"), ("clean", "end")):
+            try:
+                ev = sm.read_log(pl.d(model, name)).evals
+                val[key] = ev[max(ev)]["val_loss"] if ev else None
+            except sm.MetricsError:
+                val[key] = None
         m = P["m"][model][0]
         c = res_get(pl, model, f"control_m{m}")
-        out.append((model, sum(first) / max(len(first), 1), sum(last) / max(len(last), 1), lr, c))
+        out.append((model, sum(first) / max(len(first), 1), sum(last) / max(len(last), 1), lr, val, c))
     return out
+
+
+def regime_lines(pl):
+    """the report's lines on the continuation regime (both plans)"""
+    L = []
+    for model, l0, l1, lr, val, c in regime_rows(pl):
+        per = f"{c['mean_dev_lastK'] / c['lost_updates']:.2e}" if c and c["lost_updates"] else "-"
+        vals = " -> ".join(f"{val[k]:.4f} ({lab})" for k, lab in (("base", "base model"), ("start", "common checkpoint"),
+                                                                   ("end", "end of the window")) if val.get(k) is not None)
+        L.append(f"- {model}: clean training loss {l0:.4f} (mean of the window's first 20 steps) -> {l1:.4f} (last 20): "
+                 f"{100 * (l0 - l1) / l0:.2f}% over {pl.P['window']} steps; lr {lr[0]:.2e} -> {lr[1]:.2e}" +
+                 (f"; held-out loss {vals}" if vals else "") +
+                 (f"; the lost-step control skipping {c['lost_updates']} updates ends with a mean deviation of "
+                  f"{c['mean_dev_lastK']:+.2e} over the last 50 steps ({per} a lost update)" if c else "") +
+                 (f" and a held-out loss difference of {c['delta_val_loss']:+.2e}" if c and c.get("delta_val_loss") is not None else ""))
+    return L
 
 
 def res_get(pl, model, name):
@@ -935,12 +959,7 @@ def report_reduced(pl, args_line):
          f"(seed {SEED_EVAL}), none on the last step",
          "- metrics: scripts/sdc_metrics.py; E from the fault-free run and its -perturb +-1 repeats\n",
          "## The continuation regime\n"]
-    for model, l0, l1, lr, c in regime_rows(pl):
-        per = f"{c['mean_dev_lastK'] / c['lost_updates']:.2e}" if c and c["lost_updates"] else "-"
-        L.append(f"- {model}: clean training loss {l0:.4f} (mean of the window's first 20 steps) -> {l1:.4f} (last 20): "
-                 f"{100 * (l0 - l1) / l0:.2f}% over {P['window']} steps; lr {lr[0]:.2e} -> {lr[1]:.2e}" +
-                 (f"; the lost-step control skipping {c['lost_updates']} updates ends with a mean deviation of "
-                  f"{c['mean_dev_lastK']:+.2e} over the last 50 steps ({per} a lost update)" if c else ""))
+    L += regime_lines(pl)
     L.append("\n## Table 1 at m = low, with the metrics of issue 12\n")
     L.append(table_honest(pl, res))
     L.append("\n## Fidelity: bf16 storage against autocast's dtypes (issue 12, item 6)\n")
@@ -1061,12 +1080,18 @@ def report(pl, args_line):
     rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(pl.a.report)))
     L = []
     L.append(f"# Reproduction of the TrainSDC evaluation: preset `{pl.a.preset}`\n")
-    L.append(f"Made by `{args_line}` on {time.strftime('%Y-%m-%d')} ({pl.a.machine}).\n")
+    L.append(f"Made by `{args_line}` on {time.strftime('%Y-%m-%d')} ({pl.a.machine}), report written at commit {git_commit()}.\n")
     L.append("## Settings\n")
     L.append(f"- models: {', '.join(P['models'])}; trainer `{P.get('trainer_shown', P['trainer'])}`, {P['ranks']} rank(s), B {P['B']} x T {P['T']} x "
-             f"accum {P['accum']}, {P['precision']}, AdamW lr {P['lr']} warmup {P['warmup']} cosine to 10%, clip 1.0")
-    L.append(f"- common checkpoint at step {P['pre']} (clean pre-training; its last {P['cal']} steps calibrate the Residual Gain "
-             f"Guard); every compared run continues from it for {P['window']} steps (to step {pl.total}) with the same data order")
+             f"accum {P['accum']}, {P['precision']}, AdamW lr {P['lr']} warmup {P['warmup']} cosine to 10%"
+             f"{f' over {pl.total} steps' if P.get('base') else ''}, clip 1.0")
+    if P.get("base"):
+        L.append(f"- the continuation regime (issue 12): a base model pre-trained for {P['base']} steps (lr {P['base_lr']}, warmup "
+                 f"{P['warmup']}, cosine to 10%) is continued with a fresh AdamW at the lr above; steps are counted from the start "
+                 "of the continuation")
+    L.append(f"- common checkpoint at step {P['pre']} (clean training; its last {P['cal']} steps calibrate the Residual Gain "
+             f"Guard and the backward guard); every compared run continues from it for {P['window']} steps (to step {pl.total}) "
+             "with the same data order; no fault on the last step")
     L.append(f"- fault campaign: one event a step over the window, site (all 20), pass (forward or backward), layer, rank and "
              f"microbatch drawn, 4 bits flipped in each of m elements of the storage dtype; the same campaign (seed {SEED_EVAL}) in "
              "every compared run")
@@ -1078,6 +1103,10 @@ def report(pl, args_line):
              f"another campaign (seed {SEED_LLMFT}, m = mid, faults in the last two thirds) plus the clean run, then applied unchanged")
     L.append("- metrics: scripts/sdc_metrics.py (DESIGN.md section 8) against the fault-free run; delta-PPL and Top-1 on the "
              f"first {P['eval_tokens']} held-out positions; '-' where the run's loss went non-finite (as the paper)\n")
+    if P.get("base"):
+        L.append("## The continuation regime\n")
+        L += regime_lines(pl)
+        L.append("")
     L.append("## Table 1: evaluation under the transient-fault protocol\n")
     L.append("Each cell: m = low / m = high. Overhead: the change of fault-free CPU time per step (the overhead pass runs the "
              "methods one after another on the whole machine; wall times in the JSON beside the runs). 'fwd events detected': "
@@ -1145,9 +1174,10 @@ def report(pl, args_line):
     L.append(f"\n- Exact fault-free reference: {len(exact)} TrainSDC run(s) caught every event that the model reads "
              f"({', '.join(exact) or 'none'}); W_L2 is exactly 0 in {len(exact0)} of them (goal: all). So did "
              f"{len(base)} baseline run(s) ({', '.join(base) or 'none'}; W_L2 = 0 in {len(base0)}): the replay is exact "
-             "whichever detector asks for it. Backward events are not detected by TrainSDC itself (exponent scaling "
-             "mitigates them): a run catches them all only in a forward-only campaign (`fwdonly_`) or with the Inf/NaN "
-             "or harmful-update guard added, when every backward event overflows (m = high).")
+             "whichever detector asks for it. The paper's method (`ours`: exponent scaling is its answer to backward events) "
+             "detects no backward event: its runs catch them all only in a forward-only campaign (`fwdonly_`) or with the "
+             "Inf/NaN or harmful-update guard added, when every backward event overflows (m = high); `-protect all` (`ours_all`) "
+             "adds the backward guard and the backward checks.")
     for model in P["models"]:
         if model in oh:
             o = oh[model]
