@@ -1,5 +1,6 @@
-# train_sdc build. `make` builds the CPU trainer and tests (and the CUDA targets when nvcc is present
-# and the CUDA sources exist); `make test` runs every test. Autodetects mpicc (MPI data parallelism)
+# train_sdc build. `make` builds the trainers and their tests: the CPU trainer and tests, and the CUDA
+# trainer and tests when nvcc is present; `make test` builds the rest (the emulated CUDA binaries, the
+# Python environment, the reference checkpoints) and runs every test. Autodetects mpicc (MPI data parallelism)
 # and OpenMP, and says what it found. -fno-trapping-math -fno-math-errno change no value (IEEE results
 # stay exact; only FP exception flags and errno are ignored) and let the lane loops vectorise.
 #   make NATIVE=0      portable build without -march=native
@@ -7,6 +8,8 @@
 #   make NO_CUDA=1     no CUDA targets even where nvcc exists
 # A change of configuration (these switches, GPU_ARCH, mpicc or nvcc appearing, the compiler) rebuilds
 # every binary it concerns: build/config-c.stamp and build/config-cuda.stamp record it.
+# the first rule a bare `make` runs (the configuration stamps below are rules too, and come first)
+.DEFAULT_GOAL := all
 CC_PLAIN ?= cc
 PYTHON ?= python3
 VENV := .venv
@@ -124,7 +127,7 @@ build/cuda/sm%/test_sdc.o: test_sdc.cu train_sdc.cu train_sdc.c $(HEADERS) $(CUD
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$* -c -o $@ $<
 
-# CUDA emulation (dev/cuda_emu, issue 11): the same CUDA sources built with the host C++ compiler against
+# CUDA emulation (dev/cuda_emu): the same CUDA sources built with the host C++ compiler against
 # the project's own CUDA runtime / cuBLASLt / NCCL declarations (dev/cuda_emu/include; no CUDA toolkit)
 # and run on the CPU. cu2emu.py mirrors the sources into build/emu/src with each <<<...>>> launch and
 # __shared__ declaration rewritten (lines kept, #line names the original). test_sdc_emu: the whole
@@ -204,7 +207,7 @@ clean:
 	rm -rf train_sdc test_sdc train_sdc_cu test_sdc_cu test_sdc_emu train_sdc_emu emu_selftest build
 
 # ---------------------------------------------------------------------------------------------------
-# cuBLASLt emulation (dev/cuda_emu, issue 11): its unit tests, with the host compiler only (no CUDA
+# cuBLASLt emulation (dev/cuda_emu): its unit tests, with the host compiler only (no CUDA
 # toolkit). test-cublaslt runs them with 2 threads, 1 thread, and SSE2 forced: the bits must not change.
 EMU_CXX ?= g++
 EMU_CXXFLAGS ?= -std=c++17 -O2 -fopenmp -Wall -Idev/cuda_emu/include

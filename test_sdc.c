@@ -659,6 +659,20 @@ static void test_reference_bf16(const char* preset, const char* states_dir, cons
     model_free(model);
 }
 
+/* the reference checkpoints are built from the committed HF weights by `make refckpts` (a Python step:
+ * the venv), not by the C build: on a fresh clone say so in one line instead of failing test by test */
+static void require_ref_ckpts(const char* const* presets, int n, const char* dir) {
+    for (int i = 0; i < n; i++) {
+        char p[1024];
+        snprintf(p, sizeof(p), "%s/%s.ckpt", dir, presets[i]);
+        FILE* fp = fopen(p, "rb");
+        if (fp) { fclose(fp); continue; }
+        fprintf(stderr, "error: %s not found: `make refckpts` builds the reference checkpoints (or run `make test`, which builds "
+                        "everything and runs every test)\n", p);
+        exit(2);
+    }
+}
+
 int main(int argc, char** argv) {
     const char *states = "dev/reference/states", *ckpts = "build/ref";
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -667,6 +681,8 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "-bench_init")) return bench_init(argv[i + 1]);
         else { fprintf(stderr, "usage: test_sdc [-states DIR] [-ckpts DIR] | test_sdc -bench_init PRESET\n"); return 1; }
     }
+    const char* presets[] = {"tiny-llama", "tiny-qwen3", "tiny-nanochat"};
+    require_ref_ckpts(presets, 3, ckpts);
     test_param_counts();
     test_bf16();
     test_checksum();
@@ -679,7 +695,6 @@ int main(int argc, char** argv) {
 #ifdef _OPENMP
     test_thread_independence();
 #endif
-    const char* presets[] = {"tiny-llama", "tiny-qwen3", "tiny-nanochat"};
     for (int i = 0; i < 3; i++) test_reference(presets[i], states, ckpts);
     for (int i = 0; i < 3; i++) test_reference_bf16(presets[i], states, ckpts);
     printf("test_sdc: %d passed, %d failed\n", n_pass, n_fail);

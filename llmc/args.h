@@ -1,6 +1,7 @@
 /* args.h: the command-line flags of both trainers, parsed and documented in one place.
- * The usage text below is the reference; README.md repeats it with the same words.
- * An unknown flag, a missing value or a malformed number prints the usage and exits 1. */
+ * The usage text below is the reference; docs/flags.md holds it verbatim (scripts/update_flag_docs.sh).
+ * An unknown flag, a missing value or a malformed number is one error line naming the flag, "(see -h)",
+ * and exit 1: the full text would scroll the error away. */
 #ifndef TSDC_ARGS_H
 #define TSDC_ARGS_H
 
@@ -33,6 +34,7 @@ typedef struct {
     int save;                  /* 0: -save none, no checkpoint is written */
     int threads;
     int quiet;
+    int force;                 /* -force: a fresh run may start over in an -out that holds a run */
     int stats;                 /* -stats: device counts per step (llmc/stats.h) in the log and the step line */
     /* fault injection (llmc/fault.h) */
     char fault_mode[16], fault_sites[512], fault_pass[8], fault_log[1024], fault_field[16];
@@ -77,7 +79,7 @@ static const char* USAGE =
 "  -tokenizer FILE    decode table for sampling (default: tokenizer.bin beside -train)\n"
 "  -B N               sequences per microbatch (default 8)\n"
 "  -accum A           microbatches per step per rank, gradient accumulation (default 1)\n"
-"optimisation (AdamW, DESIGN.md section 4)\n"
+"optimisation (AdamW; docs/design.md)\n"
 "  -steps N           total optimizer steps of the schedule (default 1000)\n"
 "  -lr X              peak learning rate (default 5e-5)\n"
 "  -warmup N          linear warmup steps (default 100)\n"
@@ -97,11 +99,16 @@ static const char* USAGE =
 "  -sample_len N      tokens a sample (default 64)\n"
 "  -temp X            sampling temperature, 0 = argmax (default 1.0)\n"
 "checkpoints and logs\n"
-"  -out DIR           output directory: log.jsonl, step_NNNNNN.ckpt (default out)\n"
+"  -out DIR           output directory: log.jsonl, step_NNNNNN.ckpt (default out); a fresh run into a DIR that\n"
+"                     holds a run (log.jsonl, faults.jsonl or a checkpoint) is refused: -resume continues it\n"
+"  -force             start a fresh run in an -out that holds a run (its logs are replaced)\n"
 "  -ckpt_every N      write a checkpoint every N steps, 0 = only at the end (default 0)\n"
 "  -resume FILE       resume exactly from a checkpoint (weights, AdamW state, step, data position, RNG)\n"
 "  -init FILE         start from a checkpoint's weights only (e.g. imported with dev/reference/hf_to_ckpt.py)\n"
 "  -stop_at S         stop after step S (the schedule still spans -steps), writing a checkpoint\n"
+"                     SIGINT, SIGTERM or SIGUSR1 stop the run the same way after the step in progress (a\n"
+"                     checkpoint, the log's end record with the signal, exit 128 + its number; a second\n"
+"                     signal exits at once)\n"
 "  -save W            all (checkpoints as -ckpt_every and at the end) or none (no checkpoint at all: benchmarks,\n"
 "                     overhead runs) (default all)\n"
 "  -threads N         OpenMP threads (default: OMP_NUM_THREADS or all cores)\n"
@@ -109,7 +116,7 @@ static const char* USAGE =
 "  -stats             per step, the device work's counts (kernel launches, host synchronisations, those inside\n"
 "                     the layer loops, device-to-host copies, device bytes, element-wise bytes; llmc/stats.h) in\n"
 "                     the log's \"stats\" field and the step line; complete on the CUDA emulation (train_sdc_emu)\n"
-"fault injection (DESIGN.md section 5; every event is logged to OUT/faults.jsonl)\n"
+"fault injection (docs/fault_model.md; every event is logged to OUT/faults.jsonl)\n"
 "  -fault_mode M      off, char (characterisation) or campaign (one event a step) (default off)\n"
 "  -fault_sites LIST  comma-separated sites, or all, or qk (the Q/K path): attn_norm q_proj k_proj v_proj\n"
 "                     q_norm k_norm q_rope k_rope att_logits att_probs att_out o_proj attn_residual mlp_norm\n"
@@ -129,10 +136,10 @@ static const char* USAGE =
 "  -fault_dtype D     the dtype the bits are flipped in: storage (the trainer's storage dtype: fp32 under\n"
 "                     -precision fp32, bf16 under bf16), bf16, fp32 (every site as if stored in fp32), or\n"
 "                     autocast (each site in the dtype PyTorch autocast stores it in: fp32 for the residual\n"
-"                     stream and the RMSNorm outputs and their gradients, bf16 elsewhere; README) (default storage)\n"
+"                     stream and the RMSNorm outputs and their gradients, bf16 elsewhere) (default storage)\n"
 "  -trace_out FILE    propagation trace (Experiment 2): for each forward event, run the microbatch clean and\n"
 "                     faulty and write R_x at every downstream module output as JSONL\n"
-"protection (TrainSDC, DESIGN.md section 6; alarms are logged and the step is replayed)\n"
+"protection (TrainSDC, docs/protection.md; alarms are logged and the step is replayed)\n"
 "  -protect LIST      none, paper, all, or any of qk (Q/K path recomputation), rgg (Residual Gain Guard), exp\n"
 "                     (exponent scaling), att (cheap attention checks: logits row checksums, probability rows\n"
 "                     sum to one; llmc/attcheck.h), bwd (backward guard: replay on a non-finite gradient or a\n"
@@ -166,7 +173,7 @@ static const char* USAGE =
 "  -bwd_calibration F load the backward guard's calibration from F\n"
 "  -skip_steps FILE   lost-step control: skip the update of every step listed in FILE (step numbers,\n"
 "                     whitespace or comma separated, # comments) as a found_inf would, with no fault\n"
-"baseline detectors (DESIGN.md section 7; each alarm replays the step like TrainSDC's, llmc/detect.h)\n"
+"baseline detectors (docs/protection.md; each alarm replays the step like TrainSDC's, llmc/detect.h)\n"
 "  -detect LIST       none, or any of loss (loss spike), nan (Inf/NaN in the loss or gradients), abft\n"
 "                     (ATTNChecker-style checksums of the attention matrix products), harmful (AdamW update\n"
 "                     norm and gradient norm against their history), llmft (learned detector, needs\n"
@@ -186,9 +193,10 @@ static const char* USAGE =
 "  -h                 this text\n";
 
 static void usage_fail(const char* fmt, const char* a) {
+    fflush(stdout);
     fprintf(stderr, "error: ");
     fprintf(stderr, fmt, a);
-    fprintf(stderr, "\n%s", USAGE);
+    fprintf(stderr, " (see -h)\n");
     tsdc_abort(1);
 }
 
@@ -198,7 +206,7 @@ static long long parse_int(const char* flag, const char* v, long long lo, long l
     long long x = strtoll(v, &end, 10);
     if (errno || *end || end == v) usage_fail("flag %s: not an integer", flag);
     if (x < lo || x > hi) {
-        fprintf(stderr, "error: flag %s: %lld out of range [%lld, %lld]\n%s", flag, x, lo, hi, USAGE);
+        fprintf(stderr, "error: flag %s: %lld out of range [%lld, %lld] (see -h)\n", flag, x, lo, hi);
         tsdc_abort(1);
     }
     return x;
@@ -209,7 +217,7 @@ static double parse_double(const char* flag, const char* v, double lo, double hi
     double x = strtod(v, &end);
     if (errno || *end || end == v || x != x) usage_fail("flag %s: not a number", flag);
     if (x < lo || x > hi) {
-        fprintf(stderr, "error: flag %s: %g out of range [%g, %g]\n%s", flag, x, lo, hi, USAGE);
+        fprintf(stderr, "error: flag %s: %g out of range [%g, %g] (see -h)\n", flag, x, lo, hi);
         tsdc_abort(1);
     }
     return x;
@@ -241,9 +249,12 @@ static void args_defaults(Args* a) {
     a->detect_window = 32; a->spike_z = 6; a->harmful_z = 6;
 }
 
-#define STRFLAG(name, field) if (!strcmp(f, name)) { snprintf(a->field, sizeof(a->field), "%s", v); continue; }
-#define INTFLAG(name, field, lo, hi) if (!strcmp(f, name)) { a->field = (int)parse_int(f, v, lo, hi); continue; }
-#define DBLFLAG(name, field, lo, hi) if (!strcmp(f, name)) { a->field = parse_double(f, v, lo, hi); continue; }
+/* a flag that takes a value: matched by name first, so that a known flag without its value (the last word
+ * of the line) says so and an unknown one says unknown */
+#define VALFLAG(name) if (!strcmp(f, name) && (v || (usage_fail("flag %s needs a value", f), 1)))
+#define STRFLAG(name, field) VALFLAG(name) { snprintf(a->field, sizeof(a->field), "%s", v); continue; }
+#define INTFLAG(name, field, lo, hi) VALFLAG(name) { a->field = (int)parse_int(f, v, lo, hi); continue; }
+#define DBLFLAG(name, field, lo, hi) VALFLAG(name) { a->field = parse_double(f, v, lo, hi); continue; }
 
 static void args_parse(Args* a, int argc, char** argv) {
     args_defaults(a);
@@ -252,10 +263,10 @@ static void args_parse(Args* a, int argc, char** argv) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { printf("%s", USAGE); exit(0); }
         if (!strcmp(f, "-quiet")) { a->quiet = 1; continue; }
         if (!strcmp(f, "-stats")) { a->stats = 1; continue; }
+        if (!strcmp(f, "-force")) { a->force = 1; continue; }
         if (f[0] != '-') usage_fail("unexpected argument '%s'", f);
-        if (i + 1 >= argc) usage_fail("flag %s needs a value", f);
-        const char* v = argv[++i];
-        if (!strcmp(f, "-preset")) { snprintf(a->preset, sizeof(a->preset), "%s", v); a->preset_set = 1; continue; }
+        const char* v = i + 1 < argc ? argv[++i] : NULL;
+        VALFLAG("-preset") { snprintf(a->preset, sizeof(a->preset), "%s", v); a->preset_set = 1; continue; }
         STRFLAG("-train", train) STRFLAG("-val", val) STRFLAG("-tokenizer", tokenizer)
         STRFLAG("-pred_out", pred_out) STRFLAG("-out", out) STRFLAG("-resume", resume) STRFLAG("-init", init)
         INTFLAG("-vocab", vocab, 2, 1 << 30) INTFLAG("-seq", seq, 1, 1 << 20) INTFLAG("-n_layer", n_layer, 1, 1 << 20)
@@ -264,19 +275,19 @@ static void args_parse(Args* a, int argc, char** argv) {
         DBLFLAG("-lr", lr, 0, 10) DBLFLAG("-final_lr_frac", final_lr_frac, 0, 1)
         DBLFLAG("-beta1", beta1, 0, 0.999999) DBLFLAG("-beta2", beta2, 0, 0.999999999)
         DBLFLAG("-adam_eps", adam_eps, 0, 1) DBLFLAG("-wd", weight_decay, 0, 10) DBLFLAG("-clip", grad_clip, 0, 1e30)
-        if (!strcmp(f, "-precision")) {
+        VALFLAG("-precision") {
             if (!strcmp(v, "fp32")) a->precision = 0;
             else if (!strcmp(v, "bf16")) a->precision = 1;
             else usage_fail("flag -precision: '%s' is not fp32 or bf16", v);
             continue;
         }
-        if (!strcmp(f, "-seed")) { a->seed = (unsigned long long)parse_int(f, v, 0, (long long)1 << 62); continue; }
+        VALFLAG("-seed") { a->seed = (unsigned long long)parse_int(f, v, 0, (long long)1 << 62); continue; }
         INTFLAG("-eval_every", eval_every, 0, 1 << 30) INTFLAG("-eval_tokens", eval_tokens, 1, 1 << 30)
         INTFLAG("-sample_every", sample_every, 0, 1 << 30) INTFLAG("-sample_len", sample_len, 1, 1 << 20)
         DBLFLAG("-temp", temperature, 0, 100)
         INTFLAG("-ckpt_every", ckpt_every, 0, 1 << 30) INTFLAG("-stop_at", stop_at, 1, 1 << 30)
         INTFLAG("-threads", threads, 1, 4096)
-        if (!strcmp(f, "-save")) {
+        VALFLAG("-save") {
             if (!strcmp(v, "all")) a->save = 1;
             else if (!strcmp(v, "none")) a->save = 0;
             else usage_fail("flag -save: '%s' is not all or none", v);
@@ -287,7 +298,7 @@ static void args_parse(Args* a, int argc, char** argv) {
         STRFLAG("-protect", protect) STRFLAG("-rgg_layers", rgg_layers) STRFLAG("-rgg_calibrate", rgg_calibrate)
         STRFLAG("-rgg_calibration", rgg_calibration) STRFLAG("-exp_profile", exp_profile)
         DBLFLAG("-rgg_alpha", rgg_alpha, 0, 1e6) INTFLAG("-rgg_window", rgg_window, 1, 1 << 16)
-        if (!strcmp(f, "-expscale_k") && !strcmp(v, "auto")) { a->expscale_k = -2; continue; }
+        if (!strcmp(f, "-expscale_k") && v && !strcmp(v, "auto")) { a->expscale_k = -2; continue; }
         INTFLAG("-expscale_k", expscale_k, 0, 127) INTFLAG("-exp_samples", exp_samples, 1, 1 << 24)
         DBLFLAG("-bwd_alpha", bwd_alpha, 0, 1e6) INTFLAG("-bwd_window", bwd_window, 8, 1024)
         STRFLAG("-bwd_calibrate", bwd_calibrate) STRFLAG("-bwd_calibration", bwd_calibration)
@@ -298,10 +309,10 @@ static void args_parse(Args* a, int argc, char** argv) {
         INTFLAG("-fault_layer", fault_layer, -1, 1 << 20) INTFLAG("-fault_bits", fault_bits, 1, 32)
         INTFLAG("-fault_rank", fault_rank, -1, 1 << 20) INTFLAG("-fault_mb", fault_mb, -1, 1 << 20)
         DBLFLAG("-fault_frac", fault_frac, 0, 1) DBLFLAG("-fault_rate", fault_rate, 0, 1) DBLFLAG("-perturb", perturb, -1e6, 1e6)
-        if (!strcmp(f, "-fault_m")) { a->fault_m = parse_int(f, v, 0, (long long)1 << 40); continue; }
-        if (!strcmp(f, "-fault_start")) { a->fault_start = parse_int(f, v, 1, (long long)1 << 40); continue; }
-        if (!strcmp(f, "-fault_end")) { a->fault_end = parse_int(f, v, -1, (long long)1 << 40); continue; }
-        if (!strcmp(f, "-fault_seed")) { a->fault_seed = (unsigned long long)parse_int(f, v, 0, (long long)1 << 62); continue; }
+        VALFLAG("-fault_m") { a->fault_m = parse_int(f, v, 0, (long long)1 << 40); continue; }
+        VALFLAG("-fault_start") { a->fault_start = parse_int(f, v, 1, (long long)1 << 40); continue; }
+        VALFLAG("-fault_end") { a->fault_end = parse_int(f, v, -1, (long long)1 << 40); continue; }
+        VALFLAG("-fault_seed") { a->fault_seed = (unsigned long long)parse_int(f, v, 0, (long long)1 << 62); continue; }
         usage_fail("unknown flag %s", f);
     }
     if (a->resume[0] && a->init[0]) usage_fail("%s", "-resume and -init exclude each other");

@@ -159,18 +159,15 @@ static void bwd_write_calibration(const BwdGuard* g, const char* path) {
     }
     uint64_t chk = tsdc_checksum(buf, bytes);
     memcpy(p, &chk, 8);
-    char tmp[1100];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* fp = fopen(tmp, "wb");
-    if (!fp) tsdc_fail("%s: cannot write the backward guard's calibration: %s", tmp, strerror(errno));
-    fwrite_exact(buf, bytes + 8, fp, tmp);
-    if (fclose(fp) != 0 || rename(tmp, path) != 0) tsdc_fail("%s: cannot write the backward guard's calibration: %s", path, strerror(errno));
+    OutFile f;
+    outfile_open(&f, path);
+    outfile_write(&f, buf, bytes + 8);
+    outfile_commit(&f);
     free(buf);
 }
 
 static void bwd_load_calibration(BwdGuard* g, const char* path) {
-    FILE* fp = fopen(path, "rb");
-    if (!fp) tsdc_fail("%s: cannot open the backward guard's calibration file: %s", path, strerror(errno));
+    FILE* fp = fopen_regular(path, "the backward guard's calibration");
     long long size = file_size_of(fp, path);
     if (size < 8 + 4 + 16 + 8) tsdc_fail("%s: truncated backward-guard calibration file (%lld bytes)", path, size);
     uint8_t* buf = (uint8_t*)mallocCheck((size_t)size);

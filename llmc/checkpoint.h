@@ -2,7 +2,8 @@
  *
  * Layout: 4096-byte header (config + training state), fp32 parameters, then AdamW m and v when
  * has_opt, then a u64 tsdc_checksum of everything before it. Written to PATH.tmp, fflushed, fsynced
- * and renamed over PATH, so a crash leaves either the old checkpoint or the new one, never half. */
+ * and renamed over PATH (utils.h, OutFile), so a crash leaves either the old checkpoint or the new one,
+ * never half; a failed write (a full disk) removes the .tmp and stops with the file named. */
 #ifndef TSDC_CHECKPOINT_H
 #define TSDC_CHECKPOINT_H
 
@@ -50,10 +51,8 @@ static void ckpt_header_encode(uint8_t* h, const Config* c, size_t n_params, con
 /* write header + params (+ m, v) atomically. Returns the weight checksum. */
 static uint64_t checkpoint_write(const char* path, const Config* c, const float* params, const float* m, const float* v,
                                  size_t n_params, const TrainState* ts) {
-    char tmp[2048];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* fp = fopen(tmp, "wb");
-    if (!fp) tsdc_fail("%s: cannot create checkpoint: %s", tmp, strerror(errno));
+    OutFile f;
+    outfile_open(&f, path);
     uint8_t h[CKPT_HEADER_BYTES];
     uint64_t wsum = tsdc_checksum(params, n_params * sizeof(float));
     int has_opt = (m != NULL && v != NULL);
@@ -61,17 +60,15 @@ static uint64_t checkpoint_write(const char* path, const Config* c, const float*
     ChecksumStream cs;
     checksum_stream_init(&cs);
     checksum_stream_update(&cs, h, CKPT_HEADER_BYTES);
-    fwrite_exact(h, CKPT_HEADER_BYTES, fp, tmp);
+    outfile_write(&f, h, CKPT_HEADER_BYTES);
     const float* parts[3] = {params, m, v};
     for (int i = 0; i < (has_opt ? 3 : 1); i++) {
         checksum_stream_update(&cs, parts[i], n_params * sizeof(float));
-        fwrite_exact(parts[i], n_params * sizeof(float), fp, tmp);
+        outfile_write(&f, parts[i], n_params * sizeof(float));
     }
     uint64_t check = checksum_stream_final(&cs);
-    fwrite_exact(&check, 8, fp, tmp);
-    if (fflush(fp) != 0 || fsync(fileno(fp)) != 0) tsdc_fail("%s: cannot flush checkpoint: %s", tmp, strerror(errno));
-    if (fclose(fp) != 0) tsdc_fail("%s: cannot close checkpoint: %s", tmp, strerror(errno));
-    if (rename(tmp, path) != 0) tsdc_fail("%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
+    outfile_write(&f, &check, 8);
+    outfile_commit(&f);
     return wsum;
 }
 
@@ -86,8 +83,7 @@ typedef struct {
 /* read and validate a checkpoint. params (and m, v when has_opt and non-NULL) must hold
  * expect_params floats; their sizes are checked against the file before anything is read. */
 static void checkpoint_read(const char* path, CkptInfo* info, float* params, float* m, float* v, size_t expect_params) {
-    FILE* fp = fopen(path, "rb");
-    if (!fp) tsdc_fail("%s: cannot open checkpoint: %s", path, strerror(errno));
+    FILE* fp = fopen_regular(path, "checkpoint");
     long long size = file_size_of(fp, path);
     if (size < CKPT_HEADER_BYTES + 8) tsdc_fail("%s: truncated checkpoint (%lld bytes)", path, size);
     uint8_t* buf = (uint8_t*)mallocCheck((size_t)size);

@@ -41,8 +41,7 @@ static inline uint32_t shard_token(const Shard* s, uint64_t i) {
 static void shard_load(Shard* s, const char* path, int model_vocab) {
     memset(s, 0, sizeof(*s));
     snprintf(s->path, sizeof(s->path), "%s", path);
-    FILE* fp = fopen(path, "rb");
-    if (!fp) tsdc_fail("%s: cannot open token shard: %s", path, strerror(errno));
+    FILE* fp = fopen_regular(path, "token shard");
     long long size = file_size_of(fp, path);
     if (size < SHARD_HEADER_BYTES) tsdc_fail("%s: truncated token shard (%lld bytes, header is %d)", path, size, SHARD_HEADER_BYTES);
     uint8_t h[SHARD_HEADER_BYTES];
@@ -70,6 +69,10 @@ static void shard_load(Shard* s, const char* path, int model_vocab) {
     if (n && mx >= (uint32_t)model_vocab)
         tsdc_fail("%s: token id %u at position %llu >= model vocab size %d (pass -vocab or use the matching tokenizer)",
                   path, mx, (unsigned long long)at, model_vocab);
+    /* ids below the model's vocabulary, but from a tokenizer of another size: the wrong data for this model */
+    if (vocab != (uint32_t)model_vocab)
+        tsdc_fail("%s: shard was tokenised for a vocabulary of %u, the model has %d (pass -vocab %u, or the shard of the model's tokenizer)",
+                  path, vocab, model_vocab, vocab);
 }
 
 static void shard_free(Shard* s) { free(s->raw); s->raw = NULL; }

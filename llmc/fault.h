@@ -235,7 +235,7 @@ typedef struct {
     int att_T;                 /* sequence length of the [B,H,T,T] attention tensors (for the "live" count) */
     int injected;              /* events applied in the current step */
     long long injected_total;
-    FILE* log;                 /* JSONL, one line an applied event (every rank that applies one writes) */
+    StreamFile log;            /* JSONL, one line an applied event (every rank that applies one writes); checked */
     /* trace (Experiment 2): see the trainer */
     int trace;
 } FaultCtx;
@@ -283,13 +283,12 @@ static size_t fault_live_count(const FaultCtx* fx, const size_t* idx, size_t m) 
 static void fault_log_event(FaultCtx* fx, size_t n, size_t m, size_t live, double rms_before, double rms_after) {
     fx->injected++;
     fx->injected_total++;
-    if (!fx->log) return;
+    if (!fx->log.fp) return;
     const FaultEvent* e = &fx->ev;
-    fprintf(fx->log, "{\"type\":\"fault\",\"step\":%lld,\"microbatch\":%d,\"rank\":%d,\"layer\":%d,\"site\":\"%s\",\"pass\":\"%s\","
+    streamfile_printf(&fx->log, "{\"type\":\"fault\",\"step\":%lld,\"microbatch\":%d,\"rank\":%d,\"layer\":%d,\"site\":\"%s\",\"pass\":\"%s\","
             "\"m\":%zu,\"live\":%zu,\"numel\":%zu,\"nbits\":%d,\"dtype\":\"%s\",\"seed\":%llu,\"rms_before\":%s,\"rms_after\":%s}\n",
             e->step, e->mb, e->rank, e->layer, SITE_NAMES[e->site], PASS_NAMES[e->pass], m, live, n, e->nbits,
             fault_event_width(fx) == 32 ? "fp32" : "bf16", (unsigned long long)e->seed, jnum(rms_before).s, jnum(rms_after).s);
-    fflush(fx->log);
 }
 
 /* CPU tensors (float arrays holding fp32, or bf16-representable values): flip in place, log */

@@ -240,19 +240,16 @@ static void rgg_write_calibration(const Rgg* r, const char* path) {
     memcpy(p, r->seed, 8 * nw); p += 8 * nw;
     uint64_t chk = tsdc_checksum(buf, bytes);
     memcpy(p, &chk, 8);
-    char tmp[1100];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* fp = fopen(tmp, "wb");
-    if (!fp) tsdc_fail("%s: cannot write calibration: %s", tmp, strerror(errno));
-    fwrite_exact(buf, bytes + 8, fp, tmp);
-    if (fclose(fp) != 0 || rename(tmp, path) != 0) tsdc_fail("%s: cannot write calibration: %s", path, strerror(errno));
+    OutFile f;
+    outfile_open(&f, path);
+    outfile_write(&f, buf, bytes + 8);
+    outfile_commit(&f);
     free(buf);
 }
 
 /* load the seed window and floors; the file must match the model and the monitoring set-up */
 static void rgg_load_calibration(Rgg* r, const char* path) {
-    FILE* fp = fopen(path, "rb");
-    if (!fp) tsdc_fail("%s: cannot open calibration file: %s", path, strerror(errno));
+    FILE* fp = fopen_regular(path, "calibration");
     long long size = file_size_of(fp, path);
     size_t fixed = 8 + 4 + 16 + 4 * RGG_MAX_MON + 8 * RGG_MAX_MON * 4;
     if (size < (long long)fixed + 8) tsdc_fail("%s: truncated calibration file (%lld bytes)", path, size);

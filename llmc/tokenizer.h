@@ -16,8 +16,7 @@ typedef struct {
 
 static void tokenizer_load(Tokenizer* tk, const char* path) {
     memset(tk, 0, sizeof(*tk));
-    FILE* fp = fopen(path, "rb");
-    if (!fp) tsdc_fail("%s: cannot open decode table: %s", path, strerror(errno));
+    FILE* fp = fopen_regular(path, "decode table");
     long long size = file_size_of(fp, path);
     if (size < 64) tsdc_fail("%s: truncated decode table", path);
     uint8_t h[64];

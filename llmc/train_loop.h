@@ -46,7 +46,10 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "args.h"
 #include "checkpoint.h"
 #include "dataloader.h"
@@ -85,7 +88,7 @@ typedef struct {
     Logger log;
     int threads;
     FaultCtx fx;
-    FILE* trace;
+    StreamFile trace;          /* -trace_out (fp NULL: off) */
     /* protection */
     int prot_qk, prot_rgg, prot_exp, prot_att, prot_bwd, prot_qkb, prot_attb, prot_ew, expscale_k, exp_auto;
     Detect det;
@@ -101,7 +104,71 @@ typedef struct {
     long long* skip;
     int n_skip;
     long long alarms_total, replays_total, found_inf_total, overflow_total, skipped_total;
+    /* the end summary: alarmed steps by the check that raised them (ALARM_KIND_NAMES), fault events by site
+     * and pass (injected, and caught: their step alarmed and was replayed), alarmed steps without a fault */
+    long long alarm_kind_steps[8];
+    long long ev_injected[SITE_COUNT][2], ev_caught[SITE_COUNT][2];
+    long long false_alarms;
 } Run;
+
+/* the checks a step's alarm can come from, in the order of the log's "by" field */
+enum { AK_QK, AK_RGG, AK_ATT, AK_QK_BWD, AK_ATT_BWD, AK_EW, AK_BWD, AK_DETECT, AK_COUNT };
+static const char* const ALARM_KIND_NAMES[AK_COUNT] = {"qk", "rgg", "att", "qk_bwd", "att_bwd", "ew", "bwd", "detectors"};
+
+/* Graceful stop. SIGINT, SIGTERM and SIGUSR1 (Slurm's --signal sends it ahead of a time limit; mpirun
+ * forwards it to every rank) ask the run to stop: the step in progress finishes, every rank agrees on
+ * the step at which to stop (stop_agreed, after each step), a checkpoint is written through the atomic
+ * path (unless -save none), the log gets its end record with the signal as the reason, and the process
+ * exits 128 + the signal's number (130 SIGINT, 143 SIGTERM, 138 SIGUSR1). A second signal exits at once,
+ * without a checkpoint (the last complete one stays valid: checkpoints are renamed into place). */
+static volatile sig_atomic_t stop_signal = 0;
+static void on_stop_signal(int sig) {
+    if (stop_signal) {
+        static const char m2[] = "\ntrain_sdc: second signal: exiting now, no checkpoint\n";
+        ssize_t w = write(2, m2, sizeof(m2) - 1);
+        (void)w;
+        _exit(128 + sig);
+    }
+    stop_signal = sig;
+    static const char m1[] = "\ntrain_sdc: signal received: stopping after this step with a checkpoint (a second signal exits now)\n";
+    ssize_t w = write(2, m1, sizeof(m1) - 1);
+    (void)w;
+}
+static void stop_handlers_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+static const char* signal_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "signal";
+}
+/* the signal every rank stops for (the lowest rank's that has one), or 0: one collective a step */
+static int stop_agreed(Run* run) {
+    int world = run->dist.world;
+    if (world == 1) return stop_signal;
+    double* all = (double*)mallocCheck(sizeof(double) * world);
+    dist_allgather_f64(&run->dist, (double)stop_signal, all);
+    int sig = 0;
+    for (int r = 0; r < world && !sig; r++) sig = (int)all[r];
+    free(all);
+    return sig;
+}
+
+/* a number for a person: fixed point while that stays short, else scientific (a faulty run's norms reach 1e20) */
+typedef struct { char s[32]; } Num;
+static Num num_fmt(double x, int digits) {
+    Num n;
+    double ax = fabs(x);
+    if (x != x || ax == INFINITY) snprintf(n.s, sizeof(n.s), "%s", x != x ? "nan" : x > 0 ? "inf" : "-inf");
+    else if (ax != 0 && (ax >= 1e6 || ax < 1e-3)) snprintf(n.s, sizeof(n.s), "%.*e", digits > 1 ? digits - 1 : 1, x);
+    else snprintf(n.s, sizeof(n.s), "%.*f", digits, x);
+    return n;
+}
 
 static void mkdir_p(const char* dir) {
     char tmp[1024];
@@ -110,6 +177,71 @@ static void mkdir_p(const char* dir) {
         if (*p == '/') { *p = 0; mkdir(tmp, 0755); *p = '/'; }
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST) tsdc_fail("-out %s: cannot create directory: %s", dir, strerror(errno));
 }
+
+/* Every output path is checked before the first step: its directory exists and is writable, and the
+ * path itself is not a directory. An error names the flag; nothing has been trained yet. */
+static void check_output_path(const char* flag, const char* path) {
+    if (!path[0]) return;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) tsdc_fail("flag %s %s: is a directory (give a file name)", flag, path);
+    char dir[1100];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof(dir), ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    if (stat(dir, &st) != 0) tsdc_fail("flag %s %s: directory %s does not exist", flag, path, dir);
+    if (!S_ISDIR(st.st_mode)) tsdc_fail("flag %s %s: %s is not a directory", flag, path, dir);
+    if (access(dir, W_OK | X_OK) != 0) tsdc_fail("flag %s %s: directory %s is not writable: %s", flag, path, dir, strerror(errno));
+}
+
+/* -out and every other output path, before anything is loaded or trained. A fresh run (no -resume) into
+ * an -out that holds a run already (its log.jsonl, faults.jsonl or a checkpoint) is refused unless -force:
+ * a repeated command line would otherwise replace that run's log without a word. -resume appends to it;
+ * -force starts over in it (its logs are replaced, its checkpoints overwritten as the new run reaches them). */
+static void out_setup(Run* run) {
+    Args* a = &run->a;
+    if (run->dist.rank == 0) {
+        struct stat st;
+        if (stat(a->out, &st) == 0 && !S_ISDIR(st.st_mode)) tsdc_fail("flag -out %s: exists and is not a directory", a->out);
+        mkdir_p(a->out);
+        if (access(a->out, W_OK | X_OK) != 0) tsdc_fail("flag -out %s: directory is not writable: %s", a->out, strerror(errno));
+        if (!a->resume[0] && !a->force) {
+            char p[1200], held[160] = "";
+            const char* names[2] = {"log.jsonl", "faults.jsonl"};
+            for (int i = 0; i < 2; i++) {
+                snprintf(p, sizeof(p), "%s/%s", a->out, names[i]);
+                if (stat(p, &st) == 0) snprintf(held + strlen(held), sizeof(held) - strlen(held), "%s%s", held[0] ? ", " : "", names[i]);
+            }
+            int n_ck = 0;
+            char newest[300] = "";
+            DIR* d = opendir(a->out);
+            for (struct dirent* e; d && (e = readdir(d));) {
+                size_t n = strlen(e->d_name);
+                if (!strncmp(e->d_name, "step_", 5) && n > 5 && !strcmp(e->d_name + n - 5, ".ckpt")) {
+                    n_ck++;
+                    if (strcmp(e->d_name, newest) > 0) snprintf(newest, sizeof(newest), "%s", e->d_name);
+                }
+            }
+            if (d) closedir(d);
+            if (n_ck) snprintf(held + strlen(held), sizeof(held) - strlen(held), "%s%d checkpoint%s", held[0] ? ", " : "", n_ck, n_ck == 1 ? "" : "s");
+            if (held[0]) {
+                if (newest[0])
+                    tsdc_fail("flag -out %s: holds a run already (%s): -resume %s/%s continues it, -force starts over in it, or choose another -out",
+                              a->out, held, a->out, newest);
+                tsdc_fail("flag -out %s: holds a run already (%s): -force starts over in it, or choose another -out", a->out, held);
+            }
+        }
+    }
+    if (a->pred_out[0] && !a->val[0]) tsdc_fail("flag -pred_out %s: needs -val (the predictions are over the held-out set)", a->pred_out);
+    check_output_path("-pred_out", a->pred_out);
+    check_output_path("-rgg_calibrate", a->rgg_calibrate);
+    check_output_path("-bwd_calibrate", a->bwd_calibrate);
+    check_output_path("-exp_profile", a->exp_profile);
+    check_output_path("-trace_out", a->trace_out);
+    dist_barrier(&run->dist);
+}
+
 
 /* evaluation on the fixed held-out set: the first n_seq*T+1 tokens of -val, B sequences a pass.
  * Returns the mean loss; writes the argmax predictions when pred_path is set. Rank 0 only. */
@@ -138,17 +270,16 @@ static double evaluate(Run* run, const char* pred_path) {
     free(inp); free(tgt); free(losses);
     if (preds) {
         /* a token shard (docs/formats.md), 4-byte ids, so tsdc_io.read_shard reads it */
-        char tmp[1100];
-        snprintf(tmp, sizeof(tmp), "%s.tmp", pred_path);
-        FILE* fp = fopenCheck(tmp, "wb");
+        OutFile f;
+        outfile_open(&f, pred_path);
         uint8_t h[SHARD_HEADER_BYTES] = {0};
         memcpy(h, "TSDCTOK\0", 8);
         uint32_t ver = 1, width = 4, vocab = (uint32_t)V; uint64_t n = (uint64_t)n_seq * T;
         uint64_t chk = tsdc_checksum(preds, n * 4);
         memcpy(h + 8, &ver, 4); memcpy(h + 12, &width, 4); memcpy(h + 16, &vocab, 4); memcpy(h + 24, &n, 8); memcpy(h + 32, &chk, 8);
-        fwrite_exact(h, sizeof(h), fp, tmp);
-        fwrite_exact(preds, n * 4, fp, tmp);
-        if (fclose(fp) != 0 || rename(tmp, pred_path) != 0) tsdc_fail("%s: cannot write predictions", pred_path);
+        outfile_write(&f, h, sizeof(h));
+        outfile_write(&f, preds, n * 4);
+        outfile_commit(&f);
         free(preds);
     }
     return sum / (double)cnt;
@@ -283,6 +414,19 @@ static void fault_setup(Run* run) {
         for (int st = 0; st < SITE_COUNT; st++)
             fx->site_width[st] = !strcmp(a->fault_dtype, "fp32") || fault_autocast_fp32(st) ? 32 : 16;
     }
+    /* -fault_bits above what the flips can reach would be clamped silently while faults.jsonl records
+     * the flag's value: refuse it */
+    for (int st = 0; st < SITE_COUNT; st++) {
+        if (!(fc->sites & (1u << st))) continue;
+        int w = fx->site_width[st] ? fx->site_width[st] : fx->width, lo, hi;
+        fault_field_range(fc->field, w, &lo, &hi);
+        if (fc->nbits > hi - lo) {
+            if (fc->field == FIELD_ALL)
+                tsdc_fail("flag -fault_bits %d: more than the %d bits of the %s storage of site %s", fc->nbits, w, w == 32 ? "fp32" : "bf16", SITE_NAMES[st]);
+            tsdc_fail("flag -fault_bits %d: more than the %d bits of the %s field of %s (site %s)", fc->nbits, hi - lo, a->fault_field,
+                      w == 32 ? "fp32" : "bf16", SITE_NAMES[st]);
+        }
+    }
     if (fc->mode == FAULT_CHAR && __builtin_popcount(fc->sites) != 1)
         usage_fail("%s", "-fault_mode char injects one site: give one name to -fault_sites");
     if (fc->rank >= run->dist.world) tsdc_fail("flag -fault_rank: rank %d does not exist (%d ranks)", fc->rank, run->dist.world);
@@ -294,20 +438,28 @@ static void fault_setup(Run* run) {
     snprintf(path, sizeof(path), "%s/faults.jsonl", a->out);
     if (run->dist.rank == 0) mkdir_p(a->out);
     dist_barrier(&run->dist);
-    fx->log = fopen(path, a->resume[0] ? "a" : (run->dist.rank == 0 ? "w" : "a"));
-    if (!fx->log) tsdc_fail("%s: cannot open the fault log: %s", path, strerror(errno));
+    streamfile_open(&fx->log, path, a->resume[0] || run->dist.rank != 0, "the fault log");
     dist_barrier(&run->dist);
     if (a->trace_out[0]) {
         char tp[1100];
         if (run->dist.world > 1) snprintf(tp, sizeof(tp), "%s.rank%d", a->trace_out, run->dist.rank);
         else snprintf(tp, sizeof(tp), "%s", a->trace_out);
-        run->trace = fopen(tp, a->resume[0] ? "a" : "w");
-        if (!run->trace) tsdc_fail("%s: cannot open the trace file: %s", tp, strerror(errno));
+        streamfile_open(&run->trace, tp, a->resume[0] != 0, "the trace file");
     }
     model_set_fault(&run->model, fx);
+    char sites[400] = "";
+    int n_sites = 0, n_exist = 0;
+    for (int st = 0; st < SITE_COUNT; st++) {
+        n_exist += site_exists(&run->c, st);
+        if (fc->sites & (1u << st)) {
+            n_sites++;
+            snprintf(sites + strlen(sites), sizeof(sites) - strlen(sites), "%s%s", sites[0] ? "," : "", SITE_NAMES[st]);
+        }
+    }
+    if (n_sites == n_exist && n_sites > 1) snprintf(sites, sizeof(sites), "all %d of the preset", n_sites);
     if (run->dist.rank == 0)
-        printf("fault injection: %s, sites 0x%x, pass %s, layer %d, m %lld (frac %g), %d bits (%s), rank %d, steps %lld-%lld%s, seed %llu\n",
-               a->fault_mode, fc->sites, a->fault_pass, fc->layer, fc->m, fc->frac, fc->nbits,
+        printf("fault injection: %s, sites %s, pass %s, layer %d, m %lld (frac %g), %d bits (%s), rank %d, steps %lld-%lld%s, seed %llu\n",
+               a->fault_mode, sites, a->fault_pass, fc->layer, fc->m, fc->frac, fc->nbits,
                !strcmp(a->fault_dtype, "storage") ? (a->precision ? "bf16" : "fp32") : a->fault_dtype, fc->rank, fc->start, fc->end,
                fc->mode == FAULT_CHAR ? "" : " (one event a step)", (unsigned long long)fc->seed);
 }
@@ -331,12 +483,11 @@ static void trace_write(Run* run, int B, int T) {
             if (s >= 0 && !site_exists(&model->c, s)) continue;
             double num = 0, den = 0;
             model_trace_diff(model, s, l, B, T, &num, &den);
-            fprintf(run->trace, "{\"step\":%lld,\"microbatch\":%d,\"rank\":%d,\"inj_site\":\"%s\",\"inj_layer\":%d,"
+            streamfile_printf(&run->trace, "{\"step\":%lld,\"microbatch\":%d,\"rank\":%d,\"inj_site\":\"%s\",\"inj_layer\":%d,"
                     "\"site\":\"%s\",\"layer\":%d,\"rx\":%s,\"norm_clean\":%s}\n", e->step, e->mb, e->rank,
                     SITE_NAMES[e->site], e->layer, s < 0 ? "lm_output" : SITE_NAMES[s], s < 0 ? -1 : l,
                     jnum(den != den || num != num ? NAN : den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0)).s, jnum(sqrt(den)).s);
         }
-    fflush(run->trace);
 }
 
 /* the exponent-code histograms (summed over ranks) as JSON: {"k": the scaling in effect, "projections":
@@ -351,10 +502,9 @@ static void exp_profile_write(Run* run, const char* path) {
     for (size_t i = 0; i < (size_t)L->n * 256; i++) all[i] = h[i];
     dist_allreduce_sum_f64(&run->dist, all, L->n * 256);
     if (run->dist.rank == 0) {
-        char tmp[1100];
-        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-        FILE* fp = fopenCheck(tmp, "w");
-        fprintf(fp, "{\"k\": %d, \"steps\": %lld, \"samples_per_microbatch\": %d, \"preset\": \"%s\", \"projections\": {",
+        OutFile f;
+        outfile_open(&f, path);
+        outfile_printf(&f, "{\"k\": %d, \"steps\": %lld, \"samples_per_microbatch\": %d, \"preset\": \"%s\", \"projections\": {",
                 run->expscale_k, (long long)run->ts.step, run->a.exp_samples, model->c.preset);
         int first = 1;
         for (int i = 0; i < L->n; i++) {
@@ -362,14 +512,14 @@ static void exp_profile_write(Run* run, const char* path) {
             const double* c = all + (size_t)i * 256;
             double tot = 0; for (int k = 0; k < 256; k++) tot += c[k];
             if (tot == 0) continue;
-            if (L->t[i].layer >= 0) fprintf(fp, "%s\n  \"layers.%d.%s\": [", first ? "" : ",", L->t[i].layer, PT_NAMES[L->t[i].type]);
-            else fprintf(fp, "%s\n  \"%s\": [", first ? "" : ",", PT_NAMES[L->t[i].type] );
-            for (int k = 0; k < 256; k++) fprintf(fp, "%s%.0f", k ? "," : "", c[k]);
-            fprintf(fp, "]");
+            if (L->t[i].layer >= 0) outfile_printf(&f, "%s\n  \"layers.%d.%s\": [", first ? "" : ",", L->t[i].layer, PT_NAMES[L->t[i].type]);
+            else outfile_printf(&f, "%s\n  \"%s\": [", first ? "" : ",", PT_NAMES[L->t[i].type] );
+            for (int k = 0; k < 256; k++) outfile_printf(&f, "%s%.0f", k ? "," : "", c[k]);
+            outfile_printf(&f, "]");
             first = 0;
         }
-        fprintf(fp, "\n}}\n");
-        if (fclose(fp) != 0 || rename(tmp, path) != 0) tsdc_fail("%s: cannot write the exponent profile", path);
+        outfile_printf(&f, "\n}}\n");
+        outfile_commit(&f);
         printf("exponent profile %s\n", path);
     }
     free(all); free(L);
@@ -522,7 +672,7 @@ static void protect_setup(Run* run) {
         }
         else if (!strcmp(tok, "qk")) run->prot_qk = 1;
         else if (!strcmp(tok, "qk_bwd") || !strcmp(tok, "att_bwd") || !strcmp(tok, "ew")) {
-            if (!TRAINER_HAS_EXTRA_CHECKS) usage_fail("flag -protect: '%s' is the CPU trainer's for now (README: protection on the GPU)", tok);
+            if (!TRAINER_HAS_EXTRA_CHECKS) usage_fail("flag -protect: '%s' is the CPU trainer's for now (docs/protection.md)", tok);
             if (tok[0] == 'q') run->prot_qkb = 1; else if (tok[0] == 'a') run->prot_attb = 1; else run->prot_ew = 1;
         }
         else if (!strcmp(tok, "bwd")) run->prot_bwd = 1;
@@ -587,6 +737,41 @@ static void params_keep_first_layers(const Config* cs, const float* src, const C
     free(Ls); free(Ld);
 }
 
+/* The end summary (rank 0): protection's alarms by the check that raised them, and, under injection, the
+ * fault events injected, caught (their step alarmed and was replayed) and missed (no alarm in their step)
+ * by site and pass. "Missed" is the trainer's view: an event whose elements the model never reads (a
+ * masked logit, a value that rounds away) raises no alarm and needs none; scripts/sdc_metrics.py separates
+ * those from the misses that matter. */
+static void print_summary(const Run* run) {
+    const Args* a = &run->a;
+    int protecting = run->prot_qk || run->prot_rgg || run->prot_exp || run->prot_att || run->prot_bwd || run->prot_qkb ||
+                     run->prot_attb || run->prot_ew || run->det.mask;
+    if (protecting) {
+        printf("protection %s (k %d): %lld alarmed step%s, %lld replayed; %lld found_inf (%lld real overflow%s)", a->protect,
+               run->expscale_k, run->alarms_total, run->alarms_total == 1 ? "" : "s", run->replays_total, run->found_inf_total,
+               run->overflow_total, run->overflow_total == 1 ? "" : "s");
+        const char* sep = "; by check: ";
+        for (int k = 0; k < AK_COUNT; k++)
+            if (run->alarm_kind_steps[k]) { printf("%s%s %lld", sep, ALARM_KIND_NAMES[k], run->alarm_kind_steps[k]); sep = ", "; }
+        printf("\n");
+    }
+    if (run->fx.cfg.mode == FAULT_OFF) return;
+    long long inj = 0, caught = 0;
+    for (int st = 0; st < SITE_COUNT; st++) for (int p = 0; p < 2; p++) { inj += run->ev_injected[st][p]; caught += run->ev_caught[st][p]; }
+    printf("faults: %lld event%s injected, %lld caught (step replayed), %lld missed (no alarm in its step)", inj, inj == 1 ? "" : "s",
+           caught, inj - caught);
+    if (protecting) printf("; %lld alarmed step%s without a fault", run->false_alarms, run->false_alarms == 1 ? "" : "s");
+    printf("\n");
+    for (int p = 0; p < 2; p++) {
+        char line[2048] = "";
+        for (int st = 0; st < SITE_COUNT; st++)
+            if (run->ev_injected[st][p])
+                snprintf(line + strlen(line), sizeof(line) - strlen(line), "%s %s %lld/%lld", line[0] ? "," : "", SITE_NAMES[st],
+                         run->ev_caught[st][p], run->ev_injected[st][p]);
+        if (line[0]) printf("  %s, caught/injected:%s\n", p ? "backward" : "forward", line);
+    }
+}
+
 /* -version: how this binary was built, one line (the tests read MPI from it) */
 static void print_build(void) {
     printf("train_sdc (" TRAINER_NAME ") | MPI: %s | OpenMP: %s", dist_built_with_mpi() ? "yes" : "no (single process)",
@@ -608,6 +793,7 @@ int train_main(int argc, char** argv) {
     Run run_, *run = &run_;
     memset(run, 0, sizeof(*run));
     dist_init(&run->dist, &argc, &argv);
+    stop_handlers_install();
     int rank = run->dist.rank, world = run->dist.world;
     Args* a = &run->a;
     args_parse(a, argc, argv);
@@ -625,6 +811,11 @@ int train_main(int argc, char** argv) {
     TRAINER_SETUP(&run->dist);
     run->threads = model_threads();
     if (a->steps > 0 && !a->train[0]) usage_fail("%s", "-train FILE is required (or -steps 0)");
+    out_setup(run);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (rank == 0 && cores > 0 && run->threads > cores)
+        fprintf(stderr, "warning: -threads %d is more than the %ld cores here: the threads take turns and every step slows down "
+                        "many times (use -threads %ld or fewer)\n", run->threads, cores, cores);
     int T = run->c.seq_len;
     if (rank == 0) {
         printf("train_sdc (" TRAINER_NAME ") | preset %s | %zu parameters | %s | %d rank%s%s | %d thread%s | B %d x T %d x accum %d\n",
@@ -738,6 +929,7 @@ int train_main(int argc, char** argv) {
     double* bx = run->have_bwd ? (double*)callocCheck((size_t)run->bwd.n_groups, sizeof(double)) : NULL;
     float dloss = 1.0f / (float)((double)N * a->accum * world);
     double t_start = wall_seconds(), ms_sum = 0; int timed = 0;
+    int stop_sig = 0;                          /* the signal the run stopped for (graceful stop), 0: none */
     char path[1200];
     while (ts->step < last) {
         long long s = ts->step; /* update number, 0-based */
@@ -771,7 +963,7 @@ int train_main(int argc, char** argv) {
                 shard_microbatch(&run->train, ts->data_pos, rank * a->accum + mb, a->B, T, inp, tgt);
                 model_set_tokens(model, inp, tgt, N);
                 run->fx.mb = mb;
-                int tracing = run->trace && run->fx.ev.pass == PASS_FWD && fault_due(&run->fx, run->fx.ev.site, run->fx.ev.layer, PASS_FWD);
+                int tracing = run->trace.fp && run->fx.ev.pass == PASS_FWD && fault_due(&run->fx, run->fx.ev.site, run->fx.ev.layer, PASS_FWD);
                 if (tracing) trace_clean(run, a->B, T);
                 model_qk_reset(model);
                 loss_sum += model_forward_step(model, a->B, T, 1);
@@ -851,6 +1043,8 @@ int train_main(int argc, char** argv) {
                          att_alarm ? "att," : "", qkb_alarm ? "qk_bwd," : "", attb_alarm ? "att_bwd," : "", ew_alarm ? "ew," : "",
                          bwd_alarm ? "bwd," : "", det_alarm ? det_fired : "", det_alarm ? "," : "");
                 if (alarm_by[0]) alarm_by[strlen(alarm_by) - 1] = 0;
+                const int kinds[AK_COUNT] = {qk_alarm, rr.alarm, att_alarm, qkb_alarm, attb_alarm, ew_alarm, bwd_alarm, det_alarm};
+                for (int k = 0; k < AK_COUNT; k++) run->alarm_kind_steps[k] += kinds[k] != 0;
                 if (qk_alarm) snprintf(alarm_desc, sizeof(alarm_desc), "qk: %d mismatch%s, first layer %d mb %d on rank %d",
                                        (int)checks[CHECK_QK], checks[CHECK_QK] > 1 ? "es" : "", chk_layer[CHECK_QK], chk_mb[CHECK_QK], rank);
                 else if (rr.alarm) snprintf(alarm_desc, sizeof(alarm_desc), "rgg: %s layer %d %s obs %d (rank %d mb %d) z %.3g/%.3g rel %.3g/%.3g",
@@ -899,6 +1093,11 @@ int train_main(int argc, char** argv) {
         run->fx.replay = 0;
         double inj = run->fx.injected;
         dist_allreduce_sum_f64(&run->dist, &inj, 1);
+        if (inj > 0) {            /* the step's event (one a step: fault_plan_step), caught when its step was replayed */
+            int ps = run->fx.ev.pass == PASS_BWD;
+            run->ev_injected[run->fx.ev.site][ps]++;
+            run->ev_caught[run->fx.ev.site][ps] += replayed;
+        } else run->false_alarms += replayed;
         float loss = (float)(loss_sum / ((double)a->accum * world));
         if (!found_inf && !skip) norm = model_update(model, &opt, s + 1, a->grad_clip);
         else if (found_inf) run->found_inf_total++;
@@ -938,8 +1137,8 @@ int train_main(int argc, char** argv) {
             if (!a->quiet) {
                 char eta[32];
                 fmt_eta((last - ts->step) * (timed ? ms_sum / timed : dt), eta, sizeof(eta));
-                printf("step %5lld/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | ETA %s%s%s%s%s%s\n",
-                       (long long)ts->step, a->steps, loss, opt.lr, norm, dt * 1e3, tok_s, eta, st_line, inj > 0 ? " | fault injected" : "",
+                printf("step %5lld/%d | loss %s | lr %.3e | norm %s | %.1f ms | %.0f tok/s | ETA %s%s%s%s%s%s\n",
+                       (long long)ts->step, a->steps, num_fmt(loss, 6).s, opt.lr, num_fmt(norm, 4).s, dt * 1e3, tok_s, eta, st_line, inj > 0 ? " | fault injected" : "",
                        replayed ? " | ALARM, replayed: " : "", alarm_desc, found_inf ? " | found_inf: update skipped" : skip ? " | update skipped (-skip_steps)" : "");
                 fflush(stdout);
             }
@@ -954,18 +1153,30 @@ int train_main(int argc, char** argv) {
                    pred ? " | predictions " : "", pred ? pred : "");
         }
         if (rank == 0 && a->sample_every && (ts->step % a->sample_every == 0 || at_end)) sample(run);
+        /* a stop signal (any rank's): this step is complete; leave with a checkpoint (below) */
+        if (!at_end && (stop_sig = stop_agreed(run))) at_end = 1;
         if (a->save && ((a->ckpt_every && ts->step % a->ckpt_every == 0) || at_end)) {
             snprintf(path, sizeof(path), "%s/step_%06lld.ckpt", a->out, (long long)ts->step);
             save_checkpoint(run, path);
         }
+        if (stop_sig) break;
     }
-    if (a->steps == 0 || ts->step >= last) {
-        if (a->steps == 0 && run->have_val && rank == 0) {
+    if (!stop_sig && ts->step < last) stop_sig = stop_agreed(run);   /* a signal before the first step */
+    if (a->steps == 0 && rank == 0) {     /* evaluation and sampling of a model as it is */
+        if (run->have_val) {
             double vl = evaluate(run, a->pred_out[0] ? a->pred_out : NULL);
             logger_line(&run->log, "{\"type\":\"eval\",\"step\":%lld,\"val_loss\":%s,\"ppl\":%s}", (long long)ts->step, jnum(vl).s, jnum(exp(vl)).s);
             printf("eval step %lld | val loss %.6f | ppl %.3f\n", (long long)ts->step, vl, exp(vl));
-            if (a->sample_every) sample(run);
         }
+        if (a->sample_every) sample(run);
+        if (!run->have_val && !a->sample_every)
+            printf("note: -steps 0 without -val or -sample_every: the model was built and checked, nothing else to do\n");
+    }
+    if (stop_sig) {   /* outputs of a finished run only: a calibration or profile of part of the steps is not written */
+        if (rank == 0 && (a->rgg_calibrate[0] || a->bwd_calibrate[0] || a->exp_profile[0] || a->pred_out[0]))
+            printf("note: stopped early: the calibrations, the exponent profile and the final predictions are written "
+                   "when the run reaches its last step (-resume continues it)\n");
+        a->rgg_calibrate[0] = a->bwd_calibrate[0] = a->exp_profile[0] = 0;
     }
     if (a->rgg_calibrate[0] && rank == 0) {
         rgg_write_calibration(&run->rgg, a->rgg_calibrate);
@@ -988,18 +1199,19 @@ int train_main(int argc, char** argv) {
         printf("\n");
     }
     if (a->exp_profile[0]) exp_profile_write(run, a->exp_profile);
-    if (rank == 0 && (run->prot_qk || run->prot_rgg || run->prot_exp || run->prot_att || run->prot_bwd || run->prot_qkb || run->prot_attb || run->prot_ew || run->fx.cfg.mode != FAULT_OFF))
-        printf("protection %s (k %d): %lld alarm%s, %lld replayed step%s, %lld found_inf (%lld real overflow%s); faults injected: %lld (this rank)\n",
-               a->protect, run->expscale_k, run->alarms_total, run->alarms_total == 1 ? "" : "s", run->replays_total,
-               run->replays_total == 1 ? "" : "s", run->found_inf_total, run->overflow_total, run->overflow_total == 1 ? "" : "s",
-               run->fx.injected_total);
-    if (rank == 0 && run->n_skip) printf("lost-step control: %lld update%s skipped\n", run->skipped_total, run->skipped_total == 1 ? "" : "s");
+    if (rank == 0) print_summary(run);
     uint64_t h = model_weights_checksum(model);
     dist_check_same(&run->dist, h, "at the end");
     if (rank == 0) {
-        printf("done: step %lld, %.1f s, final weights %016llx%s\n", (long long)ts->step, wall_seconds() - t_start,
-               (unsigned long long)h, world > 1 ? " (identical on all ranks)" : "");
-        logger_line(&run->log, "{\"type\":\"end\",\"step\":%lld,\"weights\":\"%016llx\"}", (long long)ts->step, (unsigned long long)h);
+        if (stop_sig)
+            printf("stopped by %s after step %lld, %.1f s, final weights %016llx%s%s%s\n", signal_name(stop_sig), (long long)ts->step,
+                   wall_seconds() - t_start, (unsigned long long)h, a->save ? ": -resume " : " (-save none: no checkpoint)",
+                   a->save ? path : "", a->save ? " continues it" : "");
+        else
+            printf("done: step %lld, %.1f s, final weights %016llx%s\n", (long long)ts->step, wall_seconds() - t_start,
+                   (unsigned long long)h, world > 1 ? " (identical on all ranks)" : "");
+        logger_line(&run->log, "{\"type\":\"end\",\"step\":%lld,\"weights\":\"%016llx\",\"reason\":\"%s\"}", (long long)ts->step,
+                    (unsigned long long)h, stop_sig ? signal_name(stop_sig) : "done");
         logger_close(&run->log);
     }
     free(inp); free(tgt);
@@ -1007,15 +1219,15 @@ int train_main(int argc, char** argv) {
     if (run->train.raw) shard_free(&run->train);
     if (run->have_val) shard_free(&run->val);
     if (run->have_tok) tokenizer_free(&run->tok);
-    if (run->fx.log) fclose(run->fx.log);
+    streamfile_close(&run->fx.log);
     if (run->gains) { rgg_free(&run->rgg); free(run->gains); }
     if (run->have_bwd) { bwd_free(&run->bwd); free(run->range_off); free(run->range_n); free(run->range_group); free(run->range_own); }
     free(bx); free(run->skip);
     detect_free(&run->det);
-    if (run->trace) fclose(run->trace);
+    streamfile_close(&run->trace);
     TRAINER_TEARDOWN();
     dist_finalize(&run->dist);
-    return 0;
+    return stop_sig ? 128 + stop_sig : 0;
 }
 
 #endif

@@ -1,4 +1,4 @@
-"""The build follows its configuration, and a single-process binary refuses to run as many (issue 15):
+"""The build follows its configuration, and a single-process binary refuses to run as many:
 - make NO_MPI=1, then make: the second build relinks train_sdc with MPI (build/config-c.stamp changed);
   the same configuration again builds nothing; another (NATIVE=0) rebuilds;
 - a train_sdc built without MPI, started by a launcher with several ranks (their environment variables,
@@ -144,3 +144,21 @@ def test_without_openmpi_the_mpi_tests_skip_with_a_reason(tree, tmp_path):
                        env=dict(os.environ, TSDC_DATA_DIR=os.path.abspath(DATA_DIR)))
     if MPIRUN:
         assert "built without MPI" in p.stdout, p.stdout[-3000:]
+
+
+def test_bare_make_builds_the_trainers_and_tests(tree):
+    """a bare `make` (no target) builds train_sdc and test_sdc. Catches: a Makefile whose first rule is not `all`
+    (a configuration stamp first: `make` says the stamp is up to date and builds nothing)."""
+    dry = subprocess.run(["make", "-C", str(tree), "-n", "NO_CUDA=1"], capture_output=True, text=True, timeout=120).stdout
+    assert "-o train_sdc train_sdc.c" in dry and "-o test_sdc test_sdc.c" in dry, dry[-2000:]
+
+
+def test_test_sdc_on_a_fresh_clone_names_the_missing_step(tree):
+    """./test_sdc where the reference checkpoints were never built (a fresh clone after `make`): exit 2 with one
+    line naming the file and `make refckpts`. Catches: a fresh clone's test binary failing test by test with
+    `cannot open checkpoint` and no hint which command builds what it needs."""
+    make(tree, "test_sdc")
+    p = subprocess.run(["./test_sdc"], cwd=str(tree), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stdout[-1000:] + p.stderr[-1000:]
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and "build/ref/tiny-llama.ckpt" in err[0] and "make refckpts" in err[0], p.stderr
