@@ -157,12 +157,8 @@ static void bwd_write_calibration(const BwdGuard* g, const char* path) {
         memcpy(p, g->win + (size_t)((start + c) % g->W) * g->n_groups, 8 * (size_t)g->n_groups);
         p += 8 * (size_t)g->n_groups;
     }
-    uint64_t chk = tsdc_checksum(buf, bytes);
-    memcpy(p, &chk, 8);
-    OutFile f;
-    outfile_open(&f, path);
-    outfile_write(&f, buf, bytes + 8);
-    outfile_commit(&f);
+    (void)p;
+    file_write_checksummed(path, buf, bytes);
     free(buf);
 }
 

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include "utils.h"
 
 #ifdef __CUDACC__
 #define TSDC_HD __host__ __device__
@@ -70,6 +71,17 @@ static inline uint64_t checksum_stream_final(const ChecksumStream* cs) {
     uint64_t sum = cs->sum;
     if (cs->npend) sum += tsdc_checksum_part(cs->pend, (size_t)cs->npend, cs->words);
     return cs->total * TSDC_GOLDEN + sum;
+}
+
+/* a file of `bytes` bytes of body and its u64 tsdc_checksum after them (buf holds bytes + 8), written
+ * atomically through utils.h's OutFile: the calibration files */
+static void file_write_checksummed(const char* path, uint8_t* buf, size_t bytes) {
+    uint64_t chk = tsdc_checksum(buf, bytes);
+    memcpy(buf + bytes, &chk, 8);
+    OutFile f;
+    outfile_open(&f, path);
+    outfile_write(&f, buf, bytes + 8);
+    outfile_commit(&f);
 }
 
 #endif

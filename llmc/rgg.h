@@ -238,12 +238,8 @@ static void rgg_write_calibration(const Rgg* r, const char* path) {
     memcpy(p, fz, sizeof(fz)); p += sizeof(fz);
     memcpy(p, fr, sizeof(fr)); p += sizeof(fr);
     memcpy(p, r->seed, 8 * nw); p += 8 * nw;
-    uint64_t chk = tsdc_checksum(buf, bytes);
-    memcpy(p, &chk, 8);
-    OutFile f;
-    outfile_open(&f, path);
-    outfile_write(&f, buf, bytes + 8);
-    outfile_commit(&f);
+    (void)p;
+    file_write_checksummed(path, buf, bytes);
     free(buf);
 }
 
