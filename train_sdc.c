@@ -31,6 +31,7 @@
 #include "llmc/attcheck.h"
 #include "llmc/bf16.h"
 #include "llmc/checkpoint.h"
+#include "llmc/checks.h"
 #include "llmc/checksum.h"
 #include "llmc/config.h"
 #include "llmc/cpu_kernels.h"
@@ -83,34 +84,27 @@ typedef struct {
     /* backward scratch */
     float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt, *dF, *dF2, *dF3;
     float* dlog;               /* [B,H,T,T]: dprobs, then dlogits, of the layer being differentiated */
-    FaultCtx* fx;              /* fault injection (NULL: off) */
-    /* protection */
-    int protect_qk;            /* Q/K path recomputation on */
-    int check_abft, check_att; /* attention checks on (llmc/attcheck.h) */
-    int protect_qk_bwd, check_att_bwd;   /* the backward's Q/K recomputation and attention checks */
-    int protect_ew;            /* element-wise recomputation (ew_compare) */
-    float* ew_scratch;         /* its scratch: 2 x [N, max(F, d)] + [N] (allocated on first use) */
-    int alarms[CHECK_KINDS], first_layer[CHECK_KINDS];   /* alarms of the current microbatch (forward and backward), by kind */
+    Protect prot;              /* protection and fault injection state (llmc/checks.h, llmc/backend.h) */
+    float* ew_scratch;         /* ew's scratch: 2 x [N, max(F, d)] + [N] (allocated on first use) */
     float* upd;                /* scratch for model_update_norm (allocated on first use) */
-    uint32_t* exp_hist;        /* exponent profiling: [L.n][256] counts of dL/dY codes, NULL = off */
-    int exp_samples;
-    Rng exp_rng;
     float* act_mem;
     size_t act_floats;
     float* trace_mem;          /* snapshot of act_mem for the propagation trace (allocated on first use) */
 } Model;
 
+#include "llmc/backend.h"   /* the functions the host loop calls, declared for this Model; the protection accessors */
+
 #define BF16_STORE(m, x, n) do { if ((m)->precision) bf16_round_array((x), (long long)(n)); } while (0)
 /* fault injection points: a module output (forward) or the gradient of that output (backward) */
-#define FAULT_AT(pass, site, l, x, n) do { if (fault_due(model->fx, (site), (l), (pass))) fault_apply_host(model->fx, (x), (size_t)(n)); } while (0)
+#define FAULT_AT(pass, site, l, x, n) do { if (fault_due(model->prot.fx, (site), (l), (pass))) fault_apply_host(model->prot.fx, (x), (size_t)(n)); } while (0)
 #define FAULT_FWD(site, l, x, n) FAULT_AT(PASS_FWD, site, l, x, n)
 #define FAULT_BWD(site, l, x, n) FAULT_AT(PASS_BWD, site, l, x, n)
 /* the gradient of a module output that shares its tensor with the residual path (o_proj, down_proj):
  * a fault there must hit only the module's own backward, so it goes into a copy */
 static const float* fault_private_grad(Model* model, int site, int l, const float* g, float* scratch, size_t n) {
-    if (!fault_due(model->fx, site, l, PASS_BWD)) return g;
+    if (!fault_due(model->prot.fx, site, l, PASS_BWD)) return g;
     memcpy(scratch, g, n * sizeof(float));
-    fault_apply_host(model->fx, scratch, n);
+    fault_apply_host(model->prot.fx, scratch, n);
     return scratch;
 }
 
@@ -189,7 +183,7 @@ static void model_free(Model* model) {
     if (model->wr != model->params) free(model->wr);
     free(model->params); free(model->grads); free(model->m); free(model->v); free(model->wT);
     free(model->rope_cos); free(model->rope_sin); free(model->act_mem); free(model->la);
-    free(model->inputs); free(model->targets); free(model->tidx); free(model->trace_mem); free(model->exp_hist); free(model->upd);
+    free(model->inputs); free(model->targets); free(model->tidx); free(model->trace_mem); free(model->prot.exp_hist); free(model->upd);
     free(model->ew_scratch);
 }
 
@@ -217,11 +211,7 @@ static void model_prepare_weights(Model* model) {
 }
 
 /* count n alarms of a kind raised in layer l */
-static void check_alarm(Model* model, int kind, int l, int n) {
-    if (n <= 0) return;
-    if (!model->alarms[kind]) model->first_layer[kind] = l;
-    model->alarms[kind] += n;
-}
+#define check_alarm(model, kind, l, n) protect_alarm(&(model)->prot, (kind), (l), (n))
 
 /* ---------------------------------------------------------------- Q/K path recomputation
  * The whole Q/K path of layer l (projections, QK norm, RoPE) run again from the same attn_norm output
@@ -349,10 +339,10 @@ static void ew_residual(Model* model, int l, const float* out, const float* a, c
 /* exponent profiling: sample dL/dY of a linear layer (its output gradient) and count the exponent
  * codes (bits 23..30, the same field in fp32 and bf16) of the nonzero finite samples */
 static void exp_profile(Model* model, int type, int l, const float* dy, size_t n) {
-    if (!model->exp_hist || !n) return;
-    uint32_t* h = model->exp_hist + (size_t)tensor_index(model, type, l) * 256;
-    for (int i = 0; i < model->exp_samples; i++) {
-        uint32_t b = f32_bits(dy[rng_below(&model->exp_rng, n)]);
+    if (!model->prot.exp_hist || !n) return;
+    uint32_t* h = model->prot.exp_hist + (size_t)tensor_index(model, type, l) * 256;
+    for (int i = 0; i < model->prot.exp_samples; i++) {
+        uint32_t b = f32_bits(dy[rng_below(&model->prot.exp_rng, n)]);
         uint32_t code = (b >> 23) & 0xFF;
         if (code != 0 && code != 255) h[code]++;
     }
@@ -392,7 +382,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         /* attention block: x + o_proj(attn(rope(qk_norm(q, k)), v)) */
         rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps);   BF16_STORE(model, a->attn_norm, (size_t)N * d);
         FAULT_FWD(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
-        if (model->protect_ew) ew_rmsnorm(model, l, a->attn_norm, x, W(PT_ATTN_NORM, l), N, d);
+        if (model->prot.ew) ew_rmsnorm(model, l, a->attn_norm, x, W(PT_ATTN_NORM, l), N, d);
         matmul_forward(a->q, a->attn_norm, WT(PT_WQ, l), N, d, qd);                       BF16_STORE(model, a->q, (size_t)N * qd);
         FAULT_FWD(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
         matmul_forward(a->k, a->attn_norm, WT(PT_WK, l), N, d, kd);                       BF16_STORE(model, a->k, (size_t)N * kd);
@@ -419,28 +409,28 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             FAULT_FWD(SITE_K_NORM, l, a->kf, (size_t)N * kd);
             qc = a->qf; kc = a->kf;
         }
-        if (model->protect_qk) qk_recompute_check(model, l, B, T, qc, kc);
+        if (model->prot.qk) qk_recompute_check(model, l, B, T, qc, kc);
         size_t natt = (size_t)B * H * T * T;
         attention_logits_forward(a->logits, qc, kc, B, T, H, KV, hd);                     BF16_STORE(model, a->logits, natt);
         FAULT_FWD(SITE_ATT_LOGITS, l, a->logits, natt);
         int width = model->precision ? 16 : 32;
-        if (model->check_abft) check_alarm(model, CHECK_ABFT, l, abft_logits_check(a->logits, qc, kc, B, T, H, KV, hd, width));
-        if (model->check_att) check_alarm(model, CHECK_ATT, l, att_logits_rowcheck(a->logits, qc, kc, B, T, H, KV, hd, width));
+        if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_logits_check(a->logits, qc, kc, B, T, H, KV, hd, width));
+        if (model->prot.att) check_alarm(model, CHECK_ATT, l, att_logits_rowcheck(a->logits, qc, kc, B, T, H, KV, hd, width));
         attention_softmax_forward(a->probs, a->logits, B, H, T);                          BF16_STORE(model, a->probs, natt);
         FAULT_FWD(SITE_ATT_PROBS, l, a->probs, natt);
-        if (model->check_att) check_alarm(model, CHECK_ATT, l, att_probs_rowcheck(a->probs, B, H, T, width));
+        if (model->prot.att) check_alarm(model, CHECK_ATT, l, att_probs_rowcheck(a->probs, B, H, T, width));
         attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd);                BF16_STORE(model, a->att_out, (size_t)N * qd);
         FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
-        if (model->check_abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
+        if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
         matmul_forward(a->o, a->att_out, WT(PT_WO, l), N, qd, d);                         BF16_STORE(model, a->o, (size_t)N * d);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
         residual_forward(a->resid_mid, x, a->o, (size_t)N * d);                           BF16_STORE(model, a->resid_mid, (size_t)N * d);
         FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
-        if (model->protect_ew) ew_residual(model, l, a->resid_mid, x, a->o, (size_t)N * d);
+        if (model->prot.ew) ew_residual(model, l, a->resid_mid, x, a->o, (size_t)N * d);
         /* MLP block: x + down(silu(gate) * up)  or  x + down(relu(fc)^2) */
         rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps); BF16_STORE(model, a->mlp_norm, (size_t)N * d);
         FAULT_FWD(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
-        if (model->protect_ew) ew_rmsnorm(model, l, a->mlp_norm, a->resid_mid, W(PT_MLP_NORM, l), N, d);
+        if (model->prot.ew) ew_rmsnorm(model, l, a->mlp_norm, a->resid_mid, W(PT_MLP_NORM, l), N, d);
         float* hidden;
         if (c->mlp == MLP_SWIGLU) {
             matmul_forward(a->gate, a->mlp_norm, WT(PT_WGATE, l), N, d, F);               BF16_STORE(model, a->gate, (size_t)N * F);
@@ -451,7 +441,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
             mul_forward(a->prod, a->act, a->up, (size_t)N * F);                            BF16_STORE(model, a->prod, (size_t)N * F);
             FAULT_FWD(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
-            if (model->protect_ew) {
+            if (model->prot.ew) {
                 float* r = ew_scratch(model);
                 silu_forward(r, a->gate, (size_t)N * F);       ew_compare(model, l, a->act, r, (size_t)N * F);
                 mul_forward(r, a->act, a->up, (size_t)N * F);  ew_compare(model, l, a->prod, r, (size_t)N * F);
@@ -462,7 +452,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             relu2_forward(a->act, a->gate, (size_t)N * F);                                 BF16_STORE(model, a->act, (size_t)N * F);
             FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
-            if (model->protect_ew) {
+            if (model->prot.ew) {
                 float* r = ew_scratch(model);
                 relu2_forward(r, a->gate, (size_t)N * F);  ew_compare(model, l, a->act, r, (size_t)N * F);
             }
@@ -472,7 +462,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         FAULT_FWD(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
         residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d);                   BF16_STORE(model, a->out, (size_t)N * d);
         FAULT_FWD(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
-        if (model->protect_ew) ew_residual(model, l, a->out, a->resid_mid, a->down, (size_t)N * d);
+        if (model->prot.ew) ew_residual(model, l, a->out, a->resid_mid, a->down, (size_t)N * d);
         x = a->out;
     }
     rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps);
@@ -527,7 +517,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             BF16_STORE(model, model->dF2, (size_t)N * F); BF16_STORE(model, model->dF3, (size_t)N * F);
             FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
             FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
-            if (model->protect_ew) {   /* d act, d up from mlp_product's gradient (still in dF) */
+            if (model->prot.ew) {   /* d act, d up from mlp_product's gradient (still in dF) */
                 float *r = ew_scratch(model), *r2 = r + ew_stride(model);
                 mul_backward(r, r2, model->dF, a->act, a->up, (size_t)N * F);
                 ew_compare(model, l, model->dF2, r, (size_t)N * F);
@@ -535,7 +525,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             }
             silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F);                             BF16_STORE(model, model->dF, (size_t)N * F);
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
-            if (model->protect_ew) {
+            if (model->prot.ew) {
                 float* r = ew_scratch(model);
                 silu_backward(r, model->dF2, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF, r, (size_t)N * F);
             }
@@ -549,7 +539,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             FAULT_BWD(SITE_ACT, l, model->dF, (size_t)N * F);
             relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F);                            BF16_STORE(model, model->dF2, (size_t)N * F);
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
-            if (model->protect_ew) {
+            if (model->prot.ew) {
                 float* r = ew_scratch(model);
                 relu2_backward(r, model->dF, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF2, r, (size_t)N * F);
             }
@@ -573,13 +563,13 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         FAULT_BWD(SITE_ATT_PROBS, l, model->dlog, natt);
         FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
         int width = model->precision ? 16 : 32;
-        if (model->check_att_bwd) {
+        if (model->prot.att_bwd) {
             check_alarm(model, CHECK_ATT_BWD, l, att_dprobs_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
             check_alarm(model, CHECK_ATT_BWD, l, att_dv_colcheck(model->dv, model->datt, B, T, H, KV, hd, width));
         }
         attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T);                 BF16_STORE(model, model->dlog, natt);
         FAULT_BWD(SITE_ATT_LOGITS, l, model->dlog, natt);
-        if (model->check_att_bwd)
+        if (model->prot.att_bwd)
             check_alarm(model, CHECK_ATT_BWD, l, att_dlogits_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
         attention_logits_backward(model->dq, model->dk, model->dlog, qc, kc, B, T, H, KV, hd);
         BF16_STORE(model, model->dq, (size_t)N * qd); BF16_STORE(model, model->dk, (size_t)N * kd);
@@ -605,7 +595,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         }
         FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
         FAULT_BWD(SITE_K_PROJ, l, dk, (size_t)N * kd);
-        if (model->protect_qk_bwd) qk_bwd_recompute_check(model, l, B, T, qc, kc, dq, dk, dq2, dk2);
+        if (model->prot.qk_bwd) qk_bwd_recompute_check(model, l, B, T, qc, kc, dq, dk, dq2, dk2);
         exp_profile(model, PT_WQ, l, dq, (size_t)N * qd);
         exp_profile(model, PT_WK, l, dk, (size_t)N * kd);
         exp_profile(model, PT_WV, l, model->dv, (size_t)N * kd);
@@ -763,32 +753,8 @@ static void model_set_threads(int n) {
 #endif
 }
 
-static void model_set_fault(Model* model, FaultCtx* fx) { model->fx = fx; }
-static void model_set_protect_qk(Model* model, int on) { model->protect_qk = on; }
-/* the mean squares the Residual Gain Guard reads are kept by every forward: nothing to switch on here */
-static void model_set_rgg(Model* model, int on) { (void)model; (void)on; }
 /* no device: no counts (-stats logs nothing) */
 static int model_device_stats(Model* model, DeviceStats* st) { (void)model; DEVICE_STATS_UNKNOWN(st); return 0; }
-static void model_set_checks(Model* model, int abft, int att) { model->check_abft = abft; model->check_att = att; }
-/* the backward's checks: Q/K path recomputation (qk_bwd_recompute_check) and attention checks (attcheck.h) */
-static void model_set_bwd_checks(Model* model, int qk, int att) { model->protect_qk_bwd = qk; model->check_att_bwd = att; }
-/* element-wise recomputation (ew_compare) */
-static void model_set_ew(Model* model, int on) { model->protect_ew = on; }
-/* alarms of one kind (CHECK_QK .. CHECK_EW) in the last microbatch (forward and backward), and the first
- * layer that had one */
-static int model_check_alarms(Model* model, int kind, int* first_layer) { *first_layer = model->first_layer[kind]; return model->alarms[kind]; }
-static void model_qk_reset(Model* model) {
-    for (int k = 0; k < CHECK_KINDS; k++) { model->alarms[k] = 0; model->first_layer[k] = -1; }
-}
-/* (re)start exponent profiling: the histograms start from zero */
-static void model_exp_profile_start(Model* model, int samples, uint64_t seed) {
-    if (!model->exp_hist) model->exp_hist = (uint32_t*)callocCheck((size_t)model->L.n * 256, sizeof(uint32_t));
-    memset(model->exp_hist, 0, (size_t)model->L.n * 256 * sizeof(uint32_t));
-    model->exp_samples = samples;
-    rng_seed(&model->exp_rng, seed);
-}
-static void model_exp_profile_stop(Model* model) { model->exp_samples = 0; }
-static const uint32_t* model_exp_hist(Model* model) { return model->exp_hist; }
 /* grads *= s (exact for a power of two), and whether any gradient is non-finite */
 static int model_unscale_check(Model* model, float s) {
     if (s != 1.0f) scale_grads(model, s);
@@ -828,7 +794,7 @@ static void model_trace_diff(Model* model, int site, int l, int B, int T, double
 #define TRAINER_NAME "cpu"
 #define TRAINER_DEFAULT_PRECISION 0
 #define TRAINER_HAS_FP32 1
-#define TRAINER_HAS_EXTRA_CHECKS 1
+#define TRAINER_GPU 0
 #define TRAINER_BF16_NAME "bf16 (emulated AMP)"
 #include "llmc/train_loop.h"
 int main(int argc, char** argv) { return train_main(argc, argv); }

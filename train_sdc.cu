@@ -59,6 +59,7 @@
 #include "llmc/rgg.cuh"
 #include "llmc/rgg.h"
 #include "llmc/stats.h"
+#include "llmc/checks.h"
 #ifdef __CUDA_EMU__
 #include "cuda_emu.h"   /* the emulation's counters (-stats) */
 #endif
@@ -116,22 +117,16 @@ typedef struct {
     void* act_mem;
     size_t act_bytes;
     void* trace_mem;                     /* device snapshot of act_mem for the propagation trace */
-    FaultCtx* fx;                        /* fault injection (NULL: off) */
+    Protect prot;                        /* protection and fault injection state (llmc/checks.h, llmc/backend.h) */
     bf16* att_scratch;                   /* [B,H,T,T] for att_logits/att_probs faults (model_att_scratch), else NULL */
     bf16* att_out_clean;                 /* [N, H*hd]: att_out before a forward att_out fault on the fused path, else NULL */
     int att_materialised;                /* 1: the materialised attention at every layer (model_set_attention_materialised) */
     int last_B, last_T;                  /* shape of the last forward (the trace materialises with it) */
-    int protect_qk;                      /* Q/K path recomputation on */
-    int check_abft, check_att;           /* attention checks on (llmc/attcheck.cuh) */
-    int alarms[CHECK_KINDS], first_layer[CHECK_KINDS];   /* since model_qk_reset, by kind (CHECK_QK/ABFT/ATT) */
     int* chk_dev;                        /* attention checks: flags [n_layer][ATTC_NCHECK][B*H] (device, zeroed per
                                             forward; the counts are in the report), NULL until used */
     double* chk_scratch;                 /* attcheck_scratch_doubles(B, H, T) (device) */
     size_t* upd_seg_end;                 /* model_update_norm: end offset and decay flag per tensor (device), */
     int* upd_seg_decay;                  /*   NULL until used */
-    uint32_t* exp_hist;                  /* exponent profiling [L.n][256] (host), NULL = off */
-    int exp_samples;
-    Rng exp_rng;
     /* The report: what the host reads after a forward, in one pinned asynchronous copy per microbatch
      * (issue 14 item 2), laid out as: rgg_ss, rgg_bad double [2L+1] (llmc/rgg.cuh; vector 2l = layer l's
      * attn_ms, 2l+1 its mlp_ms, 2L the final norm's), qk int [L] (1: the layer's Q/K fingerprints
@@ -151,8 +146,9 @@ typedef struct {
     float unscale;                       /* exponent scaling's 2^-k, folded into the norms and AdamW (1: none) */
     int grads_fresh;                     /* the next backward overwrites the gradients (beta 0) instead of adding */
     long long loop_syncs;                /* host synchronisations inside the forward's and backward's layer loops */
-    int rgg_on;                          /* model_set_rgg */
 } Model;
+
+#include "llmc/backend.h"   /* the functions the host loop calls, declared for this Model; the protection accessors */
 
 static int tensor_index(const Model* m, int type, int layer) { return m->tidx[(layer < 0 ? m->c.n_layer : layer) * PT_COUNT + type]; }
 template <typename TT> static TT* tensor_ptr(const Model* m, TT* base, int type, int layer) {
@@ -162,7 +158,7 @@ template <typename TT> static TT* tensor_ptr(const Model* m, TT* base, int type,
 #define W(type, l) tensor_ptr(model, model->wbf, type, l)
 #define GR(type, l) tensor_ptr(model, model->grads, type, l)
 /* fault injection points (see train_sdc.c): a module output, or the gradient of that output */
-#define FAULT_AT(pass, site, l, x, n) do { if (fault_due(model->fx, (site), (l), (pass))) fault_apply_device(model->fx, (x), (size_t)(n), s); } while (0)
+#define FAULT_AT(pass, site, l, x, n) do { if (fault_due(model->prot.fx, (site), (l), (pass))) fault_apply_device(model->prot.fx, (x), (size_t)(n), s); } while (0)
 #define FAULT_FWD(site, l, x, n) FAULT_AT(PASS_FWD, site, l, x, n)
 #define FAULT_BWD(site, l, x, n) FAULT_AT(PASS_BWD, site, l, x, n)
 
@@ -189,15 +185,15 @@ static void attention_forward_faults(Model* model, LayerActs* a, int l, int B, i
     const Config* c = &model->c;
     const int H = c->n_head, KV = c->n_kv_head, hd = c->head_dim;
     const size_t natt = (size_t)B * H * T * T;
-    if (fault_due(model->fx, SITE_ATT_LOGITS, l, PASS_FWD)) {
+    if (fault_due(model->prot.fx, SITE_ATT_LOGITS, l, PASS_FWD)) {
         bf16* before = model_att_scratch(model);
         cudaCheck(cudaMemcpyAsync(before, a->logits, natt * sizeof(bf16), cudaMemcpyDeviceToDevice, s));
-        fault_apply_device(model->fx, a->logits, natt, s);
+        fault_apply_device(model->prot.fx, a->logits, natt, s);
         attention_softmax_from_logits(a->probs, a->logits, before, B, H, T, s);
         attention_av(a->att_out, a->probs, a->v, B, T, H, KV, hd, s);
     }
-    if (fault_due(model->fx, SITE_ATT_PROBS, l, PASS_FWD)) {
-        fault_apply_device(model->fx, a->probs, natt, s);
+    if (fault_due(model->prot.fx, SITE_ATT_PROBS, l, PASS_FWD)) {
+        fault_apply_device(model->prot.fx, a->probs, natt, s);
         bf16* pm = model_att_scratch(model);
         attention_causal_mask(pm, a->probs, B, H, T, s);
         attention_av(a->att_out, pm, a->v, B, T, H, KV, hd, s);
@@ -211,8 +207,8 @@ static void attention_forward_faults(Model* model, LayerActs* a, int l, int B, i
  * kernels lack. The forward records the choice in the layer (a->fused); the backward follows it. A layer
  * that switches for a fault event differs from the fused run at the bf16 rounding level (see the README). */
 static int attention_fused(const Model* model, int l) {
-    const FaultCtx* fx = model->fx;
-    if (model->att_materialised || model->check_abft || model->check_att || !flash_attention_supported(model->c.head_dim)) return 0;
+    const FaultCtx* fx = model->prot.fx;
+    if (model->att_materialised || model->prot.abft || model->prot.att || !flash_attention_supported(model->c.head_dim)) return 0;
     return !(fault_due(fx, SITE_ATT_LOGITS, l, PASS_FWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_FWD) ||
              fault_due(fx, SITE_ATT_LOGITS, l, PASS_BWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_BWD));
 }
@@ -227,7 +223,7 @@ static bf16* model_att_out_clean(Model* model) {
 static void model_build(Model* model, const Config* c, int B, int T, int precision) {
     memset(model, 0, sizeof(*model));
     model->c = *c; model->B = B; model->T = T; model->precision = precision;
-    for (int k = 0; k < CHECK_KINDS; k++) model->first_layer[k] = -1;
+    for (int k = 0; k < CHECK_KINDS; k++) model->prot.first_layer[k] = -1;
     param_layout_build(c, &model->L);
     model->tidx = (int*)mallocCheck(sizeof(int) * (c->n_layer + 1) * PT_COUNT);
     for (int i = 0; i < (c->n_layer + 1) * PT_COUNT; i++) model->tidx[i] = -1;
@@ -378,7 +374,7 @@ static void model_free(Model* model) {
     if (model->upd_seg_decay) cudaCheck(cudaFree(model->upd_seg_decay));
     cudaCheck(cudaStreamDestroy(model->stream));
     free(model->h_params); free(model->h_m); free(model->h_v); free(model->h_targets); free(model->h_row);
-    free(model->la); free(model->tidx); free(model->exp_hist);
+    free(model->la); free(model->tidx); free(model->prot.exp_hist);
     matmul_free();
 }
 
@@ -465,13 +461,8 @@ static void qk_recompute_check(Model* model, int l, int B, int T, int bq, int bk
     fp_compare((int*)(model->rep_dev + model->rep_qk) + l, pq, bq, pk, bk, prq, brq, prk, brk, s);
 }
 
-/* n alarms of a kind (CHECK_QK / CHECK_ABFT / CHECK_ATT) raised at layer l; the first layer since
- * model_qk_reset is kept (the CPU's check_alarm) */
-static void gpu_alarm(Model* model, int kind, int l, int n) {
-    if (n <= 0) return;
-    if (!model->alarms[kind]) model->first_layer[kind] = l;
-    model->alarms[kind] += n;
-}
+/* n alarms of a kind raised at layer l (llmc/checks.h) */
+#define gpu_alarm(model, kind, l, n) protect_alarm(&(model)->prot, (kind), (l), (n))
 
 /* Attention checks (-detect abft, -protect att; llmc/attcheck.cuh). The fused attention_forward stores
  * logits and probs (its softmax kernel writes both), so every tensor the checks read is in memory after
@@ -510,10 +501,10 @@ __global__ static void gather_bf16_kernel(uint16_t* out, const bf16* x, const un
     if (i < n) out[i] = __bfloat16_as_ushort(x[idx[i]]);
 }
 static void exp_profile(Model* model, int type, int l, const bf16* dy, size_t n) {
-    if (!model->exp_hist || !model->exp_samples || !n) return;
-    int m = model->exp_samples;
+    if (!model->prot.exp_hist || !model->prot.exp_samples || !n) return;
+    int m = model->prot.exp_samples;
     unsigned long long* h_idx = (unsigned long long*)mallocCheck(sizeof(unsigned long long) * m);
-    for (int i = 0; i < m; i++) h_idx[i] = rng_below(&model->exp_rng, n);
+    for (int i = 0; i < m; i++) h_idx[i] = rng_below(&model->prot.exp_rng, n);
     unsigned long long* d_idx = (unsigned long long*)cuda_workspace_f32(2, 2 * (size_t)m + (size_t)m);
     uint16_t* d_out = (uint16_t*)(d_idx + m);
     cudaCheck(cudaMemcpyAsync(d_idx, h_idx, sizeof(unsigned long long) * m, cudaMemcpyHostToDevice, model->stream));
@@ -522,7 +513,7 @@ static void exp_profile(Model* model, int type, int l, const bf16* dy, size_t n)
     uint16_t* h_out = (uint16_t*)mallocCheck(sizeof(uint16_t) * m);
     cudaCheck(cudaMemcpyAsync(h_out, d_out, sizeof(uint16_t) * m, cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
-    uint32_t* hist = model->exp_hist + (size_t)tensor_index(model, type, l) * 256;
+    uint32_t* hist = model->prot.exp_hist + (size_t)tensor_index(model, type, l) * 256;
     for (int i = 0; i < m; i++) { uint32_t code = (h_out[i] >> 7) & 0xFF; if (code != 0 && code != 255) hist[code]++; }
     free(h_idx); free(h_out);
 }
@@ -534,7 +525,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim;
     int qd = H * hd, kd = KV * hd, F = c->ffn_dim, V = c->vocab_size;
     float eps = (float)c->norm_eps;
-    const int checks = model->check_abft || model->check_att;
+    const int checks = model->prot.abft || model->prot.att;
     if (B * T > model->B * model->T) tsdc_fail("model_forward_step: B %d x T %d exceed the model's %d x %d tokens", B, T, model->B, model->T);
     if (checks) {
         if (B > model->B || T > model->T) tsdc_fail("model_forward_step: B %d T %d exceed the model's %d %d", B, T, model->B, model->T);
@@ -542,7 +533,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         cudaCheck(cudaMemsetAsync(model->chk_dev, 0, sizeof(int) * attcheck_dev_ints(model), s));
     }
     /* the report's flags and counts start from zero (a layer without a check leaves its zeros) */
-    if (checks || model->protect_qk)
+    if (checks || model->prot.qk)
         cudaCheck(cudaMemsetAsync(model->rep_dev + model->rep_qk, 0, model->rep_loss - model->rep_qk, s));
 
     model->last_B = B; model->last_T = T;
@@ -574,42 +565,42 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         }
         /* the kernel producing the Q and K attention consumes also fingerprints them (protect qk) */
         /* (fingerprints: block partials in fp_part slots 0 and 1, bq / bk blocks; compared on the device) */
-        int fused_q = model->protect_qk && c->qk_norm != QKNORM_PLAIN_POST_ROPE;
+        int fused_q = model->prot.qk && c->qk_norm != QKNORM_PLAIN_POST_ROPE;
         unsigned long long *pq = model->fp_part, *pk = model->fp_part + FP_PART_U64;
         int bq = 0, bk = 0;
         if (fused_q) bq = rope_forward_fp(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);
         else rope_forward(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-        if (fault_due(model->fx, SITE_Q_ROPE, l, PASS_FWD)) {
-            fault_apply_device(model->fx, a->qr, (size_t)N * qd, s);
+        if (fault_due(model->prot.fx, SITE_Q_ROPE, l, PASS_FWD)) {
+            fault_apply_device(model->prot.fx, a->qr, (size_t)N * qd, s);
             if (fused_q) bq = qk_fingerprint_part(pq, a->qr, (size_t)N * qd, s);
         }
         if (fused_q) bk = rope_forward_fp(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, pk, s);
         else rope_forward(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
-        if (fault_due(model->fx, SITE_K_ROPE, l, PASS_FWD)) {
-            fault_apply_device(model->fx, a->kr, (size_t)N * kd, s);
+        if (fault_due(model->prot.fx, SITE_K_ROPE, l, PASS_FWD)) {
+            fault_apply_device(model->prot.fx, a->kr, (size_t)N * kd, s);
             if (fused_q) bk = qk_fingerprint_part(pk, a->kr, (size_t)N * kd, s);
         }
         qc = a->qr; kc = a->kr;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-            if (model->protect_qk) bq = rmsnorm_forward_fp(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, pq, s);
+            if (model->prot.qk) bq = rmsnorm_forward_fp(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, pq, s);
             else rmsnorm_forward(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, s);
-            if (fault_due(model->fx, SITE_Q_NORM, l, PASS_FWD)) {
-                fault_apply_device(model->fx, a->qf, (size_t)N * qd, s);
-                if (model->protect_qk) bq = qk_fingerprint_part(pq, a->qf, (size_t)N * qd, s);
+            if (fault_due(model->prot.fx, SITE_Q_NORM, l, PASS_FWD)) {
+                fault_apply_device(model->prot.fx, a->qf, (size_t)N * qd, s);
+                if (model->prot.qk) bq = qk_fingerprint_part(pq, a->qf, (size_t)N * qd, s);
             }
-            if (model->protect_qk) bk = rmsnorm_forward_fp(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, pk, s);
+            if (model->prot.qk) bk = rmsnorm_forward_fp(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, pk, s);
             else rmsnorm_forward(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, s);
-            if (fault_due(model->fx, SITE_K_NORM, l, PASS_FWD)) {
-                fault_apply_device(model->fx, a->kf, (size_t)N * kd, s);
-                if (model->protect_qk) bk = qk_fingerprint_part(pk, a->kf, (size_t)N * kd, s);
+            if (fault_due(model->prot.fx, SITE_K_NORM, l, PASS_FWD)) {
+                fault_apply_device(model->prot.fx, a->kf, (size_t)N * kd, s);
+                if (model->prot.qk) bk = qk_fingerprint_part(pk, a->kf, (size_t)N * kd, s);
             }
             qc = a->qf; kc = a->kf;
         }
-        if (model->protect_qk) qk_recompute_check(model, l, B, T, bq, bk);
+        if (model->prot.qk) qk_recompute_check(model, l, B, T, bq, bk);
         a->fused = attention_fused(model, l);
         if (a->fused) {
             flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, s);
-            if (fault_due(model->fx, SITE_ATT_OUT, l, PASS_FWD))
+            if (fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD))
                 cudaCheck(cudaMemcpyAsync(model_att_out_clean(model), a->att_out, sizeof(bf16) * N * qd, cudaMemcpyDeviceToDevice, s));
         } else {
             attention_forward(a->att_out, a->logits, a->probs, qc, kc, a->v, B, T, H, KV, hd, s);
@@ -620,11 +611,11 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             const size_t nbh_max = (size_t)model->B * H;
             attcheck_forward((int*)(model->rep_dev + model->rep_attc) + (size_t)l * ATTC_NCHECK,
                              model->chk_dev + (size_t)l * ATTC_NCHECK * nbh_max, model->chk_scratch,
-                             a->logits, a->probs, a->att_out, qc, kc, a->v, B, T, H, KV, hd, model->check_abft, model->check_att, s);
+                             a->logits, a->probs, a->att_out, qc, kc, a->v, B, T, H, KV, hd, model->prot.abft, model->prot.att, s);
         }
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
-        if (fault_due(model->fx, SITE_ATTN_RESIDUAL, l, PASS_FWD)) {
+        if (fault_due(model->prot.fx, SITE_ATTN_RESIDUAL, l, PASS_FWD)) {
             residual_forward(a->resid_mid, x, a->o, (size_t)N * d, s);
             FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
             rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, s);
@@ -638,7 +629,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             linear_forward(a->up, a->mlp_norm, W(PT_WUP, l), N, d, F, s);
             FAULT_FWD(SITE_UP_PROJ, l, a->up, (size_t)N * F);
-            if (fault_due(model->fx, SITE_ACT, l, PASS_FWD)) {   /* the fault goes between silu and the product */
+            if (fault_due(model->prot.fx, SITE_ACT, l, PASS_FWD)) {   /* the fault goes between silu and the product */
                 silu_forward(a->act, a->gate, (size_t)N * F, s);
                 FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
                 mul_forward(a->prod, a->act, a->up, (size_t)N * F, s);
@@ -656,7 +647,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         }
         linear_forward(a->down, hidden, W(PT_WDOWN, l), N, F, d, s);
         FAULT_FWD(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
-        normed = !fault_due(model->fx, SITE_BLOCK_OUT, l, PASS_FWD);
+        normed = !fault_due(model->prot.fx, SITE_BLOCK_OUT, l, PASS_FWD);
         if (normed) {   /* the next norm: layer l+1's attn_norm, or the final norm */
             const int last = l + 1 == c->n_layer;
             residual_rmsnorm_forward(a->out, last ? model->final_norm : model->la[l + 1].attn_norm,
@@ -671,7 +662,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     model->loop_syncs += host_syncs_now() - syncs0;
     if (!normed) rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, s);
     /* the Residual Gain Guard's sums of mean squares, all layers in one launch, into the report */
-    if (model->rgg_on)
+    if (model->prot.rgg)
         rgg_ms_sums((double*)model->rep_dev, (double*)(model->rep_dev + model->rep_bad), model->ms_table, 2 * c->n_layer + 1, N, s);
     linear_forward(model->logits, model->final_norm, c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1), N, d, V, s);
     softcap_forward(model->logits, (size_t)N * V, (float)c->softcap, s);
@@ -681,7 +672,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     cudaCheck(cudaMemcpyAsync(model->rep_host, model->rep_dev, model->rep_loss + (with_targets ? sizeof(float) * N : 0),
                               cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
-    if (model->protect_qk)
+    if (model->prot.qk)
         for (int l = 0; l < c->n_layer; l++) gpu_alarm(model, CHECK_QK, l, ((const int*)(model->rep_host + model->rep_qk))[l]);
     if (checks) attcheck_collect(model);
     if (!with_targets) return 0.0f;
@@ -724,9 +715,9 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         FAULT_BWD(SITE_BLOCK_OUT, l, dres, (size_t)N * d);
         /* d(down) shares dres with the skip path: a fault there goes into a private copy (dbuf) */
         const bf16* ddown = dres;
-        if (fault_due(model->fx, SITE_DOWN_PROJ, l, PASS_BWD)) {
+        if (fault_due(model->prot.fx, SITE_DOWN_PROJ, l, PASS_BWD)) {
             cudaCheck(cudaMemcpyAsync(dbuf, dres, sizeof(bf16) * N * d, cudaMemcpyDeviceToDevice, s));
-            fault_apply_device(model->fx, dbuf, (size_t)N * d, s);
+            fault_apply_device(model->prot.fx, dbuf, (size_t)N * d, s);
             ddown = dbuf;
         }
         /* MLP block */
@@ -735,7 +726,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             linear_backward_dx_bf16(model->dF, ddown, W(PT_WDOWN, l), N, F, d, s);
             linear_backward_dw_acc(GR(PT_WDOWN, l), ddown, a->prod, N, F, d, acc, s);
             FAULT_BWD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
-            if (fault_due(model->fx, SITE_ACT, l, PASS_BWD)) {   /* the fault goes into d(act), between the steps */
+            if (fault_due(model->prot.fx, SITE_ACT, l, PASS_BWD)) {   /* the fault goes into d(act), between the steps */
                 mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F, s);
                 FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
                 FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
@@ -768,9 +759,9 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         FAULT_BWD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
         /* attention block; d(o) shares dres with the skip path, as d(down) */
         const bf16* dout_o = dres;
-        if (fault_due(model->fx, SITE_O_PROJ, l, PASS_BWD)) {
+        if (fault_due(model->prot.fx, SITE_O_PROJ, l, PASS_BWD)) {
             cudaCheck(cudaMemcpyAsync(dbuf, dres, sizeof(bf16) * N * d, cudaMemcpyDeviceToDevice, s));
-            fault_apply_device(model->fx, dbuf, (size_t)N * d, s);
+            fault_apply_device(model->prot.fx, dbuf, (size_t)N * d, s);
             dout_o = dbuf;
         }
         exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
@@ -785,16 +776,16 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
          * (of att_logits) as bf16 [B,H,T,T] tensors to inject into. */
         if (a->fused) {
             /* fused backward: P recomputed from q, k and the saved lse; D from the clean out */
-            const bf16* o = fault_due(model->fx, SITE_ATT_OUT, l, PASS_FWD) ? model->att_out_clean : a->att_out;
+            const bf16* o = fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD) ? model->att_out_clean : a->att_out;
             flash_attention_backward(model->dq, model->dk, model->dv, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, s);
         } else {
             const bf16* probs = a->probs;
-            if (fault_due(model->fx, SITE_ATT_PROBS, l, PASS_FWD)) {
+            if (fault_due(model->prot.fx, SITE_ATT_PROBS, l, PASS_FWD)) {
                 bf16* pm = model_att_scratch(model);
                 attention_causal_mask(pm, a->probs, B, H, T, s);
                 probs = pm;
             }
-            if (fault_due(model->fx, SITE_ATT_PROBS, l, PASS_BWD) || fault_due(model->fx, SITE_ATT_LOGITS, l, PASS_BWD)) {
+            if (fault_due(model->prot.fx, SITE_ATT_PROBS, l, PASS_BWD) || fault_due(model->prot.fx, SITE_ATT_LOGITS, l, PASS_BWD)) {
                 const size_t natt = (size_t)B * H * T * T;
                 bf16* dpl = model_att_scratch(model); /* not the masked probs: that needs a forward event */
                 attention_split_av_backward(dpl, model->dv, model->datt, probs, a->v, B, T, H, KV, hd, s);
@@ -1047,7 +1038,6 @@ static void model_logits_row(Model* model, int row, float* out) {
 static uint64_t model_weights_checksum(Model* model) {
     return tsdc_checksum_gpu(model->params, model->L.total * sizeof(float), model->stream);
 }
-static void model_set_fault(Model* model, FaultCtx* fx) { model->fx = fx; }
 
 /* the forward tensor of a site at a layer (site -1: the logits). att_logits / att_probs: the stored bf16
  * [B,H,T,T] tensors, with any injected value in place and the probs recomputed after a logits fault
@@ -1089,49 +1079,15 @@ static void model_trace_diff(Model* model, int site, int l, int B, int T, double
     fault_sumsq(x, y, n, num, den, model->stream);
 }
 
-static void model_set_protect_qk(Model* model, int on) { model->protect_qk = on; }
-/* the Residual Gain Guard on: each forward reduces the norms' mean squares on the device (model_rgg_gains) */
-static void model_set_rgg(Model* model, int on) { model->rgg_on = on != 0; }
 /* 1: the materialised attention (llmc/attention.cuh) at every layer; 0 (default): the fused one
  * (llmc/flash_attention.cuh) wherever attention_fused allows */
 static __attribute__((unused)) void model_set_attention_materialised(Model* model, int on) { model->att_materialised = on != 0; }
-/* the attention checks (llmc/attcheck.cuh): ABFT (-detect abft) and ours (-protect att) */
-static void model_set_checks(Model* model, int abft, int att) { model->check_abft = abft != 0; model->check_att = att != 0; }
-/* the backward's Q/K recomputation and attention checks and the element-wise recomputation are the CPU trainer's
- * (TRAINER_HAS_EXTRA_CHECKS 0): the loop never switches them on here */
-static void model_set_bwd_checks(Model* model, int qk, int att) {
-    (void)model;
-    if (qk || att) tsdc_fail("internal: the backward Q/K recomputation and attention checks are not in the CUDA trainer");
-}
-static void model_set_ew(Model* model, int on) {
-    (void)model;
-    if (on) tsdc_fail("internal: the element-wise recomputation is not in the CUDA trainer");
-}
-/* alarms of one kind (CHECK_QK, CHECK_ABFT, CHECK_ATT) since model_qk_reset (the loop resets before each
- * microbatch's forward), and the first layer that had one (-1: none) */
-static int model_check_alarms(Model* model, int kind, int* first_layer) {
-    if (kind < 0 || kind >= CHECK_KINDS) { *first_layer = -1; return 0; }
-    *first_layer = model->alarms[kind] ? model->first_layer[kind] : -1;
-    return model->alarms[kind];
-}
-static void model_qk_reset(Model* model) {
-    for (int k = 0; k < CHECK_KINDS; k++) { model->alarms[k] = 0; model->first_layer[k] = -1; }
-}
-/* (re)start exponent profiling: the histograms start from zero */
-static void model_exp_profile_start(Model* model, int samples, uint64_t seed) {
-    if (!model->exp_hist) model->exp_hist = (uint32_t*)callocCheck((size_t)model->L.n * 256, sizeof(uint32_t));
-    memset(model->exp_hist, 0, (size_t)model->L.n * 256 * sizeof(uint32_t));
-    model->exp_samples = samples;
-    rng_seed(&model->exp_rng, seed);
-}
-static void model_exp_profile_stop(Model* model) { model->exp_samples = 0; }
-static const uint32_t* model_exp_hist(Model* model) { return model->exp_hist; }
 /* the residual gains of the monitored layers of the last forward, from the sums of the norms' mean
  * squares that it reduced on the device (llmc/rgg.cuh) and copied with its report: no device work here.
  * Vector 2l is layer l's attn_ms (its attention residual's input), 2l+1 its mlp_ms (the attention
  * residual's output, the MLP residual's input), 2l+2 the next layer's attn_ms or the final norm's. */
 static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n_mon, double* out) {
-    if (!model->rgg_on) tsdc_fail("internal: model_rgg_gains without model_set_rgg before the forward");
+    if (!model->prot.rgg) tsdc_fail("internal: model_rgg_gains without model_set_rgg before the forward");
     const int N = B * T;
     const double* ss = (const double*)model->rep_host;
     const double* bad = (const double*)(model->rep_host + model->rep_bad);
@@ -1155,7 +1111,6 @@ static int model_unscale_check(Model* model, float s) {
 
 /* -stats (llmc/stats.h): the emulation's counters, the trainer's own loop count and the element-wise
  * launchers' byte accounting; on a GPU only the latter two (the rest -1) */
-static void model_set_rgg(Model* model, int on);
 static int model_device_stats(Model* model, DeviceStats* st) {
     DEVICE_STATS_UNKNOWN(st);
 #ifdef __CUDA_EMU__
@@ -1213,7 +1168,7 @@ static void gpu_teardown(void) {
 #define TRAINER_NAME "gpu"
 #define TRAINER_DEFAULT_PRECISION 1
 #define TRAINER_HAS_FP32 0
-#define TRAINER_HAS_EXTRA_CHECKS 0   /* -protect qk_bwd, att_bwd, ew: the CPU trainer's for now (README) */
+#define TRAINER_GPU 1                /* the check kinds it provides: the gpu column of PROT_KINDS (llmc/checks.h) */
 #define TRAINER_BF16_NAME "bf16 AMP"
 #define TRAINER_SETUP(dist) gpu_setup(dist)
 #define TRAINER_TEARDOWN() gpu_teardown()
