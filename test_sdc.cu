@@ -98,6 +98,9 @@
 #undef FAULT_AT
 #undef FAULT_FWD
 #undef FAULT_BWD
+#undef STORE
+#undef STORE_GRAD
+#undef check_alarm
 namespace cpu {
 #include "train_sdc.c"
 }
@@ -110,6 +113,9 @@ namespace cpu {
 #undef FAULT_AT
 #undef FAULT_FWD
 #undef FAULT_BWD
+#undef STORE
+#undef STORE_GRAD
+#undef check_alarm
 
 /* -------------------------------------------------------------------------------- reporting */
 static int n_pass = 0, n_fail = 0;

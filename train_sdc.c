@@ -99,6 +99,11 @@ typedef struct {
 #define FAULT_AT(pass, site, l, x, n) do { if (fault_due(model->prot.fx, (site), (l), (pass))) fault_apply_host(model->prot.fx, (x), (size_t)(n)); } while (0)
 #define FAULT_FWD(site, l, x, n) FAULT_AT(PASS_FWD, site, l, x, n)
 #define FAULT_BWD(site, l, x, n) FAULT_AT(PASS_BWD, site, l, x, n)
+/* a module output stored (forward), or the gradient of one (backward), in one step: rounded to the storage
+ * dtype as the GPU stores it (bf16 mode), then the fault injector's hook for its site and layer. The
+ * passes read as math: an op, then STORE of what it wrote. */
+#define STORE(site, l, x, n) do { size_t n_ = (size_t)(n); BF16_STORE(model, (x), n_); FAULT_FWD((site), (l), (x), n_); } while (0)
+#define STORE_GRAD(site, l, x, n) do { size_t n_ = (size_t)(n); BF16_STORE(model, (x), n_); FAULT_BWD((site), (l), (x), n_); } while (0)
 /* the gradient of a module output that shares its tensor with the residual path (o_proj, down_proj):
  * a fault there must hit only the module's own backward, so it goes into a copy */
 static const float* fault_private_grad(Model* model, int site, int l, const float* g, float* scratch, size_t n) {
@@ -380,67 +385,47 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
         /* attention block: x + o_proj(attn(rope(qk_norm(q, k)), v)) */
-        rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps);   BF16_STORE(model, a->attn_norm, (size_t)N * d);
-        FAULT_FWD(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
+        rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps);   STORE(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
         if (model->prot.ew) ew_rmsnorm(model, l, a->attn_norm, x, W(PT_ATTN_NORM, l), N, d);
-        matmul_forward(a->q, a->attn_norm, WT(PT_WQ, l), N, d, qd);                       BF16_STORE(model, a->q, (size_t)N * qd);
-        FAULT_FWD(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
-        matmul_forward(a->k, a->attn_norm, WT(PT_WK, l), N, d, kd);                       BF16_STORE(model, a->k, (size_t)N * kd);
-        FAULT_FWD(SITE_K_PROJ, l, a->k, (size_t)N * kd);
-        matmul_forward(a->v, a->attn_norm, WT(PT_WV, l), N, d, kd);                       BF16_STORE(model, a->v, (size_t)N * kd);
-        FAULT_FWD(SITE_V_PROJ, l, a->v, (size_t)N * kd);
+        matmul_forward(a->q, a->attn_norm, WT(PT_WQ, l), N, d, qd);                       STORE(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
+        matmul_forward(a->k, a->attn_norm, WT(PT_WK, l), N, d, kd);                       STORE(SITE_K_PROJ, l, a->k, (size_t)N * kd);
+        matmul_forward(a->v, a->attn_norm, WT(PT_WV, l), N, d, kd);                       STORE(SITE_V_PROJ, l, a->v, (size_t)N * kd);
         float *qc = a->q, *kc = a->k;
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {                                    /* per head, over hd */
-            rmsnorm_forward(a->qn, a->qn_ms, qc, W(PT_QNORM, l), N * H, hd, eps);          BF16_STORE(model, a->qn, (size_t)N * qd);
-            FAULT_FWD(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
-            rmsnorm_forward(a->kn, a->kn_ms, kc, W(PT_KNORM, l), N * KV, hd, eps);         BF16_STORE(model, a->kn, (size_t)N * kd);
-            FAULT_FWD(SITE_K_NORM, l, a->kn, (size_t)N * kd);
+            rmsnorm_forward(a->qn, a->qn_ms, qc, W(PT_QNORM, l), N * H, hd, eps);          STORE(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
+            rmsnorm_forward(a->kn, a->kn_ms, kc, W(PT_KNORM, l), N * KV, hd, eps);         STORE(SITE_K_NORM, l, a->kn, (size_t)N * kd);
             qc = a->qn; kc = a->kn;
         }
-        rope_forward(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style);   BF16_STORE(model, a->qr, (size_t)N * qd);
-        FAULT_FWD(SITE_Q_ROPE, l, a->qr, (size_t)N * qd);
-        rope_forward(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style);  BF16_STORE(model, a->kr, (size_t)N * kd);
-        FAULT_FWD(SITE_K_ROPE, l, a->kr, (size_t)N * kd);
+        rope_forward(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style);   STORE(SITE_Q_ROPE, l, a->qr, (size_t)N * qd);
+        rope_forward(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style);  STORE(SITE_K_ROPE, l, a->kr, (size_t)N * kd);
         qc = a->qr; kc = a->kr;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-            rmsnorm_forward(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps);                    BF16_STORE(model, a->qf, (size_t)N * qd);
-            FAULT_FWD(SITE_Q_NORM, l, a->qf, (size_t)N * qd);
-            rmsnorm_forward(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps);                   BF16_STORE(model, a->kf, (size_t)N * kd);
-            FAULT_FWD(SITE_K_NORM, l, a->kf, (size_t)N * kd);
+            rmsnorm_forward(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps);                    STORE(SITE_Q_NORM, l, a->qf, (size_t)N * qd);
+            rmsnorm_forward(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps);                   STORE(SITE_K_NORM, l, a->kf, (size_t)N * kd);
             qc = a->qf; kc = a->kf;
         }
         if (model->prot.qk) qk_recompute_check(model, l, B, T, qc, kc);
         size_t natt = (size_t)B * H * T * T;
-        attention_logits_forward(a->logits, qc, kc, B, T, H, KV, hd);                     BF16_STORE(model, a->logits, natt);
-        FAULT_FWD(SITE_ATT_LOGITS, l, a->logits, natt);
+        attention_logits_forward(a->logits, qc, kc, B, T, H, KV, hd);                     STORE(SITE_ATT_LOGITS, l, a->logits, natt);
         int width = model->precision ? 16 : 32;
         if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_logits_check(a->logits, qc, kc, B, T, H, KV, hd, width));
         if (model->prot.att) check_alarm(model, CHECK_ATT, l, att_logits_rowcheck(a->logits, qc, kc, B, T, H, KV, hd, width));
-        attention_softmax_forward(a->probs, a->logits, B, H, T);                          BF16_STORE(model, a->probs, natt);
-        FAULT_FWD(SITE_ATT_PROBS, l, a->probs, natt);
+        attention_softmax_forward(a->probs, a->logits, B, H, T);                          STORE(SITE_ATT_PROBS, l, a->probs, natt);
         if (model->prot.att) check_alarm(model, CHECK_ATT, l, att_probs_rowcheck(a->probs, B, H, T, width));
-        attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd);                BF16_STORE(model, a->att_out, (size_t)N * qd);
-        FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
+        attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd);                STORE(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
         if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
-        matmul_forward(a->o, a->att_out, WT(PT_WO, l), N, qd, d);                         BF16_STORE(model, a->o, (size_t)N * d);
-        FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
-        residual_forward(a->resid_mid, x, a->o, (size_t)N * d);                           BF16_STORE(model, a->resid_mid, (size_t)N * d);
-        FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
+        matmul_forward(a->o, a->att_out, WT(PT_WO, l), N, qd, d);                         STORE(SITE_O_PROJ, l, a->o, (size_t)N * d);
+        residual_forward(a->resid_mid, x, a->o, (size_t)N * d);                           STORE(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
         if (model->prot.ew) ew_residual(model, l, a->resid_mid, x, a->o, (size_t)N * d);
         /* MLP block: x + down(silu(gate) * up)  or  x + down(relu(fc)^2) */
-        rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps); BF16_STORE(model, a->mlp_norm, (size_t)N * d);
-        FAULT_FWD(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
+        rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps); STORE(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
         if (model->prot.ew) ew_rmsnorm(model, l, a->mlp_norm, a->resid_mid, W(PT_MLP_NORM, l), N, d);
         float* hidden;
         if (c->mlp == MLP_SWIGLU) {
-            matmul_forward(a->gate, a->mlp_norm, WT(PT_WGATE, l), N, d, F);               BF16_STORE(model, a->gate, (size_t)N * F);
-            FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
-            matmul_forward(a->up, a->mlp_norm, WT(PT_WUP, l), N, d, F);                   BF16_STORE(model, a->up, (size_t)N * F);
-            FAULT_FWD(SITE_UP_PROJ, l, a->up, (size_t)N * F);
-            silu_forward(a->act, a->gate, (size_t)N * F);                                  BF16_STORE(model, a->act, (size_t)N * F);
-            FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
-            mul_forward(a->prod, a->act, a->up, (size_t)N * F);                            BF16_STORE(model, a->prod, (size_t)N * F);
-            FAULT_FWD(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
+            matmul_forward(a->gate, a->mlp_norm, WT(PT_WGATE, l), N, d, F);               STORE(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
+            matmul_forward(a->up, a->mlp_norm, WT(PT_WUP, l), N, d, F);                   STORE(SITE_UP_PROJ, l, a->up, (size_t)N * F);
+            silu_forward(a->act, a->gate, (size_t)N * F);                                  STORE(SITE_ACT, l, a->act, (size_t)N * F);
+            mul_forward(a->prod, a->act, a->up, (size_t)N * F);                            STORE(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
             if (model->prot.ew) {
                 float* r = ew_scratch(model);
                 silu_forward(r, a->gate, (size_t)N * F);       ew_compare(model, l, a->act, r, (size_t)N * F);
@@ -448,20 +433,16 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             }
             hidden = a->prod;
         } else {
-            matmul_forward(a->gate, a->mlp_norm, WT(PT_WFC, l), N, d, F);                 BF16_STORE(model, a->gate, (size_t)N * F);
-            FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
-            relu2_forward(a->act, a->gate, (size_t)N * F);                                 BF16_STORE(model, a->act, (size_t)N * F);
-            FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
+            matmul_forward(a->gate, a->mlp_norm, WT(PT_WFC, l), N, d, F);                 STORE(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
+            relu2_forward(a->act, a->gate, (size_t)N * F);                                 STORE(SITE_ACT, l, a->act, (size_t)N * F);
             if (model->prot.ew) {
                 float* r = ew_scratch(model);
                 relu2_forward(r, a->gate, (size_t)N * F);  ew_compare(model, l, a->act, r, (size_t)N * F);
             }
             hidden = a->act;
         }
-        matmul_forward(a->down, hidden, WT(PT_WDOWN, l), N, F, d);                        BF16_STORE(model, a->down, (size_t)N * d);
-        FAULT_FWD(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
-        residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d);                   BF16_STORE(model, a->out, (size_t)N * d);
-        FAULT_FWD(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
+        matmul_forward(a->down, hidden, WT(PT_WDOWN, l), N, F, d);                        STORE(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
+        residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d);                   STORE(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
         if (model->prot.ew) ew_residual(model, l, a->out, a->resid_mid, a->down, (size_t)N * d);
         x = a->out;
     }
@@ -511,8 +492,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         const float* ddown = fault_private_grad(model, SITE_DOWN_PROJ, l, dres, dbuf, (size_t)N * d);
         if (c->mlp == MLP_SWIGLU) {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            matmul_backward(model->dF, GR(PT_WDOWN, l), ddown, a->prod, W(PT_WDOWN, l), N, F, d, 0);  BF16_STORE(model, model->dF, (size_t)N * F);
-            FAULT_BWD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
+            matmul_backward(model->dF, GR(PT_WDOWN, l), ddown, a->prod, W(PT_WDOWN, l), N, F, d, 0);  STORE_GRAD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
             mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F);          /* d act, d up */
             BF16_STORE(model, model->dF2, (size_t)N * F); BF16_STORE(model, model->dF3, (size_t)N * F);
             FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
@@ -523,8 +503,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
                 ew_compare(model, l, model->dF2, r, (size_t)N * F);
                 ew_compare(model, l, model->dF3, r2, (size_t)N * F);
             }
-            silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F);                             BF16_STORE(model, model->dF, (size_t)N * F);
-            FAULT_BWD(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
+            silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F);                             STORE_GRAD(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
             if (model->prot.ew) {
                 float* r = ew_scratch(model);
                 silu_backward(r, model->dF2, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF, r, (size_t)N * F);
@@ -535,10 +514,8 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             matmul_backward(dbuf, GR(PT_WUP, l), model->dF3, a->mlp_norm, W(PT_WUP, l), N, d, F, 1);
         } else {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            matmul_backward(model->dF, GR(PT_WDOWN, l), ddown, a->act, W(PT_WDOWN, l), N, F, d, 0);   BF16_STORE(model, model->dF, (size_t)N * F);
-            FAULT_BWD(SITE_ACT, l, model->dF, (size_t)N * F);
-            relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F);                            BF16_STORE(model, model->dF2, (size_t)N * F);
-            FAULT_BWD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
+            matmul_backward(model->dF, GR(PT_WDOWN, l), ddown, a->act, W(PT_WDOWN, l), N, F, d, 0);   STORE_GRAD(SITE_ACT, l, model->dF, (size_t)N * F);
+            relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F);                            STORE_GRAD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
             if (model->prot.ew) {
                 float* r = ew_scratch(model);
                 relu2_backward(r, model->dF, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF2, r, (size_t)N * F);
@@ -546,16 +523,13 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             exp_profile(model, PT_WFC, l, model->dF2, (size_t)N * F);
             matmul_backward(dbuf, GR(PT_WFC, l), model->dF2, a->mlp_norm, W(PT_WFC, l), N, d, F, 0);
         }
-        BF16_STORE(model, dbuf, (size_t)N * d);
-        FAULT_BWD(SITE_MLP_NORM, l, dbuf, (size_t)N * d);
+        STORE_GRAD(SITE_MLP_NORM, l, dbuf, (size_t)N * d);
         rmsnorm_backward(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1);
-        BF16_STORE(model, dres, (size_t)N * d);
-        FAULT_BWD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
+        STORE_GRAD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
         /* attention block: dres is d(resid_mid) = d(x_in) (skip) = d(o) */
         const float* dout_o = fault_private_grad(model, SITE_O_PROJ, l, dres, dbuf, (size_t)N * d);
         exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
-        matmul_backward(model->datt, GR(PT_WO, l), dout_o, a->att_out, W(PT_WO, l), N, qd, d, 0);      BF16_STORE(model, model->datt, (size_t)N * qd);
-        FAULT_BWD(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
+        matmul_backward(model->datt, GR(PT_WO, l), dout_o, a->att_out, W(PT_WO, l), N, qd, d, 0);      STORE_GRAD(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
         const float* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
         const float* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
         attention_av_backward(model->dlog, model->dv, model->datt, a->probs, a->v, B, T, H, KV, hd);
@@ -567,8 +541,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             check_alarm(model, CHECK_ATT_BWD, l, att_dprobs_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
             check_alarm(model, CHECK_ATT_BWD, l, att_dv_colcheck(model->dv, model->datt, B, T, H, KV, hd, width));
         }
-        attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T);                 BF16_STORE(model, model->dlog, natt);
-        FAULT_BWD(SITE_ATT_LOGITS, l, model->dlog, natt);
+        attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T);                 STORE_GRAD(SITE_ATT_LOGITS, l, model->dlog, natt);
         if (model->prot.att_bwd)
             check_alarm(model, CHECK_ATT_BWD, l, att_dlogits_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
         attention_logits_backward(model->dq, model->dk, model->dlog, qc, kc, B, T, H, KV, hd);
@@ -602,8 +575,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         matmul_backward(dbuf, GR(PT_WQ, l), dq, a->attn_norm, W(PT_WQ, l), N, d, qd, 0);
         matmul_backward(dbuf, GR(PT_WK, l), dk, a->attn_norm, W(PT_WK, l), N, d, kd, 1);
         matmul_backward(dbuf, GR(PT_WV, l), model->dv, a->attn_norm, W(PT_WV, l), N, d, kd, 1);
-        BF16_STORE(model, dbuf, (size_t)N * d);
-        FAULT_BWD(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
+        STORE_GRAD(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
         rmsnorm_backward(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1);
         BF16_STORE(model, dres, (size_t)N * d);
     }

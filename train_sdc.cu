@@ -519,6 +519,41 @@ static void exp_profile(Model* model, int type, int l, const bf16* dy, size_t n)
 }
 
 /* ---------------------------------------------------------------------------------- forward */
+/* Which kernels a layer's forward runs: the one place the fused-or-split choices are made. A fused kernel
+ * computes the same bits as its split steps (the kernels' headers say how), so the choice only matters
+ * where something must happen between the steps: a fault due there (the injector writes the tensor in
+ * between), or a check that reads it. */
+typedef struct {
+    int fp_rope;       /* RoPE writes Q and K and their fingerprints in one pass (-protect qk, QK norm not after RoPE) */
+    int fp_norm;       /* the QK norm after RoPE (nanochat) writes them with their fingerprints (-protect qk) */
+    int flash;         /* the fused attention (attention_fused), else the materialised one (stored logits, probs) */
+    int resid_norm;    /* the attention residual and mlp_norm in one kernel: no attn_residual fault between them */
+    int swiglu;        /* SiLU and the gated product in one pass: no act fault between them */
+    int block_norm;    /* the block's residual and the next norm in one kernel: no block_out fault between them */
+} LayerPlan;
+
+static LayerPlan layer_plan(const Model* model, int l) {
+    const Config* c = &model->c;
+    const FaultCtx* fx = model->prot.fx;
+    LayerPlan p;
+    p.fp_rope = model->prot.qk && c->qk_norm != QKNORM_PLAIN_POST_ROPE;
+    p.fp_norm = model->prot.qk && c->qk_norm == QKNORM_PLAIN_POST_ROPE;
+    p.flash = attention_fused(model, l);
+    p.resid_norm = !fault_due(fx, SITE_ATTN_RESIDUAL, l, PASS_FWD);
+    p.swiglu = c->mlp == MLP_SWIGLU && !fault_due(fx, SITE_ACT, l, PASS_FWD);
+    p.block_norm = !fault_due(fx, SITE_BLOCK_OUT, l, PASS_FWD);
+    return p;
+}
+
+/* a Q or K tensor that attention consumes, stored: the fault injector's hook, and where its kernel took the
+ * fingerprint (fp), the fingerprint taken again over what the fault left, since a fault after the producing
+ * kernel is one the recomputation must see */
+static void store_qk(Model* model, int site, int l, bf16* x, size_t n, int fp, unsigned long long* part, int* blocks, cudaStream_t s) {
+    if (!fault_due(model->prot.fx, site, l, PASS_FWD)) return;
+    fault_apply_device(model->prot.fx, x, n, s);
+    if (fp) *blocks = qk_fingerprint_part(part, x, n, s);
+}
+
 static float model_forward_step(Model* model, int B, int T, int with_targets) {
     const Config* c = &model->c;
     cudaStream_t s = model->stream;
@@ -547,6 +582,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     int normed = 0;
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
+        const LayerPlan P = layer_plan(model, l);
         if (!normed) rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, s);
         FAULT_FWD(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
         linear_forward(a->q, a->attn_norm, W(PT_WQ, l), N, d, qd, s);
@@ -563,44 +599,31 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             FAULT_FWD(SITE_K_NORM, l, a->kn, (size_t)N * kd);
             qc = a->qn; kc = a->kn;
         }
-        /* the kernel producing the Q and K attention consumes also fingerprints them (protect qk) */
-        /* (fingerprints: block partials in fp_part slots 0 and 1, bq / bk blocks; compared on the device) */
-        int fused_q = model->prot.qk && c->qk_norm != QKNORM_PLAIN_POST_ROPE;
+        /* the kernel producing the Q and K attention consumes also fingerprints them (-protect qk): block
+         * partials in fp_part slots 0 and 1 (bq, bk blocks), compared on the device */
         unsigned long long *pq = model->fp_part, *pk = model->fp_part + FP_PART_U64;
         int bq = 0, bk = 0;
-        if (fused_q) bq = rope_forward_fp(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);
+        if (P.fp_rope) bq = rope_forward_fp(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);
         else rope_forward(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-        if (fault_due(model->prot.fx, SITE_Q_ROPE, l, PASS_FWD)) {
-            fault_apply_device(model->prot.fx, a->qr, (size_t)N * qd, s);
-            if (fused_q) bq = qk_fingerprint_part(pq, a->qr, (size_t)N * qd, s);
-        }
-        if (fused_q) bk = rope_forward_fp(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, pk, s);
+        store_qk(model, SITE_Q_ROPE, l, a->qr, (size_t)N * qd, P.fp_rope, pq, &bq, s);
+        if (P.fp_rope) bk = rope_forward_fp(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, pk, s);
         else rope_forward(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
-        if (fault_due(model->prot.fx, SITE_K_ROPE, l, PASS_FWD)) {
-            fault_apply_device(model->prot.fx, a->kr, (size_t)N * kd, s);
-            if (fused_q) bk = qk_fingerprint_part(pk, a->kr, (size_t)N * kd, s);
-        }
+        store_qk(model, SITE_K_ROPE, l, a->kr, (size_t)N * kd, P.fp_rope, pk, &bk, s);
         qc = a->qr; kc = a->kr;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-            if (model->prot.qk) bq = rmsnorm_forward_fp(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, pq, s);
+            if (P.fp_norm) bq = rmsnorm_forward_fp(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, pq, s);
             else rmsnorm_forward(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, s);
-            if (fault_due(model->prot.fx, SITE_Q_NORM, l, PASS_FWD)) {
-                fault_apply_device(model->prot.fx, a->qf, (size_t)N * qd, s);
-                if (model->prot.qk) bq = qk_fingerprint_part(pq, a->qf, (size_t)N * qd, s);
-            }
-            if (model->prot.qk) bk = rmsnorm_forward_fp(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, pk, s);
+            store_qk(model, SITE_Q_NORM, l, a->qf, (size_t)N * qd, P.fp_norm, pq, &bq, s);
+            if (P.fp_norm) bk = rmsnorm_forward_fp(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, pk, s);
             else rmsnorm_forward(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, s);
-            if (fault_due(model->prot.fx, SITE_K_NORM, l, PASS_FWD)) {
-                fault_apply_device(model->prot.fx, a->kf, (size_t)N * kd, s);
-                if (model->prot.qk) bk = qk_fingerprint_part(pk, a->kf, (size_t)N * kd, s);
-            }
+            store_qk(model, SITE_K_NORM, l, a->kf, (size_t)N * kd, P.fp_norm, pk, &bk, s);
             qc = a->qf; kc = a->kf;
         }
         if (model->prot.qk) qk_recompute_check(model, l, B, T, bq, bk);
-        a->fused = attention_fused(model, l);
-        if (a->fused) {
+        a->fused = P.flash;
+        if (P.flash) {
             flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, s);
-            if (fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD))
+            if (fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD))   /* the fused backward reads the clean out */
                 cudaCheck(cudaMemcpyAsync(model_att_out_clean(model), a->att_out, sizeof(bf16) * N * qd, cudaMemcpyDeviceToDevice, s));
         } else {
             attention_forward(a->att_out, a->logits, a->probs, qc, kc, a->v, B, T, H, KV, hd, s);
@@ -615,12 +638,12 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         }
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
-        if (fault_due(model->prot.fx, SITE_ATTN_RESIDUAL, l, PASS_FWD)) {
+        if (P.resid_norm) {
+            residual_rmsnorm_forward(a->resid_mid, a->mlp_norm, a->mlp_ms, x, a->o, W(PT_MLP_NORM, l), N, d, eps, s);
+        } else {
             residual_forward(a->resid_mid, x, a->o, (size_t)N * d, s);
             FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
             rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, s);
-        } else {
-            residual_rmsnorm_forward(a->resid_mid, a->mlp_norm, a->mlp_ms, x, a->o, W(PT_MLP_NORM, l), N, d, eps, s);
         }
         FAULT_FWD(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
         bf16* hidden;
@@ -629,12 +652,12 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             linear_forward(a->up, a->mlp_norm, W(PT_WUP, l), N, d, F, s);
             FAULT_FWD(SITE_UP_PROJ, l, a->up, (size_t)N * F);
-            if (fault_due(model->prot.fx, SITE_ACT, l, PASS_FWD)) {   /* the fault goes between silu and the product */
+            if (P.swiglu) {
+                swiglu_forward(a->act, a->prod, a->gate, a->up, (size_t)N * F, s);   /* the same bits, one pass */
+            } else {   /* the fault goes between silu and the product */
                 silu_forward(a->act, a->gate, (size_t)N * F, s);
                 FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
                 mul_forward(a->prod, a->act, a->up, (size_t)N * F, s);
-            } else {
-                swiglu_forward(a->act, a->prod, a->gate, a->up, (size_t)N * F, s);   /* the same bits, one pass */
             }
             FAULT_FWD(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
             hidden = a->prod;
@@ -647,7 +670,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         }
         linear_forward(a->down, hidden, W(PT_WDOWN, l), N, F, d, s);
         FAULT_FWD(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
-        normed = !fault_due(model->prot.fx, SITE_BLOCK_OUT, l, PASS_FWD);
+        normed = P.block_norm;
         if (normed) {   /* the next norm: layer l+1's attn_norm, or the final norm */
             const int last = l + 1 == c->n_layer;
             residual_rmsnorm_forward(a->out, last ? model->final_norm : model->la[l + 1].attn_norm,
