@@ -502,6 +502,18 @@ static void test_att_bwd_checks_tolerance(void) {
 #include "tests/refstate.h"
 #include "llmc/bf16_bounds.h"
 
+/* the reference state of a preset read (ref_open) and the model built for its batch with the preset's
+ * config at the state's vocabulary and length (in c), at the given precision (0 fp32, 1 bf16); 0 when
+ * the state cannot be read */
+static int ref_model(const char* preset, const char* states_dir, const char* ckpt_dir, int precision, RefState* s, Config* c,
+                     Model* model, char* cpath, size_t ncpath) {
+    if (!ref_open(preset, states_dir, ckpt_dir, s, cpath, ncpath)) return 0;
+    *c = *preset_find(preset);
+    c->vocab_size = s->V; c->seq_len = s->T;
+    model_build(model, c, s->B, s->T, precision);
+    return 1;
+}
+
 /* the state's s->n_steps AdamW steps on its batch (in the model's inputs and targets) with its
  * hyperparameters, from zero moments, through model_update (clip, AdamW, the weight copies: the training
  * loop's call); returns the loss of each step */
@@ -529,11 +541,9 @@ static void test_reference(const char* preset, const char* states_dir, const cha
     printf("reference state %s (vs PyTorch / HF transformers, fp32)\n", preset);
     char cpath[1200];
     RefState s;
-    if (!ref_open(preset, states_dir, ckpt_dir, &s, cpath, sizeof(cpath))) return;
-    Config c = *preset_find(preset);
-    c.vocab_size = s.V; c.seq_len = s.T;
+    Config c;
     Model model_, *model = &model_;
-    model_build(model, &c, s.B, s.T, 0);
+    if (!ref_model(preset, states_dir, ckpt_dir, 0, &s, &c, model, cpath, sizeof(cpath))) return;
     check(model->L.total == s.n_params, "  parameter count %zu == state's %llu", model->L.total, (unsigned long long)s.n_params);
     if (model->L.total != s.n_params) return;
     /* the user's import path: hf_to_ckpt.py wrote cpath; load it as -init does */
@@ -585,11 +595,9 @@ static void test_reference_bf16(const char* preset, const char* states_dir, cons
     printf("reference state %s: -precision bf16 vs PyTorch fp32, fixed bounds of llmc/bf16_bounds.h\n", preset);
     char cpath[1200];
     RefState s;
-    if (!ref_open(preset, states_dir, ckpt_dir, &s, cpath, sizeof(cpath))) return;
-    Config c = *preset_find(preset);
-    c.vocab_size = s.V; c.seq_len = s.T;
+    Config c;
     Model model_, *model = &model_;
-    model_build(model, &c, s.B, s.T, 1);
+    if (!ref_model(preset, states_dir, ckpt_dir, 1, &s, &c, model, cpath, sizeof(cpath))) return;
     if (model->L.total != s.n_params) { check(0, "  parameter count %zu == state's %llu", model->L.total, (unsigned long long)s.n_params); return; }
     CkptInfo ck;
     checkpoint_read(cpath, &ck, NULL, NULL, NULL, 0);
