@@ -77,6 +77,9 @@ endif
 
 HEADERS := $(wildcard llmc/*.h)
 CUDA_HEADERS := $(wildcard llmc/*.cuh)
+# the test-only headers: tests/*.h (test_sdc.c and test_sdc.cu), tests/cuda/ (the parts of test_sdc.cu)
+TEST_HEADERS := $(wildcard tests/*.h)
+TEST_CUDA_HEADERS := $(wildcard tests/cuda/*.h tests/cuda/*.cuh)
 
 # The build configuration: compilers (and their versions), flags, MPI found or not, NATIVE, GPU_ARCH,
 # NO_CUDA. build/config-c.stamp (the C binaries) and build/config-cuda.stamp (the CUDA ones) are
@@ -108,13 +111,13 @@ all: train_sdc test_sdc $(CUDA_TARGETS)
 train_sdc: train_sdc.c $(HEADERS) $(C_STAMP)
 	$(TRAIN_CC) $(CFLAGS) $(TRAIN_FLAGS) -o $@ $< $(LDLIBS)
 
-test_sdc: test_sdc.c train_sdc.c $(HEADERS) $(C_STAMP)
+test_sdc: test_sdc.c train_sdc.c $(HEADERS) $(TEST_HEADERS) $(C_STAMP)
 	$(CC_PLAIN) $(CFLAGS) -o $@ $< $(LDLIBS)
 
 train_sdc_cu: train_sdc.cu $(HEADERS) $(CUDA_HEADERS) $(CUDA_STAMP)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) -o $@ $< $(NVCC_LIBS)
 
-test_sdc_cu: test_sdc.cu train_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS) $(CUDA_STAMP)
+test_sdc_cu: test_sdc.cu train_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS) $(TEST_HEADERS) $(TEST_CUDA_HEADERS) $(CUDA_STAMP)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) -o $@ $< $(NVCC_LIBS)
 
 # every CUDA source for both architectures (objects only; a compile error fails the build)
@@ -123,13 +126,14 @@ cuda-check: $(if $(NVCC),$(foreach a,80 90,$(foreach f,$(CUDA_CHECK_SRCS),build/
 build/cuda/sm%/train_sdc.o: train_sdc.cu $(HEADERS) $(CUDA_HEADERS) $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$* -c -o $@ $<
-build/cuda/sm%/test_sdc.o: test_sdc.cu train_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS) $(CUDA_STAMP)
+build/cuda/sm%/test_sdc.o: test_sdc.cu train_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS) $(TEST_HEADERS) $(TEST_CUDA_HEADERS) $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$* -c -o $@ $<
 
 # CUDA emulation (dev/cuda_emu): the same CUDA sources built with the host C++ compiler against
 # the project's own CUDA runtime / cuBLASLt / NCCL declarations (dev/cuda_emu/include; no CUDA toolkit)
-# and run on the CPU. cu2emu.py mirrors the sources into build/emu/src with each <<<...>>> launch and
+# and run on the CPU. cu2emu.py mirrors the sources (the test-only headers of tests/ too, so that their
+# #include paths resolve in the mirror as in the tree) into build/emu/src with each <<<...>>> launch and
 # __shared__ declaration rewritten (lines kept, #line names the original). test_sdc_emu: the whole
 # test_sdc.cu suite; train_sdc_emu: the GPU trainer (NCCL over MPI when mpicc exists); emu_selftest: the
 # emulator's own tests. `make test` runs them (test-emu), each emulated test under two schedules whose
@@ -139,7 +143,7 @@ EMU_DIR := dev/cuda_emu
 EMU_FLAGS := -std=c++17 -O2 -fopenmp -Wall -Wno-unknown-pragmas -Wno-sign-compare -Wno-unused-function -Wno-unused-variable \
              -I$(EMU_DIR)/include
 EMU_HDRS := $(wildcard $(EMU_DIR)/include/*.h)
-EMU_SRCS := train_sdc.cu test_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS) $(EMU_DIR)/emu_selftest.cu
+EMU_SRCS := train_sdc.cu test_sdc.cu train_sdc.c $(HEADERS) $(CUDA_HEADERS) $(TEST_HEADERS) $(TEST_CUDA_HEADERS) $(EMU_DIR)/emu_selftest.cu
 EMU_LIB := build/emu/emu_runtime.o build/emu/cublaslt_emu.o
 ifneq ($(MPICC),)
   EMU_MPI_FLAGS := -DUSE_MPI $(shell $(MPICC) --showme:compile 2>/dev/null)

@@ -17,16 +17,7 @@
 #define TESTING
 #include "train_sdc.c"
 
-static int n_pass = 0, n_fail = 0;
-
-static void check(int ok, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("  %s\n", ok ? "OK" : "NOT OK");
-    if (ok) n_pass++; else n_fail++;
-}
+#include "tests/check.h"
 
 /* every element: |got - ref| <= atol + rtol*|ref|. Prints the largest abs and rel error. */
 static int compare_tensor(const char* name, const float* got, const float* ref, size_t n, float atol, float rtol) {
@@ -508,8 +499,39 @@ static void test_att_bwd_checks_tolerance(void) {
 }
 
 /* --------------------------------------------------------------------------- reference states */
-#include "llmc/refstate.h"
+#include "tests/refstate.h"
 #include "llmc/bf16_bounds.h"
+
+/* the reference state of a preset read (ref_open) and the model built for its batch with the preset's
+ * config at the state's vocabulary and length (in c), at the given precision (0 fp32, 1 bf16); 0 when
+ * the state cannot be read */
+static int ref_model(const char* preset, const char* states_dir, const char* ckpt_dir, int precision, RefState* s, Config* c,
+                     Model* model, char* cpath, size_t ncpath) {
+    if (!ref_open(preset, states_dir, ckpt_dir, s, cpath, ncpath)) return 0;
+    *c = *preset_find(preset);
+    c->vocab_size = s->V; c->seq_len = s->T;
+    model_build(model, c, s->B, s->T, precision);
+    return 1;
+}
+
+/* the state's s->n_steps AdamW steps on its batch (in the model's inputs and targets) with its
+ * hyperparameters, from zero moments, through model_update (clip, AdamW, the weight copies: the training
+ * loop's call); returns the loss of each step */
+static float* ref_adamw_steps(Model* model, const RefState* s) {
+    int N = s->B * s->T;
+    memset(model->m, 0, sizeof(float) * model->L.total);
+    memset(model->v, 0, sizeof(float) * model->L.total);
+    float* losses = (float*)callocCheck((size_t)s->n_steps, sizeof(float));
+    AdamW opt = {s->max_lr, s->beta1, s->beta2, s->adam_eps, s->wd};
+    for (int step = 0; step < s->n_steps; step++) {
+        memset(model->grads, 0, sizeof(float) * model->L.total);
+        losses[step] = model_forward(model, s->B, s->T, model->targets);
+        model_backward(model, s->B, s->T, model->targets, 1.0f / N);
+        opt.lr = lr_at(step, s->max_lr, s->warmup, s->n_steps, s->final_frac);
+        model_update(model, &opt, step + 1, s->clip);
+    }
+    return losses;
+}
 
 /* fp32 against PyTorch / HF transformers on the reference batch: logits, loss, every gradient, 10 AdamW steps
  * through model_update. Catches: a model bug anywhere in the forward or backward (attention, RoPE, norms, MLP,
@@ -517,15 +539,11 @@ static void test_att_bwd_checks_tolerance(void) {
  * an optimizer bug in model_update (clip, AdamW, weight decay, bias correction). */
 static void test_reference(const char* preset, const char* states_dir, const char* ckpt_dir) {
     printf("reference state %s (vs PyTorch / HF transformers, fp32)\n", preset);
-    char spath[1200], cpath[1200];
-    snprintf(spath, sizeof(spath), "%s/%s.state", states_dir, preset);
-    snprintf(cpath, sizeof(cpath), "%s/%s.ckpt", ckpt_dir, preset);
+    char cpath[1200];
     RefState s;
-    if (!read_state(spath, &s)) { check(0, "  read %s", spath); return; }
-    Config c = *preset_find(preset);
-    c.vocab_size = s.V; c.seq_len = s.T;
+    Config c;
     Model model_, *model = &model_;
-    model_build(model, &c, s.B, s.T, 0);
+    if (!ref_model(preset, states_dir, ckpt_dir, 0, &s, &c, model, cpath, sizeof(cpath))) return;
     check(model->L.total == s.n_params, "  parameter count %zu == state's %llu", model->L.total, (unsigned long long)s.n_params);
     if (model->L.total != s.n_params) return;
     /* the user's import path: hf_to_ckpt.py wrote cpath; load it as -init does */
@@ -536,11 +554,7 @@ static void test_reference(const char* preset, const char* states_dir, const cha
     checkpoint_read(cpath, &ck, model->params, NULL, NULL, model->L.total);
     model_prepare_weights(model);
     int N = s.B * s.T;
-    for (int b = 0; b < s.B; b++)
-        for (int t = 0; t < s.T; t++) {
-            model->inputs[b * s.T + t] = s.tokens[b * (s.T + 1) + t];
-            model->targets[b * s.T + t] = s.tokens[b * (s.T + 1) + t + 1];
-        }
+    ref_batch(&s, model->inputs, model->targets);
     float loss = model_forward(model, s.B, s.T, model->targets);
     compare_tensor("logits", model->logits, s.logits, (size_t)N * s.V, 2e-5f, 1e-4f);
     compare_tensor("loss", &loss, &s.loss, 1, 1e-6f, 1e-5f);
@@ -550,24 +564,13 @@ static void test_reference(const char* preset, const char* states_dir, const cha
     for (int i = 0; i < model->L.n; i++) {
         const TensorInfo* t = &model->L.t[i];
         char name[64];
-        if (t->layer >= 0) snprintf(name, sizeof(name), "grad layers.%d.%s", t->layer, PT_NAMES[t->type]);
-        else snprintf(name, sizeof(name), "grad %s", PT_NAMES[t->type]);
+        grad_name(name, sizeof(name), t);
         /* gradients: absolute floor relative to the tensor's scale */
         double mx = 0; for (size_t j = 0; j < t->numel; j++) mx = fmax(mx, fabs(s.grads[t->offset + j]));
         all_ok &= compare_tensor(name, model->grads + t->offset, s.grads + t->offset, t->numel, (float)(1e-4 * mx + 1e-9), 1e-3f);
     }
     /* 10 AdamW steps on the same batch with the state's hyperparameters */
-    memset(model->m, 0, sizeof(float) * model->L.total);
-    memset(model->v, 0, sizeof(float) * model->L.total);
-    float* losses = (float*)callocCheck((size_t)s.n_steps, sizeof(float));
-    AdamW opt = {s.max_lr, s.beta1, s.beta2, s.adam_eps, s.wd};
-    for (int step = 0; step < s.n_steps; step++) {
-        memset(model->grads, 0, sizeof(float) * model->L.total);
-        losses[step] = model_forward(model, s.B, s.T, model->targets);
-        model_backward(model, s.B, s.T, model->targets, 1.0f / N);
-        opt.lr = lr_at(step, s.max_lr, s.warmup, s.n_steps, s.final_frac);
-        model_update(model, &opt, step + 1, s.clip);   /* clip, AdamW, weight copies: the training loop's call */
-    }
+    float* losses = ref_adamw_steps(model, &s);
     compare_tensor("losses of 10 AdamW steps", losses, s.losses, s.n_steps, 1e-5f, 1e-5f);
     printf("  losses: ");
     for (int i = 0; i < s.n_steps; i++) printf("%.6f/%.6f ", losses[i], s.losses[i]);
@@ -590,15 +593,11 @@ static double rel_l2(const float* got, const float* ref, size_t n) {
  * bf16 path that drifts from the fp32 model (a wrong rounding point, a missing fp32 accumulation). */
 static void test_reference_bf16(const char* preset, const char* states_dir, const char* ckpt_dir) {
     printf("reference state %s: -precision bf16 vs PyTorch fp32, fixed bounds of llmc/bf16_bounds.h\n", preset);
-    char spath[1200], cpath[1200];
-    snprintf(spath, sizeof(spath), "%s/%s.state", states_dir, preset);
-    snprintf(cpath, sizeof(cpath), "%s/%s.ckpt", ckpt_dir, preset);
+    char cpath[1200];
     RefState s;
-    if (!read_state(spath, &s)) { check(0, "  read %s", spath); return; }
-    Config c = *preset_find(preset);
-    c.vocab_size = s.V; c.seq_len = s.T;
+    Config c;
     Model model_, *model = &model_;
-    model_build(model, &c, s.B, s.T, 1);
+    if (!ref_model(preset, states_dir, ckpt_dir, 1, &s, &c, model, cpath, sizeof(cpath))) return;
     if (model->L.total != s.n_params) { check(0, "  parameter count %zu == state's %llu", model->L.total, (unsigned long long)s.n_params); return; }
     CkptInfo ck;
     checkpoint_read(cpath, &ck, NULL, NULL, NULL, 0);
@@ -607,11 +606,7 @@ static void test_reference_bf16(const char* preset, const char* states_dir, cons
     model_load_state(model, w0, NULL, NULL);   /* fp32 master weights, zero moments, the bf16 copy */
     free(w0);
     int N = s.B * s.T, L = c.n_layer;
-    for (int b = 0; b < s.B; b++)
-        for (int t = 0; t < s.T; t++) {
-            model->inputs[b * s.T + t] = s.tokens[b * (s.T + 1) + t];
-            model->targets[b * s.T + t] = s.tokens[b * (s.T + 1) + t + 1];
-        }
+    ref_batch(&s, model->inputs, model->targets);
     float loss = model_forward(model, s.B, s.T, model->targets);
     double e = rel_l2(model->logits, s.logits, (size_t)N * s.V), lim = BF16_LOGITS_RL2(L);
     check(e <= lim, "  %-28s rel L2 %.3e <= %.3e (3 sqrt(%d roundings) 2^-9)", "logits", e, lim, BF16_FWD_ROUNDINGS(L));
@@ -628,25 +623,18 @@ static void test_reference_bf16(const char* preset, const char* states_dir, cons
         double g = rel_l2(model->grads + t->offset, s.grads + t->offset, t->numel);
         if (!(g <= lim)) {
             bad++;
-            if (t->layer >= 0) printf("    grad layers.%d.%s rel L2 %.3e > %.3e\n", t->layer, PT_NAMES[t->type], g, lim);
-            else printf("    grad %s rel L2 %.3e > %.3e\n", PT_NAMES[t->type], g, lim);
+            char name[64];
+            grad_name(name, sizeof(name), t);
+            printf("    %s rel L2 %.3e > %.3e\n", name, g, lim);
         }
         if (g > worst || g != g) { worst = g; worst_name = PT_NAMES[t->type]; }
     }
     check(!bad, "  %-28s largest rel L2 %.3e (%s) <= %.3e (3 sqrt(%d roundings) 2^-9), %d of %d tensors over", "every gradient tensor", worst,
           worst_name, lim, BF16_FWD_ROUNDINGS(L) + BF16_BWD_ROUNDINGS(L), bad, model->L.n);
     /* 10 AdamW steps through model_update, as the training loop makes them */
-    memset(model->m, 0, sizeof(float) * model->L.total);
-    memset(model->v, 0, sizeof(float) * model->L.total);
-    float* losses = (float*)callocCheck((size_t)s.n_steps, sizeof(float));
-    AdamW opt = {s.max_lr, s.beta1, s.beta2, s.adam_eps, s.wd};
+    float* losses = ref_adamw_steps(model, &s);
     int worst_step = 0; double worst_ratio = 0;
     for (int step = 0; step < s.n_steps; step++) {
-        memset(model->grads, 0, sizeof(float) * model->L.total);
-        losses[step] = model_forward(model, s.B, s.T, model->targets);
-        model_backward(model, s.B, s.T, model->targets, 1.0f / N);
-        opt.lr = lr_at(step, s.max_lr, s.warmup, s.n_steps, s.final_frac);
-        model_update(model, &opt, step + 1, s.clip);   /* clip, AdamW, the bf16 weight copy: the training loop's call */
         double r = fabs((double)losses[step] - s.losses[step]) / bf16_losses_bound(loss0_bound, s.losses, step, L);
         if (!(r <= worst_ratio)) { worst_ratio = r; worst_step = step; }
     }

@@ -6,8 +6,9 @@
 
 #include <stdint.h>
 #include <stdio.h>
-#include "checksum.h"
-#include "utils.h"
+#include "../llmc/checksum.h"
+#include "../llmc/utils.h"
+#include "check.h"
 
 typedef struct {
     int B, T, V, n_steps, warmup;
@@ -44,5 +45,31 @@ static int read_state(const char* path, RefState* s) {
 }
 
 static void free_state(RefState* s) { free(s->tokens); free(s->logits); free(s->grads); free(s->losses); }
+
+/* the reference state of a preset (states_dir/PRESET.state) read, and the path of its converted checkpoint
+ * (ckpt_dir/PRESET.ckpt, `make refckpts`) in cpath; 0, after a failed check, when the state cannot be read */
+static int ref_open(const char* preset, const char* states_dir, const char* ckpt_dir, RefState* s, char* cpath, size_t ncpath) {
+    char spath[1200];
+    snprintf(spath, sizeof(spath), "%s/%s.state", states_dir, preset);
+    snprintf(cpath, ncpath, "%s/%s.ckpt", ckpt_dir, preset);
+    if (!read_state(spath, s)) { check(0, "  read %s", spath); return 0; }
+    return 1;
+}
+
+/* the state's batch: B sequences of T + 1 tokens, as B x T inputs and the B x T next tokens */
+static void ref_batch(const RefState* s, int* inputs, int* targets) {
+    for (int b = 0; b < s->B; b++)
+        for (int t = 0; t < s->T; t++) {
+            inputs[b * s->T + t] = s->tokens[b * (s->T + 1) + t];
+            targets[b * s->T + t] = s->tokens[b * (s->T + 1) + t + 1];
+        }
+}
+
+/* the name of a parameter gradient in the tests' lines: "grad layers.L.NAME", or "grad NAME" outside the
+ * layers (TensorInfo and PT_NAMES: llmc/config.h, included by the trainer before this file) */
+static void grad_name(char* buf, size_t n, const TensorInfo* t) {
+    if (t->layer >= 0) snprintf(buf, n, "grad layers.%d.%s", t->layer, PT_NAMES[t->type]);
+    else snprintf(buf, n, "grad %s", PT_NAMES[t->type]);
+}
 
 #endif

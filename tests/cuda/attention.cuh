@@ -1,0 +1,664 @@
+/* attention.cuh: the attention kernel tests of test_sdc.cu: the materialised attention (llmc/attention.cuh,
+ * whole and split), the fused one (llmc/flash_attention.cuh), the chunked batch, and the four attention
+ * checks (llmc/attcheck.cuh) against llmc/attcheck.h's. */
+
+/* Catches: a wrong causal mask (future positions read), a GQA head mapped to the wrong K/V head, a missing
+ * 1/sqrt(hd) scale, a softmax or backward that differs from the CPU's math. */
+static void test_attention(void) {
+    printf("attention (llmc/attention.cuh) vs attention_forward / attention_backward\n");
+    struct { int B, T, H, KV, hd; } cases[] = {
+        {2, 37, 4, 2, 32}, {2, 37, 4, 2, 64}, {2, 128, 4, 2, 32}, {2, 128, 4, 2, 64}, {1, 64, 4, 1, 64}, {2, 50, 2, 2, 64},
+        {1, 40, 16, 8, 128}};   /* the last: qwen3-0.6b's heads (16 q, 8 kv, head_dim 128) */
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int B = cases[ci].B, T = cases[ci].T, H = cases[ci].H, KV = cases[ci].KV, hd = cases[ci].hd, g = H / KV;
+        size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
+        float scale = 1.0f / sqrtf((float)hd);
+        printf("  B %d T %d H %d KV %d hd %d\n", B, T, H, KV, hd);
+        float* q = h_normal(nq, 1.5, 0.0, 1);
+        float* k = h_normal(nk, 1.0, 0.0, 1);
+        float* v = h_normal(nk, 1.0, 0.0, 1);
+        bf16 *dq = d_bf16(q, nq), *dk = d_bf16(k, nk), *dv = d_bf16(v, nk);
+        bf16 *dout = d_bf16_poison(nq), *dlog = d_bf16_poison(na), *dprob = d_bf16_poison(na);
+        attention_forward(dout, dlog, dprob, dq, dk, dv, B, T, H, KV, hd, g_s);
+        Written wo, wl, wp;
+        float* out = dl_bf16(dout, nq, &wo);
+        float* lg = dl_bf16(dlog, na, &wl);
+        float* pr = dl_bf16(dprob, na, &wp);
+        float *rout = h_alloc(nq), *rlg = h_alloc(na), *rpr = h_alloc(na);
+        attention_forward(rout, rlg, rpr, q, k, v, B, T, H, KV, hd);
+        /* logits: one fp32 dot of hd terms each side, rounded once: 1 ulp + (hd+8) 2^-24 scale sum|q k| */
+        float* mlg = h_alloc(na);
+        float mlg_max = 0;
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < T; t++)
+                    for (int s = 0; s < T; s++) {
+                        double a = 0;
+                        if (s <= t)
+                            for (int i = 0; i < hd; i++)
+                                a += fabs((double)q[((size_t)b * T + t) * H * hd + (size_t)h * hd + i] *
+                                          k[((size_t)b * T + s) * KV * hd + (size_t)(h / g) * hd + i]);
+                        mlg[(((size_t)b * H + h) * T + t) * T + s] = (float)(a * scale);
+                        mlg_max = fmaxf(mlg_max, (float)(a * scale));
+                    }
+        double dot_tol = 2 * (hd + 8) * ldexp(1.0, -24); /* x2: tensor-core accumulation may truncate */
+        compare("logits [B,H,T,T] (masked entries 0)", lg, rlg, na, tol_bf16_mag(mlg, dot_tol), &wl);
+        /* probs: softmax of the fp32 logits on both sides; those differ by <= dot_tol * mlg_max, which
+         * moves p by a relative 2x that (max and sum shift too): 1 ulp + rtol */
+        compare("probs (masked entries 0)", pr, rpr, na, tol_bf16(2 * dot_tol * mlg_max + ldexp(1.0, -20)), &wp);
+        /* out: the GPU multiplies the bf16 probs (relative rounding <= 2^-9, so sum_s |dp_s| <= 2^-9
+         * and |dout| <= 2^-9 max|v|), the CPU the fp32 ones: 1 ulp + 2^-8 max|v| (2x margin) */
+        Tol to = tol_bf16(0);
+        to.atol = ldexp(1.0, -8) * max_abs_of(v, nk);
+        compare("out", out, rout, nq, to, &wo);
+        /* backward: both sides get the same bf16 probs and dout */
+        float* go = h_normal(nq, 1.0, 0.0, 1);
+        float* prr = h_alloc(na);
+        for (size_t i = 0; i < na; i++) prr[i] = bf16_round(rpr[i]);
+        bf16 *gdq = d_bf16_poison(nq), *gdk = d_bf16_poison(nk), *gdv = d_bf16_poison(nk);
+        attention_backward(gdq, gdk, gdv, d_bf16(go, nq), d_bf16(prr, na), dq, dk, dv, B, T, H, KV, hd, g_s);
+        Written wq, wk, wv;
+        float* xdq = dl_bf16(gdq, nq, &wq);
+        float* xdk = dl_bf16(gdk, nk, &wk);
+        float* xdv = dl_bf16(gdv, nk, &wv);
+        float *rdq = h_alloc(nq), *rdk = h_alloc(nk), *rdv = h_alloc(nk), *rdatt = h_alloc(na);
+        attention_backward(rdq, rdk, rdv, rdatt, go, prr, q, k, v, B, T, H, KV, hd);
+        /* dv = P^T dO from identical bf16 inputs, g*T terms: 1 ulp + 2 (g T + 16) 2^-24 sum p |dO| */
+        float* mdv = h_alloc(nk);
+        memset(mdv, 0, nk * sizeof(float));
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < T; t++)
+                    for (int s = 0; s <= t; s++) {
+                        float p = prr[(((size_t)b * H + h) * T + t) * T + s];
+                        for (int i = 0; i < hd; i++)
+                            mdv[((size_t)b * T + s) * KV * hd + (size_t)(h / g) * hd + i] +=
+                                p * fabsf(go[((size_t)b * T + t) * H * hd + (size_t)h * hd + i]);
+                    }
+        compare("backward dv", xdv, rdv, nk, tol_bf16_mag(mdv, 2 * (g * T + 16) * ldexp(1.0, -24)), &wv);
+        /* dq, dk: the GPU's GEMMs read bf16 dlogits (relative rounding 2^-9, random sign), the CPU's
+         * fp32 ones: typical relative error 2^-9 of the element's magnitude, the largest a few times
+         * that; bound 2^-6 of the tensor's max|ref| (plus 1 ulp) and relative L2 < 1e-2 */
+        Tol tq = tol_bf16(0);
+        tq.atol = ldexp(1.0, -6) * max_abs_of(rdq, nq);
+        compare("backward dq", xdq, rdq, nq, tq, &wq);
+        Tol tk = tol_bf16(0);
+        tk.atol = ldexp(1.0, -6) * max_abs_of(rdk, nk);
+        compare("backward dk (sum over the g query heads)", xdk, rdk, nk, tk, &wk);
+        FREE_ALL(q, k, v, out, lg, pr, rout, rlg, rpr, mlg, go, prr, xdq, xdk, xdv, rdq, rdk, rdv, rdatt, mdv);
+        dfree_all();
+    }
+}
+
+/* the split attention pieces (fault injection into att_logits / att_probs and their gradients) against
+ * the CPU's three-step attention, each from identical bf16 inputs; wherever the CPU reads only s <= t the
+ * input holds garbage at s > t, which must change nothing */
+/* Catches: a split kernel that reads the masked upper triangle, a gradient step of the split path that differs
+ * from the CPU's three-step attention. */
+static void test_attention_split(void) {
+    printf("attention split path (llmc/attention.cuh) vs attention_softmax_forward / attention_av_forward /\n"
+           "  attention_av_backward / attention_softmax_backward / attention_logits_backward\n");
+    struct { int B, T, H, KV, hd; } cases[] = {{2, 37, 4, 2, 32}, {2, 128, 4, 2, 64}, {1, 64, 4, 1, 64}, {2, 50, 2, 2, 64}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int B = cases[ci].B, T = cases[ci].T, H = cases[ci].H, KV = cases[ci].KV, hd = cases[ci].hd, g = H / KV;
+        size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T, rows = (size_t)B * H * T;
+        float scale = 1.0f / sqrtf((float)hd);
+        printf("  B %d T %d H %d KV %d hd %d\n", B, T, H, KV, hd);
+        float* q = h_normal(nq, 1.5, 0.0, 1);
+        float* k = h_normal(nk, 1.0, 0.0, 1);
+        float* v = h_normal(nk, 1.0, 0.0, 1);
+        bf16 *gq = d_bf16(q, nq), *gk = d_bf16(k, nk), *gv = d_bf16(v, nk);
+        Written w;
+
+        /* softmax from bf16 logits (garbage at s > t). Same inputs: expf (a few fp32 ulps) and the sum
+         * order ((T+8) 2^-24 relative, x2): 1 ulp + rtol */
+        double rt = 2 * (T + 8) * ldexp(1.0, -24) + ldexp(1.0, -21);
+        float* lg = h_normal(na, 2.0, 0.0, 1);
+        bf16 *glg = d_bf16(lg, na), *gpr = d_bf16_poison(na);
+        attention_softmax_from_logits(gpr, glg, NULL, B, H, T, g_s);
+        float* pr = dl_bf16(gpr, na, &w);
+        float* rpr = h_alloc(na);
+        attention_softmax_forward(rpr, lg, B, H, T);
+        compare("softmax from bf16 logits (garbage at s > t)", pr, rpr, na, tol_bf16(rt), &w);
+        /* with ref: rows changed at s <= t recomputed, rows changed only at s > t and unchanged rows
+         * left alone (here: still the poison) */
+        float* lg2 = h_copy(lg, na);
+        size_t expect_sel = 0;
+        for (size_t r = 0; r < rows; r++) {
+            int t = (int)(r % T);
+            if (r % 3 == 0) { lg2[r * T + t / 2] = bf16_round(lg2[r * T + t / 2] + 1.0f); expect_sel++; }
+            else if (r % 3 == 1 && t < T - 1) lg2[r * T + T - 1] = bf16_round(lg2[r * T + T - 1] + 1.0f);
+        }
+        bf16* gpr2 = d_bf16_poison(na);
+        attention_softmax_from_logits(gpr2, d_bf16(lg2, na), glg, B, H, T, g_s);
+        float* pr2 = dl_bf16(gpr2, na, &w);
+        float* rpr2 = h_alloc(na);
+        attention_softmax_forward(rpr2, lg2, B, H, T);
+        float *gs = h_alloc(na), *rs = h_alloc(na);
+        size_t nsel = 0, touched = 0, unw = 0;
+        for (size_t r = 0; r < rows; r++) {
+            int t = (int)(r % T), changed = 0;
+            for (int s2 = 0; s2 <= t; s2++) changed |= f32_bits(lg2[r * T + s2]) != f32_bits(lg[r * T + s2]);
+            for (int s2 = 0; s2 < T; s2++) {
+                uint32_t bits = f32_bits(pr2[r * T + s2]);
+                if (changed) { gs[nsel] = pr2[r * T + s2]; rs[nsel] = rpr2[r * T + s2]; nsel++; unw += bits == 0xFFFF0000u; }
+                else touched += bits != 0xFFFF0000u;
+            }
+        }
+        Written ws = {unw, w.overrun};
+        compare("  ref given: the rows changed at s <= t", gs, rs, nsel, tol_bf16(rt), &ws);
+        check(touched == 0 && nsel == expect_sel * T, "      the other rows (changed only at s > t, or not at all) untouched: %zu elements written, "
+              "%zu of %zu rows recomputed", touched, nsel / T, rows);
+
+        /* probs x v from the bf16 probs (0 at s > t): the same fp32 sums in another order, T terms:
+         * 1 ulp + 2 (T + 16) 2^-24 sum_s p |v| */
+        float* p = h_alloc(na);
+        for (size_t i = 0; i < na; i++) p[i] = bf16_round(rpr[i]);
+        bf16 *gp = d_bf16(p, na), *gout = d_bf16_poison(nq);
+        attention_av(gout, gp, gv, B, T, H, KV, hd, g_s);
+        float* out = dl_bf16(gout, nq, &w);
+        float *rout = h_alloc(nq), *mo = h_alloc(nq);
+        attention_av_forward(rout, p, v, B, T, H, KV, hd);
+        float* av = h_abs(v, nk);
+        attention_av_forward(mo, p, av, B, T, H, KV, hd); /* p >= 0: sum_s p |v| */
+        compare("av: out = probs v", out, rout, nq, tol_bf16_mag(mo, 2 * (T + 16) * ldexp(1.0, -24)), &w);
+        /* the forward's own probs: attention_av gives attention_forward's out bit for bit (m = 0 faults) */
+        bf16 *fout = d_bf16_poison(nq), *flg = d_bf16_poison(na), *fpr = d_bf16_poison(na), *fout2 = d_bf16_poison(nq);
+        attention_forward(fout, flg, fpr, gq, gk, gv, B, T, H, KV, hd, g_s);
+        attention_av(fout2, fpr, gv, B, T, H, KV, hd, g_s);
+        float* o1 = dl_bf16(fout, nq, NULL);
+        float* o2 = dl_bf16(fout2, nq, &w);
+        compare("av from attention_forward's probs == its out", o2, o1, nq, tol_bitwise(0), &w);
+        /* and softmax_from_logits with ref = the logits themselves recomputes nothing */
+        float* fp0 = dl_bf16(fpr, na, NULL);
+        attention_softmax_from_logits(fpr, flg, flg, B, H, T, g_s);
+        float* fp1 = dl_bf16(fpr, na, &w);
+        compare("softmax_from_logits, ref = logits: probs unchanged", fp1, fp0, na, tol_bitwise(0), &w);
+
+        /* backward step 1: dprobs = dout . v (hd terms: 1 ulp + 2 (hd + 16) 2^-24 sum |dout v|), 0 at s > t;
+         * dv = P^T dO as the fused backward, bit for bit */
+        float* go = h_normal(nq, 1.0, 0.0, 1);
+        bf16* ggo = d_bf16(go, nq);
+        bf16 *gdp = d_bf16_poison(na), *gdv = d_bf16_poison(nk);
+        attention_split_av_backward(gdp, gdv, ggo, gp, gv, B, T, H, KV, hd, g_s);
+        Written wd, wv;
+        float* xdp = dl_bf16(gdp, na, &wd);
+        float* xdv = dl_bf16(gdv, nk, &wv);
+        float *rdp = h_alloc(na), *rdv = h_alloc(nk), *mdp = h_alloc(na), *mdv = h_alloc(nk);
+        attention_av_backward(rdp, rdv, go, p, v, B, T, H, KV, hd);
+        float* ago = h_abs(go, nq);
+        attention_av_backward(mdp, mdv, ago, p, av, B, T, H, KV, hd); /* sum |dout v| and sum p |dout| */
+        compare("split av backward: dprobs (bf16, 0 at s > t)", xdp, rdp, na, tol_bf16_mag(mdp, 2 * (hd + 16) * ldexp(1.0, -24)), &wd);
+        compare("split av backward: dv", xdv, rdv, nk, tol_bf16_mag(mdv, 2 * (g * T + 16) * ldexp(1.0, -24)), &wv);
+        bf16 *fdq = d_bf16_poison(nq), *fdk = d_bf16_poison(nk), *fdv = d_bf16_poison(nk);
+        attention_backward(fdq, fdk, fdv, ggo, gp, gq, gk, gv, B, T, H, KV, hd, g_s);
+        float* xfdv = dl_bf16(fdv, nk, NULL);
+        compare("split av backward: dv == the fused backward's", xdv, xfdv, nk, tol_bitwise(0), &wv);
+
+        /* step 2 (garbage dprobs at s > t): dl = p (dp - sum p dp); 1 ulp + 2 (T + 16) 2^-24 p (|dp| + sum p |dp|) */
+        float* dpin = h_normal(na, 4.0, 0.0, 1);
+        bf16 *gdpin = d_bf16(dpin, na), *gdl = d_bf16_poison(na);
+        attention_split_softmax_backward(gdl, gdpin, gp, B, H, T, g_s);
+        Written wl;
+        float* xdl = dl_bf16(gdl, na, &wl);
+        float *rdl = h_alloc(na), *mdl = h_alloc(na);
+        attention_softmax_backward(rdl, dpin, p, B, H, T);
+        for (size_t r = 0; r < rows; r++) {
+            int t = (int)(r % T);
+            double sp = 0;
+            for (int s2 = 0; s2 <= t; s2++) sp += (double)p[r * T + s2] * fabsf(dpin[r * T + s2]);
+            for (int s2 = 0; s2 < T; s2++) mdl[r * T + s2] = s2 <= t ? (float)(p[r * T + s2] * (fabsf(dpin[r * T + s2]) + sp)) : 0.0f;
+        }
+        compare("split softmax backward: dlogits (unscaled, 0 at s > t)", xdl, rdl, na, tol_bf16_mag(mdl, 2 * (T + 16) * ldexp(1.0, -24)), &wl);
+        attention_split_softmax_backward(gdpin, gdpin, gp, B, H, T, g_s);
+        float* xdl2 = dl_bf16(gdpin, na, &wl);
+        compare("split softmax backward in place == out of place", xdl2, xdl, na, tol_bitwise(0), &wl);
+
+        /* step 3 (garbage dlogits at s > t, zeroed in place): dq = scale dL K, dk = scale dL^T Q;
+         * 1 ulp + 2 (terms + 16) 2^-24 scale sum |dl| |k or q| */
+        float* dlin = h_normal(na, 0.1, 0.0, 1);
+        bf16 *gdlin = d_bf16(dlin, na), *gdq = d_bf16_poison(nq), *gdk = d_bf16_poison(nk);
+        attention_split_logits_backward(gdq, gdk, gdlin, gq, gk, B, T, H, KV, hd, g_s);
+        Written wq, wk, wm;
+        float* xdq = dl_bf16(gdq, nq, &wq);
+        float* xdk = dl_bf16(gdk, nk, &wk);
+        float* xdlm = dl_bf16(gdlin, na, &wm);
+        float *rdq = h_alloc(nq), *rdk = h_alloc(nk), *mdq = h_alloc(nq), *mdk = h_alloc(nk);
+        attention_logits_backward(rdq, rdk, dlin, q, k, B, T, H, KV, hd);
+        float *adl = h_abs(dlin, na), *aq = h_abs(q, nq), *ak = h_abs(k, nk);
+        attention_logits_backward(mdq, mdk, adl, aq, ak, B, T, H, KV, hd);
+        compare("split logits backward: dq", xdq, rdq, nq, tol_bf16_mag(mdq, 2 * (T + 16) * ldexp(1.0, -24)), &wq);
+        compare("split logits backward: dk", xdk, rdk, nk, tol_bf16_mag(mdk, 2 * (g * T + 16) * ldexp(1.0, -24)), &wk);
+        float* dlm = h_alloc(na);
+        for (size_t i = 0; i < na; i++) dlm[i] = (int)(i % T) > (int)((i / T) % T) ? 0.0f : dlin[i];
+        compare("split logits backward: dlogits zeroed at s > t, else kept", xdlm, dlm, na, tol_bitwise(0), &wm);
+
+        /* the three steps chained (dprobs, dlogits in one bf16 buffer, in place) vs the CPU's attention_backward:
+         * the tolerance of the fused backward (test_attention); the split one rounds dprobs to bf16 too */
+        bf16 *gbuf = d_bf16_poison(na), *sdq = d_bf16_poison(nq), *sdk = d_bf16_poison(nk), *sdv = d_bf16_poison(nk);
+        attention_split_av_backward(gbuf, sdv, ggo, gp, gv, B, T, H, KV, hd, g_s);
+        attention_split_softmax_backward(gbuf, gbuf, gp, B, H, T, g_s);
+        attention_split_logits_backward(sdq, sdk, gbuf, gq, gk, B, T, H, KV, hd, g_s);
+        Written cq, ck;
+        float* cdq = dl_bf16(sdq, nq, &cq);
+        float* cdk = dl_bf16(sdk, nk, &ck);
+        float *bdq = h_alloc(nq), *bdk = h_alloc(nk), *bdv = h_alloc(nk), *batt = h_alloc(na);
+        attention_backward(bdq, bdk, bdv, batt, go, p, q, k, v, B, T, H, KV, hd);
+        Tol tq = tol_bf16(0);
+        tq.atol = ldexp(1.0, -6) * max_abs_of(bdq, nq);
+        compare("split backward chained: dq", cdq, bdq, nq, tq, &cq);
+        Tol tk = tol_bf16(0);
+        tk.atol = ldexp(1.0, -6) * max_abs_of(bdk, nk);
+        compare("split backward chained: dk", cdk, bdk, nk, tk, &ck);
+
+        FREE_ALL(q, k, v, lg, pr, rpr, lg2, pr2, rpr2, gs, rs, p, out, rout, mo, av, o1, o2, fp0, fp1, go, xdp, xdv, rdp, rdv, mdp, mdv,
+                 ago, xfdv, dpin, xdl, rdl, mdl, xdl2, dlin, xdq, xdk, xdlm, rdq, rdk, mdq, mdk, adl, aq, ak, dlm, cdq, cdk, bdq, bdk,
+                 bdv, batt);
+        dfree_all();
+    }
+}
+
+/* the fused attention (llmc/flash_attention.cuh) against the CPU's attention_forward / attention_backward
+ * (fp32, from the same bf16 q, k, v, dout), for determinism, and against the materialised path.
+ * Bounds per element, derived from the fp32 arithmetic of both sides (u = 2^-24), on top of 1 bf16 ulp
+ * for the GPU's final rounding; each side errs by at most the bound, so the difference gets both:
+ *   z[t,s]  error ez = (hd + 4) u scale sum_d |q k| on either side; EZ[t] its max over s <= t;
+ *   p       relative error eP[t] = 2 (2 EZ[t] + (T + 16) u)   (numerator and normaliser, exp, sums);
+ *   out     (eP[t] + 2 (T + 4) u) sum_s p |v|;   lse: 2 EZ[t] + (2 T + 16) u + 8 u |lse|;
+ *   D[t]    the GPU's from its bf16 out: sum_d |dout| (2^-8 |out| + out's bound) + 2 (T + hd + 4) u (sum_s p |dP| + sum_d |dout out|);
+ *   dZ[t,s] p ((eP + 4u) |dP - D| + 2 (hd + 2) u sum_d |dout v| + dD + 2u (|dP| + |D|));
+ *   dq      scale sum_s (dZ's bound + 2 (T + 4) u |dZ|) |k|;  dk likewise over (h, t) (g T terms) with |q|;
+ *   dv      sum_(h,t) p (eP + 2 (g T + 4) u) |dout|.
+ * Against the materialised path (which multiplies bf16 probs and bf16 dlogits, bounded in test_attention
+ * by 2^-8 max|v| for out, 2^-6 max|ref| for dq and dk, 2^-9 sum p |dout| for dv): the sum of both bounds,
+ * 2 ulps. All with relative L2 < 1e-2. */
+/* Catches: an online softmax that rescales wrongly across tiles, the causal skip dropping a diagonal tile, T not a
+ * multiple of the tile mishandled, a dK/dV or dQ order that changes between runs (atomics), a GQA mapping error. */
+static void test_flash_attention(void) {
+    printf("fused attention (llmc/flash_attention.cuh) vs attention_forward / attention_backward, determinism, vs llmc/attention.cuh\n");
+    struct { int B, T, H, KV, hd; } cases[] = {
+        {2, 37, 4, 2, 64}, {1, 130, 8, 2, 64}, {2, 37, 4, 4, 128}, {1, 130, 4, 2, 128}, {1, 100, 8, 2, 128}, {1, 70, 4, 1, 32}};
+    const double u = ldexp(1.0, -24);
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const int B = cases[ci].B, T = cases[ci].T, H = cases[ci].H, KV = cases[ci].KV, hd = cases[ci].hd, g = H / KV;
+        const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T, nr = (size_t)B * H * T;
+        const size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+        const float scale = 1.0f / sqrtf((float)hd);
+        printf("  B %d T %d H %d KV %d hd %d (g %d)\n", B, T, H, KV, hd, g);
+        float* q = h_normal(nq, 1.5, 0.0, 1);
+        float* k = h_normal(nk, 1.0, 0.0, 1);
+        float* v = h_normal(nk, 1.0, 0.0, 1);
+        float* go = h_normal(nq, 1.0, 0.0, 1);
+        bf16 *dq_in = d_bf16(q, nq), *dk_in = d_bf16(k, nk), *dv_in = d_bf16(v, nk), *dgo = d_bf16(go, nq);
+        bf16* gout = d_bf16_poison(nq);
+        float* glse = d_f32_poison(nr);
+        flash_attention_forward(gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, g_s);
+        Written wo, wl;
+        float* out = dl_bf16(gout, nq, &wo);
+        float* lse = dl_f32(glse, nr, &wl);
+        float *rout = h_alloc(nq), *rlg = h_alloc(na), *rpr = h_alloc(na);
+        attention_forward(rout, rlg, rpr, q, k, v, B, T, H, KV, hd);
+
+        /* per row: EZ, eP, lse (double, from the CPU's fp32 logits), D (double, sum_s p dP) */
+        float *rlse = h_alloc(nr), *mlse = h_alloc(nr), *mout = h_alloc(nq);
+        double *eP = (double*)mallocCheck(nr * sizeof(double)), *Dx = (double*)mallocCheck(nr * sizeof(double));
+        double *dD = (double*)mallocCheck(nr * sizeof(double));
+        double* dP = (double*)mallocCheck((size_t)T * sizeof(double));
+        double* adP = (double*)mallocCheck((size_t)T * sizeof(double));
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < T; t++) {
+                    const size_t r = ((size_t)b * H + h) * T + t;
+                    const float* qt = q + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                    const float* lr = rlg + r * T;
+                    double EZ = 0, mx = -INFINITY, sum = 0;
+                    for (int s = 0; s <= t; s++) {
+                        const float* kk = k + ((size_t)b * T + s) * ks + (size_t)(h / g) * hd;
+                        double a = 0;
+                        for (int i = 0; i < hd; i++) a += fabs((double)qt[i] * kk[i]);
+                        EZ = fmax(EZ, (hd + 4) * u * scale * a);
+                        mx = fmax(mx, lr[s]);
+                    }
+                    for (int s = 0; s <= t; s++) sum += exp(lr[s] - mx);
+                    rlse[r] = (float)(mx + log(sum));
+                    mlse[r] = (float)(2 * EZ + (2.0 * T + 16) * u + 8 * u * fabs(rlse[r]));
+                    eP[r] = 2 * (2 * EZ + (T + 16) * u);
+                    for (int i = 0; i < hd; i++) {
+                        double spv = 0;
+                        for (int s = 0; s <= t; s++)
+                            spv += rpr[r * T + s] * fabs((double)v[((size_t)b * T + s) * ks + (size_t)(h / g) * hd + i]);
+                        mout[((size_t)b * T + t) * qs + (size_t)h * hd + i] = (float)((eP[r] + 2 * (T + 4) * u) * spv);
+                    }
+                }
+        compare("forward out", out, rout, nq, tol_bf16_mag(mout, 1.0), &wo);
+        compare("forward lse [B,H,T] (fp32)", lse, rlse, nr, tol_f32(mlse, 1.0, 0.0, 0.0), &wl);
+
+        /* backward from the forward's own out and lse */
+        bf16 *gdq = d_bf16_poison(nq), *gdk = d_bf16_poison(nk), *gdv = d_bf16_poison(nk);
+        flash_attention_backward(gdq, gdk, gdv, dgo, gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, g_s);
+        Written wq, wk, wv;
+        float* xdq = dl_bf16(gdq, nq, &wq);
+        float* xdk = dl_bf16(gdk, nk, &wk);
+        float* xdv = dl_bf16(gdv, nk, &wv);
+        float *rdq = h_alloc(nq), *rdk = h_alloc(nk), *rdv = h_alloc(nk), *rdatt = h_alloc(na);
+        attention_backward(rdq, rdk, rdv, rdatt, go, rpr, q, k, v, B, T, H, KV, hd);
+        float *mdq = h_alloc(nq), *mdk = h_alloc(nk), *mdv = h_alloc(nk), *spdo = h_alloc(nk);
+        memset(mdq, 0, nq * sizeof(float));
+        memset(mdk, 0, nk * sizeof(float));
+        memset(mdv, 0, nk * sizeof(float));
+        memset(spdo, 0, nk * sizeof(float));
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < T; t++) {
+                    const size_t r = ((size_t)b * H + h) * T + t;
+                    const float* dot_ = go + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                    const float* qt = q + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                    const float* ot = rout + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                    const float* mo = mout + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                    double D = 0, spdp = 0, sdo = 0, dDo = 0;
+                    for (int s = 0; s <= t; s++) {
+                        const float* vv = v + ((size_t)b * T + s) * ks + (size_t)(h / g) * hd;
+                        double a = 0, aa = 0;
+                        for (int i = 0; i < hd; i++) { a += (double)dot_[i] * vv[i]; aa += fabs((double)dot_[i] * vv[i]); }
+                        dP[s] = a;
+                        adP[s] = aa;
+                        D += rpr[r * T + s] * a;
+                        spdp += rpr[r * T + s] * fabs(a);
+                    }
+                    for (int i = 0; i < hd; i++) {
+                        sdo += fabs((double)dot_[i] * ot[i]);
+                        dDo += fabs((double)dot_[i]) * (ldexp(1.0, -8) * fabs((double)ot[i]) + mo[i]);
+                    }
+                    Dx[r] = D;
+                    dD[r] = dDo + 2 * (T + hd + 4) * u * (spdp + sdo);
+                    for (int s = 0; s <= t; s++) {
+                        const double p = rpr[r * T + s];
+                        const double dz = p * fabs(dP[s] - D);
+                        const double edz = p * ((eP[r] + 4 * u) * fabs(dP[s] - D) + 2 * (hd + 2) * u * adP[s] + dD[r] + 2 * u * (fabs(dP[s]) + fabs(D)));
+                        const size_t ko = ((size_t)b * T + s) * ks + (size_t)(h / g) * hd;
+                        const double wq_ = scale * (edz + 2 * (T + 4) * u * dz), wk_ = scale * (edz + 2 * (g * T + 4) * u * dz);
+                        const double wv_ = p * (eP[r] + 2 * (g * T + 4) * u);
+                        for (int i = 0; i < hd; i++) {
+                            mdq[((size_t)b * T + t) * qs + (size_t)h * hd + i] += (float)(wq_ * fabs((double)k[ko + i]));
+                            mdk[ko + i] += (float)(wk_ * fabs((double)qt[i]));
+                            mdv[ko + i] += (float)(wv_ * fabs((double)dot_[i]));
+                            spdo[ko + i] += (float)(p * fabs((double)dot_[i]));
+                        }
+                    }
+                }
+        compare("backward dq", xdq, rdq, nq, tol_bf16_mag(mdq, 1.0), &wq);
+        compare("backward dk (sum over the g query heads)", xdk, rdk, nk, tol_bf16_mag(mdk, 1.0), &wk);
+        compare("backward dv (sum over the g query heads)", xdv, rdv, nk, tol_bf16_mag(mdv, 1.0), &wv);
+
+        /* determinism: a second forward and backward into fresh (poisoned) buffers, bitwise */
+        bf16 *gout2 = d_bf16_poison(nq), *gdq2 = d_bf16_poison(nq), *gdk2 = d_bf16_poison(nk), *gdv2 = d_bf16_poison(nk);
+        float* glse2 = d_f32_poison(nr);
+        flash_attention_forward(gout2, glse2, dq_in, dk_in, dv_in, B, T, H, KV, hd, g_s);
+        flash_attention_backward(gdq2, gdk2, gdv2, dgo, gout2, glse2, dq_in, dk_in, dv_in, B, T, H, KV, hd, g_s);
+        float* out2 = dl_bf16(gout2, nq, NULL);
+        float* lse2 = dl_f32(glse2, nr, NULL);
+        float* xdq2 = dl_bf16(gdq2, nq, NULL);
+        float* xdk2 = dl_bf16(gdk2, nk, NULL);
+        float* xdv2 = dl_bf16(gdv2, nk, NULL);
+        int same = !memcmp(out2, out, nq * 4) && !memcmp(lse2, lse, nr * 4) && !memcmp(xdq2, xdq, nq * 4) && !memcmp(xdk2, xdk, nk * 4) &&
+                   !memcmp(xdv2, xdv, nk * 4);
+        check(same, "    determinism: a second forward + backward, out lse dq dk dv bitwise equal: %s", same ? "yes" : "NO");
+
+        /* against the materialised path on the same inputs (its backward from its own bf16 probs) */
+        bf16 *mgo = d_bf16_poison(nq), *mgl = d_bf16_poison(na), *mgp = d_bf16_poison(na);
+        bf16 *mgdq = d_bf16_poison(nq), *mgdk = d_bf16_poison(nk), *mgdv = d_bf16_poison(nk);
+        attention_forward(mgo, mgl, mgp, dq_in, dk_in, dv_in, B, T, H, KV, hd, g_s);
+        attention_backward(mgdq, mgdk, mgdv, dgo, mgp, dq_in, dk_in, dv_in, B, T, H, KV, hd, g_s);
+        float* mo_ = dl_bf16(mgo, nq, NULL);
+        float* mdq_ = dl_bf16(mgdq, nq, NULL);
+        float* mdk_ = dl_bf16(mgdk, nk, NULL);
+        float* mdv_ = dl_bf16(mgdv, nk, NULL);
+        Tol to = tol_bf16_mag(mout, 1.0);
+        to.ulps = 2; to.round_ref = 0; to.atol = ldexp(1.0, -8) * max_abs_of(v, nk);
+        compare("vs materialised: out", out, mo_, nq, to, NULL);
+        Tol tq = tol_bf16_mag(mdq, 1.0);
+        tq.ulps = 2; tq.round_ref = 0; tq.atol = ldexp(1.0, -6) * max_abs_of(rdq, nq);
+        compare("vs materialised: dq", xdq, mdq_, nq, tq, NULL);
+        Tol tk = tol_bf16_mag(mdk, 1.0);
+        tk.ulps = 2; tk.round_ref = 0; tk.atol = ldexp(1.0, -6) * max_abs_of(rdk, nk);
+        compare("vs materialised: dk", xdk, mdk_, nk, tk, NULL);
+        for (size_t i = 0; i < nk; i++) mdv[i] += (float)(ldexp(1.0, -8) * spdo[i]);
+        Tol tv = tol_bf16_mag(mdv, 1.0);
+        tv.ulps = 2; tv.round_ref = 0;
+        compare("vs materialised: dv", xdv, mdv_, nk, tv, NULL);
+
+        FREE_ALL(q, k, v, go, out, lse, rout, rlg, rpr, rlse, mlse, mout, eP, Dx, dD, dP, adP, xdq, xdk, xdv, rdq, rdk, rdv, rdatt, mdq,
+                 mdk, mdv, spdo, out2, lse2, xdq2, xdk2, xdv2, mo_, mdq_, mdk_, mdv_);
+        dfree_all();
+    }
+}
+
+/* ------------------------------------------------------------- attention in chunks (attention.cuh) */
+/* B*H*T^2 > ATTN_CHUNK_FLOATS (2^26): attention_forward / attention_backward process the batch in chunks of
+ * nb sequences (here B 3, H 2, T 4096: nb 2, chunks of 2 and 1). Each sequence is independent, so the
+ * chunked run must give what one unchunked run per sequence (B 1: H*T^2 = 2^25, one chunk) gives: logits,
+ * probs, out, dq, dk, dv within 1 bf16 ulp (bitwise on the emulator; a GPU may pick another GEMM algorithm
+ * for another batch count), every element written. The per-sequence runs are checked against the CPU by
+ * test_attention's shapes; this checks the chunk bookkeeping (offsets, scratch reuse, the last partial chunk). */
+static size_t bf16_ulp_diff(const uint16_t* a, const uint16_t* b, size_t n, size_t* differ) {
+    size_t bad = 0;
+    *differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] == b[i]) continue;
+        (*differ)++;
+        const float x = bf16_bits_to_f32(a[i]), y = bf16_bits_to_f32(b[i]);
+        if (!(fabs((double)x - y) <= ulp_bf16(fmax(fabs((double)x), fabs((double)y))))) bad++;
+    }
+    return bad;
+}
+static uint16_t* dl_bits(const bf16* d, size_t n) {
+    uint16_t* h = (uint16_t*)mallocCheck(n * 2);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
+    return h;
+}
+/* Catches: a chunked attention (B*H*T^2 above the buffer) that mixes sequences across chunk boundaries or skips a
+ * chunk. */
+static void test_attention_chunked(void) {
+    const int B = 3, T = 4096, H = 2, KV = 1, hd = 8;
+    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
+    const size_t sq = nq / B, sk = nk / B, sa = na / B;
+    printf("attention in chunks (llmc/attention.cuh): B %d T %d H %d KV %d hd %d, B*H*T^2 = %zu > %zu: %d sequences a chunk, "
+           "vs one run per sequence\n", B, T, H, KV, hd, na, (size_t)ATTN_CHUNK_FLOATS, attention_chunk(B, H, T));
+    float* q = h_normal(nq, 1.5, 0.0, 1);
+    float* k = h_normal(nk, 1.0, 0.0, 1);
+    float* v = h_normal(nk, 1.0, 0.0, 1);
+    float* dout = h_normal(nq, 1.0, 0.0, 1);
+    bf16 *dq_ = d_bf16(q, nq), *dk_ = d_bf16(k, nk), *dv_ = d_bf16(v, nk), *ddo = d_bf16(dout, nq);
+    FREE_ALL(q, k, v, dout);
+    bf16 *out = d_bf16_poison(nq), *lg = d_bf16_poison(na), *pr = d_bf16_poison(na);
+    bf16 *gq = d_bf16_poison(nq), *gk = d_bf16_poison(nk), *gv = d_bf16_poison(nk);
+    attention_forward(out, lg, pr, dq_, dk_, dv_, B, T, H, KV, hd, g_s);
+    attention_backward(gq, gk, gv, ddo, pr, dq_, dk_, dv_, B, T, H, KV, hd, g_s);
+    bf16 *out1 = d_bf16_poison(sq), *lg1 = d_bf16_poison(sa), *pr1 = d_bf16_poison(sa);
+    bf16 *gq1 = d_bf16_poison(sq), *gk1 = d_bf16_poison(sk), *gv1 = d_bf16_poison(sk);
+    size_t bad[6] = {0}, differ[6] = {0}, unwritten = 0;
+    for (int b = 0; b < B; b++) {
+        attention_forward(out1, lg1, pr1, dq_ + b * sq, dk_ + b * sk, dv_ + b * sk, 1, T, H, KV, hd, g_s);
+        attention_backward(gq1, gk1, gv1, ddo + b * sq, pr1, dq_ + b * sq, dk_ + b * sk, dv_ + b * sk, 1, T, H, KV, hd, g_s);
+        const bf16* whole[6] = {lg + b * sa, pr + b * sa, out + b * sq, gq + b * sq, gk + b * sk, gv + b * sk};
+        const bf16* one[6] = {lg1, pr1, out1, gq1, gk1, gv1};
+        const size_t len[6] = {sa, sa, sq, sq, sk, sk};
+        for (int t = 0; t < 6; t++) {
+            uint16_t *x = dl_bits(whole[t], len[t]), *y = dl_bits(one[t], len[t]);
+            size_t d;
+            bad[t] += bf16_ulp_diff(x, y, len[t], &d);
+            differ[t] += d;
+            for (size_t i = 0; i < len[t]; i++) unwritten += x[i] == 0xFFFF;
+            free(x); free(y);
+        }
+    }
+    const char* names[6] = {"logits", "probs", "out", "dq", "dk", "dv"};
+    for (int t = 0; t < 6; t++)
+        check(bad[t] == 0 && (t || unwritten == 0), "    %-6s chunked vs per sequence: %zu elements differ, %zu by more than 1 bf16 ulp%s", names[t],
+              differ[t], bad[t], t ? "" : (unwritten ? "; some elements unwritten (NaN poison)" : "; every element of the six written"));
+    dfree_all();
+    cuda_workspace_free_all();   /* 1 GiB of scratch: give it back */
+}
+
+/* ------------------------------------------------------------- attention checks (attcheck.cuh) */
+/* the four GPU checks (abft / att as the trainer's flags) on device tensors: failed heads per check */
+static void gpu_attcheck(int cnt[ATTC_NCHECK], int* dbuf, double* scratch, const bf16* lg, const bf16* pr, const bf16* out,
+                         const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int abft, int att) {
+    cudaCheck(cudaMemset(dbuf, 0, sizeof(int) * ATTC_NCHECK * (1 + (size_t)B * H)));
+    attcheck_forward(dbuf, dbuf + ATTC_NCHECK, scratch, lg, pr, out, q, k, v, B, T, H, KV, hd, abft, att, g_s);
+    cudaCheck(cudaStreamSynchronize(g_s));
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaMemcpy(cnt, dbuf, sizeof(int) * ATTC_NCHECK, cudaMemcpyDeviceToHost));
+}
+/* the CPU's (llmc/attcheck.h, bf16 tolerances), in the counters' order */
+static void cpu_attcheck(int cnt[ATTC_NCHECK], const float* lg, const float* pr, const float* out, const float* q, const float* k,
+                         const float* v, int B, int T, int H, int KV, int hd) {
+    cnt[ATTC_ABFT_LOGITS] = abft_logits_check(lg, q, k, B, T, H, KV, hd, 16);
+    cnt[ATTC_ATT_LOGITS] = att_logits_rowcheck(lg, q, k, B, T, H, KV, hd, 16);
+    cnt[ATTC_ATT_PROBS] = att_probs_rowcheck(pr, B, H, T, 16);
+    cnt[ATTC_ABFT_AV] = abft_av_check(out, pr, v, B, T, H, KV, hd, 16);
+}
+/* one line: GPU counts == CPU counts == want (want[c] < 0: any value, as long as GPU == CPU) */
+static void attcheck_line(const char* what, const int* gc, const int* cc, const int* want) {
+    int ok = 1;
+    for (int c = 0; c < ATTC_NCHECK; c++) ok &= gc[c] == cc[c] && (want[c] < 0 || gc[c] == want[c]);
+    char w[64];
+    int o = 0;
+    for (int c = 0; c < ATTC_NCHECK; c++) o += snprintf(w + o, sizeof(w) - o, want[c] < 0 ? "=cpu " : "%d ", want[c]);
+    check(ok, "    %-44s failed heads abft_logits/att_logits/att_probs/abft_av: gpu %d %d %d %d, cpu %d %d %d %d (want %s)", what,
+          gc[0], gc[1], gc[2], gc[3], cc[0], cc[1], cc[2], cc[3], w);
+}
+/* the top exponent bit of a bf16 value (bit 14; bit 30 of the fp32 that holds it) flipped */
+static float flip_top_exponent(float x) { return bits_f32(f32_bits(x) ^ 0x40000000u); }
+/* a random element of the live triangle (s <= t) of [B,H,T,T] in head bh (-1: any) with 2^-20 <= |x| < 1,
+ * so that the flip makes it >= 2^108 (never a value within any tolerance); (size_t)-1 if none found */
+static size_t pick_live(const float* x, int B, int H, int T, int bh) {
+    for (int tries = 0; tries < 1000000; tries++) {
+        size_t hh = bh >= 0 ? (size_t)bh : (size_t)rng_below(&g_rng, (uint64_t)B * H);
+        int t = (int)rng_below(&g_rng, T), s = (int)rng_below(&g_rng, t + 1);
+        size_t i = (hh * T + t) * T + s;
+        if (fabsf(x[i]) >= ldexpf(1.0f, -20) && fabsf(x[i]) < 1.0f) return i;
+    }
+    return (size_t)-1;
+}
+/* any element of a flat tensor with 2^-20 <= |x| < 1 */
+static size_t pick_any(const float* x, size_t n) {
+    for (int tries = 0; tries < 1000000; tries++) {
+        size_t i = (size_t)rng_below(&g_rng, n);
+        if (fabsf(x[i]) >= ldexpf(1.0f, -20) && fabsf(x[i]) < 1.0f) return i;
+    }
+    return (size_t)-1;
+}
+
+/* Catches: an attention check (ABFT on the logits and AV, row checks of logits and probabilities) whose GPU sums
+ * or tolerances differ from the CPU's, alarms on clean attention. */
+static void test_attcheck(void) {
+    printf("attention checks (llmc/attcheck.cuh) vs abft_logits_check / att_logits_rowcheck / att_probs_rowcheck /\n"
+           "  abft_av_check (llmc/attcheck.h, width 16), on attention_forward's bf16 logits, probs and out (hd 48: the CPU's\n"
+           "  attention_forward rounded to bf16, as the CPU's -precision bf16)\n");
+    struct { int B, T, H, KV, hd; } cases[] = {
+        {2, 37, 4, 2, 32}, {2, 130, 4, 2, 64}, {1, 64, 4, 1, 48}, {2, 50, 2, 2, 128}, {3, 200, 6, 3, 64}, {1, 9, 2, 1, 32}, {1, 3, 2, 2, 32}};
+    const int none[ATTC_NCHECK] = {0, 0, 0, 0};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int B = cases[ci].B, T = cases[ci].T, H = cases[ci].H, KV = cases[ci].KV, hd = cases[ci].hd, nbh = B * H;
+        size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
+        printf("  B %d T %d H %d KV %d hd %d\n", B, T, H, KV, hd);
+        float* q = h_normal(nq, 1.5, 0.0, 1);
+        float* k = h_normal(nk, 1.0, 0.0, 1);
+        float* v = h_normal(nk, 1.0, 0.0, 1);
+        bf16 *dq = d_bf16(q, nq), *dk = d_bf16(k, nk), *dv = d_bf16(v, nk);
+        float *out, *lg, *pr;
+        bf16 *dout, *dlg, *dpr;
+        if (hd % 32 == 0) {
+            dout = d_bf16_poison(nq); dlg = d_bf16_poison(na); dpr = d_bf16_poison(na);
+            attention_forward(dout, dlg, dpr, dq, dk, dv, B, T, H, KV, hd, g_s);
+            out = dl_bf16(dout, nq, NULL);
+            lg = dl_bf16(dlg, na, NULL);
+            pr = dl_bf16(dpr, na, NULL);
+        } else {
+            out = h_alloc(nq); lg = h_alloc(na); pr = h_alloc(na);
+            attention_forward(out, lg, pr, q, k, v, B, T, H, KV, hd);
+            for (size_t i = 0; i < nq; i++) out[i] = bf16_round(out[i]);
+            for (size_t i = 0; i < na; i++) { lg[i] = bf16_round(lg[i]); pr[i] = bf16_round(pr[i]); }
+            dout = d_bf16(out, nq); dlg = d_bf16(lg, na); dpr = d_bf16(pr, na);
+        }
+        int* dbuf = (int*)dalloc_raw(ATTC_NCHECK * (1 + (size_t)nbh), 4);
+        double* scr = (double*)dalloc_raw(attcheck_scratch_doubles(B, H, T), 8);
+        int gc[ATTC_NCHECK], cc[ATTC_NCHECK];
+        /* (a) clean */
+        gpu_attcheck(gc, dbuf, scr, dlg, dpr, dout, dq, dk, dv, B, T, H, KV, hd, 1, 1);
+        cpu_attcheck(cc, lg, pr, out, q, k, v, B, T, H, KV, hd);
+        attcheck_line("clean", gc, cc, none);
+        /* the masked triangle is never read: NaN in the logits, 2^100 in the probs there */
+        float *lgm = h_copy(lg, na), *prm = h_copy(pr, na);
+        for (size_t r = 0; r < (size_t)nbh * T; r++)
+            for (int s = (int)(r % T) + 1; s < T; s++) { lgm[r * T + s] = NAN; prm[r * T + s] = ldexpf(1.0f, 100); }
+        bf16 *dlgm = d_bf16(lgm, na), *dprm = d_bf16(prm, na);
+        gpu_attcheck(gc, dbuf, scr, dlgm, dprm, dout, dq, dk, dv, B, T, H, KV, hd, 1, 1);
+        cpu_attcheck(cc, lgm, prm, out, q, k, v, B, T, H, KV, hd);
+        attcheck_line("clean, garbage in the masked triangle", gc, cc, none);
+        if (T < 8) { FREE_ALL(q, k, v, out, lg, pr, lgm, prm); dfree_all(); continue; }   /* too few live elements to pick from */
+        /* (b) logits: the top exponent bit of one live element in each of (up to) two heads */
+        int nh = nbh > 1 ? 2 : 1, bh1 = (int)rng_below(&g_rng, nbh), bh2 = nbh > 1 ? (bh1 + 1 + (int)rng_below(&g_rng, nbh - 1)) % nbh : bh1;
+        size_t i1 = pick_live(lg, B, H, T, bh1), i2 = nh > 1 ? pick_live(lg, B, H, T, bh2) : i1;
+        if (i1 == (size_t)-1 || i2 == (size_t)-1) { check(0, "    no live logit with 2^-20 <= |x| < 1 to flip"); }
+        else {
+            float* lgc = h_copy(lg, na);
+            lgc[i1] = flip_top_exponent(lgc[i1]);
+            if (nh > 1) lgc[i2] = flip_top_exponent(lgc[i2]);
+            bf16* dlgc = d_bf16(lgc, na);
+            char what[96];
+            snprintf(what, sizeof(what), "logits: exponent flip in %d head%s", nh, nh > 1 ? "s" : "");
+            int want[ATTC_NCHECK] = {nh, nh, 0, 0};
+            gpu_attcheck(gc, dbuf, scr, dlgc, dpr, dout, dq, dk, dv, B, T, H, KV, hd, 1, 1);
+            cpu_attcheck(cc, lgc, pr, out, q, k, v, B, T, H, KV, hd);
+            attcheck_line(what, gc, cc, want);
+            /* the trainer's two flags one at a time (the scan runs one direction only) */
+            int wa[ATTC_NCHECK] = {nh, 0, 0, 0}, wb[ATTC_NCHECK] = {0, nh, 0, 0}, ca[ATTC_NCHECK] = {cc[0], 0, 0, 0},
+                cb[ATTC_NCHECK] = {0, cc[1], 0, 0};
+            gpu_attcheck(gc, dbuf, scr, dlgc, dpr, dout, dq, dk, dv, B, T, H, KV, hd, 1, 0);
+            attcheck_line("  the same, ABFT alone", gc, ca, wa);
+            gpu_attcheck(gc, dbuf, scr, dlgc, dpr, dout, dq, dk, dv, B, T, H, KV, hd, 0, 1);
+            attcheck_line("  the same, att alone", gc, cb, wb);
+            /* a NaN logit (non-finite sums fail) */
+            float* lgn = h_copy(lg, na);
+            lgn[i1] = NAN;
+            bf16* dlgn = d_bf16(lgn, na);
+            int wn[ATTC_NCHECK] = {1, 1, 0, 0};
+            gpu_attcheck(gc, dbuf, scr, dlgn, dpr, dout, dq, dk, dv, B, T, H, KV, hd, 1, 1);
+            cpu_attcheck(cc, lgn, pr, out, q, k, v, B, T, H, KV, hd);
+            attcheck_line("logits: one NaN", gc, cc, wn);
+            FREE_ALL(lgc, lgn);
+        }
+        /* probs: one live element; out was computed from the clean probs, so ABFT's P V check sees the
+         * inconsistency too (in the model out is recomputed from the faulty probs, and it passes) */
+        size_t ip = pick_live(pr, B, H, T, -1);
+        if (ip == (size_t)-1) { check(0, "    no live probability with 2^-20 <= p < 1 to flip"); }
+        else {
+            float* prc = h_copy(pr, na);
+            prc[ip] = flip_top_exponent(prc[ip]);
+            bf16* dprc = d_bf16(prc, na);
+            int want[ATTC_NCHECK] = {0, 0, 1, 1};
+            gpu_attcheck(gc, dbuf, scr, dlg, dprc, dout, dq, dk, dv, B, T, H, KV, hd, 1, 1);
+            cpu_attcheck(cc, lg, prc, out, q, k, v, B, T, H, KV, hd);
+            attcheck_line("probs: exponent flip in one element", gc, cc, want);
+            free(prc);
+        }
+        /* att_out: one element */
+        size_t io = pick_any(out, nq);
+        if (io == (size_t)-1) { check(0, "    no att_out element with 2^-20 <= |x| < 1 to flip"); }
+        else {
+            float* oc = h_copy(out, nq);
+            oc[io] = flip_top_exponent(oc[io]);
+            bf16* doc = d_bf16(oc, nq);
+            int want[ATTC_NCHECK] = {0, 0, 0, 1};
+            gpu_attcheck(gc, dbuf, scr, dlg, dpr, doc, dq, dk, dv, B, T, H, KV, hd, 1, 1);
+            cpu_attcheck(cc, lg, pr, oc, q, k, v, B, T, H, KV, hd);
+            attcheck_line("att_out: exponent flip in one element", gc, cc, want);
+            free(oc);
+        }
+        FREE_ALL(q, k, v, out, lg, pr, lgm, prm);
+        dfree_all();
+    }
+}
