@@ -75,8 +75,8 @@ else
   $(info [make] CUDA: no nvcc, skipping the GPU trainer)
 endif
 
-HEADERS := $(wildcard llmc/*.h)
-CUDA_HEADERS := $(wildcard llmc/*.cuh)
+HEADERS := $(wildcard llmc/*/*.h)
+CUDA_HEADERS := $(wildcard llmc/*/*.cuh)
 # the test-only headers: tests/*.h (test_sdc.c and test_sdc.cu), tests/cuda/ (the parts of test_sdc.cu)
 TEST_HEADERS := $(wildcard tests/*.h)
 TEST_CUDA_HEADERS := $(wildcard tests/cuda/*.h tests/cuda/*.cuh)

@@ -11,7 +11,7 @@
  *   model_update, the training loop's call) compared in fp32, printing the largest absolute and
  *   relative error per tensor;
  * - the same reference states with -precision bf16 (the emulated AMP) against the fp32 reference, under
- *   the fixed bounds of llmc/bf16_bounds.h, derived from bf16 rounding (the GPU tests use the same):
+ *   the fixed bounds of tests/bf16_bounds.h, derived from bf16 rounding (the GPU tests use the same):
  *   catches a bf16 mode that stops learning (a stale bf16 weight copy) or loses accuracy anywhere.
  * Each check prints OK / NOT OK; the last line is "N passed, M failed"; exit 1 on any failure. */
 #define TESTING
@@ -156,14 +156,14 @@ static void test_thread_independence(void) {
 #endif
 
 /* ---------------------------------------------------------------------------- initialisation */
-/* the counter-based generator of llmc/init.h: its log and sin/cos against libm in double over every
+/* the counter-based generator of llmc/cpu/init.h: its log and sin/cos against libm in double over every
  * input they take, the normal's moments and tails, thread-count independence, and pinned bits (the GPU
  * kernel is compared with this host code by test_sdc_cu; the pins notice a change of either). Catches: an
  * inaccurate log or sin/cos (a biased or heavy-tailed normal), correlated draws, two tensors with the same
  * stream, norm weights not 1, weights that depend on the thread count, an unnoticed change of the draws. */
 #define INIT_PIN_SUM 0xd3411a7b1f49283cULL     /* tsdc_checksum of tiny-llama's initial weights, seed 8 */
 static void test_init(void) {
-    printf("weight initialisation: counter-based normal draws (llmc/init.h)\n");
+    printf("weight initialisation: counter-based normal draws (llmc/cpu/init.h)\n");
     double e_log = 0;
     for (uint32_t k = 1; k <= (1u << 24); k++) {
         double e = fabs((double)init_log_u24(k) - log((double)k / 16777216.0));
@@ -500,7 +500,7 @@ static void test_att_bwd_checks_tolerance(void) {
 
 /* --------------------------------------------------------------------------- reference states */
 #include "tests/refstate.h"
-#include "llmc/bf16_bounds.h"
+#include "tests/bf16_bounds.h"
 
 /* the reference state of a preset read (ref_open) and the model built for its batch with the preset's
  * config at the state's vocabulary and length (in c), at the given precision (0 fp32, 1 bf16); 0 when
@@ -588,11 +588,11 @@ static double rel_l2(const float* got, const float* ref, size_t n) {
 }
 
 /* -precision bf16 (the emulated AMP) against the fp32 reference, under the fixed bounds of
- * llmc/bf16_bounds.h (derived there from the bf16 unit roundoff and the roundings on each path). Catches: a
+ * tests/bf16_bounds.h (derived there from the bf16 unit roundoff and the roundings on each path). Catches: a
  * stale bf16 weight copy (training stops learning), a tensor computed or stored at less than bf16 accuracy, a
  * bf16 path that drifts from the fp32 model (a wrong rounding point, a missing fp32 accumulation). */
 static void test_reference_bf16(const char* preset, const char* states_dir, const char* ckpt_dir) {
-    printf("reference state %s: -precision bf16 vs PyTorch fp32, fixed bounds of llmc/bf16_bounds.h\n", preset);
+    printf("reference state %s: -precision bf16 vs PyTorch fp32, fixed bounds of tests/bf16_bounds.h\n", preset);
     char cpath[1200];
     RefState s;
     Config c;

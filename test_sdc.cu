@@ -11,12 +11,12 @@
  * tests/refstate.h (the reference states' reader), tests/cuda/harness.cuh (comparisons, device buffers),
  * kernels.cuh and attention.cuh (a), model.cuh (0, b, c), protect.cuh (d to g).
  *
- * (0) init: the GPU's weight initialisation (llmc/init.cuh, one thread per pair) is bit-identical to the CPU
- *     trainer's (llmc/init.h, the same function on the host): model_init_weights of both trainers for the
+ * (0) init: the GPU's weight initialisation (llmc/cuda/init.cuh, one thread per pair) is bit-identical to the CPU
+ *     trainer's (llmc/cpu/init.h, the same function on the host): model_init_weights of both trainers for the
  *     three tiny presets (and their bf16 copies, and zero AdamW state on the GPU), and the whole llama3.2-1b
  *     layout (1.24e9 weights), whose GPU time is printed and must be under 1 s; the weights checksum computed
- *     on the GPU (llmc/checksum.cuh) equals the host's tsdc_checksum of the same bytes.
- * (a) kernels: every launcher of the llmc .cuh files against its CPU reference (llmc/cpu_kernels.h; AdamW
+ *     on the GPU (llmc/cuda/checksum.cuh) equals the host's tsdc_checksum of the same bytes.
+ * (a) kernels: every launcher of the llmc .cuh files against its CPU reference (llmc/cpu/cpu_kernels.h; AdamW
  *     against the formula of train_sdc.c) on fresh seeded normal inputs, never zeros. The inputs are
  *     rounded to bf16 (bf16_round) and the CPU gets exactly the values the GPU reads. Every output is
  *     poisoned with NaN bit patterns (0xFFFF bf16, 0xFFFFFFFF fp32) before the launch, with 64 guard
@@ -43,7 +43,7 @@
  *     AdamW steps. Beside the GPU, the CPU trainer (train_sdc.c, included below in namespace cpu) runs
  *     the same with -precision bf16, its emulation of the same AMP: each line shows the GPU's error
  *     against the fp32 reference, the CPU bf16 emulation's, and GPU vs CPU bf16. Pass: the fixed bounds
- *     of llmc/bf16_bounds.h, derived from bf16 rounding alone (the CPU emulation passes the same bounds
+ *     of tests/bf16_bounds.h, derived from bf16 rounding alone (the CPU emulation passes the same bounds
  *     in test_sdc.c): logits rel L2 <= BF16_LOGITS_RL2, every gradient tensor <= BF16_GRAD_RL2, the loss
  *     within bf16_loss_bound, each of the 10 AdamW-step losses within bf16_losses_bound. A broken CPU
  *     bf16 mode cannot loosen them.
@@ -55,7 +55,7 @@
  *     m = 0 the forward and backward are bitwise the clean run's; a backward fault (split backward)
  *     leaves the gradients of the layers above bitwise alone, with m = 0 the gradients are within
  *     rel L2 1e-2 of the fused backward's and with m = 64 the lower layers' change.
- * (a') attcheck: the four attention checks of llmc/attcheck.cuh against llmc/attcheck.h's on attention_forward's
+ * (a') attcheck: the four attention checks of llmc/sdc/attcheck.cuh against llmc/sdc/attcheck.h's on attention_forward's
  *     bf16 logits/probs/out (several shapes: GQA, T not a multiple of the kernels' tiles, hd not a multiple of
  *     32): failed-head counts equal on the GPU and the CPU and 0 on clean inputs (also with garbage in the
  *     masked triangle); the top exponent bit flipped in one live element of the logits (two heads: both
@@ -80,14 +80,14 @@
 
 #include <errno.h>
 #include <sys/stat.h>
-#include "llmc/args.h"
-#include "llmc/checkpoint.h"
-#include "llmc/cpu_kernels.h"
-#include "llmc/dataloader.h"
-#include "llmc/logger.h"
-#include "llmc/tokenizer.h"
-#if __has_include("llmc/fault.h")
-#include "llmc/fault.h"
+#include "llmc/host/args.h"
+#include "llmc/host/checkpoint.h"
+#include "llmc/cpu/cpu_kernels.h"
+#include "llmc/host/dataloader.h"
+#include "llmc/host/logger.h"
+#include "llmc/host/tokenizer.h"
+#if __has_include("llmc/sdc/fault.h")
+#include "llmc/sdc/fault.h"
 #endif
 
 /* The CPU trainer (its -precision bf16 is the emulation the GPU is compared with in (b)). Every header
@@ -102,7 +102,7 @@ namespace cpu {
 /* the tests, in the files of tests/ (each reads what the ones before it define) */
 #include "tests/check.h"
 #include "tests/refstate.h"
-#include "llmc/bf16_bounds.h"
+#include "tests/bf16_bounds.h"
 #include "tests/cuda/harness.cuh"
 #include "tests/cuda/kernels.cuh"
 #include "tests/cuda/attention.cuh"

@@ -1,6 +1,6 @@
 /* train_sdc.c: the CPU reference trainer.
  *
- * Trains any member of the model family (llmc/config.h) with AdamW, gradient accumulation, MPI data
+ * Trains any member of the model family (llmc/host/config.h) with AdamW, gradient accumulation, MPI data
  * parallelism, exact checkpoint resume and a JSONL log, in fp32 (the exact reference) or in emulated
  * bf16 AMP. It is also the reference the CUDA trainer is tested against: the forward and backward
  * below are written to be read top to bottom, one line an op, with the shapes in comments; the math
@@ -13,7 +13,7 @@
  * even) right after the op that writes it (BF16_STORE). Weight gradients, mean squares, losses and the
  * optimizer stay fp32.
  *
- * Determinism: see llmc/cpu_kernels.h; every reduction has a fixed order that does not depend on the
+ * Determinism: see llmc/cpu/cpu_kernels.h; every reduction has a fixed order that does not depend on the
  * thread count, so the same flags give the same bits. test_sdc.c includes this file with TESTING
  * defined to reach the model functions. */
 #include <math.h>
@@ -26,27 +26,27 @@
 #include <omp.h>
 #endif
 
-#include "llmc/utils.h"
-#include "llmc/args.h"
-#include "llmc/attcheck.h"
-#include "llmc/bf16.h"
-#include "llmc/checkpoint.h"
-#include "llmc/checks.h"
-#include "llmc/checksum.h"
-#include "llmc/config.h"
-#include "llmc/cpu_kernels.h"
-#include "llmc/dataloader.h"
-#include "llmc/dist.h"
-#include "llmc/fault.h"
-#include "llmc/fingerprint.h"
-#include "llmc/init.h"
-#include "llmc/rgg.h"
-#include "llmc/logger.h"
-#include "llmc/rng.h"
-#include "llmc/rope.h"
-#include "llmc/schedule.h"
-#include "llmc/tokenizer.h"
-#include "llmc/stats.h"
+#include "llmc/host/utils.h"
+#include "llmc/host/args.h"
+#include "llmc/sdc/attcheck.h"
+#include "llmc/cpu/bf16.h"
+#include "llmc/host/checkpoint.h"
+#include "llmc/sdc/checks.h"
+#include "llmc/host/checksum.h"
+#include "llmc/host/config.h"
+#include "llmc/cpu/cpu_kernels.h"
+#include "llmc/host/dataloader.h"
+#include "llmc/host/dist.h"
+#include "llmc/sdc/fault.h"
+#include "llmc/sdc/fingerprint.h"
+#include "llmc/cpu/init.h"
+#include "llmc/sdc/rgg.h"
+#include "llmc/host/logger.h"
+#include "llmc/host/rng.h"
+#include "llmc/cpu/rope.h"
+#include "llmc/host/schedule.h"
+#include "llmc/host/tokenizer.h"
+#include "llmc/host/stats.h"
 
 /* ------------------------------------------------------------------------------------- model */
 typedef struct {
@@ -84,7 +84,7 @@ typedef struct {
     /* backward scratch */
     float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt, *dF, *dF2, *dF3;
     float* dlog;               /* [B,H,T,T]: dprobs, then dlogits, of the layer being differentiated */
-    Protect prot;              /* protection and fault injection state (llmc/checks.h, llmc/backend.h) */
+    Protect prot;              /* protection and fault injection state (llmc/sdc/checks.h, llmc/host/backend.h) */
     float* ew_scratch;         /* ew's scratch: 2 x [N, max(F, d)] + [N] (allocated on first use) */
     float* upd;                /* scratch for model_update_norm (allocated on first use) */
     float* act_mem;
@@ -92,7 +92,7 @@ typedef struct {
     float* trace_mem;          /* snapshot of act_mem for the propagation trace (allocated on first use) */
 } Model;
 
-#include "llmc/backend.h"   /* the functions the host loop calls, declared for this Model; the protection accessors */
+#include "llmc/host/backend.h"   /* the functions the host loop calls, declared for this Model; the protection accessors */
 
 #define BF16_STORE(m, x, n) do { if ((m)->precision) bf16_round_array((x), (long long)(n)); } while (0)
 /* fault injection points: a module output (forward) or the gradient of that output (backward) */
@@ -195,8 +195,8 @@ static void model_free(Model* model) {
 static void model_prepare_weights(Model* model);
 
 /* normal(0, 0.02) for matrices and embeddings, ones for norm weights: the counter-based generator of
- * llmc/init.h (each weight a hash of seed, tensor and index; OpenMP), so every rank, every thread count
- * and the GPU trainer (llmc/init.cuh) draw the same weights, bit for bit. */
+ * llmc/cpu/init.h (each weight a hash of seed, tensor and index; OpenMP), so every rank, every thread count
+ * and the GPU trainer (llmc/cuda/init.cuh) draw the same weights, bit for bit. */
 static void model_init_weights(Model* model, uint64_t seed) {
     init_weights_cpu(model->params, &model->L, seed);
     model_prepare_weights(model);
@@ -638,7 +638,7 @@ static double clip_grads(Model* model, double max_norm) {
 }
 
 /* ------------------------------------------------------------------------ the backend API
- * What the shared training loop (llmc/train_loop.h) needs from a trainer; the CUDA trainer defines
+ * What the shared training loop (llmc/host/train_loop.h) needs from a trainer; the CUDA trainer defines
  * the same functions over device memory. */
 static size_t model_num_params(const Model* model) { return model->L.total; }
 static void model_load_state(Model* model, const float* params, const float* m, const float* v) {
@@ -768,6 +768,6 @@ static void model_trace_diff(Model* model, int site, int l, int B, int T, double
 #define TRAINER_HAS_FP32 1
 #define TRAINER_GPU 0
 #define TRAINER_BF16_NAME "bf16 (emulated AMP)"
-#include "llmc/train_loop.h"
+#include "llmc/host/train_loop.h"
 int main(int argc, char** argv) { return train_main(argc, argv); }
 #endif

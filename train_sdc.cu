@@ -1,7 +1,7 @@
 /* train_sdc.cu: the GPU trainer.
  *
  * Same model family, flags, token shards, checkpoints and JSONL log as the CPU trainer (train_sdc.c):
- * the host loop is llmc/train_loop.h, shared by both; this file holds the model on the device and the
+ * the host loop is llmc/host/train_loop.h, shared by both; this file holds the model on the device and the
  * backend functions that loop calls. The math of each op is a kernel in an llmc .cuh file (contract:
  * docs/cuda_kernels.md), each the twin of a CPU function in llmc/cpu_kernels.h.
  *
@@ -28,38 +28,38 @@
 #include <nccl.h>
 #endif
 
-#include "llmc/utils.h"
-#include "llmc/bf16.h"
-#include "llmc/checksum.h"
-#include "llmc/config.h"
-#include "llmc/dist.h"
-#include "llmc/rng.h"
-#include "llmc/rope.h"
-#include "llmc/schedule.h"
+#include "llmc/host/utils.h"
+#include "llmc/cpu/bf16.h"
+#include "llmc/host/checksum.h"
+#include "llmc/host/config.h"
+#include "llmc/host/dist.h"
+#include "llmc/host/rng.h"
+#include "llmc/cpu/rope.h"
+#include "llmc/host/schedule.h"
 
-#include "llmc/cuda_common.cuh"
-#include "llmc/matmul.cuh"
-#include "llmc/attention.cuh"
-#include "llmc/flash_attention.cuh"
-#include "llmc/rmsnorm.cuh"
-#include "llmc/rope.cuh"
-#include "llmc/mlp.cuh"
-#include "llmc/residual.cuh"
-#include "llmc/convert.cuh"
-#include "llmc/embedding.cuh"
-#include "llmc/classifier.cuh"
-#include "llmc/adamw.cuh"
-#include "llmc/global_norm.cuh"
-#include "llmc/multi_tensor.cuh"
-#include "llmc/fault.cuh"
-#include "llmc/fingerprint.cuh"
-#include "llmc/attcheck.cuh"
-#include "llmc/init.cuh"
-#include "llmc/checksum.cuh"
-#include "llmc/rgg.cuh"
-#include "llmc/rgg.h"
-#include "llmc/stats.h"
-#include "llmc/checks.h"
+#include "llmc/cuda/cuda_common.cuh"
+#include "llmc/cuda/matmul.cuh"
+#include "llmc/cuda/attention.cuh"
+#include "llmc/cuda/flash_attention.cuh"
+#include "llmc/cuda/rmsnorm.cuh"
+#include "llmc/cuda/rope.cuh"
+#include "llmc/cuda/mlp.cuh"
+#include "llmc/cuda/residual.cuh"
+#include "llmc/cuda/convert.cuh"
+#include "llmc/cuda/embedding.cuh"
+#include "llmc/cuda/classifier.cuh"
+#include "llmc/cuda/adamw.cuh"
+#include "llmc/cuda/global_norm.cuh"
+#include "llmc/cuda/multi_tensor.cuh"
+#include "llmc/sdc/fault.cuh"
+#include "llmc/sdc/fingerprint.cuh"
+#include "llmc/sdc/attcheck.cuh"
+#include "llmc/cuda/init.cuh"
+#include "llmc/cuda/checksum.cuh"
+#include "llmc/sdc/rgg.cuh"
+#include "llmc/sdc/rgg.h"
+#include "llmc/host/stats.h"
+#include "llmc/sdc/checks.h"
 #ifdef __CUDA_EMU__
 #include "cuda_emu.h"   /* the emulation's counters (-stats) */
 #endif
@@ -117,7 +117,7 @@ typedef struct {
     void* act_mem;
     size_t act_bytes;
     void* trace_mem;                     /* device snapshot of act_mem for the propagation trace */
-    Protect prot;                        /* protection and fault injection state (llmc/checks.h, llmc/backend.h) */
+    Protect prot;                        /* protection and fault injection state (llmc/sdc/checks.h, llmc/host/backend.h) */
     bf16* att_scratch;                   /* [B,H,T,T] for att_logits/att_probs faults (model_att_scratch), else NULL */
     bf16* att_out_clean;                 /* [N, H*hd]: att_out before a forward att_out fault on the fused path, else NULL */
     int att_materialised;                /* 1: the materialised attention at every layer (model_set_attention_materialised) */
@@ -128,7 +128,7 @@ typedef struct {
     size_t* upd_seg_end;                 /* model_update_norm: end offset and decay flag per tensor (device), */
     int* upd_seg_decay;                  /*   NULL until used */
     /* The report: what the host reads after a forward, in one pinned asynchronous copy per microbatch
-     * (issue 14 item 2), laid out as: rgg_ss, rgg_bad double [2L+1] (llmc/rgg.cuh; vector 2l = layer l's
+     * (issue 14 item 2), laid out as: rgg_ss, rgg_bad double [2L+1] (llmc/sdc/rgg.cuh; vector 2l = layer l's
      * attn_ms, 2l+1 its mlp_ms, 2L the final norm's), qk int [L] (1: the layer's Q/K fingerprints
      * differ), attc int [L][ATTC_NCHECK] (the attention checks' failed heads), losses float [B*T]. Byte
      * offsets rep_*; the copy covers everything up to the losses, and the losses when there are targets. */
@@ -137,7 +137,7 @@ typedef struct {
     const float** ms_table;              /* device [2L+1]: the mean-square vectors in the report's order */
     unsigned long long* fp_part;         /* device [4][FP_PART_U64]: partials of the forward's Q, K fingerprints and
                                             of their recomputation's (fingerprint.cuh) */
-    /* the optimizer pass (llmc/multi_tensor.cuh): the tensors' chunk table, the per-tensor sums of squares
+    /* the optimizer pass (llmc/cuda/multi_tensor.cuh): the tensors' chunk table, the per-tensor sums of squares
      * of the gradients (device, and a pinned host copy) and their scratch */
     MtTable mt;
     double *ss_dev, *ss_host, *mt_part;
@@ -148,7 +148,7 @@ typedef struct {
     long long loop_syncs;                /* host synchronisations inside the forward's and backward's layer loops */
 } Model;
 
-#include "llmc/backend.h"   /* the functions the host loop calls, declared for this Model; the protection accessors */
+#include "llmc/host/backend.h"   /* the functions the host loop calls, declared for this Model; the protection accessors */
 
 static int tensor_index(const Model* m, int type, int layer) { return m->tidx[(layer < 0 ? m->c.n_layer : layer) * PT_COUNT + type]; }
 template <typename TT> static TT* tensor_ptr(const Model* m, TT* base, int type, int layer) {
@@ -164,7 +164,7 @@ template <typename TT> static TT* tensor_ptr(const Model* m, TT* base, int type,
 
 /* att_logits / att_probs faults: attention_forward / attention_backward are fused (no stored tensor
  * between their steps is read back), so when such a fault is due the affected steps are redone with the
- * split launchers of llmc/attention.cuh; with no such fault due the fused path runs unchanged. Their
+ * split launchers of llmc/cuda/attention.cuh; with no such fault due the fused path runs unchanged. Their
  * scratch: one bf16 [B,H,T,T] buffer outside the activations (so outside the trace snapshot), allocated
  * on the first use. One event hits one site in one pass, so at most one use is live at a time. */
 static bf16* model_att_scratch(Model* model) {
@@ -200,7 +200,7 @@ static void attention_forward_faults(Model* model, LayerActs* a, int l, int B, i
     }
 }
 
-/* Fused attention (llmc/flash_attention.cuh: no [B,H,T,T] tensor written) at layer l, unless something
+/* Fused attention (llmc/cuda/flash_attention.cuh: no [B,H,T,T] tensor written) at layer l, unless something
  * needs the materialised logits and probs there: the attention checks (-detect abft, -protect att read them
  * at every layer), an att_logits / att_probs fault due at this layer in this microbatch (either pass: the
  * backward injection needs the stored probs), model_set_attention_materialised, or a head_dim the fused
@@ -392,8 +392,8 @@ static void model_load_state(Model* model, const float* params, const float* m, 
     cudaCheck(cudaStreamSynchronize(model->stream));
 }
 
-/* the same weights as the CPU trainer, bit for bit: the counter-based generator of llmc/init.h, one
- * kernel thread per pair of weights (llmc/init.cuh); AdamW state zero, then the bf16 copy */
+/* the same weights as the CPU trainer, bit for bit: the counter-based generator of llmc/cpu/init.h, one
+ * kernel thread per pair of weights (llmc/cuda/init.cuh); AdamW state zero, then the bf16 copy */
 static void model_init_weights(Model* model, uint64_t seed) {
     size_t P = model->L.total;
     init_weights_gpu(model->params, &model->L, seed, model->stream);
@@ -422,7 +422,7 @@ static void model_set_tokens(Model* model, const int* inputs, const int* targets
 }
 
 /* ------------------------------------------------------------------ protection (device side)
- * Q/K path recomputation with fused fingerprints (llmc/fingerprint.cuh): the kernel that produces the
+ * Q/K path recomputation with fused fingerprints (llmc/sdc/fingerprint.cuh): the kernel that produces the
  * Q and K attention consumes (RoPE, or nanochat's norm after RoPE) fingerprints what it writes, in the
  * forward; the recomputation runs the projections (and Qwen3's QK norm) into backward scratch and then
  * the same final kernel in fingerprint-only mode, so the recomputed Q and K are never written out.
@@ -461,10 +461,10 @@ static void qk_recompute_check(Model* model, int l, int B, int T, int bq, int bk
     fp_compare((int*)(model->rep_dev + model->rep_qk) + l, pq, bq, pk, bk, prq, brq, prk, brk, s);
 }
 
-/* n alarms of a kind raised at layer l (llmc/checks.h) */
+/* n alarms of a kind raised at layer l (llmc/sdc/checks.h) */
 #define gpu_alarm(model, kind, l, n) protect_alarm(&(model)->prot, (kind), (l), (n))
 
-/* Attention checks (-detect abft, -protect att; llmc/attcheck.cuh). The fused attention_forward stores
+/* Attention checks (-detect abft, -protect att; llmc/sdc/attcheck.cuh). The fused attention_forward stores
  * logits and probs (its softmax kernel writes both), so every tensor the checks read is in memory after
  * the layer's attention: they run once per layer after attention_forward, attention_forward_faults and
  * the att_out injection point, and read the tensors as the CPU's checks do after their injection points
@@ -906,7 +906,7 @@ static AdamWParams adamw_params(const AdamW* o, long long t, double clip, double
 }
 
 /* The gradient norms of the step, once: every tensor's sum of squares of (grad * unscale) in one pass
- * (llmc/multi_tensor.cuh: two launches), one pinned copy, one synchronisation; the global one is their
+ * (llmc/cuda/multi_tensor.cuh: two launches), one pinned copy, one synchronisation; the global one is their
  * sum in tensor order. Kept until the gradients change (backward, all-reduce, zero, unscale), so the
  * found_inf test, the backward guard's per-layer norms, the detectors and the update share it. */
 static void model_norms(Model* model) {
@@ -922,7 +922,7 @@ static void model_norms(Model* model) {
     model->norms_valid = 1;
 }
 
-/* One launch updates every parameter (llmc/multi_tensor.cuh adamw_multi_tensor: per-tensor decay from the
+/* One launch updates every parameter (llmc/cuda/multi_tensor.cuh adamw_multi_tensor: per-tensor decay from the
  * chunk table; exponent scaling's unscale folded into the gradient scale) with the norm of model_norms
  * (computed here if the loop has not yet). Nothing waits for the update: the next step's first copy
  * does, and model_host_state / the checksum synchronise before they read. */
@@ -959,7 +959,7 @@ static double model_grad_sumsq_range(Model* model, size_t off, size_t n) {
     return global_norm_squared_scaled(model->grads + off, n, model->unscale, model->stream);
 }
 
-/* model_update_norm's kernel: per element the AdamW step of adamw_element (llmc/adamw.cuh, the update
+/* model_update_norm's kernel: per element the AdamW step of adamw_element (llmc/cuda/adamw.cuh, the update
  * kernel's own element math) on register copies (nothing is written), delta = p' - p in fp32, delta^2
  * summed in double in global_norm.cuh's fixed order (GNORM_BLOCKS x GNORM_THREADS threads, grid-stride
  * by global thread index, fixed warp and block trees, one partial a block; the host sums the partials in
@@ -1057,7 +1057,7 @@ static void model_logits_row(Model* model, int row, float* out) {
     cudaCheck(cudaMemcpy(model->h_row, model->logits + (size_t)row * V, sizeof(bf16) * V, cudaMemcpyDeviceToHost));
     for (int i = 0; i < V; i++) out[i] = __bfloat162float(model->h_row[i]);
 }
-/* on the device (llmc/checksum.cuh): the same value as the CPU's tsdc_checksum of the host copy */
+/* on the device (llmc/cuda/checksum.cuh): the same value as the CPU's tsdc_checksum of the host copy */
 static uint64_t model_weights_checksum(Model* model) {
     return tsdc_checksum_gpu(model->params, model->L.total * sizeof(float), model->stream);
 }
@@ -1077,7 +1077,7 @@ static bf16* model_site_tensor(Model* model, int site, int l, int B, int T, size
     return NULL;
 }
 /* The trace reads att_logits / att_probs at every layer: a layer whose last forward took the fused path
- * gets them materialised from its stored q, k, v (llmc/attention.cuh; its out goes to backward scratch, so
+ * gets them materialised from its stored q, k, v (llmc/cuda/attention.cuh; its out goes to backward scratch, so
  * att_out keeps the fused bits). A layer that switched path for the fault event (att_logits/att_probs)
  * differs from the clean pass at the bf16 rounding level on top of the fault. */
 static void model_materialise_attention(Model* model, int l) {
@@ -1102,11 +1102,11 @@ static void model_trace_diff(Model* model, int site, int l, int B, int T, double
     fault_sumsq(x, y, n, num, den, model->stream);
 }
 
-/* 1: the materialised attention (llmc/attention.cuh) at every layer; 0 (default): the fused one
- * (llmc/flash_attention.cuh) wherever attention_fused allows */
+/* 1: the materialised attention (llmc/cuda/attention.cuh) at every layer; 0 (default): the fused one
+ * (llmc/cuda/flash_attention.cuh) wherever attention_fused allows */
 static __attribute__((unused)) void model_set_attention_materialised(Model* model, int on) { model->att_materialised = on != 0; }
 /* the residual gains of the monitored layers of the last forward, from the sums of the norms' mean
- * squares that it reduced on the device (llmc/rgg.cuh) and copied with its report: no device work here.
+ * squares that it reduced on the device (llmc/sdc/rgg.cuh) and copied with its report: no device work here.
  * Vector 2l is layer l's attn_ms (its attention residual's input), 2l+1 its mlp_ms (the attention
  * residual's output, the MLP residual's input), 2l+2 the next layer's attn_ms or the final norm's. */
 static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n_mon, double* out) {
@@ -1132,7 +1132,7 @@ static int model_unscale_check(Model* model, float s) {
     return !isfinite(model->norm2);
 }
 
-/* -stats (llmc/stats.h): the emulation's counters, the trainer's own loop count and the element-wise
+/* -stats (llmc/host/stats.h): the emulation's counters, the trainer's own loop count and the element-wise
  * launchers' byte accounting; on a GPU only the latter two (the rest -1) */
 static int model_device_stats(Model* model, DeviceStats* st) {
     DEVICE_STATS_UNKNOWN(st);
@@ -1191,10 +1191,10 @@ static void gpu_teardown(void) {
 #define TRAINER_NAME "gpu"
 #define TRAINER_DEFAULT_PRECISION 1
 #define TRAINER_HAS_FP32 0
-#define TRAINER_GPU 1                /* the check kinds it provides: the gpu column of PROT_KINDS (llmc/checks.h) */
+#define TRAINER_GPU 1                /* the check kinds it provides: the gpu column of PROT_KINDS (llmc/sdc/checks.h) */
 #define TRAINER_BF16_NAME "bf16 AMP"
 #define TRAINER_SETUP(dist) gpu_setup(dist)
 #define TRAINER_TEARDOWN() gpu_teardown()
-#include "llmc/train_loop.h"
+#include "llmc/host/train_loop.h"
 int main(int argc, char** argv) { return train_main(argc, argv); }
 #endif

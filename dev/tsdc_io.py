@@ -1,6 +1,6 @@
 """Python side of train_sdc's file formats (docs/formats.md): checksum, token shards, decode table,
 checkpoints, and the learning-rate schedule. numpy only, so every tool that needs it runs without
-PyTorch. The C side is llmc/checksum.h, llmc/dataloader.h, llmc/tokenizer.h, llmc/checkpoint.h."""
+PyTorch. The C side is llmc/host/checksum.h, llmc/host/dataloader.h, llmc/host/tokenizer.h, llmc/checkpoint.h."""
 import math
 import os
 import struct
@@ -222,7 +222,7 @@ def read_checkpoint(path):
     return preset, cfg, hdr, params, m, v
 
 
-# ---------------------------------------------------------------- schedule (llmc/schedule.h)
+# ---------------------------------------------------------------- schedule (llmc/host/schedule.h)
 def lr_at(step, max_lr, warmup, total, final_frac):
     """Learning rate of update number `step` (0-based)."""
     if step < warmup:

@@ -197,7 +197,7 @@ OUT=${OUT:-runs/characterize/$PRESET$([ "$SMOKE" = 1 ] && echo -smoke || true)}
 case "$OUT" in *[[:space:]]*) echo "error: --out must not contain spaces" >&2; exit 1 ;; esac
 
 ALL_SITES="attn_norm q_proj k_proj v_proj q_norm k_norm q_rope k_rope att_logits att_probs att_out o_proj attn_residual mlp_norm gate_proj up_proj act mlp_product down_proj block_out"
-# the sites a preset has (llmc/fault.h site_exists): QK norm in qwen3 and nanochat; SwiGLU's up_proj
+# the sites a preset has (llmc/sdc/fault.h site_exists): QK norm in qwen3 and nanochat; SwiGLU's up_proj
 # and mlp_product not in nanochat (ReLU^2)
 sites_for() {
   local preset=$1 out="" s

@@ -271,10 +271,10 @@ mem_peak_gib() { [ -s "$1" ] && awk 'BEGIN { m = 0 } $1 + 0 > m { m = $1 + 0 } E
 
 need_files() {   # the files and tools the phases need; prints each missing one; returns 1 if any required is missing
     local miss=0 f p t
-    for f in Makefile train_sdc.c train_sdc.cu test_sdc.c test_sdc.cu llmc/utils.h llmc/checksum.h llmc/rng.h llmc/init.h llmc/cpu_kernels.h \
-             llmc/train_loop.h llmc/cuda_common.cuh llmc/matmul.cuh llmc/attention.cuh llmc/rmsnorm.cuh llmc/rope.cuh llmc/mlp.cuh \
-             llmc/residual.cuh llmc/convert.cuh llmc/embedding.cuh llmc/classifier.cuh llmc/adamw.cuh llmc/global_norm.cuh \
-             llmc/init.cuh llmc/checksum.cuh dev/cuda/bench_matmul.cu dev/bench/bench_gpu_torch.py; do
+    for f in Makefile train_sdc.c train_sdc.cu test_sdc.c test_sdc.cu llmc/host/utils.h llmc/host/checksum.h llmc/host/rng.h llmc/cpu/init.h llmc/cpu/cpu_kernels.h \
+             llmc/host/train_loop.h llmc/cuda/cuda_common.cuh llmc/cuda/matmul.cuh llmc/cuda/attention.cuh llmc/cuda/rmsnorm.cuh llmc/cuda/rope.cuh llmc/cuda/mlp.cuh \
+             llmc/cuda/residual.cuh llmc/cuda/convert.cuh llmc/cuda/embedding.cuh llmc/cuda/classifier.cuh llmc/cuda/adamw.cuh llmc/cuda/global_norm.cuh \
+             llmc/cuda/init.cuh llmc/cuda/checksum.cuh dev/cuda/bench_matmul.cu dev/bench/bench_gpu_torch.py; do
         if [ -f "$f" ]; then echo "  ok       $f"; else echo "  MISSING  $f"; miss=1; fi
     done
     for p in $PRESETS_REF; do
@@ -322,9 +322,9 @@ mkshard_build() {
  * mkshard OUT N 256 SEED FILE...: the bytes of the files instead (real text, vocab 256), up to N */
 #include <stdio.h>
 #include <stdlib.h>
-#include "llmc/utils.h"
-#include "llmc/checksum.h"
-#include "llmc/rng.h"
+#include "llmc/host/utils.h"
+#include "llmc/host/checksum.h"
+#include "llmc/host/rng.h"
 int main(int argc, char** argv) {
     if (argc < 5) { fprintf(stderr, "usage: mkshard OUT N VOCAB SEED [FILE...]\n"); return 1; }
     uint64_t n = strtoull(argv[2], NULL, 10), seed = strtoull(argv[4], NULL, 10);
@@ -680,7 +680,7 @@ if has_phase 6; then
         # real text, as the CPU tests (tests/test_protect.py: tinyshakespeare bytes, vocab 256, T 32, B 2): the
         # project's own sources and docs as bytes (there is no data set on the device machine)
         PSH="$WORK/text.bin"
-        mkshard_build && "$WORK/mkshard" "$PSH" 2000000 256 0 README.md docs/*.md train_sdc.c train_sdc.cu test_sdc.c test_sdc.cu llmc/*.h llmc/*.cuh
+        mkshard_build && "$WORK/mkshard" "$PSH" 2000000 256 0 README.md docs/*.md train_sdc.c train_sdc.cu test_sdc.c test_sdc.cu llmc/*/*.h llmc/*/*.cuh
         if [ -x "${TRAIN_GPU[0]}" ] && [ -f "$PSH" ] && command -v "$PYTHON" >/dev/null 2>&1 && fits 60 "protection tests"; then
             PC=(-preset tiny-llama -train "$PSH" -vocab 256 -B 2 -seq 32 -accum 2 -warmup 5 -lr 1e-3 -eval_every 0 -quiet)
             pok=0; pn=0; pres=""; pskip=""

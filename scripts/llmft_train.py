@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Train the LLMFT-style learned detector (-detect llmft) on the per-step features of runs made with
--detect loss,nan,harmful -detect_observe 1 (llmc/detect.h lists the features), and write the model file
+-detect loss,nan,harmful -detect_observe 1 (llmc/sdc/detect.h lists the features), and write the model file
 the trainers load with -llmft_model.
 
   scripts/llmft_train.py --run DIR [--run DIR ...] --out MODEL [--max-fpr 0.01]

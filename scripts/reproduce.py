@@ -1099,7 +1099,7 @@ def report(pl, args_line):
     L.append(f"- m (corrupted elements an event), low / mid / high: {ms}. The paper's 10 / 1,000 / 100,000 are for tensors of "
              "1024 tokens x 2048 (Llama) or x 1024 (Qwen); the tiny preset keeps 10 and scales 1,000 and 100,000 by the share of "
              "a [tokens, d_model] tensor they are in the paper (4.8% for Llama's 100,000, 9.5% for Qwen's).")
-    L.append("- detectors: see llmc/detect.h and llmc/attcheck.h (thresholds there and in README.md); LLMFT is trained on "
+    L.append("- detectors: see llmc/sdc/detect.h and llmc/sdc/attcheck.h (thresholds there and in README.md); LLMFT is trained on "
              f"another campaign (seed {SEED_LLMFT}, m = mid, faults in the last two thirds) plus the clean run, then applied unchanged")
     L.append("- metrics: scripts/sdc_metrics.py (DESIGN.md section 8) against the fault-free run; delta-PPL and Top-1 on the "
              f"first {P['eval_tokens']} held-out positions; '-' where the run's loss went non-finite (as the paper)\n")

@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 #include <stdio.h>
-#include "../llmc/checksum.h"
-#include "../llmc/utils.h"
+#include "../llmc/host/checksum.h"
+#include "../llmc/host/utils.h"
 #include "check.h"
 
 typedef struct {
@@ -66,7 +66,7 @@ static void ref_batch(const RefState* s, int* inputs, int* targets) {
 }
 
 /* the name of a parameter gradient in the tests' lines: "grad layers.L.NAME", or "grad NAME" outside the
- * layers (TensorInfo and PT_NAMES: llmc/config.h, included by the trainer before this file) */
+ * layers (TensorInfo and PT_NAMES: llmc/host/config.h, included by the trainer before this file) */
 static void grad_name(char* buf, size_t n, const TensorInfo* t) {
     if (t->layer >= 0) snprintf(buf, n, "grad layers.%d.%s", t->layer, PT_NAMES[t->type]);
     else snprintf(buf, n, "grad %s", PT_NAMES[t->type]);

@@ -207,7 +207,7 @@ def test_pred_out_matches_cpu_bf16(data, tmp_path):
 
 # ------------------------------------------------------------------------ device work (issue 14 item 5)
 def stats_of(data, out, **kw):
-    """the per-step device counts (-stats, llmc/stats.h) of a 2-step emulated run: step 2's (step 1 holds the
+    """the per-step device counts (-stats, llmc/host/stats.h) of a 2-step emulated run: step 2's (step 1 holds the
     one-off allocations)"""
     emu(small(data, out, **{"-steps": 2, "-warmup": 1, "-save": "none", "-stats": None, **kw}))
     return steps(out)[2]["stats"]

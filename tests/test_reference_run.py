@@ -1,5 +1,5 @@
 """The trainer binary against the reference states of dev/reference (HF transformers / nanochat,
-PyTorch AdamW), through the real training loop (llmc/train_loop.h), not through test_sdc.c's own
+PyTorch AdamW), through the real training loop (llmc/host/train_loop.h), not through test_sdc.c's own
 optimizer calls.
 
 The reference batch (2 independent rows of T+1 = 33 tokens) is written as a row shard
@@ -145,9 +145,9 @@ def test_weight_decay_is_visible(tmp_path):
 
 
 def bf16_bounds(n_layer):
-    """BF16_LAMBDA, BF16_U and the rounding counts of llmc/bf16_bounds.h (the one place they are written)"""
+    """BF16_LAMBDA, BF16_U and the rounding counts of tests/bf16_bounds.h (the one place they are written)"""
     import re
-    h = open(os.path.join(ROOT, "llmc", "bf16_bounds.h")).read()
+    h = open(os.path.join(ROOT, "tests", "bf16_bounds.h")).read()
     lam = float(re.search(r"#define BF16_LAMBDA ([0-9.e+-]+)", h).group(1))
     u = float(re.search(r"#define BF16_U ([0-9.e+-]+)", h).group(1))
     a, b = (int(x) for x in re.search(r"#define BF16_FWD_ROUNDINGS\(L\) \((\d+) \* \(L\) \+ (\d+)\)", h).groups())
@@ -159,7 +159,7 @@ def bf16_bounds(n_layer):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_binary_bf16_training_within_the_fixed_bounds(tmp_path, preset):
     """-precision bf16 through the real training loop on the reference batch: each of the 10 losses within
-    bf16_losses_bound of llmc/bf16_bounds.h (derived from bf16 rounding; test_sdc.c checks the logits and
+    bf16_losses_bound of tests/bf16_bounds.h (derived from bf16 rounding; test_sdc.c checks the logits and
     every gradient under the same header). Catches a bf16 weight copy left stale after the update
     (training stops learning: the loss stays near 5.5 instead of falling to 3.8)."""
     st = state(preset)

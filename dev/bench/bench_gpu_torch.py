@@ -2,7 +2,7 @@
 """PyTorch side of the GPU speed benchmark (scripts/gpu_check.sh runs it beside train_sdc_cu).
 
 Trains the HF model of a train_sdc preset -- LlamaForCausalLM for llama3.2-1b / tiny-llama,
-Qwen3ForCausalLM for qwen3-0.6b / tiny-qwen3, random init, the exact preset config of llmc/config.h --
+Qwen3ForCausalLM for qwen3-0.6b / tiny-qwen3, random init, the exact preset config of llmc/host/config.h --
 the way a typical PyTorch user would on one GPU: fp32 master weights, bf16 autocast, SDPA attention
 (flash / memory-efficient kernels: attention is NOT materialised, unlike train_sdc_cu), loss on the
 fp32-upcast logits, global grad-norm clip 1.0, fused AdamW (betas 0.9/0.95, eps 1e-8, weight decay

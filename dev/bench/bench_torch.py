@@ -2,7 +2,7 @@
 """PyTorch side of the CPU speed benchmark (scripts/bench_cpu.sh runs it beside train_sdc).
 
 Trains the HF model of a tiny train_sdc preset -- LlamaForCausalLM for tiny-llama, Qwen3ForCausalLM
-for tiny-qwen3, built with the exact preset config (llmc/config.h; the same HF config that
+for tiny-qwen3, built with the exact preset config (llmc/host/config.h; the same HF config that
 dev/reference/make_states.py uses, at the preset's full vocabulary and sequence length) -- in fp32
 on the CPU, the way train_sdc does a step: forward, backward, global grad-norm clip 1.0, AdamW
 (betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices and embeddings, none on norm weights).
@@ -55,7 +55,7 @@ def main():
     import transformers
     from transformers import LlamaForCausalLM, Qwen3ForCausalLM
     # silences the (harmless) warning that the llama3 rope's original_max_position_embeddings 8192
-    # exceeds max_position_embeddings: the preset is defined that way (llmc/config.h)
+    # exceeds max_position_embeddings: the preset is defined that way (llmc/host/config.h)
     transformers.logging.set_verbosity_error()
 
     cfg = PRESETS[args.preset]

@@ -1,8 +1,8 @@
-"""hf_presets.py: the presets of llmc/config.h that have an HF model class (LlamaForCausalLM,
+"""hf_presets.py: the presets of llmc/host/config.h that have an HF model class (LlamaForCausalLM,
 Qwen3ForCausalLM), and their HF configs, for the PyTorch sides of the speed comparisons
 (bench_torch.py on the CPU, bench_gpu_torch.py on the GPU), built as dev/reference/make_states.py does."""
 
-# The presets of llmc/config.h that have an HF model class here.
+# The presets of llmc/host/config.h that have an HF model class here.
 PRESETS = {
     "llama3.2-1b": dict(kind="llama", n_layer=16, d_model=2048, n_head=32, n_kv_head=8, head_dim=64, ffn_dim=8192,
                         vocab_size=128256, seq_len=1024, rope_theta=500000.0, norm_eps=1e-5, tied=1,

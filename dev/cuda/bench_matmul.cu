@@ -5,7 +5,7 @@
  *   ./build/bench_matmul [reps]
  *
  * D[m,n] = A[m,k] B[k,n] with bf16 A, B, D, fp32 accumulation (CUBLAS_COMPUTE_32F), as the trainer's
- * GEMMs (llmc/matmul.cuh). Operands are filled with random normal bf16 values (never zeros: a product
+ * GEMMs (llmc/cuda/matmul.cuh). Operands are filled with random normal bf16 values (never zeros: a product
  * of zeros runs faster than real data), are far larger than the 60 MB L2, and each shape is timed
  * with CUDA events: 5 warm-up products, then `reps` (default 20) timed one by one; the median is
  * reported. Shapes: 8192^3 (square), and the three GEMM shapes of a llama3.2-1b step at B*T = 8192

@@ -1,10 +1,10 @@
-/* compile_check.cu: builds every launcher, kernel and template of llmc/cuda_common.cuh, matmul.cuh and
+/* compile_check.cu: builds every launcher, kernel and template of llmc/cuda/cuda_common.cuh, matmul.cuh and
  * attention.cuh, so that `nvcc -Werror all-warnings` sees all of it. Nothing runs: the calls sit behind
  * a branch no command line takes (argc > 99), so the binary also links on a machine without a GPU.
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Werror all-warnings -o build/compile_check dev/cuda/compile_check.cu -lcublasLt -lcublas */
-#include "../../llmc/cuda_common.cuh"
-#include "../../llmc/matmul.cuh"
-#include "../../llmc/attention.cuh"
+#include "../../llmc/cuda/cuda_common.cuh"
+#include "../../llmc/cuda/matmul.cuh"
+#include "../../llmc/cuda/attention.cuh"
 
 /* instantiates the reduction helpers: out[block] = sum and max of in over the block's slice */
 __global__ void compile_check_reduce_kernel(float* out, const float* in, int n) {

@@ -5,16 +5,16 @@
  *   nvcc -O3 -arch=sm_90 -Xcompiler -Wall dev/cuda/compile_check_elementwise.cu -o /tmp/cc_elem
  *   nvcc -O3 -arch=sm_80 -Xcompiler -Wall dev/cuda/compile_check_elementwise.cu -o /tmp/cc_elem */
 #include <stdio.h>
-#include "../../llmc/cuda_common.cuh"
-#include "../../llmc/convert.cuh"
-#include "../../llmc/rmsnorm.cuh"
-#include "../../llmc/rope.cuh"
-#include "../../llmc/mlp.cuh"
-#include "../../llmc/residual.cuh"
-#include "../../llmc/embedding.cuh"
-#include "../../llmc/classifier.cuh"
-#include "../../llmc/adamw.cuh"
-#include "../../llmc/global_norm.cuh"
+#include "../../llmc/cuda/cuda_common.cuh"
+#include "../../llmc/cuda/convert.cuh"
+#include "../../llmc/cuda/rmsnorm.cuh"
+#include "../../llmc/cuda/rope.cuh"
+#include "../../llmc/cuda/mlp.cuh"
+#include "../../llmc/cuda/residual.cuh"
+#include "../../llmc/cuda/embedding.cuh"
+#include "../../llmc/cuda/classifier.cuh"
+#include "../../llmc/cuda/adamw.cuh"
+#include "../../llmc/cuda/global_norm.cuh"
 
 int main(int argc, char** argv) {
     (void)argv;

@@ -673,7 +673,7 @@ static double bench_one(const char* name, int64_t M, int64_t N, int64_t K, int t
 int main(int argc, char** argv) {
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         const int64_t V = argc > 2 ? atoll(argv[2]) : 128256, T = 64, C = 2048;
-        /* the project's linear layer y[T,V] = x[T,C] W[V,C]^T in cuBLAS terms (column-major, see llmc/matmul.cuh):
+        /* the project's linear layer y[T,V] = x[T,C] W[V,C]^T in cuBLAS terms (column-major, see llmc/cuda/matmul.cuh):
          * forward M=V N=T K=C (A = W op T), backward dx M=C N=T K=V (A = W op N), dW M=C N=V K=T (B = dy op T) */
         bench_one("forward (logits)", V, T, C, 1, 0, CUDA_R_16BF);
         bench_one("backward dx", C, T, V, 0, 0, CUDA_R_16BF);

@@ -1,11 +1,11 @@
-/* attention.cuh: the attention kernel tests of test_sdc.cu: the materialised attention (llmc/attention.cuh,
- * whole and split), the fused one (llmc/flash_attention.cuh), the chunked batch, and the four attention
- * checks (llmc/attcheck.cuh) against llmc/attcheck.h's. */
+/* attention.cuh: the attention kernel tests of test_sdc.cu: the materialised attention (llmc/cuda/attention.cuh,
+ * whole and split), the fused one (llmc/cuda/flash_attention.cuh), the chunked batch, and the four attention
+ * checks (llmc/sdc/attcheck.cuh) against llmc/sdc/attcheck.h's. */
 
 /* Catches: a wrong causal mask (future positions read), a GQA head mapped to the wrong K/V head, a missing
  * 1/sqrt(hd) scale, a softmax or backward that differs from the CPU's math. */
 static void test_attention(void) {
-    printf("attention (llmc/attention.cuh) vs attention_forward / attention_backward\n");
+    printf("attention (llmc/cuda/attention.cuh) vs attention_forward / attention_backward\n");
     struct { int B, T, H, KV, hd; } cases[] = {
         {2, 37, 4, 2, 32}, {2, 37, 4, 2, 64}, {2, 128, 4, 2, 32}, {2, 128, 4, 2, 64}, {1, 64, 4, 1, 64}, {2, 50, 2, 2, 64},
         {1, 40, 16, 8, 128}};   /* the last: qwen3-0.6b's heads (16 q, 8 kv, head_dim 128) */
@@ -96,7 +96,7 @@ static void test_attention(void) {
 /* Catches: a split kernel that reads the masked upper triangle, a gradient step of the split path that differs
  * from the CPU's three-step attention. */
 static void test_attention_split(void) {
-    printf("attention split path (llmc/attention.cuh) vs attention_softmax_forward / attention_av_forward /\n"
+    printf("attention split path (llmc/cuda/attention.cuh) vs attention_softmax_forward / attention_av_forward /\n"
            "  attention_av_backward / attention_softmax_backward / attention_logits_backward\n");
     struct { int B, T, H, KV, hd; } cases[] = {{2, 37, 4, 2, 32}, {2, 128, 4, 2, 64}, {1, 64, 4, 1, 64}, {2, 50, 2, 2, 64}};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
@@ -258,7 +258,7 @@ static void test_attention_split(void) {
     }
 }
 
-/* the fused attention (llmc/flash_attention.cuh) against the CPU's attention_forward / attention_backward
+/* the fused attention (llmc/cuda/flash_attention.cuh) against the CPU's attention_forward / attention_backward
  * (fp32, from the same bf16 q, k, v, dout), for determinism, and against the materialised path.
  * Bounds per element, derived from the fp32 arithmetic of both sides (u = 2^-24), on top of 1 bf16 ulp
  * for the GPU's final rounding; each side errs by at most the bound, so the difference gets both:
@@ -275,7 +275,7 @@ static void test_attention_split(void) {
 /* Catches: an online softmax that rescales wrongly across tiles, the causal skip dropping a diagonal tile, T not a
  * multiple of the tile mishandled, a dK/dV or dQ order that changes between runs (atomics), a GQA mapping error. */
 static void test_flash_attention(void) {
-    printf("fused attention (llmc/flash_attention.cuh) vs attention_forward / attention_backward, determinism, vs llmc/attention.cuh\n");
+    printf("fused attention (llmc/cuda/flash_attention.cuh) vs attention_forward / attention_backward, determinism, vs llmc/cuda/attention.cuh\n");
     struct { int B, T, H, KV, hd; } cases[] = {
         {2, 37, 4, 2, 64}, {1, 130, 8, 2, 64}, {2, 37, 4, 4, 128}, {1, 130, 4, 2, 128}, {1, 100, 8, 2, 128}, {1, 70, 4, 1, 32}};
     const double u = ldexp(1.0, -24);
@@ -463,7 +463,7 @@ static void test_attention_chunked(void) {
     const int B = 3, T = 4096, H = 2, KV = 1, hd = 8;
     const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
     const size_t sq = nq / B, sk = nk / B, sa = na / B;
-    printf("attention in chunks (llmc/attention.cuh): B %d T %d H %d KV %d hd %d, B*H*T^2 = %zu > %zu: %d sequences a chunk, "
+    printf("attention in chunks (llmc/cuda/attention.cuh): B %d T %d H %d KV %d hd %d, B*H*T^2 = %zu > %zu: %d sequences a chunk, "
            "vs one run per sequence\n", B, T, H, KV, hd, na, (size_t)ATTN_CHUNK_FLOATS, attention_chunk(B, H, T));
     float* q = h_normal(nq, 1.5, 0.0, 1);
     float* k = h_normal(nk, 1.0, 0.0, 1);
@@ -511,7 +511,7 @@ static void gpu_attcheck(int cnt[ATTC_NCHECK], int* dbuf, double* scratch, const
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaMemcpy(cnt, dbuf, sizeof(int) * ATTC_NCHECK, cudaMemcpyDeviceToHost));
 }
-/* the CPU's (llmc/attcheck.h, bf16 tolerances), in the counters' order */
+/* the CPU's (llmc/sdc/attcheck.h, bf16 tolerances), in the counters' order */
 static void cpu_attcheck(int cnt[ATTC_NCHECK], const float* lg, const float* pr, const float* out, const float* q, const float* k,
                          const float* v, int B, int T, int H, int KV, int hd) {
     cnt[ATTC_ABFT_LOGITS] = abft_logits_check(lg, q, k, B, T, H, KV, hd, 16);
@@ -554,8 +554,8 @@ static size_t pick_any(const float* x, size_t n) {
 /* Catches: an attention check (ABFT on the logits and AV, row checks of logits and probabilities) whose GPU sums
  * or tolerances differ from the CPU's, alarms on clean attention. */
 static void test_attcheck(void) {
-    printf("attention checks (llmc/attcheck.cuh) vs abft_logits_check / att_logits_rowcheck / att_probs_rowcheck /\n"
-           "  abft_av_check (llmc/attcheck.h, width 16), on attention_forward's bf16 logits, probs and out (hd 48: the CPU's\n"
+    printf("attention checks (llmc/sdc/attcheck.cuh) vs abft_logits_check / att_logits_rowcheck / att_probs_rowcheck /\n"
+           "  abft_av_check (llmc/sdc/attcheck.h, width 16), on attention_forward's bf16 logits, probs and out (hd 48: the CPU's\n"
            "  attention_forward rounded to bf16, as the CPU's -precision bf16)\n");
     struct { int B, T, H, KV, hd; } cases[] = {
         {2, 37, 4, 2, 32}, {2, 130, 4, 2, 64}, {1, 64, 4, 1, 48}, {2, 50, 2, 2, 128}, {3, 200, 6, 3, 64}, {1, 9, 2, 1, 32}, {1, 3, 2, 2, 32}};

@@ -1,13 +1,13 @@
 /* kernels.cuh: (a) the kernel unit tests of test_sdc.cu, except attention's (attention.cuh): conversions,
  * embedding, RMSNorm, RoPE, element-wise, classifier, AdamW, global norm, one optimizer pass, Q/K
  * fingerprints, the GEMM plan cache, argmax, unscale, fault flips and the linear layers, each against its
- * CPU reference (llmc/cpu_kernels.h) under the bounds explained in test_sdc.cu's header. */
+ * CPU reference (llmc/cpu/cpu_kernels.h) under the bounds explained in test_sdc.cu's header. */
 
 /* ------------------------------------------------------------------------ (a) kernel tests */
 /* Catches: a rounding that truncates or breaks ties away from even, NaN or inf mishandled, the vector path and the
  * scalar tail disagreeing, elements past n written. */
 static void test_convert(void) {
-    printf("f32 <-> bf16 conversion (llmc/convert.cuh) vs bf16.h, bitwise\n");
+    printf("f32 <-> bf16 conversion (llmc/cuda/convert.cuh) vs bf16.h, bitwise\n");
     size_t n = 1000003;
     float* x = h_alloc(n);
     for (size_t i = 0; i < n; i++) x[i] = (float)(rng_normal(&g_rng) * ldexp(1.0, (int)rng_below(&g_rng, 90) - 45));
@@ -68,7 +68,7 @@ static void test_convert(void) {
 /* Catches: a wrong row of the table read (token stride), a backward that loses a repeated token's contribution or
  * sums in another order than the CPU, elements outside the output written. */
 static void test_embedding(void) {
-    printf("embedding (llmc/embedding.cuh) vs embedding_forward / embedding_backward\n");
+    printf("embedding (llmc/cuda/embedding.cuh) vs embedding_forward / embedding_backward\n");
     struct { int N, V, C; } fw[] = {{517, 1000, 128}, {300, 77, 100}};
     for (int c = 0; c < 2; c++) {
         int N = fw[c].N, V = fw[c].V, C = fw[c].C;
@@ -113,7 +113,7 @@ static void test_embedding(void) {
  * reduced across chunks in a thread-dependent order, the fused residual variant differing from the split one, the
  * scalar path for C % 8 != 0 broken. */
 static void test_rmsnorm(void) {
-    printf("rmsnorm (llmc/rmsnorm.cuh) vs rmsnorm_forward / rmsnorm_backward\n");
+    printf("rmsnorm (llmc/cuda/rmsnorm.cuh) vs rmsnorm_forward / rmsnorm_backward\n");
     struct { int rows, C, weighted; float eps; const char* what; } cases[] = {
         {300, 128, 1, 1e-5f, "300 x 128 weighted"},
         {300, 128, 0, (float)FP32_EPS, "300 x 128 parameter-free"},
@@ -239,7 +239,7 @@ static float* rope_mag(const float* x, const float* cs, const float* sn, int B, 
 /* Catches: the wrong pairing (interleaved vs half-split), the wrong theta or missing Llama-3 frequency scaling,
  * positions off by one, a backward that is not the inverse rotation. */
 static void test_rope(void) {
-    printf("rope (llmc/rope.cuh) vs rope_forward / rope_backward; 1 ulp + 2^-22 (|x1 c| + |x2 s|) (FMA contraction)\n");
+    printf("rope (llmc/cuda/rope.cuh) vs rope_forward / rope_backward; 1 ulp + 2^-22 (|x1 c| + |x2 s|) (FMA contraction)\n");
     struct { const char* preset; int B, T, nh; } cases[] = {
         {"tiny-llama", 2, 37, 4}, {"tiny-qwen3", 2, 37, 4}, {"tiny-nanochat", 2, 37, 2}, {"llama3.2-1b", 1, 1024, 8},
         {"qwen3-0.6b", 1, 40, 16}};
@@ -282,7 +282,7 @@ static void test_rope(void) {
 /* Catches: a SiLU or ReLU^2 derivative error, the fused SwiGLU rounding differently from the split kernels, in-
  * place aliasing broken, the scalar path for unaligned pointers broken. */
 static void test_elementwise(void) {
-    printf("element-wise (llmc/mlp.cuh, llmc/residual.cuh) vs silu/mul/relu2/residual; fused SwiGLU vs the split kernels\n");
+    printf("element-wise (llmc/cuda/mlp.cuh, llmc/cuda/residual.cuh) vs silu/mul/relu2/residual; fused SwiGLU vs the split kernels\n");
     for (int pass = 0; pass < 2; pass++) {
         /* pass 0: n = 100003 aligned (vector path + tail); pass 1: pointers one element in (scalar) */
         size_t n = pass ? 4099 : 100003, off = pass;
@@ -389,7 +389,7 @@ static void test_elementwise(void) {
 /* Catches: a softcap or cross-entropy formula error, ignored targets (-1) counted, a large vocabulary (128256,
  * 151936) reduced with the wrong block stride. */
 static void test_classifier(void) {
-    printf("classifier (llmc/classifier.cuh) vs softcap_forward / crossentropy_forward / crossentropy_softcap_backward\n");
+    printf("classifier (llmc/cuda/classifier.cuh) vs softcap_forward / crossentropy_forward / crossentropy_softcap_backward\n");
     struct { int N, V; float cap; } cases[] = {{96, 1000, 0.0f}, {96, 1000, 15.0f}, {32, 50257, 0.0f}, {32, 50257, 15.0f}, {64, 8192, 30.0f},
         {6, 128256, 0.0f}, {6, 151936, 15.0f}};   /* llama3.2-1b's and qwen3-0.6b's vocabularies */
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
@@ -453,7 +453,7 @@ static void test_classifier(void) {
 /* Catches: a bias correction, decay or epsilon placement that differs from the CPU's AdamW, the grad scale not
  * applied, the bf16 weight copy not refreshed. */
 static void test_adamw(void) {
-    printf("adamw (llmc/adamw.cuh) vs the formula of train_sdc.c adamw_update (+ scale_grads, bf16 copy)\n");
+    printf("adamw (llmc/cuda/adamw.cuh) vs the formula of train_sdc.c adamw_update (+ scale_grads, bf16 copy)\n");
     struct { size_t n, off; double lr, wd, grad_scale; long long t; } cases[] = {
         {1000003, 0, 3e-4, 0.1, 0.6, 7}, {4099, 1, 1e-3, 0.0, 1.0, 1}};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
@@ -510,7 +510,7 @@ static void test_adamw(void) {
 /* Catches: elements skipped or counted twice at block boundaries, a reduction order that changes between calls
  * (non-deterministic), a sum in fp32 where the design says double. */
 static void test_global_norm(void) {
-    printf("global norm (llmc/global_norm.cuh) vs sumsq_det (both in double: rel err <= (n + 1024) 2^-53)\n");
+    printf("global norm (llmc/cuda/global_norm.cuh) vs sumsq_det (both in double: rel err <= (n + 1024) 2^-53)\n");
     size_t sizes[] = {1, 7, 1000003, 10000019};
     for (int ci = 0; ci < 4; ci++) {
         size_t n = sizes[ci];
@@ -537,7 +537,7 @@ static void test_global_norm(void) {
 /* Catches: a chunk table that skips or overlaps tensors, decay applied to the wrong tensors, the multi-tensor
  * update differing from the per-tensor one, per-tensor norms mixed up, the folded unscale wrong. */
 static void test_multi_tensor(void) {
-    printf("one optimizer pass (llmc/multi_tensor.cuh) vs one adamw_update per tensor (bitwise) and sumsq_det per tensor\n");
+    printf("one optimizer pass (llmc/cuda/multi_tensor.cuh) vs one adamw_update per tensor (bitwise) and sumsq_det per tensor\n");
     const size_t numel[] = {5, MT_CHUNK + 3, 0, 3 * MT_CHUNK, 1, 2 * MT_CHUNK - 1, 4096, 77};
     const int decay_of[] = {1, 0, 1, 1, 0, 1, 0, 1};
     const int n = (int)(sizeof(numel) / sizeof(numel[0]));
@@ -596,7 +596,7 @@ static void test_multi_tensor(void) {
 
 /* ------------------------------------------------------------------- Q/K fingerprints (fingerprint.cuh) */
 /* the fingerprint test on the GPU: the device fingerprint of a stored bf16 tensor equals the CPU's
- * (llmc/fingerprint.h, width 16); every single-bit change at every position changes it (exhaustive on
+ * (llmc/sdc/fingerprint.h, width 16); every single-bit change at every position changes it (exhaustive on
  * small tensors: 16 bits x n elements); a swap of two different elements changes it */
 /* Catches: a fingerprint blind to some bit positions or to swaps (a Q/K fault that passes the comparison), a GPU
  * fingerprint that differs from the CPU's. */
@@ -785,14 +785,14 @@ static void test_unscale(void) {
 }
 
 /* ------------------------------------------------------------------ fault injection (fault.cuh) */
-/* fault_apply_device against the CPU's fault_apply_host (llmc/fault.h) on the same bf16 values and the same
+/* fault_apply_device against the CPU's fault_apply_host (llmc/sdc/fault.h) on the same bf16 values and the same
  * event (every element hit, 4 random bits of 16 each): the stored 16-bit patterns must be identical,
  * including the NaNs the flips create (their payloads are the bits the fault model says; a conversion
  * through fp32 -> bf16 rounding would make them the canonical NaN) */
 /* Catches: a flip applied through an fp32 round trip (NaN payloads canonicalised), masks or selection that differ
  * from the CPU's fault model. */
 static void test_fault_flip(void) {
-    printf("fault injection (llmc/fault.cuh) vs fault_apply_host (llmc/fault.h): stored bits after 4-bit flips, NaN payloads included\n");
+    printf("fault injection (llmc/sdc/fault.cuh) vs fault_apply_host (llmc/sdc/fault.h): stored bits after 4-bit flips, NaN payloads included\n");
     size_t sizes[] = {4099, 65536};
     for (int ci = 0; ci < 2; ci++) {
         size_t n = sizes[ci];
@@ -833,7 +833,7 @@ static float* gemm_mag(const float* A, long sam, long sak, size_t na, const floa
 /* Catches: a transposed operand, a wrong leading dimension, beta/accumulation misused (gradients overwritten or
  * doubled), bf16 outputs rounded twice. */
 static void test_matmul(void) {
-    printf("linear layers (llmc/matmul.cuh, cuBLASLt) vs matmul_forward / matmul_backward; fp32 sums of K terms:\n"
+    printf("linear layers (llmc/cuda/matmul.cuh, cuBLASLt) vs matmul_forward / matmul_backward; fp32 sums of K terms:\n"
            "  |err| <= 2^-12 sum|terms| (the worst case K 2^-24 of either order for K <= 4096) (+ 1 bf16 ulp for bf16 outputs)\n");
     struct { int N, I, O; } cases[] = {{74, 128, 384}, {64, 384, 128}, {64, 2048, 512}, {32, 64, 50257}};
     const double mt = ldexp(1.0, -12);

@@ -18,7 +18,7 @@ static Err err_of(const float* got, const float* ref, size_t n) {
     e.rl2 = sr > 0 ? sqrt(se / sr) : (se > 0 ? INFINITY : 0.0);
     return e;
 }
-/* GPU vs the fp32 reference under a fixed bound of llmc/bf16_bounds.h; the CPU bf16 emulation's error beside it */
+/* GPU vs the fp32 reference under a fixed bound of tests/bf16_bounds.h; the CPU bf16 emulation's error beside it */
 static int compare_ref(const char* name, const float* gpu, const float* cpub, const float* ref, size_t n, double lim) {
     Err g = err_of(gpu, ref, n), c = err_of(cpub, ref, n), gc = err_of(gpu, cpub, n);
     int ok = g.rl2 <= lim;
@@ -207,7 +207,7 @@ static void test_determinism(const char* preset, int vocab, int B, int T, const 
 /* Catches: GPU weights that differ from the CPU trainer's for the same seed (the two trainers would not start from
  * the same model). */
 static void test_init(void) {
-    printf("weight initialisation: GPU kernel (llmc/init.cuh) vs the CPU trainer (llmc/init.h), bitwise\n");
+    printf("weight initialisation: GPU kernel (llmc/cuda/init.cuh) vs the CPU trainer (llmc/cpu/init.h), bitwise\n");
     const char* presets[] = {"tiny-llama", "tiny-qwen3", "tiny-nanochat"};
     for (int i = 0; i < 3; i++) {
         Config c = *preset_find(presets[i]);
@@ -266,7 +266,7 @@ static void test_init(void) {
     tc = wall_seconds() - tc;
     uint64_t cs_host = tsdc_checksum(g, P * sizeof(float)), cs_odd = tsdc_checksum_gpu(d, P * sizeof(float) - 3, g_s);
     check(cs_gpu == cs_host && cs_odd == tsdc_checksum(g, P * sizeof(float) - 3),
-          "  weights checksum on the GPU (llmc/checksum.cuh, %.1f ms) equals the host's: %016llx %016llx (and of %zu bytes, not whole words)",
+          "  weights checksum on the GPU (llmc/cuda/checksum.cuh, %.1f ms) equals the host's: %016llx %016llx (and of %zu bytes, not whole words)",
           1e3 * tc, (unsigned long long)cs_gpu, (unsigned long long)cs_host, P * sizeof(float) - 3);
     cudaCheck(cudaFree(d));
     double t1 = wall_seconds();

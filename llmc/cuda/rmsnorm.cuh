@@ -1,0 +1,323 @@
+/* rmsnorm.cuh: RMSNorm forward and backward (also the QK norms: rows = N*heads, C = head_dim).
+ *
+ * Math (per row r of x [rows, C], fp32 inside, bf16_rn when stored):
+ *   ms[r]  = mean_i x[r,i]^2          (fp32, kept: the Residual Gain Guard reuses it)
+ *   rstd   = 1 / sqrtf(ms[r] + eps)
+ *   out    = w[i] * (x[r,i] * rstd)    (w NULL: parameter-free, out = x * rstd)
+ * backward, with g = dout and wg[i] = w ? w[i] * g[r,i] : g[r,i]:
+ *   dot    = sum_i wg[i] * x[r,i]
+ *   dx     = wg[i] * rstd - x[r,i] * (dot / C * rstd^3)      (accumulate: dx_old + that, rounded once)
+ *   dw[i] += sum_r g[r,i] * (x[r,i] * rstd_r)                (fp32; dw may be NULL)
+ *
+ * Layout: x, out, dout, dx [rows, C] bf16 row-major; w [C] bf16; ms [rows] fp32; dw [C] fp32.
+ * Parallelism and order (all fixed, so bitwise reproducible):
+ * - forward and dx: a group of L lanes per row, L = the smallest power of 2 >= C/8, at most 32
+ *   (C = 2048: a warp per row; head_dim 128: 2 rows per warp; 64: 4 rows). Lane l of the group owns
+ *   the 8-element packs l, l+L, l+2L, ... of the row (16-byte loads when C % 8 == 0 and the pointers
+ *   are aligned; the same elements and order otherwise), sums them in that order in fp32, and the
+ *   group is combined by an xor butterfly (offsets L/2 .. 1; for L = 32 that is warp_reduce_sum).
+ *   L depends on C only. Every element is read and written by the lane that owns it, so out may
+ *   equal x and dx may equal dout.
+ * - dw: the rows are cut into chunks of R rows (R a function of rows and C only). Kernel 1: a block
+ *   of 32 columns x 8 row-lanes; lane y sums rows r0+y, r0+y+8, ... of its chunk in order, the 8
+ *   lane sums are added in lane order -> part[chunk, C] in workspace slot 0. Kernel 2: the same
+ *   shape over the chunks (lane y: chunks y, y+8, ... in order, then lanes in order), added into
+ *   dw. dw runs before dx, so dx may alias dout. accumulate_dw 0 (rmsnorm_backward_acc) makes
+ *   kernel 2 write dw = 0 + sum instead of adding (the first microbatch: no memset of the gradients).
+ * residual_rmsnorm_forward fuses the residual add in front (resid = bf16(a + b) stored, then the forward on
+ * it, each lane on the elements it wrote): the same bits as residual_forward then rmsnorm_forward.
+ * CPU reference: rmsnorm_forward, rmsnorm_backward in llmc/cpu/cpu_kernels.h (same per-element
+ * expressions; the sums there are serial, here a fixed tree, so they agree to rounding). */
+#ifndef TSDC_RMSNORM_CUH
+#define TSDC_RMSNORM_CUH
+
+#include "cuda_common.cuh"
+#include "convert.cuh"
+#include "../sdc/fingerprint.cuh"
+
+#define RMSNORM_BLOCK 256     /* 8 warps, each 32/L rows at a time */
+#define RMSNORM_DW_TX 32      /* dw kernels: columns per block */
+#define RMSNORM_DW_TY 8       /* dw kernels: row-lanes per column */
+
+/* sum over the L lanes of an aligned lane group (L a power of 2 <= 32; L = 32 is warp_reduce_sum's
+ * butterfly): xor offsets L/2 .. 1 stay inside the group; all 32 lanes must call it */
+__device__ __forceinline__ float rmsnorm_group_sum(float v, int L) {
+    for (int off = L >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* y = w * (x * rstd), or x * rstd without a weight, on 8 loaded values (the forward's second pass; the
+ * plain and the residual-fused kernels share it, so their bits are the same by construction) */
+__device__ __forceinline__ static void rmsnorm_scale8(float f[8], const bf16* w, int c0, int cnt, bool vec, float rstd) {
+    if (w) {
+        float wv[8];
+        load8_f32(wv, w + c0, cnt, vec, 0.0f);
+#pragma unroll
+        for (int j = 0; j < 8; j++) f[j] = wv[j] * (f[j] * rstd);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) f[j] = f[j] * rstd;
+    }
+}
+
+/* FP: also fold every output element into the Q/K fingerprint; out and ms may then be NULL */
+template <bool FP>
+__global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* x, const bf16* w,
+                                              int rows, int C, float eps, int L, bool vec, unsigned long long* fp_part) {
+    Fingerprint fp = {0, 0};
+    const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
+    const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
+    /* base is the same for the whole warp, so every lane reaches the shuffles */
+    for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
+        const int row = base + lane / L;
+        const bool valid = row < rows;
+        const bf16* xr = x + (size_t)row * C;
+        bf16* o = out + (size_t)row * C;
+        float acc = 0.0f;
+        if (valid) {
+            for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
+                const int cnt = min(8, C - c0);
+                float f[8];
+                load8_f32(f, xr + c0, cnt, vec, 0.0f);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j < cnt) acc += f[j] * f[j];
+            }
+        }
+        const float m = rmsnorm_group_sum(acc, L) / C;
+        if (!valid) continue;
+        const float rstd = 1.0f / sqrtf(m + eps);
+        if (gl == 0 && ms) ms[row] = m;
+        for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
+            const int cnt = min(8, C - c0);
+            float f[8];
+            load8_f32(f, xr + c0, cnt, vec, 0.0f);
+            rmsnorm_scale8(f, w, c0, cnt, vec, rstd);
+            if (!FP || out) store8_bf16(o + c0, f, cnt, vec);
+            if (FP)
+                for (int j = 0; j < cnt; j++)
+                    fp_add(&fp, (uint64_t)row * C + c0 + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(f[j])), 16);
+        }
+    }
+    if (FP) fp_block_reduce(fp, fp_part);
+}
+
+/* the residual add fused in front of the norm: resid = bf16(a + b) stored, then the forward above on the
+ * stored (rounded) values, by the lane that wrote them (it reads back only its own elements) */
+__global__ static void residual_rmsnorm_forward_kernel(bf16* resid, bf16* out, float* ms, const bf16* a, const bf16* b, const bf16* w,
+                                                       int rows, int C, float eps, int L, bool vec) {
+    const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
+    const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
+    for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
+        const int row = base + lane / L;
+        const bool valid = row < rows;
+        const size_t ro = (size_t)row * C;
+        float acc = 0.0f;
+        if (valid) {
+            for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
+                const int cnt = min(8, C - c0);
+                float fa[8], fb[8];
+                load8_f32(fa, a + ro + c0, cnt, vec, 0.0f);
+                load8_f32(fb, b + ro + c0, cnt, vec, 0.0f);
+#pragma unroll
+                for (int j = 0; j < 8; j++) fa[j] = __bfloat162float(__float2bfloat16_rn(fa[j] + fb[j]));   /* AddOp, rounded */
+                store8_bf16(resid + ro + c0, fa, cnt, vec);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j < cnt) acc += fa[j] * fa[j];
+            }
+        }
+        const float m = rmsnorm_group_sum(acc, L) / C;
+        if (!valid) continue;
+        const float rstd = 1.0f / sqrtf(m + eps);
+        if (gl == 0 && ms) ms[row] = m;
+        for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
+            const int cnt = min(8, C - c0);
+            float f[8];
+            load8_f32(f, resid + ro + c0, cnt, vec, 0.0f);
+            rmsnorm_scale8(f, w, c0, cnt, vec, rstd);
+            store8_bf16(out + ro + c0, f, cnt, vec);
+        }
+    }
+}
+
+__global__ static void rmsnorm_backward_dx_kernel(bf16* dx, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
+                                                  int rows, int C, float eps, int accumulate, int L, bool vec) {
+    const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
+    const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
+    for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
+        const int row = base + lane / L;
+        const bool valid = row < rows;
+        const size_t rb = (size_t)row * C;
+        float acc = 0.0f;
+        if (valid) {
+            for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
+                const int cnt = min(8, C - c0);
+                float g[8], xv[8], wv[8];
+                load8_f32(g, dout + rb + c0, cnt, vec, 0.0f);
+                load8_f32(xv, x + rb + c0, cnt, vec, 0.0f);
+                if (w) {
+                    load8_f32(wv, w + c0, cnt, vec, 0.0f);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) g[j] = wv[j] * g[j];
+                }
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j < cnt) acc += g[j] * xv[j];
+            }
+        }
+        const float dot = rmsnorm_group_sum(acc, L);
+        if (!valid) continue;
+        const float rstd = 1.0f / sqrtf(ms[row] + eps);
+        const float coef = dot / C * rstd * rstd * rstd;
+        for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
+            const int cnt = min(8, C - c0);
+            float g[8], xv[8], wv[8], old[8];
+            load8_f32(g, dout + rb + c0, cnt, vec, 0.0f);
+            load8_f32(xv, x + rb + c0, cnt, vec, 0.0f);
+            if (w) {
+                load8_f32(wv, w + c0, cnt, vec, 0.0f);
+#pragma unroll
+                for (int j = 0; j < 8; j++) g[j] = wv[j] * g[j];
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) g[j] = g[j] * rstd - xv[j] * coef;
+            if (accumulate) {
+                load8_f32(old, dx + rb + c0, cnt, vec, 0.0f);
+#pragma unroll
+                for (int j = 0; j < 8; j++) g[j] = old[j] + g[j];
+            }
+            store8_bf16(dx + rb + c0, g, cnt, vec);
+        }
+    }
+}
+
+/* part[chunk, c] = sum over the chunk's rows of g * (x * rstd), 8 row-lanes then lanes in order */
+__global__ static void rmsnorm_dw_partial_kernel(float* part, const bf16* dout, const bf16* x, const float* ms,
+                                                 int rows, int C, float eps, int R) {
+    __shared__ float sh[RMSNORM_DW_TY][RMSNORM_DW_TX + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c = blockIdx.x * RMSNORM_DW_TX + tx;
+    const int r0 = blockIdx.y * R, r1 = min(rows, r0 + R);
+    float s = 0.0f;
+    if (c < C) {
+        for (int r = r0 + ty; r < r1; r += RMSNORM_DW_TY) {
+            const float rstd = 1.0f / sqrtf(ms[r] + eps);
+            const size_t i = (size_t)r * C + c;
+            s += __bfloat162float(dout[i]) * (__bfloat162float(x[i]) * rstd);
+        }
+    }
+    sh[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float t = sh[0][tx];
+#pragma unroll
+        for (int k = 1; k < RMSNORM_DW_TY; k++) t += sh[k][tx];
+        part[(size_t)blockIdx.y * C + c] = t;
+    }
+}
+/* dw[c] (+)= sum over chunks of part[chunk, c], 8 chunk-lanes then lanes in order (accumulate 0: dw[c] =
+ * 0 + that, the first microbatch's write that replaces the memset of the gradients) */
+__global__ static void rmsnorm_dw_sum_kernel(float* dw, const float* part, int nchunks, int C, int accumulate) {
+    __shared__ float sh[RMSNORM_DW_TY][RMSNORM_DW_TX + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c = blockIdx.x * RMSNORM_DW_TX + tx;
+    float s = 0.0f;
+    if (c < C)
+        for (int k = ty; k < nchunks; k += RMSNORM_DW_TY) s += part[(size_t)k * C + c];
+    sh[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float t = sh[0][tx];
+#pragma unroll
+        for (int k = 1; k < RMSNORM_DW_TY; k++) t += sh[k][tx];
+        dw[c] = (accumulate ? dw[c] : 0.0f) + t;
+    }
+}
+
+/* lanes per row: the smallest power of 2 >= C/8 (one 8-element pack each), at most 32 */
+static int rmsnorm_lanes(int C) {
+    int L = 1;
+    while (L < 32 && L * 8 < C) L *= 2;
+    return L;
+}
+static int rmsnorm_grid(int rows, int L) {
+    int rows_per_block = (RMSNORM_BLOCK / 32) * (32 / L), b = CEIL_DIV(rows, rows_per_block);
+    return b > EW_MAX_GRID ? EW_MAX_GRID : b;
+}
+
+static void rmsnorm_forward(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, float eps, cudaStream_t stream) {
+    if (rows <= 0 || C <= 0) return;
+    bool vec = C % 8 == 0 && ptr_aligned(out, 16) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
+    const int L = rmsnorm_lanes(C);
+    rmsnorm_forward_kernel<false><<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, eps, L, vec, NULL);
+    cudaCheck(cudaGetLastError());
+    const size_t n = (size_t)rows * C;
+    ew_account(n * 2 + (w ? (size_t)C * 2 : 0), n * 2 + (ms ? (size_t)rows * 4 : 0));   /* x (w) in; out, ms out */
+}
+/* resid = a + b (residual.cuh's add, rounded to bf16 and stored), then out, ms = rmsnorm_forward(resid):
+ * the same bits as residual_forward followed by rmsnorm_forward, in one pass (issue 14 item 4) */
+static void residual_rmsnorm_forward(bf16* resid, bf16* out, float* ms, const bf16* a, const bf16* b, const bf16* w, int rows, int C,
+                                     float eps, cudaStream_t stream) {
+    if (rows <= 0 || C <= 0) return;
+    bool vec = C % 8 == 0 && ptr_aligned(resid, 16) && ptr_aligned(out, 16) && ptr_aligned(a, 16) && ptr_aligned(b, 16) &&
+               (!w || ptr_aligned(w, 16));
+    const int L = rmsnorm_lanes(C);
+    residual_rmsnorm_forward_kernel<<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(resid, out, ms, a, b, w, rows, C, eps, L, vec);
+    cudaCheck(cudaGetLastError());
+    const size_t n = (size_t)rows * C;
+    ew_account(n * 4 + (w ? (size_t)C * 2 : 0), n * 4 + (ms ? (size_t)rows * 4 : 0));   /* a, b (w) in; resid, out, ms out */
+}
+/* rmsnorm_forward with the Q/K fingerprint of its output (out, ms NULL: fingerprint only), left as block
+ * partials in part (FP_PART_U64 words, fingerprint.cuh); returns the block count (0: nothing to do),
+ * does not wait */
+static int rmsnorm_forward_fp(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, float eps,
+                              unsigned long long* part, cudaStream_t stream) {
+    if (rows <= 0 || C <= 0) return 0;
+    bool vec = C % 8 == 0 && (!out || ptr_aligned(out, 16)) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
+    const int L = rmsnorm_lanes(C);
+    int grid = rmsnorm_grid(rows, L);
+    if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
+    rmsnorm_forward_kernel<true><<<grid, RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, eps, L, vec, part);
+    cudaCheck(cudaGetLastError());
+    const size_t n = (size_t)rows * C;
+    ew_account(n * 2 + (w ? (size_t)C * 2 : 0), (out ? n * 2 : 0) + (ms ? (size_t)rows * 4 : 0));
+    return grid;
+}
+
+/* dx (= or +=) d/dx; dw (may be NULL) += the weight gradient (accumulate_dw 0: dw = 0 + it, the first
+ * microbatch's write, no memset before). Uses workspace slot 0 when dw != NULL. */
+static void rmsnorm_backward_acc(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
+                                 int rows, int C, float eps, int accumulate_dx, int accumulate_dw, cudaStream_t stream) {
+    if (rows <= 0 || C <= 0) return;
+    if (dw) {
+        /* about 2048 blocks of 256 threads in kernel 1; at least 128 rows (16 per lane) a chunk.
+         * R depends on (rows, C) only, so a given shape is always summed the same way. */
+        const int col_blocks = CEIL_DIV(C, RMSNORM_DW_TX);
+        int target = 2048 / col_blocks;
+        if (target < 1) target = 1;
+        int R = CEIL_DIV(rows, target);
+        if (R < 128) R = 128;
+        const int nchunks = CEIL_DIV(rows, R);   /* <= target <= 2048 */
+        float* part = cuda_workspace_f32(0, (size_t)nchunks * C);
+        dim3 block(RMSNORM_DW_TX, RMSNORM_DW_TY);
+        rmsnorm_dw_partial_kernel<<<dim3(col_blocks, nchunks), block, 0, stream>>>(part, dout, x, ms, rows, C, eps, R);
+        cudaCheck(cudaGetLastError());
+        rmsnorm_dw_sum_kernel<<<col_blocks, block, 0, stream>>>(dw, part, nchunks, C, accumulate_dw);
+        cudaCheck(cudaGetLastError());
+    }
+    bool vec = C % 8 == 0 && ptr_aligned(dx, 16) && ptr_aligned(dout, 16) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
+    const int L = rmsnorm_lanes(C);
+    rmsnorm_backward_dx_kernel<<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(dx, dout, x, w, ms, rows, C, eps,
+                                                                                      accumulate_dx, L, vec);
+    cudaCheck(cudaGetLastError());
+    const size_t n = (size_t)rows * C;
+    ew_account(n * 2 * 2 + (accumulate_dx ? n * 2 : 0) + (size_t)rows * 4 + (w ? (size_t)C * 2 : 0) + (dw && accumulate_dw ? (size_t)C * 4 : 0),
+               n * 2 + (dw ? (size_t)C * 4 : 0));   /* dx kernel: dout, x (and dx) in, dx out; the dw kernels' x, dout second read not counted */
+}
+static void rmsnorm_backward(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
+                             int rows, int C, float eps, int accumulate_dx, cudaStream_t stream) {
+    rmsnorm_backward_acc(dx, dw, dout, x, w, ms, rows, C, eps, accumulate_dx, 1, stream);
+}
+
+#endif

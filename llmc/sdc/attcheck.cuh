@@ -1,0 +1,272 @@
+/* attcheck.cuh: the four checks of the materialised causal attention (llmc/sdc/attcheck.h, the CPU reference
+ * and the math) on device tensors, as the GPU stores them (bf16; tolerances ATT_TOL_REL(16) and
+ * ATT_TOL_ROWSUM(16, T), bounds built from the clean side exactly as in attcheck.h).
+ *
+ * Layouts (llmc/cuda/attention.cuh): q, out [B,T,H*hd]; k, v [B,T,KV*hd]; logits, probs [B,H,T,T], of which
+ * only s <= t is read (the masked triangle may hold anything, e.g. an injected value: never read).
+ * Query head h uses kv head j = h / (H/KV). hd <= ATTC_MAX_HD.
+ *
+ * Result: per check c (ATTC_ABFT_LOGITS, ATTC_ATT_LOGITS, ATTC_ATT_PROBS, ATTC_ABFT_AV) the number of
+ * (b,h) heads that failed is ADDED to counts[c] (device int); flags [ATTC_NCHECK][B*H] (device int, zero
+ * on entry) remember which heads already failed: a failing row/column/dimension does
+ * `if (atomicExch(&flags[c][bh], 1) == 0) atomicAdd(&counts[c], 1)`, so each failing head is counted
+ * exactly once. Integer atomics only: the counts are the same on every run. Each pass/fail decision is
+ * computed in a fixed order (double sums, fixed warp butterflies and fixed block trees), so the flags
+ * are deterministic too. The trainer maps the four counts to its alarm kinds: ABFT = ABFT_LOGITS +
+ * ABFT_AV, ATT = ATT_LOGITS + ATT_PROBS (the CPU's check_alarm calls).
+ *
+ * Kernels (all sums in double, from the bf16 values):
+ *  attcheck_scan_kernel   grid (B*H, 1 or 2), ATTC_WARPS warps. The O(T hd) side of the checksums, per
+ *      head, by an inclusive scan in time order of one operand dotted with the other:
+ *        dir 0 (rows, ours):  X[t] = sum_{s<=t} k_s, XN[t] = sum_{s<=t} |k_s|;  ref_row[t] = scale q_t . X[t],
+ *                             tol_row[t] = rel scale |q_t| XN[t] + 1e-30
+ *        dir 1 (columns, ABFT): X[s] = sum_{t>=s} q_t (suffix: the scan runs from T-1 down), XN likewise;
+ *                             ref_col[s] = scale k_s . X[s], tol_col[s] = rel scale |k_s| XN[s] + 1e-30
+ *      The T positions are cut into ATTC_WARPS contiguous chunks, one a warp: each warp sums its chunk
+ *      (lanes own dims lane, lane+32, ...), the chunk sums go through shared memory, each warp adds the
+ *      chunks before its own in warp order, then walks its chunk once more writing ref/tol.
+ *  attcheck_rows_kernel   one warp per row (b,h,t) (ours): sum_{s<=t} logits[t,s] vs ref_row[t] within
+ *      tol_row[t] (ATTC_ATT_LOGITS), sum_{s<=t} probs[t,s] vs 1 within ATT_TOL_ROWSUM(16,T) (ATTC_ATT_PROBS).
+ *  attcheck_cols_kernel   grid (B*H, ceil(T/ATTC_COLS)), block ATTC_COLS x ATTC_COL_ROWS (ABFT): thread
+ *      (x,y) sums column s = tile + x over rows t >= s, t = tile + y (mod ATTC_COL_ROWS): each block row
+ *      reads ATTC_COLS consecutive elements of one tensor row (coalesced). Column sums of the logits vs
+ *      ref_col[s] within tol_col[s] (ATTC_ABFT_LOGITS); column sums c_s and sum |P| of the probs are written
+ *      to scratch for the next kernel.
+ *  attcheck_av_kernel     grid (B*H, ceil(hd/32)), block 32 x ATTC_AV_ROWS (ABFT): per dim i,
+ *      sum_t out[t,i] vs sum_s c_s v_s[i] within rel sum_s (sum_t |P[t,s]|) |v_s[i]| + 1e-30 (ATTC_ABFT_AV).
+ * A comparison is written !(|err| <= tol), so a NaN or inf anywhere in what is summed fails.
+ *
+ * Cost: the checksums of the [T,T] tensors read each live element once per family (ours: the rows of
+ * logits and probs; ABFT: the columns of logits and probs), plus O(T hd) for the scans and for ABFT's
+ * out/v pass; no full-size scratch (6 B*H*T doubles: attcheck_scratch_doubles).
+ * CPU reference: abft_logits_check, att_logits_rowcheck, att_probs_rowcheck, abft_av_check (attcheck.h). */
+#ifndef TSDC_ATTCHECK_CUH
+#define TSDC_ATTCHECK_CUH
+
+#include <math.h>
+#include "../cuda/cuda_common.cuh"
+#include "attcheck.h"
+
+#define ATTC_WARPS 8              /* scan and row kernels: warps per block */
+#define ATTC_MAX_HD 256
+#define ATTC_DPL (ATTC_MAX_HD / 32) /* head dims per lane in the scan */
+#define ATTC_COLS 64              /* columns per block in the column kernel */
+#define ATTC_COL_ROWS 4           /* row phases per block in the column kernel */
+#define ATTC_AV_ROWS 8            /* row phases per block in the out/v kernel */
+
+/* the four checks, in the order of their counters */
+enum { ATTC_ABFT_LOGITS = 0, ATTC_ATT_LOGITS = 1, ATTC_ATT_PROBS = 2, ATTC_ABFT_AV = 3, ATTC_NCHECK = 4 };
+
+__device__ __forceinline__ double attc_warp_sum(double v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* head bh failed check c: counted once per head */
+__device__ __forceinline__ void attc_fail(int* counts, int* flags, int c, int nbh, int bh) {
+    if (atomicExch(flags + (size_t)c * nbh + bh, 1) == 0) atomicAdd(counts + c, 1);
+}
+
+/* ref/tol [2][B*H][T]: [0] rows (dir 0), [1] columns (dir 1); dir = dir0 + blockIdx.y */
+__global__ void __launch_bounds__(ATTC_WARPS * 32)
+attcheck_scan_kernel(double* __restrict__ ref, double* __restrict__ tol, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                     int T, int H, int KV, int hd, double scale, double rel, int dir0) {
+    __shared__ double part[ATTC_WARPS][ATTC_MAX_HD];
+    __shared__ double partn[ATTC_WARPS];
+    const int dir = dir0 + (int)blockIdx.y;
+    const int nbh = (int)gridDim.x, bh = (int)blockIdx.x, b = bh / H, h = bh % H, j = h / (H / KV);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+    const bf16* qh = q + (size_t)b * T * qs + (size_t)h * hd;
+    const bf16* kh = k + (size_t)b * T * ks + (size_t)j * hd;
+    const bf16* x = dir ? qh : kh;   /* the scanned operand */
+    const bf16* y = dir ? kh : qh;   /* the one dotted with the scan */
+    const size_t xs = dir ? qs : ks, ys = dir ? ks : qs;
+    double* R = ref + ((size_t)dir * nbh + bh) * T;
+    double* E = tol + ((size_t)dir * nbh + bh) * T;
+    const int chunk = (T + ATTC_WARPS - 1) / ATTC_WARPS;
+    const int p0 = min(T, warp * chunk), p1 = min(T, p0 + chunk);
+    double acc[ATTC_DPL];
+    double nacc = 0.0;
+#pragma unroll
+    for (int r = 0; r < ATTC_DPL; r++) acc[r] = 0.0;
+    for (int p = p0; p < p1; p++) {            /* this warp's chunk sum */
+        const bf16* xt = x + (size_t)(dir ? T - 1 - p : p) * xs;
+        double ss = 0.0;
+#pragma unroll
+        for (int r = 0; r < ATTC_DPL; r++) {
+            const int i = lane + 32 * r;
+            if (i < hd) {
+                const double xv = (double)__bfloat162float(xt[i]);
+                acc[r] += xv;
+                ss += xv * xv;
+            }
+        }
+        nacc += sqrt(attc_warp_sum(ss));
+    }
+#pragma unroll
+    for (int r = 0; r < ATTC_DPL; r++) {
+        const int i = lane + 32 * r;
+        if (i < hd) part[warp][i] = acc[r];
+    }
+    if (lane == 0) partn[warp] = nacc;
+    __syncthreads();
+    nacc = 0.0;
+#pragma unroll
+    for (int r = 0; r < ATTC_DPL; r++) acc[r] = 0.0;
+    for (int w = 0; w < warp; w++) {           /* the chunks before this one, in order */
+#pragma unroll
+        for (int r = 0; r < ATTC_DPL; r++) {
+            const int i = lane + 32 * r;
+            if (i < hd) acc[r] += part[w][i];
+        }
+        nacc += partn[w];
+    }
+    for (int p = p0; p < p1; p++) {
+        const int t = dir ? T - 1 - p : p;
+        const bf16* xt = x + (size_t)t * xs;
+        const bf16* yt = y + (size_t)t * ys;
+        double ss = 0.0, dot = 0.0, yy = 0.0;
+#pragma unroll
+        for (int r = 0; r < ATTC_DPL; r++) {
+            const int i = lane + 32 * r;
+            if (i < hd) {
+                const double xv = (double)__bfloat162float(xt[i]), yv = (double)__bfloat162float(yt[i]);
+                acc[r] += xv;
+                ss += xv * xv;
+                dot += yv * acc[r];
+                yy += yv * yv;
+            }
+        }
+        ss = attc_warp_sum(ss);
+        dot = attc_warp_sum(dot);
+        yy = attc_warp_sum(yy);
+        nacc += sqrt(ss);
+        if (lane == 0) {
+            R[t] = scale * dot;
+            E[t] = rel * scale * sqrt(yy) * nacc + 1e-30;
+        }
+    }
+}
+
+/* one warp per row of [B*H*T, T]: the row checksum of the logits and the row sum of the probs */
+__global__ void __launch_bounds__(ATTC_WARPS * 32)
+attcheck_rows_kernel(int* counts, int* flags, const bf16* __restrict__ logits, const bf16* __restrict__ probs,
+                     const double* __restrict__ rref, const double* __restrict__ rtol, size_t rows, int T, int nbh, double ptol) {
+    const size_t row = (size_t)blockIdx.x * ATTC_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return; /* the whole warp leaves together */
+    const int t = (int)(row % (size_t)T), bh = (int)(row / (size_t)T);
+    const bf16* lr = logits + row * T;
+    const bf16* pr = probs + row * T;
+    double sl = 0.0, sp = 0.0;
+    for (int s = lane; s <= t; s += 32) {
+        sl += (double)__bfloat162float(lr[s]);
+        sp += (double)__bfloat162float(pr[s]);
+    }
+    sl = attc_warp_sum(sl);
+    sp = attc_warp_sum(sp);
+    if (lane == 0) {
+        if (!(fabs(sl - rref[row]) <= rtol[row])) attc_fail(counts, flags, ATTC_ATT_LOGITS, nbh, bh);
+        if (!(fabs(sp - 1.0) <= ptol)) attc_fail(counts, flags, ATTC_ATT_PROBS, nbh, bh);
+    }
+}
+
+/* column sums over t >= s: logits checked against ref_col, probs' sums (and sums of |P|) to csum/cabs */
+__global__ void __launch_bounds__(ATTC_COLS * ATTC_COL_ROWS)
+attcheck_cols_kernel(int* counts, int* flags, double* __restrict__ csum, double* __restrict__ cabs, const bf16* __restrict__ logits,
+                     const bf16* __restrict__ probs, const double* __restrict__ cref, const double* __restrict__ ctol, int T) {
+    __shared__ double red[3][ATTC_COL_ROWS][ATTC_COLS];
+    const int nbh = (int)gridDim.x, bh = (int)blockIdx.x;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int s0 = (int)blockIdx.y * ATTC_COLS, s = s0 + tx;
+    const bf16* L = logits + (size_t)bh * T * T;
+    const bf16* P = probs + (size_t)bh * T * T;
+    double cl = 0.0, cp = 0.0, ca = 0.0;
+    for (int t = s0 + ty; t < T; t += ATTC_COL_ROWS)
+        if (s <= t) {   /* s < T follows */
+            const size_t i = (size_t)t * T + s;
+            const double p = (double)__bfloat162float(P[i]);
+            cl += (double)__bfloat162float(L[i]);
+            cp += p;
+            ca += fabs(p);
+        }
+    red[0][ty][tx] = cl; red[1][ty][tx] = cp; red[2][ty][tx] = ca;
+    __syncthreads();
+    if (ty == 0 && s < T) {
+        cl = 0.0; cp = 0.0; ca = 0.0;
+        for (int r = 0; r < ATTC_COL_ROWS; r++) { cl += red[0][r][tx]; cp += red[1][r][tx]; ca += red[2][r][tx]; }
+        const size_t o = (size_t)bh * T + s;
+        if (!(fabs(cl - cref[o]) <= ctol[o])) attc_fail(counts, flags, ATTC_ABFT_LOGITS, nbh, bh);
+        csum[o] = cp;
+        cabs[o] = ca;
+    }
+}
+
+/* ABFT of out = P V: per dim i, sum_t out[t,i] vs sum_s csum[s] v_s[i] within rel sum_s cabs[s] |v_s[i]| */
+__global__ void __launch_bounds__(32 * ATTC_AV_ROWS)
+attcheck_av_kernel(int* counts, int* flags, const bf16* __restrict__ out, const bf16* __restrict__ v, const double* __restrict__ csum,
+                   const double* __restrict__ cabs, int T, int H, int KV, int hd, double rel) {
+    __shared__ double red[3][ATTC_AV_ROWS][32];
+    const int nbh = (int)gridDim.x, bh = (int)blockIdx.x, b = bh / H, h = bh % H, j = h / (H / KV);
+    const int tx = threadIdx.x, ty = threadIdx.y, i = (int)blockIdx.y * 32 + tx;
+    const size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+    const bf16* vh = v + (size_t)b * T * ks + (size_t)j * hd;
+    const bf16* oh = out + (size_t)b * T * qs + (size_t)h * hd;
+    const double* cs = csum + (size_t)bh * T;
+    const double* ca = cabs + (size_t)bh * T;
+    double r = 0.0, bd = 0.0, co = 0.0;
+    if (i < hd)
+        for (int s = ty; s < T; s += ATTC_AV_ROWS) {
+            const double vs = (double)__bfloat162float(vh[(size_t)s * ks + i]);
+            r += cs[s] * vs;
+            bd += ca[s] * fabs(vs);
+            co += (double)__bfloat162float(oh[(size_t)s * qs + i]);
+        }
+    red[0][ty][tx] = r; red[1][ty][tx] = bd; red[2][ty][tx] = co;
+    __syncthreads();
+    if (ty == 0 && i < hd) {
+        r = 0.0; bd = 0.0; co = 0.0;
+        for (int k2 = 0; k2 < ATTC_AV_ROWS; k2++) { r += red[0][k2][tx]; bd += red[1][k2][tx]; co += red[2][k2][tx]; }
+        if (!(fabs(co - r) <= rel * bd + 1e-30)) attc_fail(counts, flags, ATTC_ABFT_AV, nbh, bh);
+    }
+}
+
+/* ---------------------------------------------------------------------------------- launcher */
+/* scratch the checks need: ref/tol for rows and columns, column sums of P and of |P| */
+static inline size_t attcheck_scratch_doubles(int B, int H, int T) { return (size_t)6 * B * H * T; }
+
+/* Runs the ABFT checks (abft) and/or ours (att) of one layer's attention, adding failed heads to counts
+ * [ATTC_NCHECK] (device); flags [ATTC_NCHECK * B*H] (device) must be zero for this layer's heads. scratch:
+ * attcheck_scratch_doubles(B, H, T) doubles (device). Reads only; asynchronous on `stream`. */
+static void attcheck_forward(int* counts, int* flags, double* scratch, const bf16* logits, const bf16* probs, const bf16* out,
+                             const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int abft, int att,
+                             cudaStream_t stream) {
+    if (!abft && !att) return;
+    if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || hd <= 0 || H % KV != 0 || hd > ATTC_MAX_HD)
+        tsdc_fail("attcheck_forward: bad shape B %d T %d H %d KV %d hd %d (H a multiple of KV, hd <= %d)", B, T, H, KV, hd, ATTC_MAX_HD);
+    const int nbh = B * H;
+    const size_t n = (size_t)nbh * T;
+    double *ref = scratch, *tol = scratch + 2 * n, *csum = scratch + 4 * n, *cabs = scratch + 5 * n;
+    const double scale = 1.0 / sqrt((double)hd), rel = ATT_TOL_REL(16);
+    /* dir 0 (rows) for ours, dir 1 (columns) for ABFT */
+    attcheck_scan_kernel<<<dim3((unsigned)nbh, (unsigned)(abft && att ? 2 : 1)), ATTC_WARPS * 32, 0, stream>>>(
+        ref, tol, q, k, T, H, KV, hd, scale, rel, att ? 0 : 1);
+    cudaCheck(cudaGetLastError());
+    if (att) {
+        attcheck_rows_kernel<<<(unsigned)CEIL_DIV(n, (size_t)ATTC_WARPS), ATTC_WARPS * 32, 0, stream>>>(
+            counts, flags, logits, probs, ref, tol, n, T, nbh, ATT_TOL_ROWSUM(16, T));
+        cudaCheck(cudaGetLastError());
+    }
+    if (abft) {
+        attcheck_cols_kernel<<<dim3((unsigned)nbh, (unsigned)CEIL_DIV(T, ATTC_COLS)), dim3(ATTC_COLS, ATTC_COL_ROWS), 0, stream>>>(
+            counts, flags, csum, cabs, logits, probs, ref + n, tol + n, T);
+        cudaCheck(cudaGetLastError());
+        attcheck_av_kernel<<<dim3((unsigned)nbh, (unsigned)CEIL_DIV(hd, 32)), dim3(32, ATTC_AV_ROWS), 0, stream>>>(
+            counts, flags, out, v, csum, cabs, T, H, KV, hd, rel);
+        cudaCheck(cudaGetLastError());
+    }
+}
+
+#endif

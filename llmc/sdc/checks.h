@@ -1,0 +1,71 @@
+/* checks.h: every kind of protection, declared once, and the protection state both trainers keep.
+ *
+ * PROT_KINDS is the one table that the host loop reads for all it does with a kind: parsing -protect
+ * (name, membership of "paper" and "all"), which trainer provides it, the step's alarm (the OR of the
+ * enabled kinds that fired), the alarm count and the log's "by" field, the alarm's description, and the
+ * end summary's counts. Adding a kind is a row here (and, for a check inside the passes, its CHECK_* index
+ * and its kernel); nothing in the loop names a kind. The order is the order of the log's "by" field and
+ * of the description's priority (the first kind that fired describes the alarm).
+ *
+ * Kinds counted inside the passes (check >= 0) report through model_check_alarms: the number of failed
+ * comparisons (or heads) and the first layer, per microbatch. rgg and bwd are decided on the host from the
+ * gathered statistics (llmc/sdc/rgg.h, llmc/sdc/bwdguard.h); exp (exponent scaling) never alarms, it changes what a
+ * fault does; the baseline detectors (llmc/sdc/detect.h, -detect) alarm through the same replay and are the
+ * last kind, outside -protect. */
+#ifndef TSDC_CHECKS_H
+#define TSDC_CHECKS_H
+
+#include <stdint.h>
+#include "attcheck.h"   /* CHECK_* */
+#include "fault.h"      /* FaultCtx */
+#include "../host/rng.h"
+
+enum { PK_QK, PK_RGG, PK_ATT, PK_QK_BWD, PK_ATT_BWD, PK_EW, PK_BWD, PK_EXP, PK_DETECT, PK_COUNT };
+
+typedef struct {
+    const char* name;       /* in -protect, the log's "by" field, the alarm description and the summary */
+    int check;              /* model_check_alarms kind (CHECK_*), or -1 (decided on the host, or no alarm) */
+    const char* one;        /* what an alarm counts, for the description: one, several */
+    const char* many;
+    int paper;              /* in -protect paper (the paper's method) */
+    int all;                /* in -protect all (0: not a -protect component: the detectors) */
+    int gpu;                /* the CUDA trainer provides it (the CPU trainer provides every kind) */
+    const char* what;       /* one line: what it checks */
+} ProtKind;
+
+static const ProtKind PROT_KINDS[PK_COUNT] __attribute__((unused)) = {
+    {"qk", CHECK_QK, "mismatch", "mismatches", 1, 1, 1, "Q/K path recomputed, compared through 128-bit fingerprints"},
+    {"rgg", -1, NULL, NULL, 1, 1, 1, "Residual Gain Guard: RMS gain of each residual writeback against its peers and history"},
+    {"att", CHECK_ATT, "head failed", "heads failed", 0, 1, 1, "logits row checksums, probability rows sum to one"},
+    {"qk_bwd", CHECK_QK_BWD, "mismatch", "mismatches", 0, 1, 0, "the backward's Q/K path recomputed and compared"},
+    {"att_bwd", CHECK_ATT_BWD, "head failed", "heads failed", 0, 1, 0, "dprobs row checksums, dlogits rows sum to zero, dV column sums"},
+    {"ew", CHECK_EW, "mismatch", "mismatches", 0, 1, 0, "element-wise kernels recomputed from their stored inputs"},
+    {"bwd", -1, NULL, NULL, 0, 1, 1, "backward guard: non-finite gradients, gradient-norm blow-ups"},
+    {"exp", -1, NULL, NULL, 1, 1, 1, "exponent scaling of the loss by 2^k (no alarm)"},
+    {"detectors", -1, NULL, NULL, 0, 0, 1, "the baseline detectors of -detect"},
+};
+
+/* the protection state a trainer's model keeps (model->prot): which checks its passes run, their alarms
+ * since model_qk_reset, the fault injector's hooks and the exponent profile. One struct for both trainers,
+ * set and read through the accessors of llmc/backend.h. */
+typedef struct {
+    FaultCtx* fx;                       /* fault injection (NULL: off) */
+    int qk;                             /* Q/K path recomputation */
+    int abft, att;                      /* the attention checks: ABFT (-detect abft) and ours (-protect att) */
+    int qk_bwd, att_bwd;                /* the backward's Q/K recomputation and attention checks */
+    int ew;                             /* element-wise recomputation */
+    int rgg;                            /* the Residual Gain Guard's statistics gathered in each forward */
+    int alarms[CHECK_KINDS], first_layer[CHECK_KINDS];   /* since model_qk_reset, by kind */
+    uint32_t* exp_hist;                 /* exponent profiling: [L.n][256] counts of dL/dY codes (host), NULL = off */
+    int exp_samples;
+    Rng exp_rng;
+} Protect;
+
+/* n alarms of a kind raised at layer l (the first layer that raised one is kept) */
+static inline void protect_alarm(Protect* p, int kind, int l, int n) {
+    if (n <= 0) return;
+    if (!p->alarms[kind]) p->first_layer[kind] = l;
+    p->alarms[kind] += n;
+}
+
+#endif
