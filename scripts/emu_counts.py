@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""emu_counts.py: the device work of one training step, counted on the CUDA emulation (issue 14 item 5).
+"""emu_counts.py: the device work of one training step, counted on the CUDA emulation.
 
 Runs ./train_sdc_emu -stats for each preset, without protection and with -protect all, and prints one
 markdown table row per run from the "stats" field of the log's step 2 (step 1 holds the one-off

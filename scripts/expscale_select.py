@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """expscale_select.py: choose the exponent-scaling shift k from gradient exponent histograms
-(DESIGN.md section 6, paper Section 4.2 and eq. 16-17).
+(docs/design.md, paper Section 4.2 and eq. 16-17).
 
 Input: the JSON that `train_sdc -exp_profile FILE` writes: {"k": k0, "projections": {name: [256 counts]}},
 the counts of the bf16 exponent codes (0 and 255 excluded) of dL/dY sampled at every linear layer on

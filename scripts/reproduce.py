@@ -63,7 +63,7 @@ PRESETS = {
                   m={"tiny-llama": (10, 31, 1562)},
                   alpha_clean=8, alpha_events=4, fig3_k=3, jobs=2, threads=1, overhead_steps=6, overhead_rounds=1,
                   ckpt_every=65, peers=True, profile_steps=1, fidelity_k=False, fidelity=["fault", "ours_all"]),
-    # DESIGN.md section 4: the paper's settings on 6 GPU ranks (B 1 x T 1024 x accum 8, lr 5e-5, warmup
+    # the paper's settings on 6 GPU ranks (B 1 x T 1024 x accum 8, lr 5e-5, warmup
     # 100, common checkpoint 1221, end 2035, 10 / 1,000 / 100,000 elements)
     "paper": dict(models=["llama3.2-1b", "qwen3-0.6b"], trainer="./train_sdc_cu", ranks=6, B=1, T=1024, accum=8,
                   lr=5e-5, warmup=100, pre=1221, cal=100, window=814, eval_tokens=614400, precision="bf16",
@@ -1101,7 +1101,7 @@ def report(pl, args_line):
              "a [tokens, d_model] tensor they are in the paper (4.8% for Llama's 100,000, 9.5% for Qwen's).")
     L.append("- detectors: see llmc/sdc/detect.h and llmc/sdc/attcheck.h (thresholds there and in README.md); LLMFT is trained on "
              f"another campaign (seed {SEED_LLMFT}, m = mid, faults in the last two thirds) plus the clean run, then applied unchanged")
-    L.append("- metrics: scripts/sdc_metrics.py (DESIGN.md section 8) against the fault-free run; delta-PPL and Top-1 on the "
+    L.append("- metrics: scripts/sdc_metrics.py (docs/design.md) against the fault-free run; delta-PPL and Top-1 on the "
              f"first {P['eval_tokens']} held-out positions; '-' where the run's loss went non-finite (as the paper)\n")
     if P.get("base"):
         L.append("## The continuation regime\n")
@@ -1123,7 +1123,7 @@ def report(pl, args_line):
     L.append(table3(pl))
     tp = table_peers(pl)
     if tp:
-        L.append("\n### One process against three ranks (beyond the paper: DESIGN.md section 11)\n")
+        L.append("\n### One process against three ranks (beyond the paper)\n")
         L.append("The same 3 observations a step (the same token batches: rank r's microbatch is the single process's "
                  "microbatch r), the same calibration file; alpha 2.5.\n")
         L.append(tp)

@@ -9,7 +9,7 @@
 #   tiny    tiny-llama and tiny-qwen3 on the CPU (tinyshakespeare, 8192-token BPE), 2 runs at a time with
 #           one thread each; writes REPORT.md and docs/report/*.png (the committed report). About 1 hour
 #           on 2 cores.
-#   paper   DESIGN.md section 4: llama3.2-1b and qwen3-0.6b with ./train_sdc_cu on 6 GPU ranks (mpirun),
+#   paper   the paper's settings: llama3.2-1b and qwen3-0.6b with ./train_sdc_cu on 6 GPU ranks (mpirun),
 #           checkpoint 1221, end 2035, m = 10 / 1,000 / 100,000; needs --train/--val token shards of the
 #           model's tokenizer (dev/data/prepare.py). Never run yet (no GPU here); --dry prints its commands.
 #   --smoke the whole pipeline on a toy scale (tiny-llama, 12-step window; under 5 minutes; in CI)

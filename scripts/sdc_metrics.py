@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""sdc_metrics: the paper's SDC metrics (TrainSDC Sections 3.1, 3.2, 5.1; DESIGN.md section 8) from
+"""sdc_metrics: the paper's SDC metrics (TrainSDC Sections 3.1, 3.2, 5.1; docs/design.md) from
 train_sdc run directories. numpy only; a module (import sdc_metrics) and a command line tool.
 
 A run directory (-out DIR) holds log.jsonl, faults.jsonl (when injecting), step_NNNNNN.ckpt, and the
@@ -36,7 +36,7 @@ a = the first logged step + 10 warm-up steps, n = 100):
     overhead = 100 * (mean ms_run / mean ms_base - 1)     (percent)
 The paper measures it on fault-free runs (protected vs unprotected).
 
-Beyond the paper (DESIGN.md section 11): metrics that separate lost progress from corrupted weights.
+Beyond the paper: metrics that separate lost progress from corrupted weights.
     mean_dev_lastK = mean of D(t) over the last K aligned steps (K = 50) where both losses are finite
                      (a faulty forward can make one step's logged loss NaN while its update was skipped:
                      mean_dev_lastK_nonfinite counts those; +inf if none is finite): D_final is the loss

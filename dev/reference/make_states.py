@@ -149,7 +149,7 @@ def logits_of(model, kind, inputs):
 
 
 def check_rope(model, cfg, kind):
-    """The model's inv_freq against a float64 hand computation of DESIGN.md's formula."""
+    """The model's inv_freq against a float64 hand computation of HF's formula (docs/design.md)."""
     sys.path.insert(0, HERE)
     from numpy_forward import rope_inv_freq
     ref = rope_inv_freq(cfg)
@@ -160,7 +160,7 @@ def check_rope(model, cfg, kind):
         got = model.model.rotary_emb.inv_freq.detach().double().numpy()
     rel = float(np.max(np.abs(got - ref) / ref))
     if rel > 1e-6:
-        raise SystemExit(f"inv_freq differs from DESIGN.md's formula: max rel err {rel:.2e}")
+        raise SystemExit(f"inv_freq differs from HF's formula: max rel err {rel:.2e}")
     return rel
 
 

@@ -10,7 +10,7 @@ debug reference states. Same module tree and state-dict keys as nanochat:
     transformer.h.{i}.mlp.c_proj.weight          [d, F]
     lm_head.weight                               [V, d]
 
-Math (DESIGN.md section 2, nanochat variant):
+Math (docs/design.md, the model family, nanochat variant):
     norm(x)  = F.rms_norm(x, (x.size(-1),))        parameter-free, eps = fp32 machine eps
     x        = norm(wte(idx))
     per block: x = x + attn(norm(x)); x = x + mlp(norm(x))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A plain numpy forward pass of the train_sdc model family (DESIGN.md section 2), reading the
+"""A plain numpy forward pass of the train_sdc model family (docs/design.md), reading the
 train_sdc parameter layout (docs/formats.md) -- a second, torch-free reference for the C trainer.
 
     python dev/reference/numpy_forward.py model.ckpt dev/reference/states/tiny-llama.state

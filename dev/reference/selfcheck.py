@@ -12,7 +12,7 @@
     the exported directory (LlamaForCausalLM, Qwen3ForCausalLM, NanoChatForCausalLM) reproduces the
     stored logits -- for tiny-nanochat this checks nanochat_model.py against HF's NanoChat;
 (e) converter errors: unknown / missing tensor, shape mismatch, bad dtype, unsupported config;
-(f) the parameter counts of DESIGN.md's presets from tsdc_io.param_layout;
+(f) the parameter counts of the presets (docs/flags.md) from tsdc_io.param_layout;
 (g) the stored gradients against central finite differences of the float64 numpy loss;
 (h) nanochat_model.py: written-out attention vs F.scaled_dot_product_attention;
 (i) sharded safetensors and pytorch_model.bin inputs of hf_to_ckpt.py."""
@@ -293,7 +293,7 @@ def part_c(tmp):
 
 
 def part_f():
-    print("[DESIGN.md preset parameter counts]")
+    print("[preset parameter counts]")
     def cfg(L, d, H, KV, hd, F, V, qk=0):
         return dict(n_layer=L, d_model=d, n_head=H, n_kv_head=KV, head_dim=hd, ffn_dim=F, vocab_size=V,
                     mlp=0, norm_weighted=1, qk_norm=qk, embed_norm=0, tied=1)
@@ -301,7 +301,7 @@ def part_f():
                           ("qwen3-0.6b", cfg(28, 1024, 16, 8, 128, 3072, 151936, qk=1), 596049920),
                           ("smollm2-135m", cfg(30, 576, 9, 3, 64, 1536, 49152), 134515008)]:
         n = sum(int(np.prod(s)) for _, s in tsdc_io.param_layout(c))
-        check(n == want, f"{name}: {n:,} (DESIGN.md {want:,})")
+        check(n == want, f"{name}: {n:,} (expected {want:,})")
 
 
 def main():
