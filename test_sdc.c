@@ -2,7 +2,7 @@
  *
  *   ./test_sdc -states DIR -ckpts DIR
  *
- * - parameter counts of the HF presets against DESIGN.md exactly;
+ * - parameter counts of the HF presets against docs/design.md exactly;
  * - bf16 round-to-nearest-even on hand-computed cases; checksum properties;
  * - GEMM and whole-step bitwise independence from the OpenMP thread count;
  * - the reference states of dev/reference (HF LlamaForCausalLM, Qwen3ForCausalLM and the nanochat
@@ -35,10 +35,10 @@ static int compare_tensor(const char* name, const float* got, const float* ref, 
 }
 
 /* ------------------------------------------------------------------------------- unit tests */
-/* the HF presets' parameter counts equal DESIGN.md's (the published model sizes). Catches: a tensor missing,
+/* the HF presets' parameter counts equal docs/design.md's (the published model sizes). Catches: a tensor missing,
  * duplicated or of the wrong shape in the layout (untied head counted as tied, GQA K/V sized as Q). */
 static void test_param_counts(void) {
-    printf("parameter counts (DESIGN.md section 2)\n");
+    printf("parameter counts (docs/design.md, the model family)\n");
     struct { const char* name; size_t expect; } cases[] = {
         {"llama3.2-1b", 1235814400ULL}, {"qwen3-0.6b", 596049920ULL}, {"smollm2-135m", 134515008ULL}};
     for (int i = 0; i < 3; i++) {

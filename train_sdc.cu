@@ -128,7 +128,7 @@ typedef struct {
     size_t* upd_seg_end;                 /* model_update_norm: end offset and decay flag per tensor (device), */
     int* upd_seg_decay;                  /*   NULL until used */
     /* The report: what the host reads after a forward, in one pinned asynchronous copy per microbatch
-     * (issue 14 item 2), laid out as: rgg_ss, rgg_bad double [2L+1] (llmc/sdc/rgg.cuh; vector 2l = layer l's
+     *, laid out as: rgg_ss, rgg_bad double [2L+1] (llmc/sdc/rgg.cuh; vector 2l = layer l's
      * attn_ms, 2l+1 its mlp_ms, 2L the final norm's), qk int [L] (1: the layer's Q/K fingerprints
      * differ), attc int [L][ATTC_NCHECK] (the attention checks' failed heads), losses float [B*T]. Byte
      * offsets rep_*; the copy covers everything up to the losses, and the losses when there are targets. */

@@ -107,7 +107,7 @@ def test_smoke_numbers(smoke):
 
 
 def test_every_run_reached_its_last_step(smoke):
-    """issue 10: a run that stopped early must not pass: every run directory's log ends with its end record
+    """a run that stopped early must not pass: every run directory's log ends with its end record
     at the step its command had to reach (-stop_at, else -steps), after a step record of that step.
     Catches: a trainer run that stopped early (crash, -stop_at misread) behind a finished-looking table."""
     out, _, _ = smoke

@@ -1,4 +1,4 @@
-"""Baseline detectors (DESIGN.md section 7, llmc/sdc/detect.h) and the cheap attention checks (-protect att,
+"""Baseline detectors (docs/design.md, the baselines, llmc/sdc/detect.h) and the cheap attention checks (-protect att,
 llmc/sdc/attcheck.h) in the CPU trainer: each fires on a fault it should catch and replays the step like
 TrainSDC's alarms, each stays quiet on clean steps, the learned detector trains on one campaign and
 works on another, observation mode never replays, and bad flags and model files fail with one line."""

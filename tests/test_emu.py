@@ -205,7 +205,7 @@ def test_pred_out_matches_cpu_bf16(data, tmp_path):
     assert agree >= 0.98, agree
 
 
-# ------------------------------------------------------------------------ device work (issue 14 item 5)
+# ------------------------------------------------------------------------ device work
 def stats_of(data, out, **kw):
     """the per-step device counts (-stats, llmc/host/stats.h) of a 2-step emulated run: step 2's (step 1 holds the
     one-off allocations)"""
@@ -214,7 +214,7 @@ def stats_of(data, out, **kw):
 
 
 def test_no_host_sync_inside_the_layer_loops(data, tmp_path):
-    """Protection without host round-trips (issue 14 item 2), counted by the emulation (-stats): a protected step
+    """Protection without host round-trips, counted by the emulation (-stats): a protected step
     (-protect all: Q/K recomputation, Residual Gain Guard, attention checks, backward guard, exponent scaling;
     4 microbatches, so the RGG has its peers) synchronises the host nowhere inside the forward's and backward's
     layer loops; its synchronisations per step are those of the unprotected step (the Q/K fingerprints are

@@ -1,4 +1,4 @@
-"""Fault injection in the CPU trainer binary (llmc/sdc/fault.h, DESIGN.md section 5): every site is
+"""Fault injection in the CPU trainer binary (llmc/sdc/fault.h, docs/design.md, the fault model): every site is
 reachable on each tiny preset, forward and backward, and its injection changes the run; a site that a
 family lacks is a clear error; m = 0 is bitwise a clean run; a faulty run resumes bit for bit; the
 event log carries every field; the -perturb flag moves the run by rounding only."""

@@ -1,4 +1,4 @@
-"""The checkpoint carries the model (issue 15): with -init or -resume the model config is the
+"""The checkpoint carries the model: with -init or -resume the model config is the
 checkpoint's, -preset is optional, and a flag that contradicts the checkpoint is a one-line error naming
 both values; -n_layer N keeps the first N layers of a preset or of a checkpoint (-init)."""
 import os

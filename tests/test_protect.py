@@ -1,4 +1,4 @@
-"""TrainSDC protection in the CPU trainer (DESIGN.md section 6): Q/K path recomputation detects every
+"""TrainSDC protection in the CPU trainer (docs/design.md, the method): Q/K path recomputation detects every
 forward Q/K-path fault and the replayed run ends bit-identical to the fault-free run; calibrated clean
 runs (one process, and 3 MPI ranks) raise no alarm over 200 steps; large exponent faults at residual-
 reaching sites are caught by the Residual Gain Guard and replayed; exponent scaling is bit-exact in fp32,
@@ -347,7 +347,7 @@ def test_profile_and_select_end_to_end(data, tmp_path):
     assert r["decision"] == want["decision"] and r["samples"] == sum(pooled.values())
 
 
-# ----------------------------------------------------------------------------- backward guard (issue 12)
+# ----------------------------------------------------------------------------- backward guard
 def calibrate_bwd(data, tmp_path, kw):
     """40 clean steps to a checkpoint; steps 21..40 calibrate the backward guard"""
     bcal = tmp_path / "bwd.cal"

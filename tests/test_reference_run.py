@@ -39,7 +39,7 @@ import tsdc_io  # noqa: E402
 from check_state import read_state  # noqa: E402
 
 PRESETS = ["tiny-llama", "tiny-qwen3", "tiny-nanochat"]
-REL = 1e-5       # issue 10: losses and the step-1 grad_norm to 1e-5 relative (measured: <= 3e-7, printed)
+REL = 1e-5       # losses and the step-1 grad_norm to 1e-5 relative (measured: <= 3e-7, printed)
 # later steps' grad_norm, B 2 vs accum 2: the two summation orders differ by float rounding (1e-7) that
 # 9 Adam updates amplify; measured up to 4.4e-5 (tiny-llama, step 9). A missing 1/accum or 1/world is 2x.
 SPLIT_REL = 2e-4

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Two models of the family whose shapes are not presets (issue 15), as Hugging Face directories,
+"""Two models of the family whose shapes are not presets, as Hugging Face directories,
 numpy only, deterministically from a seed, so a test can rebuild them without torch:
 
   smollm2-360m-2l  SmolLM2-360M's config.json (LlamaForCausalLM: d 960, 15 heads, 5 kv heads, head_dim

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference facts for the two non-preset models of family_models.py (issue 15), made with transformers +
+"""Reference facts for the two non-preset models of family_models.py, made with transformers +
 torch on the CPU in fp32 (attn_implementation="eager", one thread, deterministic algorithms):
 
     pip install -r dev/reference/requirements.txt

@@ -1,7 +1,7 @@
 /* init.h: the weight initialisation both trainers share, counter-based so that it parallelises and
  * gives the same bits on the CPU and the GPU.
  *
- * Math (DESIGN.md section 4: matrices and embeddings N(0, 0.02^2), norm weights 1):
+ * Math (docs/design.md, training: matrices and embeddings N(0, 0.02^2), norm weights 1):
  *   key_i  = fin(fin(seed + G) + (i + 1) G)                 tensor i of the parameter layout
  *   h      = fin(key_i + (j + 1) G)                         pair j = elements 2j and 2j + 1 of the tensor
  *   u1     = (h[63:40] + 1) 2^-24          in (0, 1]        24 bits, exact in fp32

@@ -15,7 +15,7 @@
  *       4..7  attention.cuh (4: fp32 logits / dprobs chunk, 5: bf16 dlogits chunk,
  *             6: bf16 permuted q/k/v/dout, 7: fp32 permuted dq/dk/dv); flash_attention.cuh's D in 4
  * - cuda_device_check_or_exit(program): a clean one-line error where there is no usable GPU.
- * - ew_account(read, written): the element-wise launchers' own byte accounting (issue 14 item 5; read by
+ * - ew_account(read, written): the element-wise launchers' own byte accounting (read by
  *   -stats, llmc/host/stats.h): each adds, per launch, its documented estimate of the compulsory traffic
  *   (every input element read once, every output element written once, in its storage dtype).
  *

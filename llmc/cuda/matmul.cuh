@@ -258,7 +258,7 @@ static void linear_backward_dx(float* dx, const bf16* dy, const bf16* W, int N, 
 }
 /* dx[N,I] = dy[N,O] W[O,I] written as bf16 by the GEMM's epilogue (the fp32 sum rounded once, RN): where
  * a dx is one GEMM's alone (not summed over q/k/v or gate/up), the same bits as linear_backward_dx into
- * fp32 then f32_to_bf16, without the fp32 buffer and the conversion pass (issue 14 item 4) */
+ * fp32 then f32_to_bf16, without the fp32 buffer and the conversion pass */
 static void linear_backward_dx_bf16(bf16* dx, const bf16* dy, const bf16* W, int N, int I, int O, cudaStream_t stream) {
     matmul_bf16(dx, 0, dy, W, N, I, O, 0, 0, 1.0f, 0.0f, 1, 0, 0, 0, stream);
 }

@@ -4,7 +4,7 @@
  *            dgate = dact * (s + gate * s * (1 - s)),  s = 1 / (1 + exp(-gate))
  *            mul backward: da = dout * b,  db = dout * a
  *   ReLU^2:  act = relu(x)^2;  dx = x > 0 ? dact * 2 * x : 0
- *   Fused SwiGLU (issue 14 item 4; one launch each way, the same roundings as the split kernels, so the
+ *   Fused SwiGLU (one launch each way, the same roundings as the split kernels, so the
  *   same bits): swiglu_forward writes act = bf16(silu(gate)) and prod = bf16(float(act) * up);
  *   swiglu_backward computes dact = bf16(dprod * up) in a register (rounded as the split path stores it),
  *   writes dup = bf16(dprod * act) and dgate = bf16(SiluBackwardOp(dact, gate)). The trainer uses the split

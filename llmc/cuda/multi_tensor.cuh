@@ -1,4 +1,4 @@
-/* multi_tensor.cuh: one pass over every parameter (issue 14 item 3): the gradient norms and the AdamW
+/* multi_tensor.cuh: one pass over every parameter: the gradient norms and the AdamW
  * step of all tensors, each in one launch, over the flat fp32 buffers.
  *
  * Chunks: the flat buffer [P] holds the tensors back to back (ParamLayout order, llmc/host/config.h); each

@@ -256,7 +256,7 @@ static void rmsnorm_forward(bf16* out, float* ms, const bf16* x, const bf16* w, 
     ew_account(n * 2 + (w ? (size_t)C * 2 : 0), n * 2 + (ms ? (size_t)rows * 4 : 0));   /* x (w) in; out, ms out */
 }
 /* resid = a + b (residual.cuh's add, rounded to bf16 and stored), then out, ms = rmsnorm_forward(resid):
- * the same bits as residual_forward followed by rmsnorm_forward, in one pass (issue 14 item 4) */
+ * the same bits as residual_forward followed by rmsnorm_forward, in one pass */
 static void residual_rmsnorm_forward(bf16* resid, bf16* out, float* ms, const bf16* a, const bf16* b, const bf16* w, int rows, int C,
                                      float eps, cudaStream_t stream) {
     if (rows <= 0 || C <= 0) return;

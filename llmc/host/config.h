@@ -1,4 +1,4 @@
-/* config.h: the model family (DESIGN.md section 2), its presets, and the parameter layout.
+/* config.h: the model family (docs/design.md, the model family), its presets, and the parameter layout.
  *
  * One Config describes any member of the family: RMSNorm with weight or parameter-free; GQA with
  * head_dim independent of d_model/n_head; QK norm none / weighted before RoPE (Qwen3) / parameter-free

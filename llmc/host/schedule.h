@@ -1,4 +1,4 @@
-/* schedule.h: learning-rate schedule (DESIGN.md section 4), identical in dev/tsdc_io.py lr_at.
+/* schedule.h: learning-rate schedule (docs/design.md, training), identical in dev/tsdc_io.py lr_at.
  *   update s (0-based): s < warmup: max_lr*(s+1)/warmup;
  *   else cosine from max_lr to final_frac*max_lr over [warmup, total): progress = (s-warmup)/(total-warmup),
  *   lr = lo + 0.5*(max_lr - lo)*(1 + cos(pi*min(progress,1))). Computed in double. */

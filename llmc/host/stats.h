@@ -1,4 +1,4 @@
-/* stats.h: counts of the device work of one training step (issue 14 item 5), for `-stats`.
+/* stats.h: counts of the device work of one training step, for `-stats`.
  *
  * The GPU trainer fills them where they can be counted: on the CUDA emulation (dev/cuda_emu,
  * cuda_emu.h's counters) every field; on a real GPU only the element-wise byte estimates (the

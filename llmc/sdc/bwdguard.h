@@ -1,4 +1,4 @@
-/* bwdguard.h: the backward guard (DESIGN.md section 11, beyond the paper), host side, shared by both
+/* bwdguard.h: the backward guard (docs/design.md, beyond the paper, beyond the paper), host side, shared by both
  * trainers. A backward fault must not cost an update: exponent scaling alone cannot stop a flip that
  * sets a high exponent bit, and such a gradient is either non-finite (the update would be skipped) or
  * so large that global clipping shrinks the real gradient to nothing. The guard raises an alarm on both,

@@ -1,4 +1,4 @@
-/* detect.h: the baseline detectors of the comparison (DESIGN.md section 7, paper Table 1), host side,
+/* detect.h: the baseline detectors of the comparison (docs/design.md, the baselines, paper Table 1), host side,
  * shared by both trainers. Each one, when it fires, triggers the same replay as TrainSDC's alarms
  * (discard the step's gradients, run every microbatch again with injection off, one update), so that
  * the comparison isolates detection.

@@ -1,4 +1,4 @@
-/* expscale.h: choosing the exponent-scaling shift k from the run's own gradient profile (DESIGN.md
+/* expscale.h: choosing the exponent-scaling shift k from the run's own gradient profile (docs/design.md
  * section 6, paper Section 4.2, eq. 16-17), host side, shared by both trainers. The same math as
  * scripts/expscale_select.py (which reads a -exp_profile file); here the trainer applies it itself at
  * the start of protection (-protect all, or -expscale_k auto).

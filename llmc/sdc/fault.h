@@ -1,4 +1,4 @@
-/* fault.h: the fault model (DESIGN.md section 5, paper Section 3.1), host side, shared by both trainers.
+/* fault.h: the fault model (docs/design.md, the fault model, paper Section 3.1), host side, shared by both trainers.
  *
  * One injection event corrupts m randomly chosen distinct elements of one tensor and flips nbits
  * distinct randomly chosen bits in each, in the tensor's storage dtype (fp32 in the CPU trainer's

@@ -6,7 +6,7 @@
  * The fused kernels are rope_kernel (rope.cuh) and rmsnorm_forward_kernel (rmsnorm.cuh): with an output
  * pointer they write Q/K and fingerprint what they write; with NULL they only fingerprint, so a
  * recomputed Q or K is never written out.
- * Where the result goes (issue 14 item 2: no host round-trip in the trainer's layer loop):
+ * Where the result goes (no host round-trip in the trainer's layer loop):
  * - on the device: the launchers take the partials buffer and return the block count without waiting;
  *   fp_compare (one block) XORs the partials of the forward's Q and K and of their recomputation,
  *   and writes flag[0] = 1 when either half of either fingerprint differs, else 0. The trainer copies

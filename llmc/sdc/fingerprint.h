@@ -1,4 +1,4 @@
-/* fingerprint.h: the 128-bit Q/K fingerprints of Q/K path recomputation (DESIGN.md section 6, paper
+/* fingerprint.h: the 128-bit Q/K fingerprints of Q/K path recomputation (docs/design.md, the method, paper
  * eqs. 5-7). For a tensor Z of n elements with raw bit patterns b_i of width w and L = 64 / w:
  *   phi_raw = XOR_i (b_i << (w * (i mod L)))       every single-bit change of any b_i flips one bit
  *   phi_idx = XOR_i mix(i, b_i)                      mix(i, b) = fin(fin(i + G) ^ b), fin = splitmix64

@@ -1,4 +1,4 @@
-/* rgg.cuh: the Residual Gain Guard's statistics reduced on the device (issue 14 item 2).
+/* rgg.cuh: the Residual Gain Guard's statistics reduced on the device.
  *
  * Math: for each of nvec fp32 vectors ms_j [N] (the RMSNorms' per-token mean squares, which the norm
  * kernels keep: llmc/cuda/rmsnorm.cuh), ss[j] = sum_i ms_j[i] in double, and bad[j] = the number of ms_j[i]

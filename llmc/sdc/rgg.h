@@ -1,4 +1,4 @@
-/* rgg.h: the Residual Gain Guard (DESIGN.md section 6, paper Section 4.1 and Appendix A.2), host side,
+/* rgg.h: the Residual Gain Guard (docs/design.md, the method, paper Section 4.1 and Appendix A.2), host side,
  * shared by both trainers. It needs only the per-token mean squares the RMSNorm kernels already keep.
  *
  * Gain. For monitored layer l and path p (attn: x_in = the layer input, x_out = x + o_proj; mlp:
@@ -10,7 +10,7 @@
  * Peers. Every observation of a step -- each microbatch on each rank, n_obs = ranks x microbatches,
  * all computed with the same weights on different data -- is compared with the median of the others:
  * e_o = g_o - median_{j != o} g_j. With several ranks this is the paper's cross-rank reference; on one
- * GPU or one process the other microbatches of the step are the peers (DESIGN.md section 11). It needs
+ * GPU or one process the other microbatches of the step are the peers (docs/design.md, beyond the paper). It needs
  * n_obs >= 3 (with two, both deviations are mirror images and the dominance rule can never fire).
  *
  * Window. H_{l,p} holds the deviations of the last W = 64 accepted steps; each step contributes its
