@@ -11,11 +11,17 @@ from .metrics import fnum, spearman_exact, trace_columns
 from .plan import K_MAX, QK_SITES, SITES, fig3_candidates
 
 
-# --------------------------------------------------------------------------------- reproduce.py
-def figure3(pl, res, figdir, tag="", label=""):
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no display), imported when a figure is drawn"""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
+
+
+# --------------------------------------------------------------------------------- reproduce.py
+def figure3(pl, res, figdir, tag="", label=""):
+    plt = pyplot()
     P = pl.P
     ks = fig3_candidates(P)
     fig, axes = plt.subplots(1, len(P["models"]), figsize=(5.5 * len(P["models"]), 4), squeeze=False)
@@ -54,9 +60,7 @@ def figure3(pl, res, figdir, tag="", label=""):
 
 
 def figure5(pl, figdir):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     P = pl.P
     model = P["models"][0]
     pts = []
@@ -223,9 +227,7 @@ def heat_panel(ax, res, model, letter, fig):
 
 
 def make_figures(res, out):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     models = [m for m in ("llama", "nanochat") if m in res["models"]]
     files = []
     letters = {("final", 0): "a", ("final", 1): "b", ("max", 0): "c", ("max", 1): "d", ("prop", 0): "e", ("prop", 1): "f"}

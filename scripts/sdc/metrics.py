@@ -26,7 +26,7 @@ import numpy as np
 import sdc_metrics as sm
 
 from . import Error
-from .plan import SITES, job_done_dir, read_plan, read_settings
+from .plan import SITES, job_done, job_done_dir, read_plan, read_settings
 
 
 # ----------------------------------------- reproduce.py: a run against the fault-free reference
@@ -60,6 +60,20 @@ def metrics(pl, model, name):
     r["D_max_finite"] = max(ds) if ds else None
     r["nonfinite_steps"] = sum(1 for t in st if t >= t_f and not math.isfinite(st[t]["loss"]))
     return r
+
+
+def results(pl, skip):
+    """{model: {run: metrics}} of every finished run of the plan but the LLMFT training run and those whose
+    name starts with one of `skip`"""
+    res = {}
+    for model in pl.P["models"]:
+        res[model] = {}
+        for j in pl.jobs:
+            mname, name = j["name"].split("/", 1)
+            if mname != model or not job_done(j) or name.startswith(skip) or name == "llmft_train":
+                continue
+            res[model][name] = metrics(pl, model, name)
+    return res
 
 
 def run_ok(r):

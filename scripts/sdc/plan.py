@@ -18,7 +18,7 @@ QK_SITES = {"q_proj", "k_proj", "q_norm", "k_norm", "q_rope", "k_rope"}
 
 # ------------------------------------------------------------ reproduce.py: presets and methods
 PRESETS = {
-    # the continuation regime (issue 12, item 7), the paper's: a pre-trained model (base: 300 steps at lr
+    # the continuation regime, the paper's: a pre-trained model (base: 300 steps at lr
     # 2e-3, warmup 30, cosine to 10%) continued with a fresh AdamW at lr 2e-4 (warmup 30, cosine to 10% over
     # 300 steps), faults after its step 200; measured and justified in REPORT.md
     "tiny": dict(models=["tiny-llama", "tiny-qwen3"], trainer="./train_sdc", ranks=1, B=4, T=128, accum=3,
@@ -27,7 +27,7 @@ PRESETS = {
                  m={"tiny-llama": (10, 31, 3125), "tiny-qwen3": (10, 62, 6250)},
                  alpha_clean=200, alpha_events=48, fig3_k=9, jobs=2, threads=1, overhead_steps=30, overhead_rounds=3,
                  ckpt_every=20, peers=True, profile_steps=4),
-    # what fits a shared, oversubscribed 2-core machine in about an hour (issue 12): tiny-llama, m = 10, a
+    # what fits a shared, oversubscribed 2-core machine in about an hour: tiny-llama, m = 10, a
     # 60-step window, every Table 1 method and Table 2 in both fault dtypes, and Figure 3 over 5 values of k
     # in both; no alpha sweep, peers, Figure 5 or overhead pass (scripts/reproduce.sh --preset tiny --reduced). The regime is the paper's:
     # a pre-trained model (the main job's common checkpoint, step 300 of tiny-llama's recipe: run
@@ -67,7 +67,7 @@ EXTRA = [("ours_att", "TrainSDC + attention checks", ["-protect", "paper,att"]),
          ("ours_att_nan", "TrainSDC + attention checks + replay on Inf/NaN", ["-protect", "paper,att", "-detect", "nan"]),
          ("ours_att_harmful", "TrainSDC + attention checks + harmful-update guard", ["-protect", "paper,att", "-detect", "nan,harmful"]),
          ("ours_all", "-protect all (ours: + attention checks, backward guard, k from the run's profile)", ["-protect", "all"])]
-# issue 12, item 6: the paper's models ran under PyTorch autocast; these rows again with -fault_dtype autocast
+# the paper's models ran under PyTorch autocast; these rows again with -fault_dtype autocast
 FIDELITY = ["fault", "nan", "ours", "ours_all", "qk", "rgg", "exp"]
 RESIDUAL_SITES = "o_proj,attn_residual,down_proj,block_out"
 ALPHAS = [1.0, 1.5, 2.0, 2.5, 3.0]
@@ -187,7 +187,7 @@ def build_plan(a, P):
         if P.get("reduced"):
             build_reduced(pl, model, obs, prot)
             continue
-        pl.add(model, "clean_p1", ["-perturb", "1"])          # the clean envelope E (issue 12)
+        pl.add(model, "clean_p1", ["-perturb", "1"])          # the clean envelope E
         pl.add(model, "clean_m1", ["-perturb", "-1"])
         pl.add(model, "clean_prot", ["-protect", "paper"] + prot)
         pl.add(model, "clean_prot_all", ["-protect", "all"] + prot_all(pl, model))
@@ -205,7 +205,7 @@ def build_plan(a, P):
             add_control(pl, model, m)
             if m != m_lo and "fidelity" in P:
                 continue           # the smoke preset: the fidelity rows at m = low only
-            for key in P.get("fidelity", FIDELITY):   # issue 12, item 6: the same rows with autocast's storage dtypes
+            for key in P.get("fidelity", FIDELITY):   # the same rows with autocast's storage dtypes
                 flags = dict((k, f) for k, _, f in METHODS + ABLATION + EXTRA)[key]
                 pl.add(model, f"{key}_ac_m{m}", flags + protect_files(pl, model, flags) +
                        pl.campaign(m, SEED_EVAL, dtype="autocast"))
@@ -224,7 +224,7 @@ def build_plan(a, P):
             for m in (m_lo, m_hi):
                 pl.add(model, f"alpha{alpha}_m{m}", rg + pl.campaign(m, SEED_ALPHA, sites=RESIDUAL_SITES, pass_="fwd"),
                        stop=pre + ne)
-        # issue 5: peers from microbatches (1 rank x 3) vs from ranks (3 x 1), alpha 2.5, first model only
+        # peers from microbatches (1 rank x 3) vs from ranks (3 x 1), alpha 2.5, first model only
         if P["peers"] and model == P["models"][0] and P["ranks"] == 1 and P["accum"] == 3 and mpi_ready(P["trainer"]):
             rg = ["-protect", "rgg"] + prot
             pl.add(model, "peers_ranks_clean", rg + ["-threads", "1"], stop=pre + nc, ranks=3, accum=1)
@@ -270,7 +270,7 @@ def protect_files(pl, model, flags):
 
 
 def add_control(pl, model, m, tag=""):
-    """the lost-step control (issue 12): fault-free, skipping the updates the unprotected faulty run lost
+    """the lost-step control: fault-free, skipping the updates the unprotected faulty run lost
     (its -skip_steps file is written when the faulty run has finished)"""
     pl.add(model, f"control{tag}_m{m}", ["-skip_steps", pl.skip_file(model, f"control{tag}_m{m}")],
            deps=[f"{model}/fault{tag}_m{m}"])
@@ -300,7 +300,7 @@ def build_reduced(pl, model, obs, prot):
     pl.add(model, "llmft_train", pl.campaign(m, SEED_LLMFT, start=P["pre"] + 1 + P["window"] // 3) + obs)
     pl.add(model, f"llmft_m{m}", flags["llmft"] + ["-llmft_model", pl.llmft_model(model)] + pl.campaign(m, SEED_EVAL),
            deps=[f"{model}/llmft_train", f"{model}/clean"])
-    # Figure 3 (item 6 asks whether it reproduces): the exponent profile at the common checkpoint, then
+    # Figure 3 (does it reproduce?): the exponent profile at the common checkpoint, then
     # exponent scaling alone at fig3_k values of k under backward faults, in both fault dtypes
     pl.add(model, "profile", ["-exp_profile", os.path.join(pl.d(model, "profile"), "profile.json")], stop=P["pre"] + P["profile_steps"])
     for k in fig3_candidates(P):

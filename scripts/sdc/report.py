@@ -12,11 +12,11 @@ import sdc_metrics as sm
 
 from . import ROOT
 from .figures import figure3, figure5, make_figures
-from .metrics import collect, fnum, metrics, regime_rows, trace_columns
-from .plan import RESIDUAL_SITES, SEED_EVAL, SEED_FIG3, SEED_LLMFT, QK_SITES, fig3_candidates, job_done, mpi_ready
+from .metrics import collect, fnum, regime_rows, results, trace_columns
+from .plan import RESIDUAL_SITES, SEED_EVAL, SEED_FIG3, SEED_LLMFT, QK_SITES, fig3_candidates, mpi_ready
 from .runner import say
-from .tables import (f_e, f_f, fmt, fmt_ratio, paper_t6, table1, table2, table3, table5, table6,
-                     table_fidelity, table_honest, table_peers)
+from .tables import (PAPER_FIG3, exp1_table, exp2_table, f_e, f_f, fig3_table, fmt, fmt_ratio, paper_t6, table1, table2,
+                     table3, table5, table6, table_fidelity, table_honest, table_peers)
 
 
 # --------------------------------------------------------------------------------- reproduce.py
@@ -25,6 +25,33 @@ def git_commit():
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "?"
     except OSError:
         return "?"
+
+
+def figure_dir(pl):
+    """where the figures go (--report-dir/figures, else beside the runs), made if missing"""
+    figdir = os.path.join(pl.a.report_dir, "figures") if pl.a.report_dir else os.path.join(pl.out, "figures")
+    os.makedirs(figdir, exist_ok=True)
+    return figdir
+
+
+def link(pl, path):
+    """a figure's path as the report links it (relative to the report's folder)"""
+    return os.path.relpath(path, os.path.dirname(os.path.abspath(pl.a.report)))
+
+
+def write_report(pl, L):
+    """REPORT.md from its lines L, with the hand-written reading of this preset's run (docs/report_reading_<preset>.md)
+    at the end when there is one; written whole or not at all"""
+    notes = os.path.join(ROOT, "docs", f"report_reading_{pl.a.preset}.md")
+    if os.path.exists(notes):
+        L.append("\n## Reading\n")
+        L.append(f"(Written by hand from this run: `{os.path.relpath(notes, ROOT)}`.)\n")
+        L.append(open(notes).read().strip())
+    txt = "\n".join(L) + "\n"
+    tmp = pl.a.report + ".tmp"
+    open(tmp, "w").write(txt)
+    os.replace(tmp, pl.a.report)
+    say(f"report {pl.a.report}")
 
 
 def regime_lines(pl):
@@ -45,25 +72,14 @@ def regime_lines(pl):
 
 def report(pl, args_line):
     P = pl.P
-    res = {}
-    for model in P["models"]:
-        res[model] = {}
-        for j in pl.jobs:
-            mname, name = j["name"].split("/", 1)
-            if mname != model or not job_done(j):
-                continue
-            if name.startswith(("pre", "prof_", "alpha", "peers", "profile", "clean")) or name == "llmft_train":
-                continue
-            res[model][name] = metrics(pl, model, name)
+    res = results(pl, skip=("pre", "prof_", "alpha", "peers", "profile", "clean"))
     oh = {m: json.load(open(os.path.join(pl.out, m, "overhead.json"))) for m in P["models"]
           if os.path.exists(os.path.join(pl.out, m, "overhead.json"))}
-    figdir = os.path.join(pl.a.report_dir, "figures") if pl.a.report_dir else os.path.join(pl.out, "figures")
-    os.makedirs(figdir, exist_ok=True)
+    figdir = figure_dir(pl)
     f3, f3rows = figure3(pl, res, figdir)
     f5, f5rows = figure5(pl, figdir)
     t6, miss, tot = table6(pl, res, "ours")
     t6a, missa, tota = table6(pl, res, "ours_att")
-    rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(pl.a.report)))
     L = []
     L.append(f"# Reproduction of the TrainSDC evaluation: preset `{pl.a.preset}`\n")
     L.append(f"Made by `{args_line}` on {time.strftime('%Y-%m-%d')} ({pl.a.machine}), report written at commit {git_commit()}.\n")
@@ -126,17 +142,14 @@ def report(pl, args_line):
     L.append("\n## Figure 3: R_amp(k) against the measured final deviation\n")
     L.append(f"Exponent scaling alone (`-protect exp -expscale_k K`) under backward faults (m = mid, seed {SEED_FIG3}); R_amp from "
              f"the clean exponent profile at the common checkpoint ({P['profile_steps']} steps, 8192 samples a projection a microbatch).\n")
-    L.append(f"![Figure 3]({rel(f3)})\n")
-    L.append("| Network | k* | n | Spearman rho | exact p_perm |")
-    L.append("|---|---|---|---|---|")
-    for model, ks, n, rho, p in f3rows:
-        L.append(f"| {model} | {ks} | {n} | {rho:.3f} | {'-' if p is None else f'{p:.3f}'} |")
-    L.append("\nThe paper: rho = 0.650, p_perm = 0.067 (Llama-3.2-1B), rho = 0.867, p_perm = 0.005 (Qwen3-0.6B), n = 9; k = 15.\n")
+    L.append(f"![Figure 3]({link(pl, f3)})\n")
+    L += fig3_table(f3rows)
+    L.append(PAPER_FIG3)
     L.append("## Figure 5 (analogue): k* along one run of ours\n")
     if f5:
         L.append(f"Profiles at every pre-training checkpoint of {P['models'][0]} (every {P['ckpt_every']} steps); a held k is "
                  "kept while its R_amp is within 25% of the pointwise minimum, else the run re-profiles and moves to k*.\n")
-        L.append(f"![Figure 5]({rel(f5)})\n")
+        L.append(f"![Figure 5]({link(pl, f5)})\n")
         L.append("| step | k* | held k | reassessed | within 25% | excess risk of held k |")
         L.append("|---|---|---|---|---|---|")
         for s, ks, held, re_, lo, hi, ex in f5rows:
@@ -179,38 +192,17 @@ def report(pl, args_line):
     L.append(table_honest(pl, res, "_ac"))
     try:
         f3a, f3arows = figure3(pl, res, figdir, "_ac", " (autocast)")
-        L.append(f"\n![Figure 3 (autocast)]({rel(f3a)})\n")
-        L.append("| Network | k* | n | Spearman rho (autocast) | exact p_perm |")
-        L.append("|---|---|---|---|---|")
-        for model, ks, n, rho, p in f3arows:
-            L.append(f"| {model} | {ks} | {n} | {rho:.3f} | {'-' if p is None else f'{p:.3f}'} |")
+        L.append(f"\n![Figure 3 (autocast)]({link(pl, f3a)})\n")
+        L += fig3_table(f3arows, rho="Spearman rho (autocast)")
     except (OSError, ValueError, sm.MetricsError) as e:
         L.append(f"(Figure 3 under autocast not drawn: {e})")
-    notes = os.path.join(ROOT, "docs", f"report_reading_{pl.a.preset}.md")
-    if os.path.exists(notes):
-        L.append("\n## Reading\n")
-        L.append(f"(Written by hand from this run: `{os.path.relpath(notes, ROOT)}`.)\n")
-        L.append(open(notes).read().strip())
-    txt = "\n".join(L) + "\n"
-    tmp = pl.a.report + ".tmp"
-    open(tmp, "w").write(txt)
-    os.replace(tmp, pl.a.report)
-    say(f"report {pl.a.report}")
+    write_report(pl, L)
 
 
 def report_reduced(pl, args_line):
     P = pl.P
-    res = {}
-    for model in P["models"]:
-        res[model] = {}
-        for j in pl.jobs:
-            mname, name = j["name"].split("/", 1)
-            if mname != model or not job_done(j) or name.startswith(("pre", "profile", "clean")) or name == "llmft_train":
-                continue
-            res[model][name] = metrics(pl, model, name)
-    figdir = os.path.join(pl.a.report_dir, "figures") if pl.a.report_dir else os.path.join(pl.out, "figures")
-    os.makedirs(figdir, exist_ok=True)
-    rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(pl.a.report)))  # noqa: E731
+    res = results(pl, skip=("pre", "profile", "clean"))
+    figdir = figure_dir(pl)
     L = [f"# Reproduction of the TrainSDC evaluation: preset `{pl.a.preset}`\n",
          f"Made by `{args_line}{'' if '--reduced' in args_line else ' --reduced'}` on {time.strftime('%Y-%m-%d')} ({pl.a.machine}), "
          f"report written at commit {git_commit()}.\n",
@@ -248,23 +240,11 @@ def report_reduced(pl, args_line):
         except (OSError, ValueError, sm.MetricsError) as e:
             L.append(f"(Figure 3{lab} not drawn: {e})")
             continue
-        L.append(f"![Figure 3{lab}]({rel(f3)})\n")
-        L.append("| Network | fault dtype | k* | n | Spearman rho | exact p_perm |")
-        L.append("|---|---|---|---|---|---|")
-        for model, ks, n, rho, p in rows:
-            L.append(f"| {model} | {lab.strip(' ()')} | {ks} | {n} | {rho:.3f} | {'-' if p is None else f'{p:.3f}'} |")
+        L.append(f"![Figure 3{lab}]({link(pl, f3)})\n")
+        L += fig3_table(rows, dtype=lab.strip(" ()"))
         L.append("")
-    L.append("\nThe paper: rho = 0.650, p_perm = 0.067 (Llama-3.2-1B), rho = 0.867, p_perm = 0.005 (Qwen3-0.6B), n = 9; k = 15.\n")
-    notes = os.path.join(ROOT, "docs", f"report_reading_{pl.a.preset}.md")
-    if os.path.exists(notes):
-        L.append("\n## Reading\n")
-        L.append(f"(Written by hand from this run: `{os.path.relpath(notes, ROOT)}`.)\n")
-        L.append(open(notes).read().strip())
-    txt = "\n".join(L) + "\n"
-    tmp = pl.a.report + ".tmp"
-    open(tmp, "w").write(txt)
-    os.replace(tmp, pl.a.report)
-    say(f"report {pl.a.report}")
+    L.append(PAPER_FIG3)
+    write_report(pl, L)
 
 
 # ------------------------------------------------------------------------------ characterize.py
@@ -373,18 +353,7 @@ def write_markdown(res, out, figs):
                  "non-finite (the update was skipped, found_inf); D_max over the steps with finite losses. "
                  "Q/K-path sites are marked *.")
         L.append("")
-        L.append("| pass | site | events (Inf/NaN) | non-finite steps | skipped updates | D_final | D_max | "
-                 "D_final/E_final | D_max/E_max | ΔPPL | Top-1 % | W_L2 % |")
-        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for r in [r for r in res["runs"] if r["model"] == model]:
-            if r["kind"] == "repeat":
-                name, pas = f"clean, -perturb {r['perturb']}", "-"
-            else:
-                name, pas = r["site"] + (" *" if r["site"] in QK_SITES else ""), r["pass"]
-            L.append(f"| {pas} | {name} | {len(r['events'])} ({r['events_nonfinite']}) | {len(r['nonfinite_steps'])} | "
-                     f"{r['found_inf']} | {fmt(r['D_final'])} | {fmt(r['D_max'])} | {fmt_ratio(r['ratio_final'])} | "
-                     f"{fmt_ratio(r['ratio_max'])} | {fmt(r['delta_ppl'], '{:+.4g}')} | "
-                     f"{fmt(None if r['top1'] is None else 100 * r['top1'], '{:.2f}')} | {fmt(r['w_l2_pct'], '{:.3g}')} |")
+        L += exp1_table(res, model)
         L.append("")
         L += summary_lines(res, model)
         L.append("")
@@ -396,22 +365,7 @@ def write_markdown(res, out, figs):
             L.append("log10 of the median R_x = ||x_fault - x_clean|| / ||x_clean|| over the events of the run "
                      "(inf: the tensor became non-finite; · : upstream of the injection; 0: unchanged).")
             L.append("")
-            L.append("| injected site | events | " + " | ".join(c[3].replace("\n", " ") for c in cols) + " |")
-            L.append("|---|---|" + "---|" * len(cols))
-            for r in tr:
-                cells = []
-                for key, _, _, _ in cols:
-                    v = r["trace"].get(key)
-                    if v is None:
-                        cells.append("·")
-                    elif not math.isfinite(v[0]):
-                        cells.append("inf")
-                    elif v[0] <= 0:
-                        cells.append("0")
-                    else:
-                        cells.append(f"{math.log10(v[0]):+.2f}")
-                L.append(f"| {r['site']}{' *' if r['site'] in QK_SITES else ''} | {r['trace_events']} | " +
-                         " | ".join(cells) + " |")
+            L += exp2_table(tr, cols)
             L.append("")
     L.append("## Figures")
     L.append("")

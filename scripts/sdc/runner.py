@@ -74,7 +74,7 @@ def run_jobs(pl, jobs_n, dry):
             pending.remove(j)
             if "/llmft_m" in j["name"]:
                 train_llmft(pl, j["name"].split("/")[0])
-            if "/control" in j["name"]:   # the faulty run's lost updates (issue 12's lost-step control)
+            if "/control" in j["name"]:   # the faulty run's lost updates (the lost-step control)
                 model, name = j["name"].split("/")
                 fault = pl.d(model, name.replace("control", "fault"))
                 with open(pl.skip_file(model, name), "w") as f:

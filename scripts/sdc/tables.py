@@ -47,15 +47,8 @@ PAPER_T6 = [("Attention weights", "att_probs", 45, 45, 45), ("Attention logits",
 
 
 # ------------------------------------------------------------------------------- number formats
-def f_e(x, sign=True):
-    if x is None:
-        return "-"
-    if isinstance(x, float) and not math.isfinite(x):
-        return "nonfinite"
-    return f"{x:+.2e}" if sign else f"{x:.2e}"
-
-
 def f_f(x, fmt="{:.2f}"):
+    """REPORT.md's number: '-' for none, 'nonfinite' for Inf/NaN"""
     if x is None:
         return "-"
     if isinstance(x, float) and not math.isfinite(x):
@@ -63,14 +56,16 @@ def f_f(x, fmt="{:.2f}"):
     return fmt.format(x)
 
 
+def f_e(x, sign=True):
+    return f_f(x, "{:+.2e}" if sign else "{:.2e}")
+
+
 def xe(x, e, fmt="{:+.2e}"):
-    if x is None:
-        return "-"
-    if isinstance(x, float) and not math.isfinite(x):
-        return "nonfinite"
-    if e is None:
-        return fmt.format(x)
-    return fmt.format(x) + (f" ({abs(x) / e:.2g}E)" if e > 0 else (" (0E)" if x == 0 else " (inf E)"))
+    """x and, when the clean envelope E is known, |x| / E"""
+    s = f_f(x, fmt)
+    if x is None or e is None or (isinstance(x, float) and not math.isfinite(x)):
+        return s
+    return s + (f" ({abs(x) / e:.2g}E)" if e > 0 else (" (0E)" if x == 0 else " (inf E)"))
 
 
 def pair(a, b):
@@ -83,11 +78,8 @@ def dmax_cell(r):
 
 
 def fmt(x, f="{:+.3e}"):
-    if x is None:
-        return "n/a"
-    if isinstance(x, float) and not math.isfinite(x):
-        return "NaN" if math.isnan(x) else ("+inf" if x > 0 else "-inf")
-    return f.format(x)
+    """results.md's number: sdc_metrics' format ('n/a' for none, +inf, -inf), NaN spelled out"""
+    return "NaN" if isinstance(x, float) and math.isnan(x) else sm._f(x, f)
 
 
 def fmt_ratio(x):
@@ -249,6 +241,20 @@ def table6(pl, res, key):
     return "\n".join(lines), miss, total
 
 
+def fig3_table(rows, rho="Spearman rho", dtype=None):
+    """Figure 3's numbers: k*, n, Spearman's rho and its exact p a network (rows from figures.figure3), with a
+    column naming the fault dtype when `dtype` is given"""
+    col = "" if dtype is None else " fault dtype |"
+    L = [f"| Network |{col} k* | n | {rho} | exact p_perm |", "|---" * (5 if dtype is None else 6) + "|"]
+    for model, ks, n, r, p in rows:
+        cell = "" if dtype is None else f" {dtype} |"
+        L.append(f"| {model} |{cell} {ks} | {n} | {r:.3f} | {'-' if p is None else f'{p:.3f}'} |")
+    return L
+
+
+PAPER_FIG3 = "\nThe paper: rho = 0.650, p_perm = 0.067 (Llama-3.2-1B), rho = 0.867, p_perm = 0.005 (Qwen3-0.6B), n = 9; k = 15.\n"
+
+
 def paper_t6():
     lines = ["| Injection site | 10 | 1,000 | 100,000 | Total |", "|---|---|---|---|---|"]
     for label, site, a, b, c in PAPER_T6:
@@ -261,7 +267,7 @@ HONEST_ROWS = [(k, lab) for k, lab, _ in METHODS] + [("ours_all", "-protect all 
 
 
 def table_honest(pl, res, tag=""):
-    """every method at each m with the metrics of issue 12, each deviation against the clean envelope"""
+    """every method at each m with the metrics beyond the paper's (lost updates, the held-out loss, the detections by kind), each deviation against the clean envelope"""
     P = pl.P
     L = []
     for model in P["models"]:
@@ -307,3 +313,42 @@ def table_fidelity(pl, res):
                          f"{f_f(r['delta_ppl'], '{:.3g}') if run_ok(r) else '-'} | {r['found_inf']} | {r['lost_updates']} | "
                          f"{same if key in ('fault', 'nan') else ''} |")
     return "\n".join(L)
+
+
+# ------------------------------------------------------------------------------ characterize.py
+def exp1_table(res, model):
+    """Experiment 1: a row a run of `model` (the clean repeats, then every site and pass)"""
+    L = ["| pass | site | events (Inf/NaN) | non-finite steps | skipped updates | D_final | D_max | "
+         "D_final/E_final | D_max/E_max | ΔPPL | Top-1 % | W_L2 % |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in [r for r in res["runs"] if r["model"] == model]:
+        if r["kind"] == "repeat":
+            name, pas = f"clean, -perturb {r['perturb']}", "-"
+        else:
+            name, pas = r["site"] + (" *" if r["site"] in QK_SITES else ""), r["pass"]
+        L.append(f"| {pas} | {name} | {len(r['events'])} ({r['events_nonfinite']}) | {len(r['nonfinite_steps'])} | "
+                 f"{r['found_inf']} | {fmt(r['D_final'])} | {fmt(r['D_max'])} | {fmt_ratio(r['ratio_final'])} | "
+                 f"{fmt_ratio(r['ratio_max'])} | {fmt(r['delta_ppl'], '{:+.4g}')} | "
+                 f"{fmt(None if r['top1'] is None else 100 * r['top1'], '{:.2f}')} | {fmt(r['w_l2_pct'], '{:.3g}')} |")
+    return L
+
+
+def exp2_table(runs, cols):
+    """Experiment 2: log10 of the median R_x a forward run (row) and monitored output (column)"""
+    L = ["| injected site | events | " + " | ".join(c[3].replace("\n", " ") for c in cols) + " |",
+         "|---|---|" + "---|" * len(cols)]
+    for r in runs:
+        cells = []
+        for key, _, _, _ in cols:
+            v = r["trace"].get(key)
+            if v is None:
+                cells.append("·")
+            elif not math.isfinite(v[0]):
+                cells.append("inf")
+            elif v[0] <= 0:
+                cells.append("0")
+            else:
+                cells.append(f"{math.log10(v[0]):+.2f}")
+        L.append(f"| {r['site']}{' *' if r['site'] in QK_SITES else ''} | {r['trace_events']} | " +
+                 " | ".join(cells) + " |")
+    return L
