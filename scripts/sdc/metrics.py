@@ -44,7 +44,8 @@ def detection(d):
                 false=sum(1 for s, r in st.items() if r.get("replayed") and r.get("injections", 0) == 0))
 
 
-def metrics(pl, model, name):
+def evaluate(pl, model, name):
+    """the metrics of run `name` of `model` against the fault-free run (sdc_metrics.compare) and its detections"""
     d = pl.d(model, name)
     r = sm.compare(pl.d(model, "clean"), d, window_start=pl.P["pre"] + 1)
     r.update(detection(d))
@@ -72,7 +73,7 @@ def results(pl, skip):
             mname, name = j["name"].split("/", 1)
             if mname != model or not job_done(j) or name.startswith(skip) or name == "llmft_train":
                 continue
-            res[model][name] = metrics(pl, model, name)
+            res[model][name] = evaluate(pl, model, name)
     return res
 
 
@@ -85,7 +86,7 @@ def res_get(pl, model, name):
     if not job_done_dir(pl, model, name):
         return None
     try:
-        return metrics(pl, model, name)
+        return evaluate(pl, model, name)
     except sm.MetricsError:
         return None
 
