@@ -15,11 +15,10 @@ TSDC_EMU_FULL=1 (make test-emu-full) runs the longer variants: all three presets
 and 200 calibrated clean steps (make test: tiny-llama, 40 steps). Data: the byte-level tinyshakespeare
 shards of tests/test_trainer.py."""
 import os
-import subprocess
 
 import pytest
 
-from test_trainer import BIN, MPIRUN, MPI_ENV, MPI_SKIP, ROOT, data, steps  # noqa: F401
+from test_trainer import BIN, MPIRUN, MPI_SKIP, ROOT, data, run, steps  # noqa: F401
 
 EMU_BIN = os.path.join(ROOT, "train_sdc_emu")
 FULL = os.environ.get("TSDC_EMU_FULL", "0") not in ("", "0")
@@ -29,15 +28,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(EMU_BIN), reason="train_sdc_e
 
 
 def run_bin(binary, args, mpi=0, check=True, timeout=1800, threads=1):
-    cmd = ([MPIRUN, "-np", str(mpi)] if mpi else []) + (binary if isinstance(binary, list) else [binary]) + [str(a) for a in args]
-    e = dict(os.environ)
-    e["OMP_NUM_THREADS"] = str(threads)
-    if mpi:
-        e.update(MPI_ENV)
-    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=e, timeout=timeout)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return p
+    return run(args, check=check, env={"OMP_NUM_THREADS": str(threads)}, mpi=mpi, timeout=timeout, binary=binary)
 
 
 def emu(args, **kw):

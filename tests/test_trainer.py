@@ -51,8 +51,10 @@ def data(tmp_path_factory):
     return d
 
 
-def run(args, check=True, env=None, mpi=0, timeout=600):
-    cmd = ([MPIRUN, "-np", str(mpi)] if mpi else []) + [BIN] + [str(a) for a in args]
+def run(args, check=True, env=None, mpi=0, timeout=600, binary=BIN):
+    """binary (a path, or a list: the path and its first arguments) with args, under mpirun with `mpi` ranks when
+    mpi > 0; an AssertionError with the output's tail when it fails and `check`"""
+    cmd = ([MPIRUN, "-np", str(mpi)] if mpi else []) + (binary if isinstance(binary, list) else [binary]) + [str(a) for a in args]
     e = dict(os.environ)
     e.update(env or {})
     if mpi:
@@ -215,6 +217,14 @@ def corrupt(src, dst, fn):
     return dst
 
 
+def flip_bit(at):
+    """for corrupt(): the lowest bit of byte `at` flipped"""
+    def flip(b):
+        b[at] ^= 0x01
+        return b
+    return flip
+
+
 def test_bad_shard_magic(data, tmp_path):
     """Catches: a file without the shard magic read as tokens."""
     f = corrupt(data / "train.bin", tmp_path / "x.bin", lambda b: b"XXXX" + b[4:])
@@ -235,10 +245,7 @@ def test_truncated_shard(data, tmp_path):
 
 def test_shard_checksum_mismatch(data, tmp_path):
     """Catches: a corrupted shard (one flipped bit) trained on silently."""
-    def flip(b):
-        b[1000] ^= 0x01
-        return b
-    f = corrupt(data / "train.bin", tmp_path / "x.bin", flip)
+    f = corrupt(data / "train.bin", tmp_path / "x.bin", flip_bit(1000))
     expect_error(run(base(data, tmp_path / "o", **{"-train": f}), check=False), f, "checksum")
 
 
@@ -301,10 +308,7 @@ def test_checkpoint_training_flags_differ(data, ckpt, tmp_path):
 
 def test_tokenizer_checksum_and_magic(data, tmp_path):
     """Catches: a corrupted or foreign tokenizer file used for decoding."""
-    def flip(b):
-        b[70] ^= 0x01
-        return b
-    f = corrupt(data / "tokenizer.bin", tmp_path / "t.bin", flip)
+    f = corrupt(data / "tokenizer.bin", tmp_path / "t.bin", flip_bit(70))
     expect_error(run(base(data, tmp_path / "o", **{"-tokenizer": f}), check=False), f, "checksum")
     g = corrupt(data / "tokenizer.bin", tmp_path / "t2.bin", lambda b: b"XX" + b[2:])
     expect_error(run(base(data, tmp_path / "o", **{"-tokenizer": g}), check=False), g, "magic")

@@ -29,7 +29,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
-from hf_presets import PRESETS, hf_config  # noqa: E402
+from hf_presets import PRESETS, batch_reader, hf_config  # noqa: E402
 
 
 def main():
@@ -82,17 +82,7 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     t_build = time.perf_counter() - t0
 
-    pos = 0
-
-    def next_batch():
-        nonlocal pos
-        if pos + B * T + 1 > data.numel():
-            pos = 0
-        starts = pos + T * torch.arange(B)
-        idx = starts[:, None] + torch.arange(T + 1)[None, :]
-        buf = data[idx]
-        pos += B * T
-        return buf[:, :-1].contiguous().to(dev, non_blocking=True), buf[:, 1:].contiguous().to(dev, non_blocking=True)
+    next_batch = batch_reader(data, B, T, dev)
 
     def step():
         x, y = next_batch()

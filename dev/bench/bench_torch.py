@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import tsdc_io  # noqa: E402
 
-from hf_presets import PRESETS, hf_config  # noqa: E402
+from hf_presets import PRESETS, batch_reader, hf_config  # noqa: E402
 
 
 def main():
@@ -76,16 +76,7 @@ def main():
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
     n_params = sum(p.numel() for p in model.parameters())
 
-    pos = 0
-    def next_batch():
-        nonlocal pos
-        if pos + B * T + 1 > data.numel():
-            pos = 0
-        starts = pos + T * torch.arange(B)
-        idx = starts[:, None] + torch.arange(T + 1)[None, :]
-        buf = data[idx]
-        pos += B * T
-        return buf[:, :-1].contiguous(), buf[:, 1:].contiguous()
+    next_batch = batch_reader(data, B, T)
 
     def step():
         x, y = next_batch()

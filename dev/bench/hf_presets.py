@@ -1,6 +1,7 @@
 """hf_presets.py: the presets of llmc/host/config.h that have an HF model class (LlamaForCausalLM,
 Qwen3ForCausalLM), and their HF configs, for the PyTorch sides of the speed comparisons
-(bench_torch.py on the CPU, bench_gpu_torch.py on the GPU), built as dev/reference/make_states.py does."""
+(bench_torch.py on the CPU, bench_gpu_torch.py on the GPU), built as dev/reference/make_states.py does; the
+order both read their batches in (batch_reader)."""
 
 # The presets of llmc/host/config.h that have an HF model class here.
 PRESETS = {
@@ -34,3 +35,22 @@ def hf_config(cfg, T, attn):
     rope = {"rope_type": "default", "rope_theta": cfg["rope_theta"]}
     return Qwen3Config(**common, rope_parameters=rope, use_sliding_window=False, sliding_window=None,
                        max_window_layers=cfg["n_layer"], attn_implementation=attn)
+
+
+def batch_reader(data, B, T, device=None):
+    """next_batch() for a benchmark: the next B sequences of T tokens of the 1-D token tensor `data` and their
+    targets (shifted by one), read in order and from the start again at its end; on `device` when given"""
+    import torch
+    pos = 0
+
+    def next_batch():
+        nonlocal pos
+        if pos + B * T + 1 > data.numel():
+            pos = 0
+        starts = pos + T * torch.arange(B)
+        idx = starts[:, None] + torch.arange(T + 1)[None, :]
+        buf = data[idx]
+        pos += B * T
+        x, y = buf[:, :-1].contiguous(), buf[:, 1:].contiguous()
+        return (x, y) if device is None else (x.to(device, non_blocking=True), y.to(device, non_blocking=True))
+    return next_batch

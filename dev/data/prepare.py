@@ -353,6 +353,15 @@ def fetch(urls, dest, local_flags="--input"):
     raise PrepareError(f"download failed ({'; '.join(errors)}); pass a local copy with {local_flags}")
 
 
+def add_shard_arguments(ap, default_out, val_fraction_help):
+    """the options of a data set's script (tinyshakespeare.py, wikitext2.py) after its source files: --out,
+    --tokenizer, --vocab_size, --val_fraction"""
+    ap.add_argument("--out", default=str(default_out), metavar="DIR", help=f"output directory ({default_out})")
+    ap.add_argument("--tokenizer", metavar="PATH", help="use this tokenizer.json instead of training one")
+    ap.add_argument("--vocab_size", type=int, metavar="N", help="vocabulary of the trained BPE (default 8192)")
+    ap.add_argument("--val_fraction", type=float, metavar="F", help=val_fraction_help)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Text files -> train_sdc token shards.")
     ap.add_argument("--input", action="append", required=True, metavar="FILE",

@@ -19,11 +19,7 @@ DEFAULT_OUT = Path(__file__).resolve().parents[2] / "data" / "tinyshakespeare"
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Tiny Shakespeare -> train_sdc token shards.")
     ap.add_argument("--input", metavar="FILE", help="local copy of the text (default: download it)")
-    ap.add_argument("--out", default=str(DEFAULT_OUT), metavar="DIR", help=f"output directory ({DEFAULT_OUT})")
-    ap.add_argument("--tokenizer", metavar="PATH", help="use this tokenizer.json instead of training one")
-    ap.add_argument("--vocab_size", type=int, metavar="N", help="vocabulary of the trained BPE (default 8192)")
-    ap.add_argument("--val_fraction", type=float, metavar="F",
-                    help="fraction of the text taken from its end for validation (default 0.1)")
+    prepare.add_shard_arguments(ap, DEFAULT_OUT, "fraction of the text taken from its end for validation (default 0.1)")
     a = ap.parse_args(argv)
     text = a.input
     if text is None:

@@ -46,11 +46,7 @@ def main(argv=None):
     ap.add_argument("--train", metavar="FILE", help="local wiki.train.raw (default: download all three)")
     ap.add_argument("--val", metavar="FILE", help="local wiki.valid.raw")
     ap.add_argument("--test", metavar="FILE", help="local wiki.test.raw")
-    ap.add_argument("--out", default=str(DEFAULT_OUT), metavar="DIR", help=f"output directory ({DEFAULT_OUT})")
-    ap.add_argument("--tokenizer", metavar="PATH", help="use this tokenizer.json instead of training one")
-    ap.add_argument("--vocab_size", type=int, metavar="N", help="vocabulary of the trained BPE (default 8192)")
-    ap.add_argument("--val_fraction", type=float, metavar="F",
-                    help="without --val: fraction of the train text taken from its end (default 0.1)")
+    prepare.add_shard_arguments(ap, DEFAULT_OUT, "without --val: fraction of the train text taken from its end (default 0.1)")
     a = ap.parse_args(argv)
     if a.train is None:
         if a.val or a.test:
