@@ -28,6 +28,9 @@
 #                         profile)
 #        control          fault-free, skipping the updates the faulty run lost (-skip_steps)
 #   4. the table
+#   5. the figure (scripts/sdc_compare_plot.py): OUT/loss_deviation.png, the training loss deviation from
+#      the clean run step by step over the window for faulty, the two protected runs and the control,
+#      the clean envelope shaded; a failure to draw it stops the job (exit 1)
 # Every trainer run must finish (its log's end record at the last step): a failed run stops the job
 # with its output's tail and exit status 1.
 set -euo pipefail
@@ -64,7 +67,7 @@ while [ $# -gt 0 ]; do
     --seed) SEED="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
     --smoke) PRE=130; WINDOW=12; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "error: unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
 done
@@ -176,4 +179,11 @@ run_wave control
 
 say "table"
 $PY scripts/sdc_compare_table.py --out "$OUT" --window-start $((PRE + 1)) | tee "$OUT/table.md"
-say "finished; runs in $OUT, table in $OUT/table.md"
+say "figure"
+rm -f "$OUT/loss_deviation.png"
+if ! $PY scripts/sdc_compare_plot.py --out "$OUT" --window-start $((PRE + 1)) --png "$OUT/loss_deviation.png" \
+   || [ ! -s "$OUT/loss_deviation.png" ]; then
+  echo "error: the figure (scripts/sdc_compare_plot.py) failed: no $OUT/loss_deviation.png" >&2
+  exit 1
+fi
+say "finished; runs in $OUT, table in $OUT/table.md, figure in $OUT/loss_deviation.png"
