@@ -120,10 +120,12 @@ def caption(data):
     parts = [f"Training loss deviation D(t) = L_run(t) - L_clean(t), steps {data['window_start']}..{data['last']}."]
     if data["env"] is not None:
         parts.append(f"Shaded: the clean envelope |D| <= E(t), E(t) = max - min of the losses of the {data['n_clean']} "
-                     f"fault-free runs (clean, -perturb +-1 bf16 ulp) at step t; E_max = {data['E_max']:.2g}.")
+                     f"fault-free runs (clean, -perturb +-1 bf16 ulp) at step t"
+                     + (f"; E_max = {data['E_max']:.2g}." if data["E_max"] is not None else " (no finite E)."))
     kind, lt = data["yscale"]
     if kind == "symlog":
-        parts.append(f"y axis symmetric-log: linear within +-{lt:.2g} (E_max), logarithmic beyond.")
+        parts.append(f"y axis symmetric-log: linear within +-{lt:.2g}{' (E_max)' if lt == data['E_max'] else ''}, "
+                     "logarithmic beyond.")
     if data["lost"]:
         n = len(data["lost"])
         parts.append(f"Ticks at the bottom: the {n} update{'s' if n > 1 else ''} the faulty run lost (the control skips "
@@ -193,6 +195,8 @@ def plot(out, window_start=None, png=None, dpi=110):
     returns (png, data)."""
     names = (CLEAN,) + REPEATS + tuple(r[0] for r in RUNS)
     runs = {n: os.path.join(out, n) for n in names if os.path.isdir(os.path.join(out, n))}
+    if CLEAN not in runs:
+        raise sm.MetricsError(f"{os.path.join(out, CLEAN)}: no such run directory (the deviation is from the clean run)")
     data = deviation_data(runs, window_start)
     return draw(data, png or os.path.join(out, PNG), dpi), data
 

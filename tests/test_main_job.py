@@ -75,3 +75,15 @@ def test_sdc_compare_fails_loudly_when_a_run_fails(tmp_path):
     # failure and went on would fail in the lost-update or table step, on a missing log.jsonl)
     assert "log.jsonl" not in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert not (out / "table.md").exists() and not (out / "control.steps").exists()
+
+
+def test_sdc_compare_figure_fails_loudly(tmp_path):
+    """--plot-only on an OUT without the runs: exit 1 with the plotter's error and the job's, and no PNG.
+    Catches: a figure stage whose failure is swallowed (a job that ends 'finished' without its figure)."""
+    out = tmp_path / "cmp"
+    out.mkdir()
+    p = subprocess.run(["bash", SCRIPT, "--smoke", "--plot-only", "--out", str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "clean: no such run directory" in p.stderr and "error: the figure" in p.stderr, p.stderr[-2000:]
+    assert not (out / "loss_deviation.png").exists()

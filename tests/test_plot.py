@@ -92,6 +92,7 @@ def test_yscale_symlog_when_deviations_span_orders(runs, tmp_path):
     d = sp.deviation_data({k: runs[k] for k in ("clean", "faulty", "protected_all")})
     assert d["env"] is None and d["E_max"] is None
     assert d["yscale"][0] == "symlog" and d["yscale"][1] == pytest.approx(1e-4)
+    assert "envelope" not in sp.caption(d) and "E_max" not in sp.caption(d)
 
 
 def test_png_is_written(runs, tmp_path):
