@@ -9,7 +9,7 @@
 #
 #   scripts/sdc_compare.sh [--preset tiny-llama] [--out DIR] [--pre N] [--window N] [--m M] [--pass both]
 #                          [--sites all] [--precision bf16] [--input FILE] [--ranks R] [--accum A]
-#                          [--seed S] [--jobs J] [--smoke]
+#                          [--seed S] [--jobs J] [--smoke] [--plot-only]
 #
 # Steps (each skipped when its output is already there, so an interrupted job resumes):
 #   1. data: tinyshakespeare tokenised with an 8192-token byte-level BPE (data/tinyshakespeare)
@@ -28,6 +28,10 @@
 #                         profile)
 #        control          fault-free, skipping the updates the faulty run lost (-skip_steps)
 #   4. the table
+#   5. the figure (scripts/sdc_compare_plot.py): OUT/loss_deviation.png, the training loss deviation from
+#      the clean run step by step over the window for faulty, the two protected runs and the control,
+#      the clean envelope shaded; a failure to draw it stops the job (exit 1). --plot-only: this step
+#      alone, on the runs already in OUT (the same --pre/--window/--smoke as the job that made them)
 # Every trainer run must finish (its log's end record at the last step): a failed run stops the job
 # with its output's tail and exit status 1.
 set -euo pipefail
@@ -48,6 +52,7 @@ RANKS=1
 ACCUM=3
 SEED=2026
 JOBS=2
+PLOT_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) PRESET="$2"; shift 2 ;;
@@ -64,7 +69,8 @@ while [ $# -gt 0 ]; do
     --seed) SEED="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
     --smoke) PRE=130; WINDOW=12; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --plot-only) PLOT_ONLY=1; shift ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "error: unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
 done
@@ -74,6 +80,17 @@ case "$JOBS" in ''|*[!0-9]*|0) echo "error: --jobs must be a positive integer" >
 if [ -z "$INPUT" ] && [ -f ../shared/data/tinyshakespeare.txt ]; then INPUT=../shared/data/tinyshakespeare.txt; fi
 T0=$(date +%s)
 say() { printf '[%4ds] %s\n' $(( $(date +%s) - T0 )) "$*"; }
+# the figure of the runs in OUT; a failure stops the job
+figure() {
+  say "figure"
+  rm -f "$OUT/loss_deviation.png"
+  if ! .venv/bin/python scripts/sdc_compare_plot.py --out "$OUT" --window-start $((PRE + 1)) --png "$OUT/loss_deviation.png" \
+     || [ ! -s "$OUT/loss_deviation.png" ]; then
+    echo "error: the figure (scripts/sdc_compare_plot.py) failed: no $OUT/loss_deviation.png" >&2
+    exit 1
+  fi
+}
+if [ "$PLOT_ONLY" = 1 ]; then figure; exit 0; fi
 
 say "build"
 make -s train_sdc venv
@@ -176,4 +193,5 @@ run_wave control
 
 say "table"
 $PY scripts/sdc_compare_table.py --out "$OUT" --window-start $((PRE + 1)) | tee "$OUT/table.md"
-say "finished; runs in $OUT, table in $OUT/table.md"
+figure
+say "finished; runs in $OUT, table in $OUT/table.md, figure in $OUT/loss_deviation.png"

@@ -389,17 +389,42 @@ def _first_nonfinite(steps, losses):
     return int(steps[bad[0]]) if len(bad) else None
 
 
-def loss_deviation(clean, fault, window_start=None, fault_records=None):
-    """D_max, D_final and their context. clean, fault: RunLog or run dir/log path. window_start: t_f;
-    None = the first step in fault_records (default: the fault dir's faults.jsonl), else the first
-    aligned step where the losses differ."""
+def deviation_series(clean, fault):
+    """(steps both logs have, D(t) = L_fault(t) - L_clean(t) on them): +inf where either loss is NaN or
+    +-inf (the module doc). clean, fault: RunLog or run dir/log path."""
     cl, fl = _logs(clean), _logs(fault)
     steps = _aligned(cl, fl)
     Lc, Lf = cl.losses(steps), fl.losses(steps)
     with np.errstate(invalid="ignore", over="ignore"):
         dev = Lf - Lc
+    dev[~(np.isfinite(Lc) & np.isfinite(Lf))] = math.inf
+    return steps, dev
+
+
+def clean_spread(clean_runs):
+    """(steps all the clean runs have, E(t) = max_i L_i(t) - min_i L_i(t) = max_{i<j} |L_i(t) - L_j(t)| on
+    them, +inf where a clean loss is non-finite, whether every loss is finite per step) over >= 2 clean runs
+    (RunLogs or dirs)."""
+    logs = [_logs(r) for r in clean_runs]
+    if len(logs) < 2:
+        raise MetricsError("the clean envelope needs at least two clean runs")
+    steps = _aligned(*logs)
+    L = np.stack([lg.losses(steps) for lg in logs])           # [runs, steps]
+    with np.errstate(invalid="ignore"):
+        spread = L.max(axis=0) - L.min(axis=0)
+    finite = np.isfinite(L).all(axis=0)
+    spread[~finite] = math.inf
+    return steps, spread, finite
+
+
+def loss_deviation(clean, fault, window_start=None, fault_records=None):
+    """D_max, D_final and their context. clean, fault: RunLog or run dir/log path. window_start: t_f;
+    None = the first step in fault_records (default: the fault dir's faults.jsonl), else the first
+    aligned step where the losses differ."""
+    cl, fl = _logs(clean), _logs(fault)
+    steps, dev = deviation_series(cl, fl)
+    Lc, Lf = cl.losses(steps), fl.losses(steps)
     nonfinite = ~(np.isfinite(Lc) & np.isfinite(Lf))
-    dev[nonfinite] = math.inf
     if fault_records is None and not isinstance(fault, RunLog):
         fault_records = read_faults(fault)
     if window_start is not None:
@@ -434,17 +459,12 @@ def envelope(clean_runs, window_start=None, final_step=None):
     on the steps they all have, t in [window_start (default: the first aligned step), T_E];
     T_E = final_step or the last aligned step."""
     logs = [_logs(r) for r in clean_runs]
-    if len(logs) < 2:
-        raise MetricsError("the clean envelope needs at least two clean runs")
-    steps = _aligned(*logs)
+    steps, spread, finite = clean_spread(logs)
     if final_step is not None:
-        steps = [s for s in steps if s <= final_step]
+        keep = [i for i, s in enumerate(steps) if s <= final_step]
+        steps, spread, finite = [steps[i] for i in keep], spread[keep], finite[keep]
         if not steps or steps[-1] != final_step:
             raise MetricsError(f"{logs[0].path}: step {final_step} is not in every clean log")
-    L = np.stack([lg.losses(steps) for lg in logs])           # [runs, steps]
-    with np.errstate(invalid="ignore"):
-        spread = L.max(axis=0) - L.min(axis=0)               # = max_{i<j} |L_i - L_j| per step
-    spread[~np.isfinite(L).all(axis=0)] = math.inf
     t0 = steps[0] if window_start is None else int(window_start)
     win = [i for i, s in enumerate(steps) if s >= t0]
     if not win:
@@ -452,7 +472,7 @@ def envelope(clean_runs, window_start=None, final_step=None):
     i_max = max(win, key=lambda i: spread[i])
     return {"n_clean": len(logs), "T_E": steps[-1], "window_start": t0,
             "E_final": float(spread[-1]), "E_max": float(spread[i_max]), "E_max_step": int(steps[i_max]),
-            "clean_nonfinite": bool(not np.isfinite(L).all())}
+            "clean_nonfinite": bool(not finite.all())}
 
 
 def ratio(d, e):

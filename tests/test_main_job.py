@@ -1,12 +1,13 @@
 """The README's first command, scripts/sdc_compare.sh, at smoke scale: it finishes with the table of its six
-rows; every trainer run reached its last step (its log's end record there); the campaign is the same in
-every faulty run and spares the last step (-fault_end); -protect all loses no update and raises no false
-alarm; the control skips exactly the faulty run's lost updates. A trainer run that fails stops the job
-loudly (exit 1, the run named), never a table with n/a in it."""
+rows and the figure (OUT/loss_deviation.png, a valid PNG); every trainer run reached its last step (its log's
+end record there); the campaign is the same in every faulty run and spares the last step (-fault_end);
+-protect all loses no update and raises no false alarm; the control skips exactly the faulty run's lost updates.
+A trainer run that fails stops the job loudly (exit 1, the run named), never a table with n/a in it."""
 import json
 import os
 import subprocess
 
+from test_plot import png_size
 from test_trainer import ROOT
 
 SCRIPT = os.path.join(ROOT, "scripts", "sdc_compare.sh")
@@ -18,7 +19,8 @@ def records(d):
 
 
 def test_sdc_compare_smoke(tmp_path):
-    """Catches: a crashed or early-ended run behind a table (no end record at step 142), a fault on the last step,
+    """Catches: a crashed or early-ended run behind a table (no end record at step 142), a job without its figure
+    (or a file that is not a PNG), a fault on the last step,
     faulty runs with different campaigns, -protect all losing updates or raising false alarms, a forward Q/K-path
     event missed, a control that skips other steps than the faulty run's lost updates."""
     out = tmp_path / "cmp"
@@ -49,6 +51,12 @@ def test_sdc_compare_smoke(tmp_path):
     skipped = [r["step"] for r in records(out / "control") if r["type"] == "step" and r.get("skip")]
     assert skipped == lost and rows["faulty"]["lost updates"] == rows["control"]["lost updates"] == str(len(lost))
     assert "Goal of protected_all" in (out / "table.md").read_text()
+    # the figure: a PNG of the loss deviation (scripts/sdc_compare_plot.py, 990 x 660 at 110 dpi), its path printed
+    png = out / "loss_deviation.png"
+    assert png.is_file() and str(png) in p.stdout, p.stdout[-2000:]
+    w, h = png_size(png)
+    size = png.stat().st_size
+    assert 600 <= w <= 3000 and 400 <= h <= 2000 and 20_000 <= size <= 1_000_000, (w, h, size)
 
 
 def test_sdc_compare_fails_loudly_when_a_run_fails(tmp_path):
@@ -67,3 +75,15 @@ def test_sdc_compare_fails_loudly_when_a_run_fails(tmp_path):
     # failure and went on would fail in the lost-update or table step, on a missing log.jsonl)
     assert "log.jsonl" not in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert not (out / "table.md").exists() and not (out / "control.steps").exists()
+
+
+def test_sdc_compare_figure_fails_loudly(tmp_path):
+    """--plot-only on an OUT without the runs: exit 1 with the plotter's error and the job's, and no PNG.
+    Catches: a figure stage whose failure is swallowed (a job that ends 'finished' without its figure)."""
+    out = tmp_path / "cmp"
+    out.mkdir()
+    p = subprocess.run(["bash", SCRIPT, "--smoke", "--plot-only", "--out", str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "clean: no such run directory" in p.stderr and "error: the figure" in p.stderr, p.stderr[-2000:]
+    assert not (out / "loss_deviation.png").exists()
