@@ -177,7 +177,7 @@ fi
 BENCH_CFGS="${GPU_CHECK_BENCH:-$BENCH_CFGS}"; BENCH_REST="${GPU_CHECK_BENCH_REST:-$BENCH_REST}"; DET_CFGS="${GPU_CHECK_DET:-$DET_CFGS}"
 TRAIN_CPU=(./train_sdc -precision bf16)
 # OVERHEAD_CONFIGS: the -protect configurations of phase 5. The paper's method is qk,rgg,exp; `-protect
-# paper` (issue 12, branch protect-i12) will name it, with `all` then adding our attention checks. Until the
+# paper` will name it, with `all` then adding our attention checks. Until the
 # trainer accepts `paper` (probed at run time: paper_probe), paper runs as qk,rgg,exp and all as all,att.
 OVERHEAD_CONFIGS="${GPU_CHECK_OVERHEAD:-none paper all}"
 

@@ -12,7 +12,7 @@ Q/K recomputation covers) and backward (qk_bwd's and the backward guard's); lost
 (skipped, or a pre-clip gradient norm > 100x the running median); steps replayed; false alarms
 (replays without an event); found_inf; the exponent-scaling k of the first step; CPU-time overhead of
 clean_prot over clean (mean cpu_ms over the window, first 10 steps skipped; runs may have shared the
-machine). Below the table: E, and the goal of protected_all (issue 12) checked item by item."""
+machine). Below the table: E, and the goal of protected_all checked item by item."""
 import argparse
 import math
 import os
@@ -117,7 +117,7 @@ def main():
              f"{det['caught_read']}/{det['read']}"),
             ("0 false alarms in the clean protected run", fp == 0, f"{fp}"),
         ]
-        print("\nGoal of protected_all (issue 12): " + "; ".join(f"{n}: {'yes' if ok else 'NO'} ({v})" for n, ok, v in checks))
+        print("\nGoal of protected_all: " + "; ".join(f"{n}: {'yes' if ok else 'NO'} ({v})" for n, ok, v in checks))
     return 0
 
 

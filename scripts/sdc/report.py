@@ -88,7 +88,7 @@ def report(pl, args_line):
              f"accum {P['accum']}, {P['precision']}, AdamW lr {P['lr']} warmup {P['warmup']} cosine to 10%"
              f"{f' over {pl.total} steps' if P.get('base') else ''}, clip 1.0")
     if P.get("base"):
-        L.append(f"- the continuation regime (issue 12): a base model pre-trained for {P['base']} steps (lr {P['base_lr']}, warmup "
+        L.append(f"- the continuation regime: a base model pre-trained for {P['base']} steps (lr {P['base_lr']}, warmup "
                  f"{P['warmup']}, cosine to 10%) is continued with a fresh AdamW at the lr above; steps are counted from the start "
                  "of the continuation")
     L.append(f"- common checkpoint at step {P['pre']} (clean training; its last {P['cal']} steps calibrate the Residual Gain "
@@ -185,9 +185,9 @@ def report(pl, args_line):
     L.append(f"- missed forward events: {tot} without the attention checks, {tota} with them; attention sites "
              f"(att_logits + att_probs) {sum(sum(miss.get(s, [0])) for s in ('att_logits', 'att_probs'))} -> "
              f"{sum(sum(missa.get(s, [0])) for s in ('att_logits', 'att_probs'))}")
-    L.append("\n## Beyond the paper: lost updates, the held-out loss and the clean envelope (issue 12)\n")
+    L.append("\n## Beyond the paper: lost updates, the held-out loss and the clean envelope\n")
     L.append(table_honest(pl, res))
-    L.append("\n## Fidelity: bf16 storage against autocast's dtypes (issue 12, item 6)\n")
+    L.append("\n## Fidelity: bf16 storage against autocast's dtypes\n")
     L.append(table_fidelity(pl, res))
     L.append(table_honest(pl, res, "_ac"))
     try:
@@ -206,7 +206,7 @@ def report_reduced(pl, args_line):
     L = [f"# Reproduction of the TrainSDC evaluation: preset `{pl.a.preset}`\n",
          f"Made by `{args_line}{'' if '--reduced' in args_line else ' --reduced'}` on {time.strftime('%Y-%m-%d')} ({pl.a.machine}), "
          f"report written at commit {git_commit()}.\n",
-         "This is the **reduced** tiny plan (issue 12): what fits a shared 2-core machine in an hour. It runs one model "
+         "This is the **reduced** tiny plan: what fits a shared 2-core machine in an hour. It runs one model "
          f"({', '.join(P['models'])}) at m = {P['m'][P['models'][0]][0]} only, over a {P['window']}-step window: Table 1's methods "
          "plus `-protect all` and the lost-step control, Table 2 and the Fault / Inf/NaN rows under both fault dtypes, in that "
          f"order of priority, then Figure 3 over {len(fig3_candidates(P))} values of k in both fault dtypes (a run missing below did "
@@ -221,14 +221,14 @@ def report_reduced(pl, args_line):
          "- metrics: scripts/sdc_metrics.py; E from the fault-free run and its -perturb +-1 repeats\n",
          "## The continuation regime\n"]
     L += regime_lines(pl)
-    L.append("\n## Table 1 at m = low, with the metrics of issue 12\n")
+    L.append("\n## Table 1 at m = low, with the lost-update, held-out and envelope metrics\n")
     L.append(table_honest(pl, res))
-    L.append("\n## Fidelity: bf16 storage against autocast's dtypes (issue 12, item 6)\n")
+    L.append("\n## Fidelity: bf16 storage against autocast's dtypes\n")
     L.append("`-fault_dtype autocast` flips the bits of each site in the dtype PyTorch autocast stores it in (fp32: the "
              "residual stream, the RMSNorm outputs, q/k after the QK norm and RoPE, the attention logits and probabilities, and "
              "their gradients; bf16: every projection output, the attention output, SiLU and the MLP product; README).\n")
     L.append(table_fidelity(pl, res))
-    L.append("\nThe same rows' metrics of issue 12 under autocast:\n")
+    L.append("\nThe same rows' lost-update, held-out and envelope metrics under autocast:\n")
     L.append(table_honest(pl, res, "_ac"))
     L.append("\n## Figure 3: R_amp(k) against the measured final deviation, both fault dtypes\n")
     if not all(os.path.exists(os.path.join(pl.d(m, "profile"), "profile.json")) for m in P["models"]):
