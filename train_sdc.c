@@ -737,18 +737,7 @@ static int model_unscale_check(Model* model, float s) {
     return bad;
 }
 
-/* the forward tensor of a site at a layer (site -1: the logits) */
-static float* model_site_tensor(Model* model, int site, int l, int B, int T, size_t* n) {
-    const Config* c = &model->c;
-    size_t N = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_head * c->head_dim, kd = (size_t)c->n_kv_head * c->head_dim;
-    size_t F = c->ffn_dim, att = (size_t)B * c->n_head * T * T;
-    if (site < 0) { *n = N * c->vocab_size; return model->logits; }
-    LayerActs* a = &model->la[l];
-    int pre = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE;
-    SITE_TENSOR_SWITCH(a, site, pre, N, d, qd, kd, F, att, n)
-    *n = 0;
-    return NULL;
-}
+DEFINE_MODEL_SITE_TENSOR(float)   /* llmc/sdc/fault.h */
 static void model_trace_snapshot(Model* model) {
     if (!model->trace_mem) model->trace_mem = (float*)mallocCheck(sizeof(float) * model->act_floats);
     memcpy(model->trace_mem, model->act_mem, sizeof(float) * model->act_floats);

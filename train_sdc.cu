@@ -1062,20 +1062,10 @@ static uint64_t model_weights_checksum(Model* model) {
     return tsdc_checksum_gpu(model->params, model->L.total * sizeof(float), model->stream);
 }
 
-/* the forward tensor of a site at a layer (site -1: the logits). att_logits / att_probs: the stored bf16
- * [B,H,T,T] tensors, with any injected value in place and the probs recomputed after a logits fault
- * (attention_forward_faults), as the CPU's */
-static bf16* model_site_tensor(Model* model, int site, int l, int B, int T, size_t* n) {
-    const Config* c = &model->c;
-    size_t N = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_head * c->head_dim, kd = (size_t)c->n_kv_head * c->head_dim;
-    size_t F = c->ffn_dim, att = (size_t)B * c->n_head * T * T;
-    if (site < 0) { *n = N * c->vocab_size; return model->logits; }
-    LayerActs* a = &model->la[l];
-    int pre = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE;
-    SITE_TENSOR_SWITCH(a, site, pre, N, d, qd, kd, F, att, n)
-    *n = 0;
-    return NULL;
-}
+/* the forward tensor of a site at a layer (llmc/sdc/fault.h). att_logits / att_probs: the stored bf16 [B,H,T,T]
+ * tensors, with any injected value in place and the probs recomputed after a logits fault (attention_forward_faults),
+ * as the CPU's */
+DEFINE_MODEL_SITE_TENSOR(bf16)
 /* The trace reads att_logits / att_probs at every layer: a layer whose last forward took the fused path
  * gets them materialised from its stored q, k, v (llmc/cuda/attention.cuh; its out goes to backward scratch, so
  * att_out keeps the fused bits). A layer that switched path for the fault event (att_logits/att_probs)

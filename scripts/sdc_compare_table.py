@@ -28,11 +28,9 @@ REPEATS = ("clean_p1", "clean_m1")
 
 
 def fmt(x, f="{:+.4f}"):
-    if x is None:
-        return "n/a"
-    if isinstance(x, float) and not math.isfinite(x):
-        return "nan" if math.isnan(x) else ("+inf" if x > 0 else "-inf")
-    return f.format(x)
+    """sdc_metrics' number format, NaN spelled nan"""
+    s = sm._f(x, f)
+    return "nan" if s == "nonfinite" else s
 
 
 def against(x, e, f="{:+.4f}"):

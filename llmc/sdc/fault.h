@@ -90,6 +90,22 @@ static inline int site_exists(const Config* c, int site) {
         case SITE_BLOCK_OUT: *(n) = (N) * (d); return (a)->out;                                  \
     }
 
+/* a trainer's model_site_tensor, for its element type: the forward tensor of a site at a layer (site -1:
+ * the logits) and its size in *n */
+#define DEFINE_MODEL_SITE_TENSOR(elem)                                                                         \
+    static elem* model_site_tensor(Model* model, int site, int l, int B, int T, size_t* n) {                   \
+        const Config* c = &model->c;                                                                         \
+        size_t N = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_head * c->head_dim,                      \
+               kd = (size_t)c->n_kv_head * c->head_dim;                                                      \
+        size_t F = c->ffn_dim, att = (size_t)B * c->n_head * T * T;                                          \
+        if (site < 0) { *n = N * c->vocab_size; return model->logits; }                                      \
+        LayerActs* a = &model->la[l];                                                                        \
+        int pre = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE;                                                    \
+        SITE_TENSOR_SWITCH(a, site, pre, N, d, qd, kd, F, att, n)                                            \
+        *n = 0;                                                                                              \
+        return NULL;                                                                                         \
+    }
+
 /* the Q/K path: the tensors that produce the Q and K that attention consumes */
 static inline int site_is_qk_path(int site) {
     return site == SITE_Q_PROJ || site == SITE_K_PROJ || site == SITE_Q_NORM || site == SITE_K_NORM ||
