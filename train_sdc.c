@@ -386,7 +386,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         LayerActs* a = &model->la[l];
         /* attention block: x + o_proj(attn(rope(qk_norm(q, k)), v)) */
         rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps);   STORE(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
-        if (model->prot.ew) ew_rmsnorm(model, l, a->attn_norm, x, W(PT_ATTN_NORM, l), N, d);
+        if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, a->attn_norm, x, W(PT_ATTN_NORM, l), N, d);
         matmul_forward(a->q, a->attn_norm, WT(PT_WQ, l), N, d, qd);                       STORE(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
         matmul_forward(a->k, a->attn_norm, WT(PT_WK, l), N, d, kd);                       STORE(SITE_K_PROJ, l, a->k, (size_t)N * kd);
         matmul_forward(a->v, a->attn_norm, WT(PT_WV, l), N, d, kd);                       STORE(SITE_V_PROJ, l, a->v, (size_t)N * kd);
@@ -404,29 +404,29 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             rmsnorm_forward(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps);                   STORE(SITE_K_NORM, l, a->kf, (size_t)N * kd);
             qc = a->qf; kc = a->kf;
         }
-        if (model->prot.qk) qk_recompute_check(model, l, B, T, qc, kc);
+        if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, qc, kc);
         size_t natt = (size_t)B * H * T * T;
         attention_logits_forward(a->logits, qc, kc, B, T, H, KV, hd);                     STORE(SITE_ATT_LOGITS, l, a->logits, natt);
         int width = model->precision ? 16 : 32;
         if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_logits_check(a->logits, qc, kc, B, T, H, KV, hd, width));
-        if (model->prot.att) check_alarm(model, CHECK_ATT, l, att_logits_rowcheck(a->logits, qc, kc, B, T, H, KV, hd, width));
+        if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_logits_rowcheck(a->logits, qc, kc, B, T, H, KV, hd, width));
         attention_softmax_forward(a->probs, a->logits, B, H, T);                          STORE(SITE_ATT_PROBS, l, a->probs, natt);
-        if (model->prot.att) check_alarm(model, CHECK_ATT, l, att_probs_rowcheck(a->probs, B, H, T, width));
+        if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_probs_rowcheck(a->probs, B, H, T, width));
         attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd);                STORE(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
         if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
         matmul_forward(a->o, a->att_out, WT(PT_WO, l), N, qd, d);                         STORE(SITE_O_PROJ, l, a->o, (size_t)N * d);
         residual_forward(a->resid_mid, x, a->o, (size_t)N * d);                           STORE(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
-        if (model->prot.ew) ew_residual(model, l, a->resid_mid, x, a->o, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_residual(model, l, a->resid_mid, x, a->o, (size_t)N * d);
         /* MLP block: x + down(silu(gate) * up)  or  x + down(relu(fc)^2) */
         rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps); STORE(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
-        if (model->prot.ew) ew_rmsnorm(model, l, a->mlp_norm, a->resid_mid, W(PT_MLP_NORM, l), N, d);
+        if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, a->mlp_norm, a->resid_mid, W(PT_MLP_NORM, l), N, d);
         float* hidden;
         if (c->mlp == MLP_SWIGLU) {
             matmul_forward(a->gate, a->mlp_norm, WT(PT_WGATE, l), N, d, F);               STORE(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             matmul_forward(a->up, a->mlp_norm, WT(PT_WUP, l), N, d, F);                   STORE(SITE_UP_PROJ, l, a->up, (size_t)N * F);
             silu_forward(a->act, a->gate, (size_t)N * F);                                  STORE(SITE_ACT, l, a->act, (size_t)N * F);
             mul_forward(a->prod, a->act, a->up, (size_t)N * F);                            STORE(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
-            if (model->prot.ew) {
+            if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
                 silu_forward(r, a->gate, (size_t)N * F);       ew_compare(model, l, a->act, r, (size_t)N * F);
                 mul_forward(r, a->act, a->up, (size_t)N * F);  ew_compare(model, l, a->prod, r, (size_t)N * F);
@@ -435,7 +435,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         } else {
             matmul_forward(a->gate, a->mlp_norm, WT(PT_WFC, l), N, d, F);                 STORE(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             relu2_forward(a->act, a->gate, (size_t)N * F);                                 STORE(SITE_ACT, l, a->act, (size_t)N * F);
-            if (model->prot.ew) {
+            if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
                 relu2_forward(r, a->gate, (size_t)N * F);  ew_compare(model, l, a->act, r, (size_t)N * F);
             }
@@ -443,7 +443,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         }
         matmul_forward(a->down, hidden, WT(PT_WDOWN, l), N, F, d);                        STORE(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
         residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d);                   STORE(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
-        if (model->prot.ew) ew_residual(model, l, a->out, a->resid_mid, a->down, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_residual(model, l, a->out, a->resid_mid, a->down, (size_t)N * d);
         x = a->out;
     }
     rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps);
@@ -497,14 +497,14 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             BF16_STORE(model, model->dF2, (size_t)N * F); BF16_STORE(model, model->dF3, (size_t)N * F);
             FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
             FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
-            if (model->prot.ew) {   /* d act, d up from mlp_product's gradient (still in dF) */
+            if (model->prot.on[PK_EW]) {   /* d act, d up from mlp_product's gradient (still in dF) */
                 float *r = ew_scratch(model), *r2 = r + ew_stride(model);
                 mul_backward(r, r2, model->dF, a->act, a->up, (size_t)N * F);
                 ew_compare(model, l, model->dF2, r, (size_t)N * F);
                 ew_compare(model, l, model->dF3, r2, (size_t)N * F);
             }
             silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F);                             STORE_GRAD(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
-            if (model->prot.ew) {
+            if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
                 silu_backward(r, model->dF2, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF, r, (size_t)N * F);
             }
@@ -516,7 +516,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
             matmul_backward(model->dF, GR(PT_WDOWN, l), ddown, a->act, W(PT_WDOWN, l), N, F, d, 0);   STORE_GRAD(SITE_ACT, l, model->dF, (size_t)N * F);
             relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F);                            STORE_GRAD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
-            if (model->prot.ew) {
+            if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
                 relu2_backward(r, model->dF, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF2, r, (size_t)N * F);
             }
@@ -537,12 +537,12 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         FAULT_BWD(SITE_ATT_PROBS, l, model->dlog, natt);
         FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
         int width = model->precision ? 16 : 32;
-        if (model->prot.att_bwd) {
+        if (model->prot.on[PK_ATT_BWD]) {
             check_alarm(model, CHECK_ATT_BWD, l, att_dprobs_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
             check_alarm(model, CHECK_ATT_BWD, l, att_dv_colcheck(model->dv, model->datt, B, T, H, KV, hd, width));
         }
         attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T);                 STORE_GRAD(SITE_ATT_LOGITS, l, model->dlog, natt);
-        if (model->prot.att_bwd)
+        if (model->prot.on[PK_ATT_BWD])
             check_alarm(model, CHECK_ATT_BWD, l, att_dlogits_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
         attention_logits_backward(model->dq, model->dk, model->dlog, qc, kc, B, T, H, KV, hd);
         BF16_STORE(model, model->dq, (size_t)N * qd); BF16_STORE(model, model->dk, (size_t)N * kd);
@@ -568,7 +568,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         }
         FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
         FAULT_BWD(SITE_K_PROJ, l, dk, (size_t)N * kd);
-        if (model->prot.qk_bwd) qk_bwd_recompute_check(model, l, B, T, qc, kc, dq, dk, dq2, dk2);
+        if (model->prot.on[PK_QK_BWD]) qk_bwd_recompute_check(model, l, B, T, qc, kc, dq, dk, dq2, dk2);
         exp_profile(model, PT_WQ, l, dq, (size_t)N * qd);
         exp_profile(model, PT_WK, l, dk, (size_t)N * kd);
         exp_profile(model, PT_WV, l, model->dv, (size_t)N * kd);

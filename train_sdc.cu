@@ -208,7 +208,7 @@ static void attention_forward_faults(Model* model, LayerActs* a, int l, int B, i
  * that switches for a fault event differs from the fused run at the bf16 rounding level (see the README). */
 static int attention_fused(const Model* model, int l) {
     const FaultCtx* fx = model->prot.fx;
-    if (model->att_materialised || model->prot.abft || model->prot.att || !flash_attention_supported(model->c.head_dim)) return 0;
+    if (model->att_materialised || model->prot.abft || model->prot.on[PK_ATT] || !flash_attention_supported(model->c.head_dim)) return 0;
     return !(fault_due(fx, SITE_ATT_LOGITS, l, PASS_FWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_FWD) ||
              fault_due(fx, SITE_ATT_LOGITS, l, PASS_BWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_BWD));
 }
@@ -536,8 +536,8 @@ static LayerPlan layer_plan(const Model* model, int l) {
     const Config* c = &model->c;
     const FaultCtx* fx = model->prot.fx;
     LayerPlan p;
-    p.fp_rope = model->prot.qk && c->qk_norm != QKNORM_PLAIN_POST_ROPE;
-    p.fp_norm = model->prot.qk && c->qk_norm == QKNORM_PLAIN_POST_ROPE;
+    p.fp_rope = model->prot.on[PK_QK] && c->qk_norm != QKNORM_PLAIN_POST_ROPE;
+    p.fp_norm = model->prot.on[PK_QK] && c->qk_norm == QKNORM_PLAIN_POST_ROPE;
     p.flash = attention_fused(model, l);
     p.resid_norm = !fault_due(fx, SITE_ATTN_RESIDUAL, l, PASS_FWD);
     p.swiglu = c->mlp == MLP_SWIGLU && !fault_due(fx, SITE_ACT, l, PASS_FWD);
@@ -560,7 +560,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim;
     int qd = H * hd, kd = KV * hd, F = c->ffn_dim, V = c->vocab_size;
     float eps = (float)c->norm_eps;
-    const int checks = model->prot.abft || model->prot.att;
+    const int checks = model->prot.abft || model->prot.on[PK_ATT];
     if (B * T > model->B * model->T) tsdc_fail("model_forward_step: B %d x T %d exceed the model's %d x %d tokens", B, T, model->B, model->T);
     if (checks) {
         if (B > model->B || T > model->T) tsdc_fail("model_forward_step: B %d T %d exceed the model's %d %d", B, T, model->B, model->T);
@@ -568,7 +568,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         cudaCheck(cudaMemsetAsync(model->chk_dev, 0, sizeof(int) * attcheck_dev_ints(model), s));
     }
     /* the report's flags and counts start from zero (a layer without a check leaves its zeros) */
-    if (checks || model->prot.qk)
+    if (checks || model->prot.on[PK_QK])
         cudaCheck(cudaMemsetAsync(model->rep_dev + model->rep_qk, 0, model->rep_loss - model->rep_qk, s));
 
     model->last_B = B; model->last_T = T;
@@ -619,7 +619,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             store_qk(model, SITE_K_NORM, l, a->kf, (size_t)N * kd, P.fp_norm, pk, &bk, s);
             qc = a->qf; kc = a->kf;
         }
-        if (model->prot.qk) qk_recompute_check(model, l, B, T, bq, bk);
+        if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, bq, bk);
         a->fused = P.flash;
         if (P.flash) {
             flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, s);
@@ -634,7 +634,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             const size_t nbh_max = (size_t)model->B * H;
             attcheck_forward((int*)(model->rep_dev + model->rep_attc) + (size_t)l * ATTC_NCHECK,
                              model->chk_dev + (size_t)l * ATTC_NCHECK * nbh_max, model->chk_scratch,
-                             a->logits, a->probs, a->att_out, qc, kc, a->v, B, T, H, KV, hd, model->prot.abft, model->prot.att, s);
+                             a->logits, a->probs, a->att_out, qc, kc, a->v, B, T, H, KV, hd, model->prot.abft, model->prot.on[PK_ATT], s);
         }
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
@@ -685,7 +685,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     model->loop_syncs += host_syncs_now() - syncs0;
     if (!normed) rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, s);
     /* the Residual Gain Guard's sums of mean squares, all layers in one launch, into the report */
-    if (model->prot.rgg)
+    if (model->prot.on[PK_RGG])
         rgg_ms_sums((double*)model->rep_dev, (double*)(model->rep_dev + model->rep_bad), model->ms_table, 2 * c->n_layer + 1, N, s);
     linear_forward(model->logits, model->final_norm, c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1), N, d, V, s);
     softcap_forward(model->logits, (size_t)N * V, (float)c->softcap, s);
@@ -695,7 +695,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     cudaCheck(cudaMemcpyAsync(model->rep_host, model->rep_dev, model->rep_loss + (with_targets ? sizeof(float) * N : 0),
                               cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
-    if (model->prot.qk)
+    if (model->prot.on[PK_QK])
         for (int l = 0; l < c->n_layer; l++) gpu_alarm(model, CHECK_QK, l, ((const int*)(model->rep_host + model->rep_qk))[l]);
     if (checks) attcheck_collect(model);
     if (!with_targets) return 0.0f;
@@ -1100,7 +1100,7 @@ static __attribute__((unused)) void model_set_attention_materialised(Model* mode
  * Vector 2l is layer l's attn_ms (its attention residual's input), 2l+1 its mlp_ms (the attention
  * residual's output, the MLP residual's input), 2l+2 the next layer's attn_ms or the final norm's. */
 static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n_mon, double* out) {
-    if (!model->prot.rgg) tsdc_fail("internal: model_rgg_gains without model_set_rgg before the forward");
+    if (!model->prot.on[PK_RGG]) tsdc_fail("internal: model_rgg_gains without model_set_protect(PK_RGG) before the forward");
     const int N = B * T;
     const double* ss = (const double*)model->rep_host;
     const double* bad = (const double*)(model->rep_host + model->rep_bad);

@@ -52,15 +52,11 @@ static void model_trace_diff(Model* model, int site, int l, int B, int T, double
 
 /* ------------------------------------------------------------------ the shared protection state's accessors */
 static void model_set_fault(Model* model, FaultCtx* fx) { model->prot.fx = fx; }
-static void model_set_protect_qk(Model* model, int on) { model->prot.qk = on != 0; }
-/* the attention checks (llmc/sdc/attcheck.h, .cuh): ABFT (-detect abft) and ours (-protect att) */
-static void model_set_checks(Model* model, int abft, int att) { model->prot.abft = abft != 0; model->prot.att = att != 0; }
-/* the backward's Q/K recomputation and attention checks */
-static void model_set_bwd_checks(Model* model, int qk, int att) { model->prot.qk_bwd = qk != 0; model->prot.att_bwd = att != 0; }
-/* the element-wise recomputation */
-static void model_set_ew(Model* model, int on) { model->prot.ew = on != 0; }
-/* the Residual Gain Guard's statistics gathered in each forward (model_rgg_gains) */
-static void model_set_rgg(Model* model, int on) { model->prot.rgg = on != 0; }
+/* a kind of PROT_KINDS on or off in the passes (the host loop sets every kind from -protect; a kind the
+ * trainer does not provide is never set on: PROT_KINDS' gpu column) */
+static void model_set_protect(Model* model, int kind, int on) { model->prot.on[kind] = on != 0; }
+/* the ABFT checksums of the attention products (the baseline -detect abft) */
+static void model_set_abft(Model* model, int on) { model->prot.abft = on != 0; }
 /* alarms of one kind (CHECK_*) since model_qk_reset (the loop resets before each microbatch's forward), and
  * the first layer that had one (-1: none) */
 static int model_check_alarms(Model* model, int kind, int* first_layer) {

@@ -45,16 +45,14 @@ static const ProtKind PROT_KINDS[PK_COUNT] __attribute__((unused)) = {
     {"detectors", -1, NULL, NULL, 0, 0, 1, "the baseline detectors of -detect"},
 };
 
-/* the protection state a trainer's model keeps (model->prot): which checks its passes run, their alarms
+/* the protection state a trainer's model keeps (model->prot): which kinds its passes check, their alarms
  * since model_qk_reset, the fault injector's hooks and the exponent profile. One struct for both trainers,
  * set and read through the accessors of llmc/backend.h. */
 typedef struct {
     FaultCtx* fx;                       /* fault injection (NULL: off) */
-    int qk;                             /* Q/K path recomputation */
-    int abft, att;                      /* the attention checks: ABFT (-detect abft) and ours (-protect att) */
-    int qk_bwd, att_bwd;                /* the backward's Q/K recomputation and attention checks */
-    int ew;                             /* element-wise recomputation */
-    int rgg;                            /* the Residual Gain Guard's statistics gathered in each forward */
+    int on[PK_COUNT];                   /* the kinds whose checks the passes run (on[PK_RGG]: the Residual Gain
+                                           Guard's statistics gathered in each forward, also while calibrating) */
+    int abft;                           /* the ABFT checksums of the attention products (-detect abft) */
     int alarms[CHECK_KINDS], first_layer[CHECK_KINDS];   /* since model_qk_reset, by kind */
     uint32_t* exp_hist;                 /* exponent profiling: [L.n][256] counts of dL/dY codes (host), NULL = off */
     int exp_samples;

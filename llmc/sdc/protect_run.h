@@ -281,15 +281,14 @@ static void protect_setup(Run* run) {
     detect_init(&run->det, detect_parse(a->detect), a->detect_observe, a->detect_window, a->spike_z, a->harmful_z, a->llmft_model);
     if (a->detect_observe && !run->det.mask) usage_fail("%s", "-detect_observe 1 needs -detect LIST (the detectors to observe)");
     run->prot[PK_DETECT] = run->det.mask != 0;
-    model_set_checks(&run->model, (run->det.mask >> DET_ABFT) & 1, run->prot[PK_ATT]);
+    model_set_abft(&run->model, (run->det.mask >> DET_ABFT) & 1);
     /* k: explicit, or auto (chosen at the start of the run: select_expscale_k), or 15 (the paper's) with exp */
     if (a->expscale_k == -2) run->exp_auto = 1;
     else if (a->expscale_k >= 0) run->exp_auto = 0;
     run->expscale_k = a->expscale_k >= 0 ? a->expscale_k : (run->prot[PK_EXP] || run->exp_auto ? 15 : 0);
     if (run->exp_auto) run->prot[PK_EXP] = 1;
-    model_set_protect_qk(&run->model, run->prot[PK_QK]);
-    model_set_bwd_checks(&run->model, run->prot[PK_QK_BWD], run->prot[PK_ATT_BWD]);
-    model_set_ew(&run->model, run->prot[PK_EW]);
+    for (int k = 0; k < PK_COUNT; k++)
+        if (k != PK_RGG) model_set_protect(&run->model, k, run->prot[k]);
     if (missing[0] && strstr(a->protect, "all") && run->dist.rank == 0)
         printf("note: -protect all on this trainer is %s: %s are the CPU trainer's for now\n", have, missing);
     bwd_setup(run);
@@ -312,7 +311,7 @@ static void protect_setup(Run* run) {
     if (a->rgg_calibrate[0]) run->rgg.calibrating = 1;
     if (a->rgg_calibration[0]) rgg_load_calibration(&run->rgg, a->rgg_calibration);
     run->gains = (double*)callocCheck((size_t)run->rgg.n_obs * n * 2, sizeof(double));
-    model_set_rgg(&run->model, 1);
+    model_set_protect(&run->model, PK_RGG, 1);   /* the statistics, for the guard or its calibration */
     if (run->prot[PK_RGG] && !a->rgg_calibration[0] && !a->rgg_calibrate[0] && run->dist.rank == 0)
         printf("note: -protect rgg without -rgg_calibration: the window seeds itself from the first %d steps, which are "
                "not checked\n", a->rgg_window);

@@ -302,7 +302,7 @@ static void test_att_checks(const char* preset) {
     size_t nl = (size_t)N * c.vocab_size, na = (size_t)B * c.n_head * T * T;
     /* the checks only read: with them on the forward and backward are bitwise the same */
     AttRun off = att_run(gm, NULL, B, T);
-    model_set_checks(gm, 1, 1);
+    model_set_abft(gm, 1); model_set_protect(gm, PK_ATT, 1);
     model_qk_reset(gm);
     AttRun on = att_run(gm, NULL, B, T);
     Alarms ga = gpu_alarms(gm);
@@ -314,9 +314,9 @@ static void test_att_checks(const char* preset) {
     att_free(&off);
     att_free(&on);
     /* all three kinds on, both trainers: no alarm on the clean batch */
-    model_set_protect_qk(gm, 1);
-    cpu::model_set_protect_qk(cm, 1);
-    cpu::model_set_checks(cm, 1, 1);
+    model_set_protect(gm, PK_QK, 1);
+    cpu::model_set_protect(cm, PK_QK, 1);
+    cpu::model_set_abft(cm, 1); cpu::model_set_protect(cm, PK_ATT, 1);
     model_qk_reset(gm);
     cpu::model_qk_reset(cm);
     model_forward_step(gm, B, T, 1);
