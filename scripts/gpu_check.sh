@@ -157,7 +157,7 @@ NJOBS=$(nproc 2>/dev/null || echo 4); [ "$NJOBS" -gt 16 ] && NJOBS=16
 
 if [ "$FAKE" = 1 ]; then
     PYTHON="${PYTHON:-$([ -x "$ROOT/.venv-ref/bin/python" ] && echo "$ROOT/.venv-ref/bin/python" || echo python3)}"
-    TRAIN_GPU=(./train_sdc -precision bf16 -threads 2)
+    TRAIN_GPU=(./train_sdc -precision bf16 -threads 2 -force)
     TEST_BIN=(./test_sdc -states dev/reference/states -ckpts build/ref)
     GPU_TARGETS="train_sdc test_sdc"
     BENCH_T=128; TORCH_DEV=cpu
@@ -166,7 +166,7 @@ if [ "$FAKE" = 1 ]; then
     PROT_BENCH="tiny-llama"
 else
     PYTHON="${PYTHON:-python3}"
-    TRAIN_GPU=(./train_sdc_cu)
+    TRAIN_GPU=(./train_sdc_cu -force)
     TEST_BIN=(./test_sdc_cu -states dev/reference/states -ckpts build/ref)
     GPU_TARGETS="train_sdc train_sdc_cu test_sdc_cu"
     BENCH_T=1024; TORCH_DEV=cuda
@@ -175,7 +175,7 @@ else
     PROT_BENCH="llama3.2-1b qwen3-0.6b"
 fi
 BENCH_CFGS="${GPU_CHECK_BENCH:-$BENCH_CFGS}"; BENCH_REST="${GPU_CHECK_BENCH_REST:-$BENCH_REST}"; DET_CFGS="${GPU_CHECK_DET:-$DET_CFGS}"
-TRAIN_CPU=(./train_sdc -precision bf16)
+TRAIN_CPU=(./train_sdc -precision bf16 -force)
 # OVERHEAD_CONFIGS: the -protect configurations of phase 5. The paper's method is qk,rgg,exp; `-protect
 # paper` will name it, with `all` then adding our attention checks. Until the
 # trainer accepts `paper` (probed at run time: paper_probe), paper runs as qk,rgg,exp and all as all,att.
@@ -614,7 +614,7 @@ fi
 # `-protect paper` exists once the trainer accepts it (a tiny -steps 0 start with the CPU binary)
 paper_probe() {
     local bin=./train_sdc; [ -x "$bin" ] || bin="${TRAIN_GPU[0]}"
-    [ -x "$bin" ] && "$bin" -preset tiny-llama -vocab 256 -seq 16 -B 1 -steps 0 -protect paper -save none -quiet -out "$WORK/probe" >/dev/null 2>&1
+    [ -x "$bin" ] && "$bin" -preset tiny-llama -vocab 256 -seq 16 -B 1 -steps 0 -protect paper -save none -quiet -force -out "$WORK/probe" >/dev/null 2>&1
 }
 if has_phase 5; then
     phase_begin 5

@@ -55,7 +55,8 @@ VAL=(); [ -f "$DATA/val.bin" ] && VAL=(-val "$DATA/val.bin")
 # 3. resume from the newest checkpoint of OUT, if any
 RESUME=()
 last=$(ls "$OUT"/step_*.ckpt 2>/dev/null | sort | tail -n 1 || true)
-if [ -n "$last" ]; then RESUME=(-resume "$last"); echo "== resuming from $last"; fi
+if [ -n "$last" ]; then RESUME=(-resume "$last"); echo "== resuming from $last"
+elif [ -f "$OUT/log.jsonl" ]; then RESUME=(-force); echo "== $OUT holds a log but no checkpoint: nothing to resume, starting over (-force)"; fi
 
 # 4. train
 run "${LAUNCH_CMD[@]}" ./train_sdc_cu -preset "$PRESET" -train "$DATA/train.bin" "${VAL[@]}" "${SEQ_FLAG[@]}" \

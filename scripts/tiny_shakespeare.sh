@@ -67,5 +67,5 @@ set -x
 set +x
 echo "== sample from the final model"
 ./train_sdc -preset tiny-llama -val "$DATA/val.bin" -steps 0 -init "$(printf '%s/step_%06d.ckpt' "$OUT" "$STEPS")" \
-  -tokenizer "$DATA/tokenizer.bin" -eval_tokens 16384 -sample_every 1 -sample_len 128 -temp 0.8 -out "$OUT/final_eval" -quiet
+  -tokenizer "$DATA/tokenizer.bin" -eval_tokens 16384 -sample_every 1 -sample_len 128 -temp 0.8 -out "$OUT/final_eval" -force -quiet
 echo "== done: log $OUT/log.jsonl, checkpoints $OUT/step_*.ckpt, predictions $OUT/predictions.bin"

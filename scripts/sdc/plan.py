@@ -163,7 +163,8 @@ def build_plan(a, P):
         launch = pl.launch()
         if P.get("pre_threads"):   # the pre-training runs alone: more threads
             base = [x if i == 0 or base[i - 1] != "-threads" else str(P["pre_threads"]) for i, x in enumerate(base)]
-        c1 = launch + [P["trainer"]] + base + ["-out", dpre, "-stop_at", str(pre - cal), "-ckpt_every", str(P["ckpt_every"])]
+        # the pre-training's fresh runs start over in a folder a killed attempt may have left (-force)
+        c1 = launch + [P["trainer"]] + base + ["-out", dpre, "-force", "-stop_at", str(pre - cal), "-ckpt_every", str(P["ckpt_every"])]
         cmds = [c1]
         if P.get("init"):          # continue a pre-trained model with a fresh optimizer (as the paper does)
             if not os.path.exists(os.path.join(ROOT, P["init"])) and not a.dry:
@@ -174,7 +175,7 @@ def build_plan(a, P):
             c0 = [x for x in base]
             for flag, val in (("-steps", P["base"]), ("-lr", P["base_lr"])):
                 c0[c0.index(flag) + 1] = str(val)
-            c0 = launch + [P["trainer"]] + c0 + ["-out", dbase, "-stop_at", str(P["base"])]
+            c0 = launch + [P["trainer"]] + c0 + ["-out", dbase, "-force", "-stop_at", str(P["base"])]
             c1 += ["-init", os.path.join(dbase, f"step_{P['base']:06d}.ckpt")]
             cmds = [c0, c1]
         c2 = launch + [P["trainer"]] + base + ["-out", dpre, "-stop_at", str(pre), "-ckpt_every", str(P["ckpt_every"]),
