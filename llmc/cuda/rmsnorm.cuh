@@ -46,8 +46,7 @@ __device__ __forceinline__ float rmsnorm_group_sum(float v, int L) {
     return v;
 }
 
-/* y = w * (x * rstd), or x * rstd without a weight, on 8 loaded values (the forward's second pass; the
- * plain and the residual-fused kernels share it, so their bits are the same by construction) */
+/* y = w * (x * rstd), or x * rstd without a weight, on 8 loaded values (the forward's second pass) */
 __device__ __forceinline__ static void rmsnorm_scale8(float f[8], const bf16* w, int c0, int cnt, bool vec, float rstd) {
     if (w) {
         float wv[8];
@@ -57,6 +56,32 @@ __device__ __forceinline__ static void rmsnorm_scale8(float f[8], const bf16* w,
     } else {
 #pragma unroll
         for (int j = 0; j < 8; j++) f[j] = f[j] * rstd;
+    }
+}
+
+/* The forward's second half, shared by the plain and the residual-fused kernels (so their bits are the same by
+ * construction): ms = (the group's sum of the lanes' partial sums acc) / C, every lane of the warp taking part
+ * (valid row or not, for the shuffles); for a valid row, rstd = 1 / sqrtf(ms + eps), lane 0 of the group stores
+ * ms (ms not NULL), and each lane reads its own packs of src (the row's source, the values acc summed) and
+ * writes out[row] = bf16(rmsnorm_scale8). FP: also folds every output element into *fp; out may then be NULL. */
+template <bool FP>
+__device__ __forceinline__ static void rmsnorm_forward_row_tail(bf16* out, float* ms, const bf16* src, const bf16* w, float acc,
+                                                                int row, bool valid, int C, float eps, int L, int gl, bool vec,
+                                                                Fingerprint* fp) {
+    const float m = rmsnorm_group_sum(acc, L) / C;
+    if (!valid) return;
+    const float rstd = 1.0f / sqrtf(m + eps);
+    if (gl == 0 && ms) ms[row] = m;
+    bf16* o = out + (size_t)row * C;
+    for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
+        const int cnt = min(8, C - c0);
+        float f[8];
+        load8_f32(f, src + c0, cnt, vec, 0.0f);
+        rmsnorm_scale8(f, w, c0, cnt, vec, rstd);
+        if (!FP || out) store8_bf16(o + c0, f, cnt, vec);
+        if (FP)
+            for (int j = 0; j < cnt; j++)
+                fp_add(fp, (uint64_t)row * C + c0 + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(f[j])), 16);
     }
 }
 
@@ -72,7 +97,6 @@ __global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* 
         const int row = base + lane / L;
         const bool valid = row < rows;
         const bf16* xr = x + (size_t)row * C;
-        bf16* o = out + (size_t)row * C;
         float acc = 0.0f;
         if (valid) {
             for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
@@ -84,20 +108,7 @@ __global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* 
                     if (j < cnt) acc += f[j] * f[j];
             }
         }
-        const float m = rmsnorm_group_sum(acc, L) / C;
-        if (!valid) continue;
-        const float rstd = 1.0f / sqrtf(m + eps);
-        if (gl == 0 && ms) ms[row] = m;
-        for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
-            const int cnt = min(8, C - c0);
-            float f[8];
-            load8_f32(f, xr + c0, cnt, vec, 0.0f);
-            rmsnorm_scale8(f, w, c0, cnt, vec, rstd);
-            if (!FP || out) store8_bf16(o + c0, f, cnt, vec);
-            if (FP)
-                for (int j = 0; j < cnt; j++)
-                    fp_add(&fp, (uint64_t)row * C + c0 + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(f[j])), 16);
-        }
+        rmsnorm_forward_row_tail<FP>(out, ms, xr, w, acc, row, valid, C, eps, L, gl, vec, &fp);
     }
     if (FP) fp_block_reduce(fp, fp_part);
 }
@@ -127,17 +138,7 @@ __global__ static void residual_rmsnorm_forward_kernel(bf16* resid, bf16* out, f
                     if (j < cnt) acc += fa[j] * fa[j];
             }
         }
-        const float m = rmsnorm_group_sum(acc, L) / C;
-        if (!valid) continue;
-        const float rstd = 1.0f / sqrtf(m + eps);
-        if (gl == 0 && ms) ms[row] = m;
-        for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
-            const int cnt = min(8, C - c0);
-            float f[8];
-            load8_f32(f, resid + ro + c0, cnt, vec, 0.0f);
-            rmsnorm_scale8(f, w, c0, cnt, vec, rstd);
-            store8_bf16(out + ro + c0, f, cnt, vec);
-        }
+        rmsnorm_forward_row_tail<false>(out, ms, resid + ro, w, acc, row, valid, C, eps, L, gl, vec, nullptr);
     }
 }
 
