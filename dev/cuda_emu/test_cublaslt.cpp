@@ -306,6 +306,7 @@ struct ErrSetup { /* a valid bf16 7x13x5 NN problem with fp32 C = D, ready to be
     cublasLtMatrixLayout_t la, lb, lc;
     float alpha = 1.0f, beta = 0.0f;
     std::vector<char> ws = std::vector<char>(1 << 20);
+    cublasLtMatmulPreference_t p = pref(0, 256, 256, 256, 256);   /* the default: no workspace, 256-byte alignment */
     ErrSetup() {
         Case c{7, 13, 5, 0, 0, CUDA_R_16BF, CUDA_R_32F, 1, 0, 0, 1.0f, 0.0f, false, 0};
         A = operand(CUDA_R_16BF, 7, 5, c);
@@ -324,6 +325,7 @@ struct ErrSetup { /* a valid bf16 7x13x5 NN problem with fp32 C = D, ready to be
         cublasLtMatrixLayoutDestroy(lb);
         cublasLtMatrixLayoutDestroy(lc);
         cublasLtMatmulDescDestroy(d);
+        cublasLtMatmulPreferenceDestroy(p);
         free(A.p);
         free(B.p);
         free(C.p);
@@ -358,8 +360,7 @@ static void test_errors() {
     /* the valid setup works (catches: the error tests below passing only because everything fails) */
     {
         ErrSetup s;
-        cublasLtMatmulPreference_t p = pref(0, 256, 256, 256, 256);
-        cublasStatus_t st = s.heur(p, &r, &n);
+        cublasStatus_t st = s.heur(s.p, &r, &n);
         expect("errors: valid setup heuristic", st, CUBLAS_STATUS_SUCCESS, "valid problem rejected");
         report(n == 1 && r.state == CUBLAS_STATUS_SUCCESS, "errors: valid setup returns one algo");
         expect("errors: valid setup matmul", s.mm(&r.algo, 0), CUBLAS_STATUS_SUCCESS, "valid problem rejected");
@@ -377,17 +378,15 @@ static void test_errors() {
         st = cublasLtMatmul(s.lt.h, s.d, &s.alpha, s.A.p, s.la, s.B.p, s.lb, &one, nullptr, s.lc, s.C.p, s.lc,
                             &r.algo, nullptr, 0, nullptr);
         expect("errors: C NULL with beta 1", st, CUBLAS_STATUS_INVALID_VALUE, "NULL C dereferenced");
-        cublasLtMatmulPreferenceDestroy(p);
     }
     /* null handle (catches: a matmul that ignores the handle) */
     {
         ErrSetup s;
-        cublasLtMatmulPreference_t p = pref(0, 256, 256, 256, 256);
-        s.heur(p, &r, &n);
+        s.heur(s.p, &r, &n);
         cublasStatus_t st = cublasLtMatmul(nullptr, s.d, &s.alpha, s.A.p, s.la, s.B.p, s.lb, &s.beta, s.C.p, s.lc,
                                            s.C.p, s.lc, &r.algo, nullptr, 0, nullptr);
         expect("errors: matmul null handle", st, CUBLAS_STATUS_NOT_INITIALIZED, "null handle accepted");
-        st = cublasLtMatmulAlgoGetHeuristic(nullptr, s.d, s.la, s.lb, s.lc, s.lc, p, 1, &r, &n);
+        st = cublasLtMatmulAlgoGetHeuristic(nullptr, s.d, s.la, s.lb, s.lc, s.lc, s.p, 1, &r, &n);
         expect("errors: heuristic null handle", st, CUBLAS_STATUS_NOT_INITIALIZED, "null handle accepted");
         st = cublasLtMatmul(s.lt.h, nullptr, &s.alpha, s.A.p, s.la, s.B.p, s.lb, &s.beta, s.C.p, s.lc, s.C.p, s.lc,
                             &r.algo, nullptr, 0, nullptr);
@@ -395,11 +394,10 @@ static void test_errors() {
         st = cublasLtMatmul(s.lt.h, s.d, &s.alpha, s.A.p, nullptr, s.B.p, s.lb, &s.beta, s.C.p, s.lc, s.C.p, s.lc,
                             &r.algo, nullptr, 0, nullptr);
         expect("errors: matmul null layout", st, CUBLAS_STATUS_INVALID_VALUE, "null layout dereferenced");
-        st = s.heur(p, &r, &n);
+        st = s.heur(s.p, &r, &n);
         int n0 = 7;
-        st = cublasLtMatmulAlgoGetHeuristic(s.lt.h, s.d, s.la, s.lb, s.lc, s.lc, p, 0, &r, &n0);
+        st = cublasLtMatmulAlgoGetHeuristic(s.lt.h, s.d, s.la, s.lb, s.lc, s.lc, s.p, 0, &r, &n0);
         expect("errors: heuristic requestedAlgoCount 0", st, CUBLAS_STATUS_INVALID_VALUE, "count not checked");
-        cublasLtMatmulPreferenceDestroy(p);
     }
     /* attribute sizes (catches: a SetAttribute that copies whatever size it is given) */
     {
@@ -433,11 +431,10 @@ static void test_errors() {
         ErrSetup s;
         cublasLtMatrixLayout_t bad;
         cublasLtMatrixLayoutCreate(&bad, CUDA_R_16BF, 7, 5, 6);
-        cublasLtMatmulPreference_t p = pref(0, 256, 256, 256, 256);
-        cublasStatus_t st = s.heur(p, &r, &n, bad);
+        cublasStatus_t st = s.heur(s.p, &r, &n, bad);
         expect("errors: heuristic ld < rows", st, CUBLAS_STATUS_INVALID_VALUE, "ld not checked");
         report(n == 0, "errors: heuristic ld < rows returns 0 algos");
-        s.heur(p, &r, &n);
+        s.heur(s.p, &r, &n);
         expect("errors: matmul ld < rows", s.mm(&r.algo, 0, bad), CUBLAS_STATUS_INVALID_VALUE, "ld not checked");
         cublasLtMatrixLayout_t badc;
         cublasLtMatrixLayoutCreate(&badc, CUDA_R_32F, 7, 13, 3);
@@ -445,13 +442,11 @@ static void test_errors() {
                CUBLAS_STATUS_INVALID_VALUE, "ld of D not checked");
         cublasLtMatrixLayoutDestroy(bad);
         cublasLtMatrixLayoutDestroy(badc);
-        cublasLtMatmulPreferenceDestroy(p);
     }
     /* shapes (catches: m, n or k taken from one layout without checking the others) */
     {
         ErrSetup s;
-        cublasLtMatmulPreference_t p = pref(0, 256, 256, 256, 256);
-        s.heur(p, &r, &n);
+        s.heur(s.p, &r, &n);
         cublasLtMatrixLayout_t a6, b6, c8, d14;
         cublasLtMatrixLayoutCreate(&a6, CUDA_R_16BF, 7, 6, 7);   /* k 6 vs B's 5 */
         cublasLtMatrixLayoutCreate(&b6, CUDA_R_16BF, 5, 14, 5);  /* n 14 vs C's 13 */
@@ -463,26 +458,24 @@ static void test_errors() {
         std::vector<float> Dbuf(8 * 14 + 64); /* D apart from C, so that only the shape is wrong */
         expect("errors: C rows != m", s.mm(&r.algo, 0, nullptr, nullptr, c8, nullptr, 0, Dbuf.data()),
                CUBLAS_STATUS_INVALID_VALUE, "C shape not checked");
-        expect("errors: heuristic C rows != m", s.heur(p, &r, &n, nullptr, nullptr, c8), CUBLAS_STATUS_INVALID_VALUE,
+        expect("errors: heuristic C rows != m", s.heur(s.p, &r, &n, nullptr, nullptr, c8), CUBLAS_STATUS_INVALID_VALUE,
                "C shape not checked");
-        s.heur(p, &r, &n);
+        s.heur(s.p, &r, &n);
         expect("errors: D cols != C cols", s.mm(&r.algo, 0, nullptr, nullptr, nullptr, d14, 0, Dbuf.data()),
                CUBLAS_STATUS_INVALID_VALUE, "D shape not checked");
-        cublasStatus_t st = s.heur(p, &r, &n, a6);
+        cublasStatus_t st = s.heur(s.p, &r, &n, a6);
         expect("errors: heuristic k mismatch", st, CUBLAS_STATUS_INVALID_VALUE, "k mismatch");
         /* TRANSA makes the same layouts inconsistent (catches: op ignored in the shape check) */
         int32_t t = CUBLAS_OP_T;
         cublasLtMatmulDescSetAttribute(s.d, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t));
-        st = s.heur(p, &r, &n);
+        st = s.heur(s.p, &r, &n);
         expect("errors: TRANSA T makes 7x5 A inconsistent", st, CUBLAS_STATUS_INVALID_VALUE, "op ignored in checks");
         for (auto l : {a6, b6, c8, d14}) cublasLtMatrixLayoutDestroy(l);
-        cublasLtMatmulPreferenceDestroy(p);
     }
     /* batch counts (catches: batch count of D used for all operands unchecked) */
     {
         ErrSetup s;
-        cublasLtMatmulPreference_t p = pref(0, 256, 256, 256, 256);
-        s.heur(p, &r, &n);
+        s.heur(s.p, &r, &n);
         cublasLtMatrixLayout_t a3;
         cublasLtMatrixLayoutCreate(&a3, CUDA_R_16BF, 7, 5, 7);
         int32_t three = 3;
@@ -491,10 +484,9 @@ static void test_errors() {
         cublasLtMatrixLayoutSetAttribute(a3, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &off, sizeof(off));
         expect("errors: batch count of A 3, others 1", s.mm(&r.algo, 0, a3), CUBLAS_STATUS_INVALID_VALUE,
                "batch counts not compared");
-        cublasStatus_t st = s.heur(p, &r, &n, a3);
+        cublasStatus_t st = s.heur(s.p, &r, &n, a3);
         expect("errors: heuristic batch count mismatch", st, CUBLAS_STATUS_INVALID_VALUE, "batch counts not compared");
         cublasLtMatrixLayoutDestroy(a3);
-        cublasLtMatmulPreferenceDestroy(p);
     }
     /* alignment (catches: preference alignment ignored / not stored in the algo) */
     {
@@ -543,50 +535,44 @@ static void test_errors() {
         memset(s.ws.data(), 0, s.ws.size());
         expect("errors: workspace exactly the size", s.mm(&r.algo, r.workspaceSize), CUBLAS_STATUS_SUCCESS,
                "exact workspace rejected");
-        cublasLtMatmulPreference_t p0 = pref(0, 256, 256, 256, 256);
-        s.heur(p0, &r, &n);
+        s.heur(s.p, &r, &n);
         report(r.workspaceSize == 0, "errors: no workspace allowed -> workspaceSize 0");
         cublasLtMatmulPreferenceDestroy(p);
-        cublasLtMatmulPreferenceDestroy(p0);
     }
     /* unsupported configurations -> NOT_SUPPORTED, 0 algos (catches: silently computing something else) */
     {
         ErrSetup s;
-        cublasLtMatmulPreference_t p = pref(0, 256, 256, 256, 256);
         cublasLtMatrixLayout_t bf32, c16h, cbf;
         cublasLtMatrixLayoutCreate(&bf32, CUDA_R_32F, 5, 13, 5);
         cublasLtMatrixLayoutCreate(&c16h, CUDA_R_16F, 7, 13, 7);
         cublasLtMatrixLayoutCreate(&cbf, CUDA_R_16BF, 7, 13, 7);
-        expect("errors: A bf16 with B fp32", s.heur(p, &r, &n, nullptr, bf32), CUBLAS_STATUS_NOT_SUPPORTED,
+        expect("errors: A bf16 with B fp32", s.heur(s.p, &r, &n, nullptr, bf32), CUBLAS_STATUS_NOT_SUPPORTED,
                "mixed inputs accepted");
         report(n == 0, "errors: unsupported types return 0 algos");
-        expect("errors: fp16 C/D", s.heur(p, &r, &n, nullptr, nullptr, c16h, c16h), CUBLAS_STATUS_NOT_SUPPORTED,
+        expect("errors: fp16 C/D", s.heur(s.p, &r, &n, nullptr, nullptr, c16h, c16h), CUBLAS_STATUS_NOT_SUPPORTED,
                "fp16 accepted");
-        expect("errors: C fp32 with D bf16", s.heur(p, &r, &n, nullptr, nullptr, nullptr, cbf),
+        expect("errors: C fp32 with D bf16", s.heur(s.p, &r, &n, nullptr, nullptr, nullptr, cbf),
                CUBLAS_STATUS_NOT_SUPPORTED, "C type != D type accepted");
         cublasLtMatmulDesc_t d64;
         cublasLtMatmulDescCreate(&d64, CUBLAS_COMPUTE_64F, CUDA_R_64F);
         int nn = -1;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s.lt.h, d64, s.la, s.lb, s.lc, s.lc, p, 1, &r, &nn);
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s.lt.h, d64, s.la, s.lb, s.lc, s.lc, s.p, 1, &r, &nn);
         expect("errors: compute 64F", st, CUBLAS_STATUS_NOT_SUPPORTED, "compute type ignored");
         uint32_t relu = CUBLASLT_EPILOGUE_RELU;
         cublasLtMatmulDescSetAttribute(s.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &relu, sizeof(relu));
-        expect("errors: epilogue RELU", s.heur(p, &r, &n), CUBLAS_STATUS_NOT_SUPPORTED, "epilogue ignored");
+        expect("errors: epilogue RELU", s.heur(s.p, &r, &n), CUBLAS_STATUS_NOT_SUPPORTED, "epilogue ignored");
         cublasLtMatmulDescDestroy(d64);
         for (auto l : {bf32, c16h, cbf}) cublasLtMatrixLayoutDestroy(l);
-        cublasLtMatmulPreferenceDestroy(p);
     }
     /* in place with different layouts (catches: C == D aliasing with another ld) */
     {
         ErrSetup s;
-        cublasLtMatmulPreference_t p = pref(0, 256, 256, 256, 256);
-        s.heur(p, &r, &n);
+        s.heur(s.p, &r, &n);
         cublasLtMatrixLayout_t dl;
         cublasLtMatrixLayoutCreate(&dl, CUDA_R_32F, 7, 13, 8);
         expect("errors: C == D with a different ld", s.mm(&r.algo, 0, nullptr, nullptr, nullptr, dl),
                CUBLAS_STATUS_INVALID_VALUE, "in-place with different layouts accepted");
         cublasLtMatrixLayoutDestroy(dl);
-        cublasLtMatmulPreferenceDestroy(p);
     }
     /* failed calls are not counted; the workspace is used (catches: stats counting failures) */
     {
