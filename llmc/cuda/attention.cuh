@@ -79,36 +79,23 @@
 #define ATTN_CHUNK_FLOATS ((size_t)1 << 26)      /* fp32 scratch target: 256 MiB */
 
 /* ---------------------------------------------------------------------------------- kernels */
-/* in [B,T,nh,hd] -> out [B,nh,T,hd] (bf16, bit copy). One thread per output element; consecutive
- * threads walk hd, contiguous on both sides. */
-__global__ void attention_permute_kernel(bf16* __restrict__ out, const bf16* __restrict__ in, int B, int T, int nh, int hd) {
-    const size_t n = (size_t)B * T * nh * hd;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        size_t r = i / hd;
-        const int d = (int)(i - r * hd);
-        const int t = (int)(r % T);
-        r /= T;
-        const int h = (int)(r % nh);
-        const size_t b = r / nh;
-        out[i] = in[((b * T + t) * nh + h) * hd + d];
-    }
-}
-
 __device__ __forceinline__ bf16 attention_to_bf16(bf16 x) { return x; }                      /* bit copy */
 __device__ __forceinline__ bf16 attention_to_bf16(float x) { return __float2bfloat16_rn(x); } /* one rounding */
 
-/* in [B,nh,T,hd] (bf16 or fp32) -> out [B,T,nh,hd] bf16. One thread per output element. */
+/* in [B,n1,n2,hd] (bf16 or fp32) -> out [B,n2,n1,hd] bf16: the two middle axes swapped. One thread per output
+ * element; consecutive threads walk hd, contiguous on both sides. Permute: in [B,T,nh,hd] (n1 = T, n2 = nh)
+ * -> [B,nh,T,hd], bf16 in (bit copy); unpermute: in [B,nh,T,hd] (n1 = nh, n2 = T) -> [B,T,nh,hd]. */
 template <typename Tin>
-__global__ void attention_unpermute_kernel(bf16* __restrict__ out, const Tin* __restrict__ in, int B, int T, int nh, int hd) {
-    const size_t n = (size_t)B * T * nh * hd;
+__global__ void attention_swap_axes_kernel(bf16* __restrict__ out, const Tin* __restrict__ in, int B, int n1, int n2, int hd) {
+    const size_t n = (size_t)B * n1 * n2 * hd;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / hd;
         const int d = (int)(i - r * hd);
-        const int h = (int)(r % nh);
-        r /= nh;
-        const int t = (int)(r % T);
-        const size_t b = r / T;
-        out[i] = attention_to_bf16(in[((b * nh + h) * T + t) * hd + d]);
+        const int j1 = (int)(r % n1);
+        r /= n1;
+        const int j2 = (int)(r % n2);
+        const size_t b = r / n2;
+        out[i] = attention_to_bf16(in[((b * n1 + j1) * n2 + j2) * hd + d]);
     }
 }
 
@@ -241,14 +228,14 @@ static inline unsigned attention_grid(size_t n, int block) {
 
 static void attention_permute(bf16* out, const bf16* in, int B, int T, int nh, int hd, cudaStream_t stream) {
     const size_t n = (size_t)B * T * nh * hd;
-    attention_permute_kernel<<<attention_grid(n, 256), 256, 0, stream>>>(out, in, B, T, nh, hd);
+    attention_swap_axes_kernel<bf16><<<attention_grid(n, 256), 256, 0, stream>>>(out, in, B, T, nh, hd);
     cudaCheck(cudaGetLastError());
 }
 
 template <typename Tin>
 static void attention_unpermute(bf16* out, const Tin* in, int B, int T, int nh, int hd, cudaStream_t stream) {
     const size_t n = (size_t)B * T * nh * hd;
-    attention_unpermute_kernel<Tin><<<attention_grid(n, 256), 256, 0, stream>>>(out, in, B, T, nh, hd);
+    attention_swap_axes_kernel<Tin><<<attention_grid(n, 256), 256, 0, stream>>>(out, in, B, nh, T, hd);
     cudaCheck(cudaGetLastError());
 }
 
