@@ -69,66 +69,119 @@ static inline double att_norm(const float* x, int n) {
     return sqrt(s);
 }
 
+/* what a per-head check reads: the checked tensor m, the tensors x and y its checksum is built from, the sizes
+ * (g = H / KV query heads a kv head), the relative tolerance and the logits' scale */
+typedef struct {
+    const float *m, *x, *y;
+    int B, T, H, KV, hd, g;
+    double rel, scale;
+} AttHeads;
+
+static inline AttHeads att_heads(const float* m, const float* x, const float* y, int B, int T, int H, int KV, int hd, double rel,
+                                 double scale) {
+    AttHeads c = {m, x, y, B, T, H, KV, hd, H / KV, rel, scale};
+    return c;
+}
+
+/* row t of head h of a [B*T, heads*hd] tensor (heads interleaved per token) */
+static inline const float* att_row(const AttHeads* c, const float* x, int heads, int b, int t, int h) {
+    return x + ((size_t)b * c->T + t) * ((size_t)heads * c->hd) + (size_t)h * c->hd;
+}
+
+/* head h's [T,T] matrix in a [B,H,T,T] tensor */
+static inline const float* att_head(const AttHeads* c, const float* x, int b, int h) {
+    return x + ((size_t)b * c->H + h) * c->T * c->T;
+}
+
+/* check(c, b, h) (1: failed) for every batch b and head h < heads, in parallel. Returns the failed heads. */
+static int att_heads_failed(const AttHeads* c, int heads, int (*check)(const AttHeads*, int, int)) {
+    int bad = 0;
+#pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
+    for (int b = 0; b < c->B; b++)
+        for (int h = 0; h < heads; h++) bad += check(c, b, h);
+    return bad;
+}
+
+/* column checksums of head h of logits = m against the suffix sums of q = x, k = y */
+static int abft_logits_head(const AttHeads* c, int b, int h) {
+    const int T = c->T, hd = c->hd;
+    double* qsuf = (double*)calloc((size_t)hd, sizeof(double));
+    double qnsuf = 0;
+    const float* L = att_head(c, c->m, b, h);
+    int fail = 0;
+    for (int s = T - 1; s >= 0; s--) {   /* suffix sums over t >= s */
+        const float* qt = att_row(c, c->x, c->H, b, s, h);
+        for (int i = 0; i < hd; i++) qsuf[i] += qt[i];
+        qnsuf += att_norm(qt, hd);
+        const float* kv = att_row(c, c->y, c->KV, b, s, h / c->g);
+        double ref = 0, col = 0;
+        for (int i = 0; i < hd; i++) ref += qsuf[i] * kv[i];
+        for (int t = s; t < T; t++) col += L[(size_t)t * T + s];
+        double tol = c->rel * c->scale * qnsuf * att_norm(kv, hd) + 1e-30;
+        if (!(fabs(col - c->scale * ref) <= tol)) fail = 1;
+    }
+    free(qsuf);
+    return fail;
+}
+
 /* ABFT on logits = scale Q K^T; q [B*T, H*hd], k [B*T, KV*hd], logits [B,H,T,T]. Returns the number of
  * (b, h) heads whose checksum failed. */
 static int abft_logits_check(const float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd,
                              int width) {
-    int g = H / KV, bad = 0;
-    double scale = 1.0 / sqrt((double)hd), rel = ATT_TOL_REL(width);
-    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
-#pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            double* qsuf = (double*)calloc((size_t)hd, sizeof(double));
-            double qnsuf = 0;
-            const float* L = logits + ((size_t)b * H + h) * T * T;
-            int fail = 0;
-            for (int s = T - 1; s >= 0; s--) {   /* suffix sums over t >= s */
-                const float* qt = q + ((size_t)b * T + s) * qs + (size_t)h * hd;
-                for (int i = 0; i < hd; i++) qsuf[i] += qt[i];
-                qnsuf += att_norm(qt, hd);
-                const float* kv = k + ((size_t)b * T + s) * ks + (size_t)(h / g) * hd;
-                double ref = 0, col = 0;
-                for (int i = 0; i < hd; i++) ref += qsuf[i] * kv[i];
-                for (int t = s; t < T; t++) col += L[(size_t)t * T + s];
-                double tol = rel * scale * qnsuf * att_norm(kv, hd) + 1e-30;
-                if (!(fabs(col - scale * ref) <= tol)) fail = 1;
-            }
-            free(qsuf);
-            bad += fail;
+    AttHeads c = att_heads(logits, q, k, B, T, H, KV, hd, ATT_TOL_REL(width), 1.0 / sqrt((double)hd));
+    return att_heads_failed(&c, H, abft_logits_head);
+}
+
+/* column sums of head h of out = m against probs = x, v = y */
+static int abft_av_head(const AttHeads* c, int b, int h) {
+    const int T = c->T, hd = c->hd;
+    double* acc = (double*)calloc((size_t)hd * 3, sizeof(double));   /* ref, bound, column sum of out */
+    const float* P = att_head(c, c->x, b, h);
+    for (int s = 0; s < T; s++) {
+        double cs = 0, ca = 0;
+        for (int t = s; t < T; t++) { cs += P[(size_t)t * T + s]; ca += fabs(P[(size_t)t * T + s]); }
+        const float* vs = att_row(c, c->y, c->KV, b, s, h / c->g);
+        const float* os = att_row(c, c->m, c->H, b, s, h);
+        for (int i = 0; i < hd; i++) {
+            acc[i] += cs * vs[i];
+            acc[hd + i] += ca * fabs(vs[i]);
+            acc[2 * hd + i] += os[i];
         }
-    return bad;
+    }
+    int fail = 0;
+    for (int i = 0; i < hd; i++)
+        if (!(fabs(acc[2 * hd + i] - acc[i]) <= c->rel * acc[hd + i] + 1e-30)) fail = 1;
+    free(acc);
+    return fail;
 }
 
 /* ABFT on out = P V; probs [B,H,T,T], v [B*T, KV*hd], out [B*T, H*hd]. Returns failed heads. */
 static int abft_av_check(const float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd,
                          int width) {
-    int g = H / KV, bad = 0;
-    double rel = ATT_TOL_REL(width);
-    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
-#pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            double* acc = (double*)calloc((size_t)hd * 3, sizeof(double));   /* ref, bound, column sum of out */
-            const float* P = probs + ((size_t)b * H + h) * T * T;
-            for (int s = 0; s < T; s++) {
-                double c = 0, ca = 0;
-                for (int t = s; t < T; t++) { c += P[(size_t)t * T + s]; ca += fabs(P[(size_t)t * T + s]); }
-                const float* vs = v + ((size_t)b * T + s) * ks + (size_t)(h / g) * hd;
-                const float* os = out + ((size_t)b * T + s) * qs + (size_t)h * hd;
-                for (int i = 0; i < hd; i++) {
-                    acc[i] += c * vs[i];
-                    acc[hd + i] += ca * fabs(vs[i]);
-                    acc[2 * hd + i] += os[i];
-                }
-            }
-            int fail = 0;
-            for (int i = 0; i < hd; i++)
-                if (!(fabs(acc[2 * hd + i] - acc[i]) <= rel * acc[hd + i] + 1e-30)) fail = 1;
-            free(acc);
-            bad += fail;
-        }
-    return bad;
+    AttHeads c = att_heads(out, probs, v, B, T, H, KV, hd, ATT_TOL_REL(width), 1.0);
+    return att_heads_failed(&c, H, abft_av_head);
+}
+
+/* row checksums of head h of M = m against A = x and the prefix sums of Bm = y */
+static int att_prefix_row_head(const AttHeads* c, int b, int h) {
+    const int T = c->T, hd = c->hd;
+    double* pre = (double*)calloc((size_t)hd, sizeof(double));
+    double npre = 0;
+    const float* Mh = att_head(c, c->m, b, h);
+    int fail = 0;
+    for (int t = 0; t < T; t++) {
+        const float* bt = att_row(c, c->y, c->KV, b, t, h / c->g);
+        for (int i = 0; i < hd; i++) pre[i] += bt[i];
+        npre += att_norm(bt, hd);
+        const float* at = att_row(c, c->x, c->H, b, t, h);
+        double ref = 0, row = 0;
+        for (int i = 0; i < hd; i++) ref += at[i] * pre[i];
+        for (int s = 0; s <= t; s++) row += Mh[(size_t)t * T + s];
+        double tol = c->rel * c->scale * att_norm(at, hd) * npre + 1e-30;
+        if (!(fabs(row - c->scale * ref) <= tol)) fail = 1;
+    }
+    free(pre);
+    return fail;
 }
 
 /* row checksums of a causal product M = scale * A Bm^T (A [B*T, H*hd] per query head, Bm [B*T, KV*hd] per kv head,
@@ -136,31 +189,8 @@ static int abft_av_check(const float* out, const float* probs, const float* v, i
  * (Cauchy-Schwarz). The logits' check (A = Q, Bm = K) and the dprobs' (A = dO, Bm = V, scale 1). Returns failed heads. */
 static int att_prefix_rowcheck(const float* M, const float* A, const float* Bm, int B, int T, int H, int KV, int hd, double scale,
                                int width) {
-    int g = H / KV, bad = 0;
-    double rel = ATT_TOL_REL(width);
-    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
-#pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            double* pre = (double*)calloc((size_t)hd, sizeof(double));
-            double npre = 0;
-            const float* Mh = M + ((size_t)b * H + h) * T * T;
-            int fail = 0;
-            for (int t = 0; t < T; t++) {
-                const float* bt = Bm + ((size_t)b * T + t) * ks + (size_t)(h / g) * hd;
-                for (int i = 0; i < hd; i++) pre[i] += bt[i];
-                npre += att_norm(bt, hd);
-                const float* at = A + ((size_t)b * T + t) * qs + (size_t)h * hd;
-                double ref = 0, row = 0;
-                for (int i = 0; i < hd; i++) ref += at[i] * pre[i];
-                for (int s = 0; s <= t; s++) row += Mh[(size_t)t * T + s];
-                double tol = rel * scale * att_norm(at, hd) * npre + 1e-30;
-                if (!(fabs(row - scale * ref) <= tol)) fail = 1;
-            }
-            free(pre);
-            bad += fail;
-        }
-    return bad;
+    AttHeads c = att_heads(M, A, Bm, B, T, H, KV, hd, ATT_TOL_REL(width), scale);
+    return att_heads_failed(&c, H, att_prefix_row_head);
 }
 
 /* ours: logits row checksums against prefix sums of K. Returns failed heads. */
@@ -194,57 +224,55 @@ static int att_dprobs_rowcheck(const float* dprobs, const float* dout, const flo
     return att_prefix_rowcheck(dprobs, dout, v, B, T, H, KV, hd, 1.0, width);
 }
 
+/* rows of head h of dlogits = m summing to zero; the bound from dout = x, v = y */
+static int att_dlogits_head(const AttHeads* c, int b, int h) {
+    const int T = c->T, hd = c->hd;
+    double vmax = 0;
+    const float* D = att_head(c, c->m, b, h);
+    int fail = 0;
+    for (int t = 0; t < T; t++) {
+        double vn = att_norm(att_row(c, c->y, c->KV, b, t, h / c->g), hd);
+        if (vn > vmax || vn != vn) vmax = vn;   /* a NaN norm keeps the bound NaN: the rows fail */
+        double row = 0;
+        for (int s = 0; s <= t; s++) row += D[(size_t)t * T + s];
+        double tol = 2.0 * c->rel * 2.0 * att_norm(att_row(c, c->x, c->H, b, t, h), hd) * vmax + 1e-30;
+        if (!(fabs(row) <= tol)) fail = 1;
+    }
+    return fail;
+}
+
 /* ours, backward: every causal row of dlogits (the softmax backward's output) sums to zero. dlogits [B,H,T,T];
  * dout and v as above, for the bound. Returns failed heads. */
 static int att_dlogits_rowcheck(const float* dlogits, const float* dout, const float* v, int B, int T, int H, int KV, int hd,
                                 int width) {
-    int g = H / KV, bad = 0;
-    double rel = ATT_TOL_REL(width);
-    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
-#pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            double vmax = 0;
-            const float* D = dlogits + ((size_t)b * H + h) * T * T;
-            int fail = 0;
-            for (int t = 0; t < T; t++) {
-                double vn = att_norm(v + ((size_t)b * T + t) * ks + (size_t)(h / g) * hd, hd);
-                if (vn > vmax || vn != vn) vmax = vn;   /* a NaN norm keeps the bound NaN: the rows fail */
-                double row = 0;
-                for (int s = 0; s <= t; s++) row += D[(size_t)t * T + s];
-                double tol = 2.0 * rel * 2.0 * att_norm(dout + ((size_t)b * T + t) * qs + (size_t)h * hd, hd) * vmax + 1e-30;
-                if (!(fabs(row) <= tol)) fail = 1;
-            }
-            bad += fail;
+    AttHeads c = att_heads(dlogits, dout, v, B, T, H, KV, hd, ATT_TOL_REL(width), 1.0);
+    return att_heads_failed(&c, H, att_dlogits_head);
+}
+
+/* column sums of kv head kh of dv = m against those of dout = x over kh's query heads */
+static int att_dv_col_head(const AttHeads* c, int b, int kh) {
+    const int T = c->T, hd = c->hd, g = c->g;
+    double* acc = (double*)calloc((size_t)hd * 3, sizeof(double));   /* sum of dV, sum of dO, sum of |dO| */
+    for (int t = 0; t < T; t++) {
+        const float* dvt = att_row(c, c->m, c->KV, b, t, kh);
+        for (int i = 0; i < hd; i++) acc[i] += dvt[i];
+        for (int h = kh * g; h < kh * g + g; h++) {
+            const float* ot = att_row(c, c->x, c->H, b, t, h);
+            for (int i = 0; i < hd; i++) { acc[hd + i] += ot[i]; acc[2 * hd + i] += fabs(ot[i]); }
         }
-    return bad;
+    }
+    int fail = 0;
+    for (int i = 0; i < hd; i++)
+        if (!(fabs(acc[i] - acc[hd + i]) <= c->rel * acc[2 * hd + i] + 1e-30)) fail = 1;
+    free(acc);
+    return fail;
 }
 
 /* ours, backward: dV column sums against the column sums of dO over each kv head's query heads. dv [B*T, KV*hd]
  * (v_proj's gradient), dout [B*T, H*hd]. Returns the number of (b, kv head) whose check failed. */
 static int att_dv_colcheck(const float* dv, const float* dout, int B, int T, int H, int KV, int hd, int width) {
-    int g = H / KV, bad = 0;
-    double rel = 2.0 * ATT_TOL_REL(width);
-    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
-#pragma omp parallel for collapse(2) schedule(static) reduction(+:bad)
-    for (int b = 0; b < B; b++)
-        for (int kh = 0; kh < KV; kh++) {
-            double* acc = (double*)calloc((size_t)hd * 3, sizeof(double));   /* sum of dV, sum of dO, sum of |dO| */
-            for (int t = 0; t < T; t++) {
-                const float* dvt = dv + ((size_t)b * T + t) * ks + (size_t)kh * hd;
-                for (int i = 0; i < hd; i++) acc[i] += dvt[i];
-                for (int h = kh * g; h < kh * g + g; h++) {
-                    const float* ot = dout + ((size_t)b * T + t) * qs + (size_t)h * hd;
-                    for (int i = 0; i < hd; i++) { acc[hd + i] += ot[i]; acc[2 * hd + i] += fabs(ot[i]); }
-                }
-            }
-            int fail = 0;
-            for (int i = 0; i < hd; i++)
-                if (!(fabs(acc[i] - acc[hd + i]) <= rel * acc[2 * hd + i] + 1e-30)) fail = 1;
-            free(acc);
-            bad += fail;
-        }
-    return bad;
+    AttHeads c = att_heads(dv, dout, NULL, B, T, H, KV, hd, 2.0 * ATT_TOL_REL(width), 1.0);
+    return att_heads_failed(&c, KV, att_dv_col_head);
 }
 
 #endif
