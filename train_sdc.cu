@@ -161,6 +161,14 @@ template <typename TT> static TT* tensor_ptr(const Model* m, TT* base, int type,
 #define FAULT_AT(pass, site, l, x, n) do { if (fault_due(model->prot.fx, (site), (l), (pass))) fault_apply_device(model->prot.fx, (x), (size_t)(n), s); } while (0)
 #define FAULT_FWD(site, l, x, n) FAULT_AT(PASS_FWD, site, l, x, n)
 #define FAULT_BWD(site, l, x, n) FAULT_AT(PASS_BWD, site, l, x, n)
+/* a backward fault at a site whose gradient g [n] also flows down the skip path: when one is due, g is copied into
+ * copy and the fault goes there, so only the site's own backward sees it; returns what that backward reads */
+static const bf16* fault_bwd_private(Model* model, int site, int l, const bf16* g, bf16* copy, size_t n, cudaStream_t s) {
+    if (!fault_due(model->prot.fx, site, l, PASS_BWD)) return g;
+    cudaCheck(cudaMemcpyAsync(copy, g, sizeof(bf16) * n, cudaMemcpyDeviceToDevice, s));
+    fault_apply_device(model->prot.fx, copy, n, s);
+    return copy;
+}
 
 /* att_logits / att_probs faults: attention_forward / attention_backward are fused (no stored tensor
  * between their steps is read back), so when such a fault is due the affected steps are redone with the
@@ -737,12 +745,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         bf16* x_in = l > 0 ? model->la[l - 1].out : (c->embed_norm ? model->x0 : model->emb);
         FAULT_BWD(SITE_BLOCK_OUT, l, dres, (size_t)N * d);
         /* d(down) shares dres with the skip path: a fault there goes into a private copy (dbuf) */
-        const bf16* ddown = dres;
-        if (fault_due(model->prot.fx, SITE_DOWN_PROJ, l, PASS_BWD)) {
-            cudaCheck(cudaMemcpyAsync(dbuf, dres, sizeof(bf16) * N * d, cudaMemcpyDeviceToDevice, s));
-            fault_apply_device(model->prot.fx, dbuf, (size_t)N * d, s);
-            ddown = dbuf;
-        }
+        const bf16* ddown = fault_bwd_private(model, SITE_DOWN_PROJ, l, dres, dbuf, (size_t)N * d, s);
         /* MLP block */
         if (c->mlp == MLP_SWIGLU) {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
@@ -781,12 +784,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         rmsnorm_backward_acc(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, acc, s);
         FAULT_BWD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
         /* attention block; d(o) shares dres with the skip path, as d(down) */
-        const bf16* dout_o = dres;
-        if (fault_due(model->prot.fx, SITE_O_PROJ, l, PASS_BWD)) {
-            cudaCheck(cudaMemcpyAsync(dbuf, dres, sizeof(bf16) * N * d, cudaMemcpyDeviceToDevice, s));
-            fault_apply_device(model->prot.fx, dbuf, (size_t)N * d, s);
-            dout_o = dbuf;
-        }
+        const bf16* dout_o = fault_bwd_private(model, SITE_O_PROJ, l, dres, dbuf, (size_t)N * d, s);
         exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
         linear_backward_dx_bf16(model->datt, dout_o, W(PT_WO, l), N, qd, d, s);
         linear_backward_dw_acc(GR(PT_WO, l), dout_o, a->att_out, N, qd, d, acc, s);
