@@ -439,7 +439,6 @@ static void model_set_tokens(Model* model, const int* inputs, const int* targets
  * Nothing goes to the host here: the fingerprints stay as block partials in model->fp_part (slots 0, 1:
  * the forward's Q, K; 2, 3: the recomputation's, bq..brk their block counts) and fp_compare writes the
  * layer's flag into the report, which the host reads after the forward (model_forward_step). */
-static void gpu_alarm(Model* model, int kind, int l, int n);
 static void qk_recompute_check(Model* model, int l, int B, int T, int bq, int bk) {
     const Config* c = &model->c;
     cudaStream_t s = model->stream;
