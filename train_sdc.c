@@ -130,12 +130,7 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     model->c = *c;
     model->B = B; model->T = T; model->precision = precision;
     param_layout_build(c, &model->L);
-    model->tidx = (int*)mallocCheck(sizeof(int) * (c->n_layer + 1) * PT_COUNT);
-    for (int i = 0; i < (c->n_layer + 1) * PT_COUNT; i++) model->tidx[i] = -1;
-    for (int i = 0; i < model->L.n; i++) {
-        const TensorInfo* t = &model->L.t[i];
-        model->tidx[(t->layer < 0 ? c->n_layer : t->layer) * PT_COUNT + t->type] = i;
-    }
+    model->tidx = param_tensor_index(c, &model->L);
     size_t P = model->L.total;
     model->params = (float*)callocCheck(P, sizeof(float));
     model->grads = (float*)callocCheck(P, sizeof(float));

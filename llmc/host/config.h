@@ -160,4 +160,16 @@ static inline const char* config_diff_values(const Config* a, const Config* b, c
     return f;
 }
 
+/* the tensor index of each (layer, type): [n_layer + 1][PT_COUNT], -1 where the model has no such tensor;
+ * row n_layer holds the tensors outside the layers (embedding, final norm, head). Allocated, the caller frees */
+static int* param_tensor_index(const Config* c, const ParamLayout* L) {
+    int* tidx = (int*)mallocCheck(sizeof(int) * (c->n_layer + 1) * PT_COUNT);
+    for (int i = 0; i < (c->n_layer + 1) * PT_COUNT; i++) tidx[i] = -1;
+    for (int i = 0; i < L->n; i++) {
+        const TensorInfo* t = &L->t[i];
+        tidx[(t->layer < 0 ? c->n_layer : t->layer) * PT_COUNT + t->type] = i;
+    }
+    return tidx;
+}
+
 #endif
