@@ -216,4 +216,4 @@ def test_row_shard_needs_rows_of_seq_plus_one(tmp_path):
     b = bytearray(open(shard, "rb").read())
     b[20:24] = (5).to_bytes(4, "little")          # 66 tokens are not rows of 5
     open(bad, "wb").write(bytes(b))
-    expect_error(run(args[:-6] + ["-train", bad, "-steps", 1, "-out", tmp_path / "o"], check=False), bad, "row length 5")
+    expect_error(run(args[:-6] + ["-train", bad, "-steps", 1, "-out", tmp_path / "o2"], check=False), bad, "row length 5")

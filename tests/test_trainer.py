@@ -323,13 +323,15 @@ def test_tokenizer_checksum_and_magic(data, tmp_path):
     (["-B"], "needs a value"),
     (["-save", "some"], "flag -save: 'some' is not all or none"),
 ])
-def test_bad_flags_print_usage(data, tmp_path, args, needle):
-    """Catches: unknown flags, malformed values or a missing value silently ignored or defaulted."""
+def test_bad_flags_print_one_line(data, tmp_path, args, needle):
+    """a flag error: exit 1, one stderr line naming the flag, "(see -h)" and no usage text. Catches: unknown flags,
+    malformed values or a missing value silently ignored or defaulted; the error scrolled away by the usage."""
     p = subprocess.run([BIN] + args, capture_output=True, text=True)
     assert p.returncode == 1
-    assert needle in p.stderr
+    assert needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "usage: train_sdc" not in p.stderr
     if "preset" not in needle:
-        assert "usage: train_sdc" in p.stderr
+        assert "(see -h)" in p.stderr
 
 
 

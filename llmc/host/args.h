@@ -125,7 +125,8 @@ static const char* USAGE =
 "  -fault_layer L     layer to inject, -1 = drawn each event (default -1)\n"
 "  -fault_m N         elements corrupted per event (default 100000, capped at the tensor size)\n"
 "  -fault_frac F      corrupt round(F * size) elements instead of -fault_m (default 0 = use -fault_m)\n"
-"  -fault_bits K      distinct bits flipped per element, in the storage dtype (default 4)\n"
+"  -fault_bits K      distinct bits flipped per element, in the storage dtype (default 4, or all of the\n"
+"                     -fault_field's bits where it has fewer: the sign's 1)\n"
 "  -fault_field F     draw the flipped bits from all, exponent, mantissa or sign (default all)\n"
 "  -fault_rank R      rank to inject, -1 = drawn (default 0)\n"
 "  -fault_mb A        microbatch to inject, -1 = drawn (default -1)\n"
@@ -239,7 +240,7 @@ static void args_defaults(Args* a) {
     snprintf(a->fault_sites, sizeof(a->fault_sites), "all");
     snprintf(a->fault_pass, sizeof(a->fault_pass), "fwd");
     snprintf(a->fault_field, sizeof(a->fault_field), "all");
-    a->fault_layer = -1; a->fault_bits = 4; a->fault_rank = 0; a->fault_mb = -1;
+    a->fault_layer = -1; a->fault_bits = 0; a->fault_rank = 0; a->fault_mb = -1;   /* fault_bits 0: the default */
     a->fault_m = 100000; a->fault_start = 1; a->fault_end = -1; a->fault_rate = 0.01; a->fault_seed = 1234;
     snprintf(a->protect, sizeof(a->protect), "none");
     a->rgg_alpha = 2.5; a->rgg_window = 64; a->expscale_k = -1; a->exp_samples = 8192;

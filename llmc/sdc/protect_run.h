@@ -35,17 +35,20 @@ static void fault_setup(Run* run) {
             fx->site_width[st] = !strcmp(a->fault_dtype, "fp32") || fault_autocast_fp32(st) ? 32 : 16;
     }
     /* -fault_bits above what the flips can reach would be clamped silently while faults.jsonl records
-     * the flag's value: refuse it */
+     * the flag's value: refuse it. The default is 4, or the field's bits where it has fewer (the sign's 1),
+     * so that the log records the bits actually flipped */
+    int given = fc->nbits > 0;
+    if (!given) fc->nbits = 4;
     for (int st = 0; st < SITE_COUNT; st++) {
         if (!(fc->sites & (1u << st))) continue;
         int w = fx->site_width[st] ? fx->site_width[st] : fx->width, lo, hi;
         fault_field_range(fc->field, w, &lo, &hi);
-        if (fc->nbits > hi - lo) {
-            if (fc->field == FIELD_ALL)
-                tsdc_fail("flag -fault_bits %d: more than the %d bits of the %s storage of site %s", fc->nbits, w, w == 32 ? "fp32" : "bf16", SITE_NAMES[st]);
-            tsdc_fail("flag -fault_bits %d: more than the %d bits of the %s field of %s (site %s)", fc->nbits, hi - lo, a->fault_field,
-                      w == 32 ? "fp32" : "bf16", SITE_NAMES[st]);
-        }
+        if (fc->nbits <= hi - lo) continue;
+        if (!given) { fc->nbits = hi - lo; continue; }
+        if (fc->field == FIELD_ALL)
+            tsdc_fail("flag -fault_bits %d: more than the %d bits of the %s storage of site %s", fc->nbits, w, w == 32 ? "fp32" : "bf16", SITE_NAMES[st]);
+        tsdc_fail("flag -fault_bits %d: more than the %d bits of the %s field of %s (site %s)", fc->nbits, hi - lo, a->fault_field,
+                  w == 32 ? "fp32" : "bf16", SITE_NAMES[st]);
     }
     if (fc->mode == FAULT_CHAR && __builtin_popcount(fc->sites) != 1)
         usage_fail("%s", "-fault_mode char injects one site: give one name to -fault_sites");
