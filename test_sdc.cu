@@ -108,6 +108,7 @@ namespace cpu {
 #include "tests/cuda/attention.cuh"
 #include "tests/cuda/model.cuh"
 #include "tests/cuda/protect.cuh"
+#include "tests/cuda/ptx.cuh"
 
 /* -only LIST: comma-separated test names, or the groups "kernels" (every kernel test), "reference" and
  * "determinism"; empty: everything */

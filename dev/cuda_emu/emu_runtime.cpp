@@ -92,6 +92,7 @@
  * Environment: EMU_SCHEDULE, EMU_DIGEST, EMU_STATS, EMU_NO_DEVICE, EMU_DEVICE_COUNT, EMU_STACK_KB,
  * OMP_NUM_THREADS. */
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #include "cuda_emu.h"
 /* the runtime names the block's fields itself */
 #undef threadIdx
@@ -1048,6 +1049,19 @@ void launch_impl(const char* name, const void* fn, const LaunchCfg& cfg, const c
         }
     }
     g_cur_launch = nullptr;
+}
+
+/* the tensor-core and async-copy twins: not yet emulated (a kernel that uses one stops with a message) */
+void mma_bf16_16816(float*, const uint32_t*, const uint32_t*, const float*, const char* file, int line) {
+    die("mma_bf16_16816 at %s:%d: not yet emulated", file, line);
+}
+void ldmatrix(uint32_t*, int, bool, const void*, const char* file, int line) { die("ldmatrix at %s:%d: not yet emulated", file, line); }
+void cp_async_16(void*, const void*, int, const char* file, int line) { die("cp_async_16 at %s:%d: not yet emulated", file, line); }
+void cp_async_commit(const char* file, int line) { die("cp_async_commit at %s:%d: not yet emulated", file, line); }
+void cp_async_wait(int, const char* file, int line) { die("cp_async_wait at %s:%d: not yet emulated", file, line); }
+void cp_async_wait_all(const char* file, int line) { die("cp_async_wait_all at %s:%d: not yet emulated", file, line); }
+uint32_t pack_bf16x2(float lo, float hi) {
+    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) | (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
 }
 
 }  // namespace emu

@@ -206,6 +206,17 @@ struct SyncWarp {   /* __syncwarp() / __syncwarp(mask) with the call site */
     void operator()(unsigned mask = 0xffffffffu) const { warp_op(W_SYNCWARP, mask, 0, 0, 32, f, l); }
 };
 
+/* the twins of llmc/cuda/ptx.cuh's wrappers (emu_runtime.cpp; semantics and checks described there).
+ * mma_bf16_16816 and ldmatrix are warp collectives (every lane of the warp at the same call site);
+ * cp_async_* act on the calling thread's queue of pending copies. */
+void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b, const float* c, const char* file, int line);
+void ldmatrix(uint32_t* r, int num, bool trans, const void* smem_row, const char* file, int line);
+void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes, const char* file, int line);
+void cp_async_commit(const char* file, int line);
+void cp_async_wait(int n, const char* file, int line);
+void cp_async_wait_all(const char* file, int line);
+uint32_t pack_bf16x2(float lo, float hi);
+
 /* kernel launch (the rewritten form of k<<<grid, block, smem, stream>>>(args)) */
 struct LaunchCfg {
     dim3 grid, block;
