@@ -624,7 +624,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, bq, bk);
         a->fused = P.flash;
         if (P.flash) {
-            flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, s);
+            flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, KV * hd, s);
             if (fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD))   /* the fused backward reads the clean out */
                 cudaCheck(cudaMemcpyAsync(model_att_out_clean(model), a->att_out, sizeof(bf16) * N * qd, cudaMemcpyDeviceToDevice, s));
         } else {
@@ -792,7 +792,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         if (a->fused) {
             /* fused backward: P recomputed from q, k and the saved lse; D from the clean out */
             const bf16* o = fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD) ? model->att_out_clean : a->att_out;
-            flash_attention_backward(model->dq, model->dk, model->dv, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, s);
+            flash_attention_backward(model->dq, model->dk, model->dv, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, KV * hd, s);
         } else {
             const bf16* probs = a->probs;
             if (fault_due(model->prot.fx, SITE_ATT_PROBS, l, PASS_FWD)) {

@@ -1,268 +1,359 @@
-/* flash_attention.cuh: fused (flash-style) causal GQA attention, forward and backward, deterministic.
- * CPU reference: attention_forward / attention_backward in llmc/cpu/cpu_kernels.h (the same math as the
- * materialised llmc/cuda/attention.cuh, without ever writing a T x T tensor).
+/* flash_attention.cuh: fused (FlashAttention-2 style) causal GQA attention on tensor cores, forward and
+ * backward, deterministic. CPU reference: attention_forward / attention_backward in llmc/cpu/cpu_kernels.h
+ * (the same math as the materialised llmc/cuda/attention.cuh, without ever writing a T x T tensor).
  *
  * Math (g = H/KV query heads share kv head j = h/g; scale = 1/sqrt(hd); only s <= t is read):
  *   z[t,s]  = scale * q[b,t,h] . k[b,s,j]
  *   lse[t]  = log sum_{s<=t} exp(z[t,s])                          (saved, fp32, for the backward)
  *   out[t]  = sum_{s<=t} exp(z[t,s] - lse[t]) v[b,s,j]
- * forward, online softmax over key tiles s0 = 0, BK, 2BK, ... up to the diagonal (tiles above it
- * are never visited), per query row, in fp32:
- *   m' = max(m, max_s z),  a = exp(m - m'),  l' = a l + sum_s exp(z - m'),  o' = a o + sum_s exp(z - m') v_s
+ * forward, online softmax over key tiles s0 = 0, BK, 2BK, ... up to the diagonal (tiles above it are
+ * never visited), per query row, in fp32:
+ *   m' = max(m, max_s z),  a = exp(m - m'),  l' = a l + sum_s exp(z - m'),  o' = a o + sum_s bf16(exp(z - m')) v_s
  *   out = o / l rounded once to bf16,  lse = m + log(l)
  * backward (dout given; P recomputed from q, k and lse, never stored):
  *   D[t]    = sum_d dout[t,d] out[t,d]            (= sum_s P[t,s] dP[t,s]; the forward's bf16 out)
  *   P[t,s]  = exp(z[t,s] - lse[t]),  dP[t,s] = dout[t] . v[s],  dZ[t,s] = P (dP - D[t])
- *   dq[t]   = scale sum_s dZ[t,s] k[s]
- *   dk[s]   = scale sum_{h in j} sum_t dZ[t,s] q[t]
- *   dv[s]   =       sum_{h in j} sum_t P[t,s] dout[t]
+ *   dq[t]   = scale sum_s bf16(dZ[t,s]) k[s]
+ *   dk[s]   = scale sum_{h in j} sum_t bf16(dZ[t,s]) q[t]
+ *   dv[s]   =       sum_{h in j} sum_t bf16(P[t,s]) dout[t]
  *
- * Layouts: q, out, dq, dout [B,T,H*hd] and k, v, dk, dv [B,T,KV*hd] (heads interleaved per token, as
- * the projections write them and as llmc/cuda/attention.cuh takes them: no permute kernels); lse and D
- * [B,H,T] fp32 (row (b*H + h)*T + t). head_dim 32, 64 or 128 (template HD; flash_attention_supported).
+ * Layouts: q, out, dq, dout [B,T,H*hd] and k, dk [B,T,KV*hd] (heads interleaved per token, as the
+ * projections write them and as llmc/cuda/attention.cuh takes them: no permute kernels); v and dv the
+ * same with ldv elements between consecutive tokens (KV*hd when contiguous; (H+2KV)*hd when they are
+ * column views of a fused [B*T, (H+2KV)*hd] QKV buffer); lse and D [B,H,T] fp32 (row (b*H + h)*T + t).
+ * Every tensor 16-byte aligned and ldv a multiple of 8 (cp.async copies 16 bytes; checked, one-line error).
+ * head_dim 32 (the tiny presets), 64 or 128 (template HD; flash_attention_supported).
  *
- * Kernels (128 threads = a 16 x 8 grid, tx = threadIdx % 16 (the 16 lanes of a half warp), ty =
- * threadIdx / 16; tiles of rows in shared memory as bf16 pairs with one pad word a row, so the rows a
- * half warp reads fall into distinct banks; fp32 accumulators in registers; tile sizes FlashTiles<HD>,
- * each kernel's static shared memory asserted <= 48 KB at compile time):
- *   forward   grid (T/BQ, H, B), one block per query tile of one head, heaviest (last) tiles first.
- *             Thread (tx, ty) owns query rows ty*RR .. ty*RR+RR-1 of the tile; of S = Q K^T the key
- *             columns tx + 16 c; of o the dimension pairs tx + 16 c. Row max and the final row sum
- *             are combined over the 16 tx lanes by an xor butterfly (offsets 8, 4, 2, 1): every lane
- *             gets the same bits. P (unnormalised, fp32) goes through shared memory to o += P V.
- *   D         one warp per (b, t, h) row: lanes stride d, warp butterfly.
- *   dq        grid (T/BQ, H, B): per query tile, key tiles 0 .. diagonal in order: S = Q K^T and
- *             dP = dO V^T (registers), dZ to shared memory, dq += dZ K.
- *   dk, dv    grid (T/BK, KV, B): per key tile of one kv head, the g query heads in order h = j*g ..
- *             j*g+g-1, and for each the query tiles from the diagonal to the end in order: S^T = K Q^T,
- *             dP^T = V dO^T, P^T and dZ^T to shared memory, dv += P^T dO, dk += dZ^T Q.
- *             (At B = 1 this grid is small, T/BK x KV blocks: 128 for llama3.2-1b at T 1024, under one
- *             block an SM on an H200. If measured slow: split the g heads over blocks, write fp32 partials
- *             and sum them in head order in a second pass; the bits then change, the determinism not.)
- * Summation order (bitwise reproducible, no atomics): every dot over d ascending; o, dq over s
- * ascending (tile by tile); dk, dv over (h ascending, then t ascending) in one fp32 accumulator each;
- * each output rounded once to bf16 (dq, dk times scale first).
+ * Tensor cores (every wrapper from llmc/cuda/ptx.cuh; no inline asm here). Every tile product is
+ * mma.sync m16n8k16 bf16 x bf16 -> fp32 (mma_bf16_16816): a warp's 16 rows x 8 columns per instruction,
+ * k = 16 per step. Fragments (lane = 4 gq + tq): the C fragment element e of n-block nb holds row
+ * gq + 8 (e >> 1), column 8 nb + 2 tq + (e & 1). Operands come from shared memory by ldmatrix:
+ *   flash_mma_nt  acc += A B^T over d (S = Q K^T, dP = dO V^T, and in the dk/dv kernel S^T = K Q^T,
+ *                 dP^T = V dO^T): A = the warp's 16 rows by ldmatrix_x4 (rows lane & 15, columns
+ *                 8 (lane >> 4): matrices a[0..3]); B = rows of a [row][d] tile by ldmatrix_x4, two
+ *                 n-blocks a call (no .trans: a [n][k] tile is the "col" operand as stored).
+ *   flash_mma_nn  acc += P B over the tile's rows (o += P V, dq += dZ K, dv += P^T dO, dk += dZ^T Q):
+ *                 B = a [k][d] tile by ldmatrix_x4_trans, two n-blocks of d a call.
+ *   flash_c_to_a  P (or dZ) never leaves registers: the C fragments of S for key columns 16 ks .. 16 ks
+ *                 + 15 (n-blocks 2 ks, 2 ks + 1) are exactly the A fragment of k-step ks of the next
+ *                 product (a[0] = C[2ks][0..1], a[1] = C[2ks][2..3], a[2] = C[2ks+1][0..1],
+ *                 a[3] = C[2ks+1][2..3]), each pair rounded to bf16 by pack_bf16x2 (round to nearest even).
+ * The softmax statistics m, l of a row live in the 4 lanes of its quad (each lane its own columns'
+ * partial l; the row max and the final l combined by xor 1, xor 2: every lane gets the same bits).
  *
- * Precision against the materialised path (llmc/cuda/attention.cuh) and the CPU's -precision bf16: the
- * fused path keeps P, dP and dZ in fp32 (the materialised path rounds probs and dlogits to bf16 because
- * it stores them; the CPU keeps probs fp32 for out and dlogits fp32 for dq/dk), so its out, dq and dk
- * are closer to the fp32 reference than the materialised path's and agree with it at the bf16 rounding
- * level, not bitwise. Differences that remain: out = o * (1/l) with o accumulated against the running
- * max (the CPU normalises p first); the backward's D comes from the bf16 out (the CPU's from sum P dP
- * in fp32), a relative 2^-9 of sum |dout out|; dv is bitwise neither path's (another summation order).
- * Rows t >= T of a partial tile read zeros and are never stored; keys s > t add exact zeros.
- * Non-finite inputs: a NaN/inf in q, k or v reaches only the rows that read it (s <= t), as on the CPU.
+ * Shared memory: bf16 tiles [rows][HD + 8]: one row is HD/8 16-byte chunks plus one chunk of padding,
+ * so the row stride is 16 mod 128 bytes and the 8 row addresses of one ldmatrix 8x8 matrix (with or
+ * without .trans) land in 8 distinct 16-byte bank groups: conflict-free. Padding rather than an XOR
+ * swizzle: the addresses stay plain row * stride + column (one formula for cp.async, ldmatrix and
+ * .trans, readable in the emulator's error messages), at the cost of 16 bytes a row (11% at hd 64).
+ * cp.async writes: a warp's 32 consecutive 16-byte chunks of consecutive rows (2-way conflicts at hd 32
+ * only, where a row is 4 chunks). Dynamic shared memory, opted in above 48 KB (flash_smem_optin).
+ * Tiles are loaded by flash_cp_tile (cp.async 16 bytes; rows >= T zero-filled, nothing read) and
+ * double-buffered: the load of tile i+1 is issued before tile i is computed; cp_async_wait<1> (<0> at
+ * the last tile) and a barrier make tile i visible, a second barrier at the end of the iteration frees
+ * its buffer for tile i+2.
+ *
+ * Kernels (128 threads = 4 warps, each warp 16 rows of the block's tile; grids 1-D with the tile index
+ * slowest and the heaviest tiles first, so the block scheduler starts the long blocks first):
+ *   forward   one block per (query tile of BQ = 64 rows, b, h), the last query tile first. Q tile once,
+ *             K/V tiles 0 .. last row / BK double-buffered. Per K/V tile a warp computes S (16 x BK) =
+ *             Q K^T, masks s > t and s >= T (only on tiles that reach past the warp's first row or past
+ *             T), rescales o and l, P = exp(z - m) -> bf16 A fragments, o += P V.
+ *   D         flash_attention_rowdot_kernel: one warp per (b, t, h) row, lanes stride d, warp butterfly.
+ *   dq        one block per (query tile, b, h), as the forward: Q and dout tiles once, K/V tiles 0 ..
+ *             diagonal double-buffered: S = Q K^T, dP = dO V^T, dZ = P (dP - D) masked at s > t,
+ *             dq += bf16(dZ) K; dq * scale rounded once.
+ *   dk, dv    one block per (key tile of BK = 64 rows, b, kv head j, split sp), the first key tile (which
+ *             meets every query tile) first. K/V tile once; the block loops over (head h of its split,
+ *             query tile from the diagonal on), heads outer, and double-buffers Q, dout (cp.async) and
+ *             lse, D (plain loads: a row of lse is 16-byte aligned only when T is a multiple of 4).
+ *             Per query tile a warp (16 keys) computes S^T = K Q^T, dP^T = V dO^T, P^T, dZ^T, then
+ *             dv += bf16(P^T) dO and dk += bf16(dZ^T) Q.
+ *             Head split, for a full grid without atomics: the grid has ceil(T/64) KV B nsplit blocks,
+ *             nsplit the smallest divisor of g giving >= FLASH_DKV_MIN_BLOCKS = 264 (2 resident blocks on
+ *             each of 132 SMs; the causal imbalance, T/BQ query tiles for the first key tile and one for the
+ *             last, needs more blocks than SMs to even out), else g. Split sp sums the heads
+ *             j g + sp g/nsplit .. in its own fp32 accumulators; nsplit 1 writes bf16 dk, dv directly,
+ *             nsplit > 1 writes fp32 partials [nsplit][2][B,T,KV*hd] (workspace) that
+ *             flash_attention_dkdv_sum_kernel adds in split order sp = 0, 1, ... (then * scale for dk)
+ *             and rounds once. llama3.2-1b (H 32, KV 8, g 4, T 1024): B 1: 16 x 8 = 128 blocks unsplit,
+ *             nsplit 2 gives 256 < 264, so nsplit 4: 512 blocks (plus the sum pass over 2 x 4 MB of partials
+ *             read 4 times); B >= 3: unsplit (B 8: 1024 blocks). qwen3-0.6b (g 2): B 1 nsplit 2, 256 blocks.
+ *             The split depends on the shape (B, T, KV, g) only, never on the device, so the bits do too.
+ * Tiles (FlashTiles<HD>): forward BQ 64, BK 64; dq BQ 64, BK 64 (32 at hd 128); dk/dv BK 64, BQ 64 (32 at
+ * hd 128). Dynamic shared memory (bytes), hd 32 / 64 / 128: forward 25600 / 46080 / 87040 (Q + 2 x K + 2 x V);
+ * dq 30720 / 55296 / 69632 (Q + dO + 2 x K + 2 x V); dk/dv 31744 / 56320 / 70144 (K + V + 2 x Q + 2 x dO + 2 x
+ * lse, D). Registers (ptxas -v, CUDA 13.0, sm_90; sm_80 the same within 2 except where noted), hd 32 / 64 / 128:
+ * forward 105 / 127 / 168; dq 128 / 168 / 166; dk/dv 188 / 199 / 255 with 24 bytes of spill stores at hd 128
+ * (sm_80: 200 / 224 / 255, 52 bytes of spills: the two 16 x 128 fp32 accumulators of a warp are 128 registers
+ * a lane); the sum and D kernels 40 and 29. No spills elsewhere.
+ *
+ * Summation order (bitwise reproducible, no atomics, one order per output): every dot over d in mma
+ * k-steps of 16, ascending; o and dq over key tiles ascending, within a tile over its k-steps of 16 keys
+ * ascending; l over tiles ascending, each lane its own columns, then the quad (xor 1, xor 2); dk, dv over
+ * (head of the split ascending, then query tiles ascending, k-steps of 16 queries within), then the splits
+ * in order; each output rounded once to bf16 (dq, dk times scale first). Within one mma the hardware's
+ * order and internal precision are NVIDIA's (fixed, not documented); the emulator adds the 16 exact
+ * products in double and rounds once. Both are deterministic; they agree to rounding, not bitwise.
+ *
+ * Precision against the CPU (fp32) and the materialised path (llmc/cuda/attention.cuh): the fused path
+ * keeps S, the softmax statistics, dP and dZ in fp32 registers and rounds to bf16 only the A operands of
+ * the second products, P (unnormalised) for P V and P^T dO and dZ for dZ K and dZ^T Q (relative 2^-8 a
+ * term), as the materialised path rounds its stored probs and dlogits; out is normalised by the fp32 row
+ * sum of the unrounded P. The CPU normalises p first and keeps probs and dlogits in fp32. The backward's
+ * D comes from the bf16 out (the CPU's from sum P dP in fp32). tests/cuda/attention.cuh (test_flash_attention)
+ * derives the per-element bounds from this accumulation order. Rows t >= T of a partial tile read zeros and
+ * are never stored; keys s > t add exact zeros. Non-finite inputs: a NaN/inf in q, k or v reaches only the
+ * rows that read it (s <= t), as on the CPU.
  *
  * What the fused path does not provide: the stored att_logits / att_probs tensors (fault injection
  * into them, the attention checks of -protect att and -detect abft, the propagation trace read them):
  * train_sdc.cu keeps the materialised path for those (see attention_fused there and the README).
  *
- * Next step on real hardware: the two tile products (flash_tile_nt: S = A B^T over d; flash_tile_nn:
- * acc += P B over s) are the places for tensor cores (mma.sync m16n8k16 bf16 on sm_80, wgmma on sm_90,
- * with P / dZ rounded to bf16 as their A operand) and for cp.async / TMA tile loads with larger
- * opt-in shared memory; the loop structure, tile order and summation order per output stay as they are.
- * This version uses CUDA cores only, so that the CPU emulation (dev/cuda_emu) runs it.
+ * Speed (a prediction until a GPU is lent; nothing here was timed): llama3.2-1b at B 8, T 1024 does
+ * 4 B H hd T^2/2 = 34 GFLOP of causal attention forward per layer and 3.5 times that backward (S and dP
+ * recomputed in both backward kernels), 2.5 TFLOP a step over 16 layers: ~11 ms at FlashAttention-2's
+ * ~230 TFLOP/s on an H100, against ~120 ms for the CUDA-core version this replaces. Next steps on
+ * hardware: 32 rows a warp in the forward (fewer K/V ldmatrix per mma), exp2 with the scale folded in,
+ * wgmma/TMA on sm_90.
  *
- * Scratch: D in cuda_workspace slot 4 (shared with llmc/cuda/attention.cuh; neither holds it across calls). */
+ * Scratch: workspace slot 4 (shared with llmc/cuda/attention.cuh; neither holds it across calls): D
+ * [B,H,T] fp32, then the dk/dv partials when the head split is on. */
 #ifndef TSDC_FLASH_ATTENTION_CUH
 #define TSDC_FLASH_ATTENTION_CUH
 
 #include <math.h>
+#include <stdint.h>
 #include "cuda_common.cuh"
+#include "ptx.cuh"
 
-#define FLASH_THREADS 128                 /* a 16 x 8 thread grid */
-#define FLASH_TX 16
-#define FLASH_TY 8
-#define FLASH_SLOT_D 4
-#define FLASH_STATIC_SMEM (48 * 1024)     /* static shared memory limit of a block */
+#define FLASH_WARPS 4                     /* each warp owns 16 rows of the block's tile */
+#define FLASH_THREADS (32 * FLASH_WARPS)
+#define FLASH_SLOT 4                      /* workspace slot: D, then the dk/dv partials */
+#define FLASH_DKV_MIN_BLOCKS 264          /* dk/dv grid target: 2 blocks on each of 132 SMs (see the header) */
+#define FLASH_STATIC_SMEM (48 * 1024)     /* above it a kernel needs the dynamic shared-memory opt-in */
 
-/* tile sizes per head dim: rows of the query tile (BQ) and of the key/value tile (BK) per kernel */
-template <int HD> struct FlashTiles;
-template <> struct FlashTiles<32> { enum { FWD_BQ = 64, FWD_BK = 64, DQ_BQ = 64, DQ_BK = 64, DKV_BK = 64, DKV_BQ = 32 }; };
-template <> struct FlashTiles<64> { enum { FWD_BQ = 64, FWD_BK = 64, DQ_BQ = 64, DQ_BK = 32, DKV_BK = 64, DKV_BQ = 32 }; };
-template <> struct FlashTiles<128> { enum { FWD_BQ = 64, FWD_BK = 32, DQ_BQ = 32, DQ_BK = 32, DKV_BK = 32, DKV_BQ = 32 }; };
+/* tile sizes per head dim: rows of the query tile (BQ) and of the key/value tile (BK) per kernel. The
+ * warp-owned side is always 16 * FLASH_WARPS = 64; the other side is 64, or 32 at head_dim 128 in the
+ * backward (its registers: two fp32 accumulators of 16 x 128 a warp, see the header) */
+template <int HD> struct FlashTiles {
+    enum { FWD_BQ = 64, FWD_BK = 64, DQ_BQ = 64, DQ_BK = HD > 64 ? 32 : 64, DKV_BK = 64, DKV_BQ = HD > 64 ? 32 : 64 };
+};
 
 static inline int flash_attention_supported(int hd) { return hd == 32 || hd == 64 || hd == 128; }
 
-/* two consecutive bf16 elements: one 32-bit word in global and shared memory */
-struct alignas(4) flash_bf16x2 {
-    bf16 lo, hi;
+/* 16 bytes: the unit of the dynamic shared memory (its alignment) and of the fp32 partials' reads */
+struct alignas(16) flash_chunk {
+    uint32_t w[4];
+};
+struct alignas(16) flash_f4 {
+    float x, y, z, w;
+};
+struct alignas(8) flash_f2 {
+    float x, y;
 };
 
-/* a shared tile row of HD bf16 = HD/2 words, plus one pad word */
-#define FLASH_ROW(HD) ((HD) / 2 + 1)
+/* a shared tile row: HD bf16 plus 8 bf16 (16 bytes) of padding; the row stride is 16 mod 128 bytes */
+#define FLASH_LDS(HD) ((HD) + 8)
+
+/* bytes of dynamic shared memory of each kernel */
+template <int HD> static constexpr int flash_fwd_smem() { return (FlashTiles<HD>::FWD_BQ + 4 * FlashTiles<HD>::FWD_BK) * FLASH_LDS(HD) * 2; }
+template <int HD> static constexpr int flash_dq_smem() { return (2 * FlashTiles<HD>::DQ_BQ + 4 * FlashTiles<HD>::DQ_BK) * FLASH_LDS(HD) * 2; }
+template <int HD> static constexpr int flash_dkv_smem() {
+    return (2 * FlashTiles<HD>::DKV_BK + 4 * FlashTiles<HD>::DKV_BQ) * FLASH_LDS(HD) * 2 + 4 * FlashTiles<HD>::DKV_BQ * 4;
+}
 
 /* ---------------------------------------------------------------------------- device helpers */
-/* rows row0 .. row0+R-1 of a bf16 tensor (row r at src + r*ld, HD elements) into the shared tile dst;
- * rows >= nrows are zero-filled. Consecutive threads copy consecutive words. */
+/* rows row0 .. row0+R-1 of a bf16 tensor (row r at src + r*ld, HD elements) into the shared tile dst
+ * (row stride FLASH_LDS(HD)) with cp.async, 16 bytes a copy, consecutive threads on consecutive 16-byte
+ * chunks of a row; rows >= nrows are zero-filled (a copy of 0 source bytes reads nothing). The caller commits. */
 template <int R, int HD>
-__device__ __forceinline__ void flash_load_tile(flash_bf16x2 (*dst)[FLASH_ROW(HD)], const bf16* src, size_t ld, int row0, int nrows) {
-    constexpr int WPR = HD / 2;
-    for (int i = threadIdx.x; i < R * WPR; i += FLASH_THREADS) {
-        const int r = i / WPR, w = i - r * WPR;
-        flash_bf16x2 x;
-        if (row0 + r < nrows) {
-            x = reinterpret_cast<const flash_bf16x2*>(src + (size_t)(row0 + r) * ld)[w];
-        } else {
-            x.lo = __float2bfloat16_rn(0.0f);
-            x.hi = x.lo;
-        }
-        dst[r][w] = x;
+__device__ __forceinline__ void flash_cp_tile(bf16* dst, const bf16* src, size_t ld, int row0, int nrows) {
+    constexpr int CPR = HD / 8;
+    static_assert(R * CPR % FLASH_THREADS == 0, "flash_cp_tile: whole rounds of the block");
+#pragma unroll
+    for (int i0 = 0; i0 < R * CPR; i0 += FLASH_THREADS) {
+        const int i = i0 + (int)threadIdx.x, r = i / CPR, c = i - r * CPR;
+        const int ok = row0 + r < nrows;
+        const bf16* s = ok ? src + (size_t)(row0 + r) * ld + c * 8 : src;
+        cp_async_16(dst + r * FLASH_LDS(HD) + c * 8, s, ok ? 16 : 0);
     }
 }
 
-/* acc[i][c] += sum_d A[ty*RR + i][d] B[tx + 16 c][d], d ascending (S = Q K^T and its kin) */
-template <int RR, int CC, int HD>
-__device__ __forceinline__ void flash_tile_nt(float (&acc)[RR][CC], const flash_bf16x2 (*A)[FLASH_ROW(HD)],
-                                              const flash_bf16x2 (*Bm)[FLASH_ROW(HD)], int tx, int ty) {
-    for (int w = 0; w < HD / 2; w++) {
-        float a0[RR], a1[RR], b0[CC], b1[CC];
+/* acc[nb] (the C fragments of a 16 x 8*NB tile) += A B^T over HD: A the warp's 16 rows at sA, B the
+ * 8*NB rows at sB, both row-major [row][d] in shared memory. k-steps of 16 ascending over d (each
+ * element's dot: d ascending in blocks of 16). A by ldmatrix_x4 (rows lane & 15, columns 8 (lane >> 4));
+ * B by ldmatrix_x4 for two n-blocks (rows 8 nb + (lane & 7) + 8 (lane >> 4), columns 8 ((lane >> 3) & 1)). */
+template <int NB, int HD>
+__device__ __forceinline__ void flash_mma_nt(float (&acc)[NB][4], const bf16* sA, const bf16* sB, int lane) {
+    static_assert(NB % 2 == 0 && HD % 16 == 0, "flash_mma_nt: shape");
+    constexpr int LDS = FLASH_LDS(HD);
 #pragma unroll
-        for (int i = 0; i < RR; i++) {
-            const flash_bf16x2 x = A[ty * RR + i][w];
-            a0[i] = __bfloat162float(x.lo);
-            a1[i] = __bfloat162float(x.hi);
+    for (int kk = 0; kk < HD / 16; kk++) {
+        uint32_t a[4];
+        ldmatrix_x4(a, sA + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb += 2) {
+            uint32_t b[4];
+            ldmatrix_x4(b, sB + (nb * 8 + (lane & 7) + (lane >> 4) * 8) * LDS + kk * 16 + ((lane >> 3) & 1) * 8);
+            const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+            mma_bf16_16816(acc[nb], a, b0, acc[nb]);
+            mma_bf16_16816(acc[nb + 1], a, b1, acc[nb + 1]);
         }
-#pragma unroll
-        for (int c = 0; c < CC; c++) {
-            const flash_bf16x2 x = Bm[tx + FLASH_TX * c][w];
-            b0[c] = __bfloat162float(x.lo);
-            b1[c] = __bfloat162float(x.hi);
-        }
-#pragma unroll
-        for (int i = 0; i < RR; i++)
-#pragma unroll
-            for (int c = 0; c < CC; c++) {
-                acc[i][c] += a0[i] * b0[c];
-                acc[i][c] += a1[i] * b1[c];
-            }
     }
 }
 
-/* acc[i][2c + e] += sum_s P[ty*RR + i][s] Bm[s][2 (tx + 16 c) + e], s ascending over the BS rows of the
- * tile (o += P V and its kin); the thread's columns are the pairs tx + 16 c, c < HD/32 */
-template <int RR, int BS, int HD>
-__device__ __forceinline__ void flash_tile_nn(float (&acc)[RR][HD / 16], const float (*P)[BS + 1],
-                                              const flash_bf16x2 (*Bm)[FLASH_ROW(HD)], int tx, int ty) {
-    for (int s = 0; s < BS; s++) {
-        float p[RR], b[HD / 16];
+/* acc[nd] (the C fragments of a 16 x HD tile) += P B over the 16*KS rows of B: P as A fragments in
+ * registers (pa[ks]: columns 16 ks .. 16 ks + 15), B row-major [k][d] in shared memory at sB, read by
+ * ldmatrix_x4_trans for two n-blocks (rows 16 ks + (lane & 7) + 8 ((lane >> 3) & 1), columns 8 nd +
+ * 8 (lane >> 4)). k-steps ascending. */
+template <int KS, int HD>
+__device__ __forceinline__ void flash_mma_nn(float (&acc)[HD / 8][4], const uint32_t (&pa)[KS][4], const bf16* sB, int lane) {
+    constexpr int LDS = FLASH_LDS(HD), ND = HD / 8;
+    static_assert(ND % 2 == 0, "flash_mma_nn: shape");
 #pragma unroll
-        for (int i = 0; i < RR; i++) p[i] = P[ty * RR + i][s];
+    for (int ks = 0; ks < KS; ks++) {
 #pragma unroll
-        for (int c = 0; c < HD / 32; c++) {
-            const flash_bf16x2 x = Bm[s][tx + FLASH_TX * c];
-            b[2 * c] = __bfloat162float(x.lo);
-            b[2 * c + 1] = __bfloat162float(x.hi);
+        for (int nd = 0; nd < ND; nd += 2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, sB + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + nd * 8 + (lane >> 4) * 8);
+            const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+            mma_bf16_16816(acc[nd], pa[ks], b0, acc[nd]);
+            mma_bf16_16816(acc[nd + 1], pa[ks], b1, acc[nd + 1]);
         }
-#pragma unroll
-        for (int i = 0; i < RR; i++)
-#pragma unroll
-            for (int c = 0; c < HD / 16; c++) acc[i][c] += p[i] * b[c];
     }
 }
 
-/* butterfly over the 16 lanes of a half warp (all 32 lanes must call it): every lane gets the same bits */
-__device__ __forceinline__ float flash_half_warp_max(float v) {
+/* the C fragments of a 16 x 16 KS tile (x[nb][e]: row g + 8 (e >> 1), column 8 nb + 2t + (e & 1)) rounded
+ * to bf16 as the A fragments of the next product, k-step ks = key/query columns 16 ks .. 16 ks + 15:
+ * a[0] = row g, columns 2t, 2t+1 = x[2ks][0..1]; a[1] = row g+8 = x[2ks][2..3]; a[2], a[3] the same of
+ * columns 2t+8, 2t+9 = x[2ks+1]. No shared memory: the accumulator layout is the operand layout. */
+template <int KS>
+__device__ __forceinline__ void flash_c_to_a(uint32_t (&pa)[KS][4], const float (&x)[2 * KS][4]) {
 #pragma unroll
-    for (int off = 8; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-}
-__device__ __forceinline__ float flash_half_warp_sum(float v) {
-#pragma unroll
-    for (int off = 8; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
+    for (int ks = 0; ks < KS; ks++) {
+        pa[ks][0] = pack_bf16x2(x[2 * ks][0], x[2 * ks][1]);
+        pa[ks][1] = pack_bf16x2(x[2 * ks][2], x[2 * ks][3]);
+        pa[ks][2] = pack_bf16x2(x[2 * ks + 1][0], x[2 * ks + 1][1]);
+        pa[ks][3] = pack_bf16x2(x[2 * ks + 1][2], x[2 * ks + 1][3]);
+    }
 }
 
-/* row r of the thread's accumulator -> dst[2 (tx + 16 c) + e] = bf16(acc * mul), pairs as one word */
-template <int HD>
-__device__ __forceinline__ void flash_store_row(bf16* dst, const float (&acc)[HD / 16], float mul, int tx) {
-#pragma unroll
-    for (int c = 0; c < HD / 32; c++) {
-        flash_bf16x2 x;
-        x.lo = __float2bfloat16_rn(acc[2 * c] * mul);
-        x.hi = __float2bfloat16_rn(acc[2 * c + 1] * mul);
-        reinterpret_cast<flash_bf16x2*>(dst)[tx + FLASH_TX * c] = x;
-    }
+/* over the 4 lanes of a quad (the lanes holding one row of a C fragment): xor 1, then xor 2; fp32 max
+ * and + commute, so every lane of the quad gets the same bits */
+__device__ __forceinline__ float flash_quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float flash_quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 /* ------------------------------------------------------------------------------------ kernels */
+/* grid: one block per (query tile, b, h), 1-D, the query tile slowest and the last (heaviest) first */
 template <int HD>
 __global__ void __launch_bounds__(FLASH_THREADS)
-flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
-                               const bf16* __restrict__ k, const bf16* __restrict__ v, int T, int H, int KV, float scale) {
-    constexpr int BQ = FlashTiles<HD>::FWD_BQ, BK = FlashTiles<HD>::FWD_BK;
-    constexpr int RR = BQ / FLASH_TY, CK = BK / FLASH_TX, CD = HD / 16;
-    static_assert(BQ % FLASH_TY == 0 && BK % FLASH_TX == 0 && HD % 32 == 0, "tile shape");
-    static_assert(sizeof(flash_bf16x2) * FLASH_ROW(HD) * (BQ + 2 * BK) + sizeof(float) * BQ * (BK + 1) <= FLASH_STATIC_SMEM,
-                  "forward: static shared memory over 48 KB");
-    __shared__ flash_bf16x2 sQ[BQ][FLASH_ROW(HD)];
-    __shared__ flash_bf16x2 sK[BK][FLASH_ROW(HD)];
-    __shared__ flash_bf16x2 sV[BK][FLASH_ROW(HD)];
-    __shared__ float sP[BQ][BK + 1];
-    const int tx = threadIdx.x % FLASH_TX, ty = threadIdx.x / FLASH_TX;
-    const int t0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* the last (heaviest) query tiles first */
-    const int h = blockIdx.y, b = blockIdx.z, j = h / (H / KV);
+flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                               const bf16* __restrict__ v, int B, int T, int H, int KV, int ldv, float scale) {
+    constexpr int BQ = FlashTiles<HD>::FWD_BQ, BK = FlashTiles<HD>::FWD_BK, LDS = FLASH_LDS(HD);
+    constexpr int NB = BK / 8, KS = BK / 16, ND = HD / 8;
+    static_assert(BQ == 16 * FLASH_WARPS && BK % 16 == 0, "forward: tile shape");
+    extern __shared__ flash_chunk flash_smem[];
+    bf16* sQ = reinterpret_cast<bf16*>(flash_smem); /* [BQ][LDS] */
+    bf16* sK = sQ + BQ * LDS;                        /* [2][BK][LDS] */
+    bf16* sV = sK + 2 * BK * LDS;                    /* [2][BK][LDS] */
+    const int nqt = CEIL_DIV(T, BQ), nbh = B * H;
+    const int t0 = (nqt - 1 - (int)(blockIdx.x / nbh)) * BQ;
+    const int h = (int)(blockIdx.x % nbh) % H, b = (int)(blockIdx.x % nbh) / H, j = h / (H / KV);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3;
     const size_t ldq = (size_t)H * HD, ldk = (size_t)KV * HD;
     const bf16* kb = k + (size_t)b * T * ldk + (size_t)j * HD;
-    const bf16* vb = v + (size_t)b * T * ldk + (size_t)j * HD;
-    flash_load_tile<BQ, HD>(sQ, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
+    const bf16* vb = v + (size_t)b * T * ldv + (size_t)j * HD;
+    const int last = min(t0 + BQ, T) - 1; /* the tile's last stored row: key tiles 0 .. last / BK */
+    const int ntiles = last / BK + 1;
+    flash_cp_tile<BQ, HD>(sQ, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
+    flash_cp_tile<BK, HD>(sK, kb, ldk, 0, T);
+    flash_cp_tile<BK, HD>(sV, vb, ldv, 0, T);
+    cp_async_commit();
 
-    float m[RR], l[RR], o[RR][CD];
+    const int r0 = t0 + 16 * warp;            /* the warp's first row */
+    const int trow[2] = {r0 + gq, r0 + gq + 8}; /* this lane's two rows (C fragment rows g, g + 8) */
+    float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int i = 0; i < RR; i++) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
+    for (int nd = 0; nd < ND; nd++)
 #pragma unroll
-        for (int c = 0; c < CD; c++) o[i][c] = 0.0f;
-    }
-    const int last = (t0 + BQ < T ? t0 + BQ : T) - 1; /* the tile's last row that is stored */
-    for (int s0 = 0; s0 <= last; s0 += BK) {
-        __syncthreads(); /* the previous tile's reads of sK, sV, sP are done */
-        flash_load_tile<BK, HD>(sK, kb, ldk, s0, T);
-        flash_load_tile<BK, HD>(sV, vb, ldk, s0, T);
-        __syncthreads();
-        float z[RR][CK];
-#pragma unroll
-        for (int i = 0; i < RR; i++)
-#pragma unroll
-            for (int c = 0; c < CK; c++) z[i][c] = 0.0f;
-        flash_tile_nt<RR, CK, HD>(z, sQ, sK, tx, ty);
-#pragma unroll
-        for (int i = 0; i < RR; i++) {
-            const int t = t0 + ty * RR + i;
-            float mx = -INFINITY;
-#pragma unroll
-            for (int c = 0; c < CK; c++) {
-                const int s = s0 + tx + FLASH_TX * c;
-                /* s <= t (causal) and s < T (rows t >= T are never stored; they read the valid keys) */
-                z[i][c] = (s <= t && s < T) ? z[i][c] * scale : -INFINITY;
-                mx = fmaxf(mx, z[i][c]);
-            }
-            mx = flash_half_warp_max(mx);
-            /* finite: the first tile holds s = 0 for every row, so m is finite from then on */
-            const float mn = fmaxf(m[i], mx);
-            const float alpha = expf(m[i] - mn); /* 0 on the first tile (m = -inf) */
-            m[i] = mn;
-            l[i] *= alpha;
-#pragma unroll
-            for (int c = 0; c < CD; c++) o[i][c] *= alpha;
-#pragma unroll
-            for (int c = 0; c < CK; c++) {
-                const float p = expf(z[i][c] - mn); /* 0 where masked */
-                l[i] += p;
-                sP[ty * RR + i][tx + FLASH_TX * c] = p;
-            }
+        for (int e = 0; e < 4; e++) o[nd][e] = 0.0f;
+    for (int it = 0; it < ntiles; it++) {
+        const int s0 = it * BK, buf = it & 1;
+        if (it + 1 < ntiles) { /* the next K/V tile into the other buffer (free: the barrier at the loop's end) */
+            flash_cp_tile<BK, HD>(sK + (buf ^ 1) * BK * LDS, kb, ldk, s0 + BK, T);
+            flash_cp_tile<BK, HD>(sV + (buf ^ 1) * BK * LDS, vb, ldv, s0 + BK, T);
+            cp_async_commit();
+            cp_async_wait<1>(); /* everything but the newest group: this tile (and Q) landed */
+        } else {
+            cp_async_wait<0>();
         }
         __syncthreads();
-        flash_tile_nn<RR, BK, HD>(o, sP, sV, tx, ty);
+        float s[NB][4];
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[nb][e] = 0.0f;
+        flash_mma_nt<NB, HD>(s, sQ + 16 * warp * LDS, sK + buf * BK * LDS, lane);
+        /* scale; mask s > t (causal) and s >= T (rows t >= T are never stored; they read the valid keys).
+         * Only tiles that reach past the warp's first row or past T need the mask (warp-uniform). */
+        const bool masked = s0 + BK - 1 > r0 || s0 + BK > T;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = s0 + 8 * nb + 2 * tq + (e & 1), row = trow[e >> 1];
+                float z = s[nb][e] * scale;
+                if (masked && (col > row || col >= T)) z = -INFINITY;
+                s[nb][e] = z;
+                mx[e >> 1] = fmaxf(mx[e >> 1], z);
+            }
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            /* finite: the first tile holds s = 0 <= t for every row, so m is finite from then on */
+            const float mn = fmaxf(m[r], flash_quad_max(mx[r]));
+            alpha[r] = expf(m[r] - mn); /* 0 on the first tile (m = -inf) */
+            m[r] = mn;
+            l[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++) {
+            o[nd][0] *= alpha[0];
+            o[nd][1] *= alpha[0];
+            o[nd][2] *= alpha[1];
+            o[nd][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = expf(s[nb][e] - m[e >> 1]); /* 0 where masked */
+                l[e >> 1] += p;                              /* the lane's columns, fp32 */
+                s[nb][e] = p;
+            }
+        uint32_t pa[KS][4];
+        flash_c_to_a<KS>(pa, s);                      /* P rounded to bf16: the A operand of P V */
+        flash_mma_nn<KS, HD>(o, pa, sV + buf * BK * LDS, lane);
+        __syncthreads(); /* every warp is done with this buffer before the next iteration refills it */
     }
 #pragma unroll
-    for (int i = 0; i < RR; i++) {
-        const float sum = flash_half_warp_sum(l[i]); /* the thread's partial sums over its key columns */
-        const int t = t0 + ty * RR + i;
+    for (int r = 0; r < 2; r++) {
+        const float sum = flash_quad_sum(l[r]); /* the four lanes' partial sums of the row */
+        const int t = trow[r];
         if (t < T) {
-            flash_store_row<HD>(out + ((size_t)b * T + t) * ldq + (size_t)h * HD, o[i], 1.0f / sum, tx);
-            if (tx == 0) lse[((size_t)b * H + h) * T + t] = m[i] + logf(sum);
+            const float inv = 1.0f / sum;
+            uint32_t* dst = reinterpret_cast<uint32_t*>(out + ((size_t)b * T + t) * ldq + (size_t)h * HD) + tq;
+#pragma unroll
+            for (int nd = 0; nd < ND; nd++) dst[4 * nd] = pack_bf16x2(o[nd][2 * r] * inv, o[nd][2 * r + 1] * inv);
+            if (tq == 0) lse[((size_t)b * H + h) * T + t] = m[r] + logf(sum);
         }
     }
 }
@@ -288,206 +379,323 @@ __global__ void flash_attention_rowdot_kernel(float* __restrict__ D, const bf16*
     }
 }
 
+/* grid as the forward's: one block per (query tile, b, h), the last query tile first */
 template <int HD>
 __global__ void __launch_bounds__(FLASH_THREADS)
 flash_attention_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const float* __restrict__ lse,
                                    const float* __restrict__ D, const bf16* __restrict__ q, const bf16* __restrict__ k,
-                                   const bf16* __restrict__ v, int T, int H, int KV, float scale) {
-    constexpr int BQ = FlashTiles<HD>::DQ_BQ, BK = FlashTiles<HD>::DQ_BK;
-    constexpr int RR = BQ / FLASH_TY, CK = BK / FLASH_TX, CD = HD / 16;
-    static_assert(BQ % FLASH_TY == 0 && BK % FLASH_TX == 0 && HD % 32 == 0, "tile shape");
-    static_assert(sizeof(flash_bf16x2) * FLASH_ROW(HD) * (2 * BQ + 2 * BK) + sizeof(float) * BQ * (BK + 1) <= FLASH_STATIC_SMEM,
-                  "dq: static shared memory over 48 KB");
-    __shared__ flash_bf16x2 sQ[BQ][FLASH_ROW(HD)];
-    __shared__ flash_bf16x2 sdO[BQ][FLASH_ROW(HD)];
-    __shared__ flash_bf16x2 sK[BK][FLASH_ROW(HD)];
-    __shared__ flash_bf16x2 sV[BK][FLASH_ROW(HD)];
-    __shared__ float sZ[BQ][BK + 1];
-    const int tx = threadIdx.x % FLASH_TX, ty = threadIdx.x / FLASH_TX;
-    const int t0 = (gridDim.x - 1 - blockIdx.x) * BQ;
-    const int h = blockIdx.y, b = blockIdx.z, j = h / (H / KV);
+                                   const bf16* __restrict__ v, int B, int T, int H, int KV, int ldv, float scale) {
+    constexpr int BQ = FlashTiles<HD>::DQ_BQ, BK = FlashTiles<HD>::DQ_BK, LDS = FLASH_LDS(HD);
+    constexpr int NB = BK / 8, KS = BK / 16, ND = HD / 8;
+    static_assert(BQ == 16 * FLASH_WARPS && BK % 16 == 0, "dq: tile shape");
+    extern __shared__ flash_chunk flash_smem[];
+    bf16* sQ = reinterpret_cast<bf16*>(flash_smem); /* [BQ][LDS] */
+    bf16* sO = sQ + BQ * LDS;                        /* dout [BQ][LDS] */
+    bf16* sK = sO + BQ * LDS;                        /* [2][BK][LDS] */
+    bf16* sV = sK + 2 * BK * LDS;                    /* [2][BK][LDS] */
+    const int nqt = CEIL_DIV(T, BQ), nbh = B * H;
+    const int t0 = (nqt - 1 - (int)(blockIdx.x / nbh)) * BQ;
+    const int h = (int)(blockIdx.x % nbh) % H, b = (int)(blockIdx.x % nbh) / H, j = h / (H / KV);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3;
     const size_t ldq = (size_t)H * HD, ldk = (size_t)KV * HD;
     const bf16* kb = k + (size_t)b * T * ldk + (size_t)j * HD;
-    const bf16* vb = v + (size_t)b * T * ldk + (size_t)j * HD;
-    flash_load_tile<BQ, HD>(sQ, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
-    flash_load_tile<BQ, HD>(sdO, dout + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
-    const float* lr = lse + ((size_t)b * H + h) * T;
-    const float* dr = D + ((size_t)b * H + h) * T;
-    float L[RR], Dt[RR], acc[RR][CD];
+    const bf16* vb = v + (size_t)b * T * ldv + (size_t)j * HD;
+    const int last = min(t0 + BQ, T) - 1;
+    const int ntiles = last / BK + 1;
+    flash_cp_tile<BQ, HD>(sQ, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
+    flash_cp_tile<BQ, HD>(sO, dout + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
+    flash_cp_tile<BK, HD>(sK, kb, ldk, 0, T);
+    flash_cp_tile<BK, HD>(sV, vb, ldv, 0, T);
+    cp_async_commit();
+
+    const int r0 = t0 + 16 * warp;
+    const int trow[2] = {r0 + gq, r0 + gq + 8};
+    float L[2], Dt[2], acc[ND][4];
 #pragma unroll
-    for (int i = 0; i < RR; i++) {
-        const int t = t0 + ty * RR + i;
-        L[i] = t < T ? lr[t] : 0.0f;
-        Dt[i] = t < T ? dr[t] : 0.0f;
-#pragma unroll
-        for (int c = 0; c < CD; c++) acc[i][c] = 0.0f;
+    for (int r = 0; r < 2; r++) {
+        L[r] = trow[r] < T ? lse[((size_t)b * H + h) * T + trow[r]] : 0.0f;
+        Dt[r] = trow[r] < T ? D[((size_t)b * H + h) * T + trow[r]] : 0.0f;
     }
-    const int last = (t0 + BQ < T ? t0 + BQ : T) - 1;
-    for (int s0 = 0; s0 <= last; s0 += BK) {
-        __syncthreads();
-        flash_load_tile<BK, HD>(sK, kb, ldk, s0, T);
-        flash_load_tile<BK, HD>(sV, vb, ldk, s0, T);
-        __syncthreads();
-        float z[RR][CK], dp[RR][CK];
 #pragma unroll
-        for (int i = 0; i < RR; i++)
+    for (int nd = 0; nd < ND; nd++)
 #pragma unroll
-            for (int c = 0; c < CK; c++) { z[i][c] = 0.0f; dp[i][c] = 0.0f; }
-        flash_tile_nt<RR, CK, HD>(z, sQ, sK, tx, ty);
-        flash_tile_nt<RR, CK, HD>(dp, sdO, sV, tx, ty);
-#pragma unroll
-        for (int i = 0; i < RR; i++) {
-            const int t = t0 + ty * RR + i;
-#pragma unroll
-            for (int c = 0; c < CK; c++) {
-                const int s = s0 + tx + FLASH_TX * c;
-                float dz = 0.0f;
-                if (s <= t && t < T) {
-                    const float p = expf(z[i][c] * scale - L[i]);
-                    dz = p * (dp[i][c] - Dt[i]);
-                }
-                sZ[ty * RR + i][tx + FLASH_TX * c] = dz;
-            }
+        for (int e = 0; e < 4; e++) acc[nd][e] = 0.0f;
+    for (int it = 0; it < ntiles; it++) {
+        const int s0 = it * BK, buf = it & 1;
+        if (it + 1 < ntiles) {
+            flash_cp_tile<BK, HD>(sK + (buf ^ 1) * BK * LDS, kb, ldk, s0 + BK, T);
+            flash_cp_tile<BK, HD>(sV + (buf ^ 1) * BK * LDS, vb, ldv, s0 + BK, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
         __syncthreads();
-        flash_tile_nn<RR, BK, HD>(acc, sZ, sK, tx, ty);
+        float s[NB][4], dp[NB][4];
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) { s[nb][e] = 0.0f; dp[nb][e] = 0.0f; }
+        flash_mma_nt<NB, HD>(s, sQ + 16 * warp * LDS, sK + buf * BK * LDS, lane);  /* S = Q K^T */
+        flash_mma_nt<NB, HD>(dp, sO + 16 * warp * LDS, sV + buf * BK * LDS, lane); /* dP = dO V^T */
+        const bool masked = s0 + BK - 1 > r0;
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = s0 + 8 * nb + 2 * tq + (e & 1), row = trow[e >> 1];
+                const float p = expf(s[nb][e] * scale - L[e >> 1]);
+                float dz = p * (dp[nb][e] - Dt[e >> 1]);
+                if (masked && col > row) dz = 0.0f; /* keys s >= T are > every stored row: masked too */
+                s[nb][e] = dz;
+            }
+        uint32_t pa[KS][4];
+        flash_c_to_a<KS>(pa, s); /* dZ rounded to bf16: the A operand of dZ K */
+        flash_mma_nn<KS, HD>(acc, pa, sK + buf * BK * LDS, lane);
+        __syncthreads();
     }
 #pragma unroll
-    for (int i = 0; i < RR; i++) {
-        const int t = t0 + ty * RR + i;
-        if (t < T) flash_store_row<HD>(dq + ((size_t)b * T + t) * ldq + (size_t)h * HD, acc[i], scale, tx);
+    for (int r = 0; r < 2; r++) {
+        const int t = trow[r];
+        if (t < T) {
+            uint32_t* dst = reinterpret_cast<uint32_t*>(dq + ((size_t)b * T + t) * ldq + (size_t)h * HD) + tq;
+#pragma unroll
+            for (int nd = 0; nd < ND; nd++) dst[4 * nd] = pack_bf16x2(acc[nd][2 * r] * scale, acc[nd][2 * r + 1] * scale);
+        }
     }
 }
 
+/* the dk/dv kernel's query tile of iteration i (head h0 + i / ntq, query tile qt0 + i % ntq) into one
+ * buffer: Q and dout by cp.async (the caller commits), lse and D by plain loads (a row of lse starts
+ * 16-byte aligned only where T is a multiple of 4); all visible after the caller's next barrier */
+template <int BQ, int HD>
+__device__ __forceinline__ void flash_dkv_load_q(bf16* sQ, bf16* sO, float* sL, float* sD, const bf16* q, const bf16* dout, const float* lse,
+                                                 const float* D, int b, int h0, int qt0, int ntq, int i, int T, int H) {
+    const int h = h0 + i / ntq, t0 = (qt0 + i % ntq) * BQ;
+    const size_t ldq = (size_t)H * HD, row = ((size_t)b * H + h) * T;
+    flash_cp_tile<BQ, HD>(sQ, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
+    flash_cp_tile<BQ, HD>(sO, dout + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
+    for (int c = threadIdx.x; c < BQ; c += FLASH_THREADS) {
+        sL[c] = t0 + c < T ? lse[row + t0 + c] : 0.0f;
+        sD[c] = t0 + c < T ? D[row + t0 + c] : 0.0f;
+    }
+}
+
+/* grid: one block per (key tile, b, kv head j, split sp), 1-D, the key tile slowest and the first
+ * (heaviest: it meets every query tile) first. Split sp of nsplit handles the g / nsplit query heads
+ * h = j g + sp g / nsplit ...; nsplit 1: dk, dv written as bf16; else fp32 partials part[sp] (dk) and
+ * part[sp] + n (dv), n = B T KV HD, summed in split order by flash_attention_dkdv_sum_kernel. */
 template <int HD>
 __global__ void __launch_bounds__(FLASH_THREADS)
-flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const bf16* __restrict__ dout,
-                                     const float* __restrict__ lse, const float* __restrict__ D, const bf16* __restrict__ q,
-                                     const bf16* __restrict__ k, const bf16* __restrict__ v, int T, int H, int KV, float scale) {
-    constexpr int BK = FlashTiles<HD>::DKV_BK, BQ = FlashTiles<HD>::DKV_BQ;
-    constexpr int RR = BK / FLASH_TY, CQ = BQ / FLASH_TX, CD = HD / 16;
-    static_assert(BK % FLASH_TY == 0 && BQ % FLASH_TX == 0 && HD % 32 == 0, "tile shape");
-    static_assert(sizeof(flash_bf16x2) * FLASH_ROW(HD) * (2 * BK + 2 * BQ) + sizeof(float) * (2 * BK * (BQ + 1) + 2 * BQ) <=
-                      FLASH_STATIC_SMEM,
-                  "dk/dv: static shared memory over 48 KB");
-    __shared__ flash_bf16x2 sK[BK][FLASH_ROW(HD)];
-    __shared__ flash_bf16x2 sV[BK][FLASH_ROW(HD)];
-    __shared__ flash_bf16x2 sQ[BQ][FLASH_ROW(HD)];
-    __shared__ flash_bf16x2 sdO[BQ][FLASH_ROW(HD)];
-    __shared__ float sP[BK][BQ + 1];  /* P^T  [key][query] */
-    __shared__ float sZ[BK][BQ + 1];  /* dZ^T [key][query] */
-    __shared__ float sL[BQ], sD[BQ];  /* lse and D of the query tile's rows */
-    const int tx = threadIdx.x % FLASH_TX, ty = threadIdx.x / FLASH_TX;
-    const int s0 = blockIdx.x * BK; /* the first (heaviest) key tiles first */
-    const int j = blockIdx.y, b = blockIdx.z, g = H / KV;
-    const size_t ldq = (size_t)H * HD, ldk = (size_t)KV * HD;
-    flash_load_tile<BK, HD>(sK, k + (size_t)b * T * ldk + (size_t)j * HD, ldk, s0, T);
-    flash_load_tile<BK, HD>(sV, v + (size_t)b * T * ldk + (size_t)j * HD, ldk, s0, T);
-    float ak[RR][CD], av[RR][CD];
+flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, float* __restrict__ part,
+                                     const bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ D,
+                                     const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v, int B, int T,
+                                     int H, int KV, int ldv, int nsplit, float scale) {
+    constexpr int BK = FlashTiles<HD>::DKV_BK, BQ = FlashTiles<HD>::DKV_BQ, LDS = FLASH_LDS(HD);
+    constexpr int NB = BQ / 8, KS = BQ / 16, ND = HD / 8;
+    static_assert(BK == 16 * FLASH_WARPS && BQ % 16 == 0, "dk/dv: tile shape");
+    extern __shared__ flash_chunk flash_smem[];
+    bf16* sK = reinterpret_cast<bf16*>(flash_smem); /* [BK][LDS] */
+    bf16* sV = sK + BK * LDS;                        /* [BK][LDS] */
+    bf16* sQ = sV + BK * LDS;                        /* [2][BQ][LDS] */
+    bf16* sO = sQ + 2 * BQ * LDS;                    /* dout [2][BQ][LDS] */
+    float* sL = reinterpret_cast<float*>(sO + 2 * BQ * LDS); /* lse [2][BQ] */
+    float* sD = sL + 2 * BQ;                                  /* D [2][BQ] */
+    const int g = H / KV, hps = g / nsplit, ny = B * KV * nsplit;
+    const int s0 = (int)(blockIdx.x / ny) * BK;
+    const int sp = (int)(blockIdx.x % ny) % nsplit, j = (int)(blockIdx.x % ny) / nsplit % KV, b = (int)(blockIdx.x % ny) / (nsplit * KV);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3;
+    const size_t ldk = (size_t)KV * HD;
+    const int qt0 = s0 / BQ, ntq = CEIL_DIV(T, BQ) - qt0; /* the query tiles from the diagonal on */
+    const int n = hps * ntq, h0 = j * g + sp * hps;        /* iterations: (head, query tile), tiles fastest */
+    flash_cp_tile<BK, HD>(sK, k + (size_t)b * T * ldk + (size_t)j * HD, ldk, s0, T);
+    flash_cp_tile<BK, HD>(sV, v + (size_t)b * T * ldv + (size_t)j * HD, ldv, s0, T);
+    flash_dkv_load_q<BQ, HD>(sQ, sO, sL, sD, q, dout, lse, D, b, h0, qt0, ntq, 0, T, H);
+    cp_async_commit();
+
+    const int k0 = s0 + 16 * warp;               /* the warp's first key */
+    const int srow[2] = {k0 + gq, k0 + gq + 8};  /* this lane's two keys */
+    float ak[ND][4], av[ND][4];
 #pragma unroll
-    for (int i = 0; i < RR; i++)
+    for (int nd = 0; nd < ND; nd++)
 #pragma unroll
-        for (int c = 0; c < CD; c++) { ak[i][c] = 0.0f; av[i][c] = 0.0f; }
-    for (int h = j * g; h < j * g + g; h++) {
-        const bf16* qb = q + (size_t)b * T * ldq + (size_t)h * HD;
-        const bf16* ob = dout + (size_t)b * T * ldq + (size_t)h * HD;
-        const float* lr = lse + ((size_t)b * H + h) * T;
-        const float* dr = D + ((size_t)b * H + h) * T;
-        for (int t0 = s0 / BQ * BQ; t0 < T; t0 += BQ) { /* the query tiles from the diagonal on */
-            __syncthreads(); /* the previous tile's reads of sQ, sdO, sP, sZ, sL, sD are done */
-            flash_load_tile<BQ, HD>(sQ, qb, ldq, t0, T);
-            flash_load_tile<BQ, HD>(sdO, ob, ldq, t0, T);
-            for (int i = threadIdx.x; i < BQ; i += FLASH_THREADS) {
-                sL[i] = t0 + i < T ? lr[t0 + i] : 0.0f;
-                sD[i] = t0 + i < T ? dr[t0 + i] : 0.0f;
+        for (int e = 0; e < 4; e++) { ak[nd][e] = 0.0f; av[nd][e] = 0.0f; }
+    for (int it = 0; it < n; it++) {
+        const int buf = it & 1, t0 = (qt0 + it % ntq) * BQ;
+        if (it + 1 < n) {
+            flash_dkv_load_q<BQ, HD>(sQ + (buf ^ 1) * BQ * LDS, sO + (buf ^ 1) * BQ * LDS, sL + (buf ^ 1) * BQ, sD + (buf ^ 1) * BQ, q,
+                                     dout, lse, D, b, h0, qt0, ntq, it + 1, T, H);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16* q_ = sQ + buf * BQ * LDS;
+        const bf16* o_ = sO + buf * BQ * LDS;
+        const float* L = sL + buf * BQ;
+        const float* Dq = sD + buf * BQ;
+        float s[NB][4], dp[NB][4];
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) { s[nb][e] = 0.0f; dp[nb][e] = 0.0f; }
+        flash_mma_nt<NB, HD>(s, sK + 16 * warp * LDS, q_, lane);  /* S^T = K Q^T [key][query] */
+        flash_mma_nt<NB, HD>(dp, sV + 16 * warp * LDS, o_, lane); /* dP^T = V dO^T */
+        const bool masked = t0 < k0 + 15 || t0 + BQ > T;
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int c = 8 * nb + 2 * tq + (e & 1), t = t0 + c, srw = srow[e >> 1];
+                float p = expf(s[nb][e] * scale - L[c]);
+                float dz = p * (dp[nb][e] - Dq[c]);
+                if (masked && (t < srw || t >= T)) { p = 0.0f; dz = 0.0f; }
+                s[nb][e] = p;
+                dp[nb][e] = dz;
             }
-            __syncthreads();
-            float z[RR][CQ], dp[RR][CQ];
+        uint32_t pp[KS][4], pz[KS][4];
+        flash_c_to_a<KS>(pp, s);  /* P^T rounded to bf16 */
+        flash_c_to_a<KS>(pz, dp); /* dZ^T rounded to bf16 */
+        flash_mma_nn<KS, HD>(av, pp, o_, lane); /* dv += P^T dO */
+        flash_mma_nn<KS, HD>(ak, pz, q_, lane); /* dk += dZ^T Q */
+        __syncthreads();
+    }
+    const size_t nel = (size_t)B * T * ldk;
 #pragma unroll
-            for (int i = 0; i < RR; i++)
+    for (int r = 0; r < 2; r++) {
+        const int s = srow[r];
+        if (s >= T) continue;
+        const size_t off = ((size_t)b * T + s) * ldk + (size_t)j * HD + 2 * tq;
+        if (nsplit == 1) {
+            uint32_t* dkr = reinterpret_cast<uint32_t*>(dk + off);
+            uint32_t* dvr = reinterpret_cast<uint32_t*>(dv + ((size_t)b * T + s) * ldv + (size_t)j * HD + 2 * tq);
 #pragma unroll
-                for (int c = 0; c < CQ; c++) { z[i][c] = 0.0f; dp[i][c] = 0.0f; }
-            flash_tile_nt<RR, CQ, HD>(z, sK, sQ, tx, ty);   /* S^T[s][t] = k_s . q_t */
-            flash_tile_nt<RR, CQ, HD>(dp, sV, sdO, tx, ty); /* dP^T[s][t] = v_s . dout_t */
-#pragma unroll
-            for (int i = 0; i < RR; i++) {
-                const int s = s0 + ty * RR + i;
-#pragma unroll
-                for (int c = 0; c < CQ; c++) {
-                    const int tl = tx + FLASH_TX * c, t = t0 + tl;
-                    float p = 0.0f, dz = 0.0f;
-                    if (s <= t && t < T) {
-                        p = expf(z[i][c] * scale - sL[tl]);
-                        dz = p * (dp[i][c] - sD[tl]);
-                    }
-                    sP[ty * RR + i][tl] = p;
-                    sZ[ty * RR + i][tl] = dz;
-                }
+            for (int nd = 0; nd < ND; nd++) {
+                dkr[4 * nd] = pack_bf16x2(ak[nd][2 * r] * scale, ak[nd][2 * r + 1] * scale);
+                dvr[4 * nd] = pack_bf16x2(av[nd][2 * r], av[nd][2 * r + 1]);
             }
-            __syncthreads();
-            flash_tile_nn<RR, BQ, HD>(av, sP, sdO, tx, ty); /* dv += P^T dout */
-            flash_tile_nn<RR, BQ, HD>(ak, sZ, sQ, tx, ty);  /* dk += dZ^T q */
+        } else {
+            flash_f2* pk = reinterpret_cast<flash_f2*>(part + (size_t)sp * 2 * nel + off);
+            flash_f2* pv = reinterpret_cast<flash_f2*>(part + (size_t)sp * 2 * nel + nel + off);
+#pragma unroll
+            for (int nd = 0; nd < ND; nd++) {
+                pk[4 * nd] = flash_f2{ak[nd][2 * r], ak[nd][2 * r + 1]};
+                pv[4 * nd] = flash_f2{av[nd][2 * r], av[nd][2 * r + 1]};
+            }
         }
     }
-#pragma unroll
-    for (int i = 0; i < RR; i++) {
-        const int s = s0 + ty * RR + i;
-        if (s < T) {
-            const size_t off = ((size_t)b * T + s) * ldk + (size_t)j * HD;
-            flash_store_row<HD>(dk + off, ak[i], scale, tx);
-            flash_store_row<HD>(dv + off, av[i], 1.0f, tx);
-        }
+}
+
+/* dk = bf16(scale sum_sp part[sp]), dv = bf16(sum_sp part[sp] + n), sp ascending; 4 elements a thread */
+__global__ void flash_attention_dkdv_sum_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const float* __restrict__ part, size_t n,
+                                                int kvhd, int ldv, int nsplit, float scale) {
+    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i >= n) return;
+    flash_f4 sk = reinterpret_cast<const flash_f4*>(part + i)[0], sv = reinterpret_cast<const flash_f4*>(part + n + i)[0];
+    for (int s = 1; s < nsplit; s++) {
+        const flash_f4 xk = reinterpret_cast<const flash_f4*>(part + (size_t)s * 2 * n + i)[0];
+        const flash_f4 xv = reinterpret_cast<const flash_f4*>(part + (size_t)s * 2 * n + n + i)[0];
+        sk.x += xk.x; sk.y += xk.y; sk.z += xk.z; sk.w += xk.w;
+        sv.x += xv.x; sv.y += xv.y; sv.z += xv.z; sv.w += xv.w;
     }
+    uint32_t* dkw = reinterpret_cast<uint32_t*>(dk + i);
+    dkw[0] = pack_bf16x2(sk.x * scale, sk.y * scale);
+    dkw[1] = pack_bf16x2(sk.z * scale, sk.w * scale);
+    const size_t row = i / kvhd, col = i % kvhd; /* kvhd % 4 == 0: the 4 stay in one row */
+    uint32_t* dvw = reinterpret_cast<uint32_t*>(dv + row * ldv + col);
+    dvw[0] = pack_bf16x2(sv.x, sv.y);
+    dvw[1] = pack_bf16x2(sv.z, sv.w);
 }
 
 /* -------------------------------------------------------------------------------- launchers */
-static void flash_attention_check_args(const char* who, int B, int T, int H, int KV, int hd) {
-    if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || H % KV != 0 || B > 65535 || H > 65535)
+static void flash_attention_check_args(const char* who, int B, int T, int H, int KV, int hd, int ldv, const void* const* ptrs, int nptr) {
+    if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || H % KV != 0 || (long long)B * H * CEIL_DIV(T, 16) > 0x7fffffffLL)
         tsdc_fail("%s: bad shape B %d T %d H %d KV %d hd %d (all > 0, H a multiple of KV)", who, B, T, H, KV, hd);
     if (!flash_attention_supported(hd)) tsdc_fail("%s: head_dim %d (the fused kernels take 32, 64 or 128)", who, hd);
+    if (ldv < KV * hd || ldv % 8 != 0)
+        tsdc_fail("%s: ldv %d (the elements between tokens of v: >= KV*hd = %d and a multiple of 8)", who, ldv, KV * hd);
+    for (int i = 0; i < nptr; i++)
+        if ((uintptr_t)ptrs[i] % 16 != 0) tsdc_fail("%s: tensor argument %d not 16-byte aligned (cp.async reads 16 bytes)", who, i);
+}
+
+/* the dynamic shared-memory opt-in above 48 KB, once per kernel */
+template <class K> static void flash_smem_optin(K* kernel, int bytes, int* done) {
+    if (bytes > FLASH_STATIC_SMEM && !*done) {
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        *done = 1;
+    }
+}
+
+/* the number of splits of the g query heads of a kv group in the dk/dv grid: the smallest divisor of g
+ * that gives FLASH_DKV_MIN_BLOCKS blocks (g itself if none does) */
+static int flash_dkdv_splits(int B, int T, int KV, int g, int bk) {
+    const long long blocks = (long long)CEIL_DIV(T, bk) * KV * B;
+    for (int s = 1; s < g; s++)
+        if (g % s == 0 && blocks * s >= FLASH_DKV_MIN_BLOCKS) return s;
+    return g;
 }
 
 template <int HD>
 static void flash_attention_forward_hd(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV,
-                                       cudaStream_t stream) {
-    const dim3 grid((unsigned)CEIL_DIV(T, (int)FlashTiles<HD>::FWD_BQ), (unsigned)H, (unsigned)B);
-    flash_attention_forward_kernel<HD><<<grid, FLASH_THREADS, 0, stream>>>(out, lse, q, k, v, T, H, KV, 1.0f / sqrtf((float)HD));
+                                       int ldv, cudaStream_t stream) {
+    static int optin = 0;
+    const int smem = flash_fwd_smem<HD>();
+    flash_smem_optin(flash_attention_forward_kernel<HD>, smem, &optin);
+    const unsigned grid = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::FWD_BQ) * B * H);
+    flash_attention_forward_kernel<HD><<<grid, FLASH_THREADS, smem, stream>>>(out, lse, q, k, v, B, T, H, KV, ldv, 1.0f / sqrtf((float)HD));
     cudaCheck(cudaGetLastError());
 }
 
 template <int HD>
-static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const float* lse, const float* D,
-                                        const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, cudaStream_t stream) {
+static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const float* lse, float* ws, const bf16* q,
+                                        const bf16* k, const bf16* v, int B, int T, int H, int KV, int ldv, int nsplit, cudaStream_t stream) {
+    static int optin_dq = 0, optin_dkv = 0;
     const float scale = 1.0f / sqrtf((float)HD);
-    const dim3 gq((unsigned)CEIL_DIV(T, (int)FlashTiles<HD>::DQ_BQ), (unsigned)H, (unsigned)B);
-    flash_attention_backward_dq_kernel<HD><<<gq, FLASH_THREADS, 0, stream>>>(dq, dout, lse, D, q, k, v, T, H, KV, scale);
+    const size_t rows = (size_t)B * T * H, nel = (size_t)B * T * KV * HD;
+    const float* D = ws;
+    float* part = ws + CEIL_DIV(rows, (size_t)4) * 4;
+    const int smq = flash_dq_smem<HD>(), smk = flash_dkv_smem<HD>();
+    flash_smem_optin(flash_attention_backward_dq_kernel<HD>, smq, &optin_dq);
+    flash_smem_optin(flash_attention_backward_dkdv_kernel<HD>, smk, &optin_dkv);
+    const unsigned gq = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::DQ_BQ) * B * H);
+    flash_attention_backward_dq_kernel<HD><<<gq, FLASH_THREADS, smq, stream>>>(dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale);
     cudaCheck(cudaGetLastError());
-    const dim3 gk((unsigned)CEIL_DIV(T, (int)FlashTiles<HD>::DKV_BK), (unsigned)KV, (unsigned)B);
-    flash_attention_backward_dkdv_kernel<HD><<<gk, FLASH_THREADS, 0, stream>>>(dk, dv, dout, lse, D, q, k, v, T, H, KV, scale);
+    const unsigned gk = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::DKV_BK) * B * KV * nsplit);
+    flash_attention_backward_dkdv_kernel<HD><<<gk, FLASH_THREADS, smk, stream>>>(dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV, ldv,
+                                                                                 nsplit, scale);
     cudaCheck(cudaGetLastError());
+    if (nsplit > 1) {
+        flash_attention_dkdv_sum_kernel<<<(unsigned)CEIL_DIV(nel / 4, (size_t)256), 256, 0, stream>>>(dk, dv, part, nel, KV * HD, ldv, nsplit,
+                                                                                                       scale);
+        cudaCheck(cudaGetLastError());
+    }
 }
 
-/* out [B,T,H*hd] bf16 and lse [B,H,T] fp32 from q [B,T,H*hd], k, v [B,T,KV*hd] */
+/* out [B,T,H*hd] bf16 and lse [B,H,T] fp32 from q [B,T,H*hd], k [B,T,KV*hd] and v (token stride ldv) */
 static void flash_attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV,
-                                    int hd, cudaStream_t stream) {
-    flash_attention_check_args("flash_attention_forward", B, T, H, KV, hd);
-    if (hd == 32) flash_attention_forward_hd<32>(out, lse, q, k, v, B, T, H, KV, stream);
-    else if (hd == 64) flash_attention_forward_hd<64>(out, lse, q, k, v, B, T, H, KV, stream);
-    else flash_attention_forward_hd<128>(out, lse, q, k, v, B, T, H, KV, stream);
+                                    int hd, int ldv, cudaStream_t stream) {
+    const void* ptrs[] = {out, q, k, v};
+    flash_attention_check_args("flash_attention_forward", B, T, H, KV, hd, ldv, ptrs, 4);
+    if (hd == 32) flash_attention_forward_hd<32>(out, lse, q, k, v, B, T, H, KV, ldv, stream);
+    else if (hd == 64) flash_attention_forward_hd<64>(out, lse, q, k, v, B, T, H, KV, ldv, stream);
+    else flash_attention_forward_hd<128>(out, lse, q, k, v, B, T, H, KV, ldv, stream);
 }
 
-/* dq [B,T,H*hd], dk, dv [B,T,KV*hd] overwritten, from dout and the forward's out and lse */
+/* dq [B,T,H*hd], dk [B,T,KV*hd], dv (token stride ldv) overwritten, from dout and the forward's out and lse */
 static void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* out, const float* lse,
-                                     const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd,
+                                     const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int ldv,
                                      cudaStream_t stream) {
-    flash_attention_check_args("flash_attention_backward", B, T, H, KV, hd);
-    const size_t rows = (size_t)B * T * H;
-    float* D = cuda_workspace_f32(FLASH_SLOT_D, rows);
-    flash_attention_rowdot_kernel<<<(unsigned)CEIL_DIV(rows, (size_t)8), 256, 0, stream>>>(D, dout, out, B, T, H, hd);
+    const void* ptrs[] = {dq, dk, dv, dout, q, k, v};
+    flash_attention_check_args("flash_attention_backward", B, T, H, KV, hd, ldv, ptrs, 7);
+    const size_t rows = (size_t)B * T * H, nel = (size_t)B * T * KV * hd;
+    const int g = H / KV, nsplit = flash_dkdv_splits(B, T, KV, g, 64);
+    float* ws = cuda_workspace_f32(FLASH_SLOT, CEIL_DIV(rows, (size_t)4) * 4 + (nsplit > 1 ? 2 * (size_t)nsplit * nel : 0));
+    flash_attention_rowdot_kernel<<<(unsigned)CEIL_DIV(rows, (size_t)8), 256, 0, stream>>>(ws, dout, out, B, T, H, hd);
     cudaCheck(cudaGetLastError());
-    if (hd == 32) flash_attention_backward_hd<32>(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, stream);
-    else if (hd == 64) flash_attention_backward_hd<64>(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, stream);
-    else flash_attention_backward_hd<128>(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, stream);
+    if (hd == 32) flash_attention_backward_hd<32>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, stream);
+    else if (hd == 64) flash_attention_backward_hd<64>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, stream);
+    else flash_attention_backward_hd<128>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, stream);
 }
 
 #endif

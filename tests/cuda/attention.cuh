@@ -259,32 +259,47 @@ static void test_attention_split(void) {
 }
 
 /* the fused attention (llmc/cuda/flash_attention.cuh) against the CPU's attention_forward / attention_backward
- * (fp32, from the same bf16 q, k, v, dout), for determinism, and against the materialised path.
- * Bounds per element, derived from the fp32 arithmetic of both sides (u = 2^-24), on top of 1 bf16 ulp
- * for the GPU's final rounding; each side errs by at most the bound, so the difference gets both:
- *   z[t,s]  error ez = (hd + 4) u scale sum_d |q k| on either side; EZ[t] its max over s <= t;
+ * (fp32, from the same bf16 q, k, v, dout), for determinism, for a strided v, and against the materialised path.
+ * Bounds per element, derived from the arithmetic of both sides (u = 2^-24, the fp32 unit roundoff; ub = 2^-8,
+ * bf16's), on top of 1 bf16 ulp for the GPU's final rounding; each side errs by at most its bound, so the
+ * difference gets both. The GPU's tile products are mma.sync m16n8k16: bf16 operands, products exact in fp32,
+ * accumulated in fp32 in k-blocks of 16 whose internal rounding NVIDIA does not document (it may truncate), so
+ * a dot of n terms there errs by at most 2 (n + 16) u sum |terms| (twice the round-to-nearest bound of n + 16
+ * sequential additions); the CPU's sequential fp32 dot by (n + 4) u sum |terms|, below that.
+ *   z[t,s]  ez = 2 (hd + 16) u scale sum_d |q k| per side; EZ[t] its max over s <= t;
  *   p       relative error eP[t] = 2 (2 EZ[t] + (T + 16) u)   (numerator and normaliser, exp, sums);
- *   out     (eP[t] + 2 (T + 4) u) sum_s p |v|;   lse: 2 EZ[t] + (2 T + 16) u + 8 u |lse|;
- *   D[t]    the GPU's from its bf16 out: sum_d |dout| (2^-8 |out| + out's bound) + 2 (T + hd + 4) u (sum_s p |dP| + sum_d |dout out|);
- *   dZ[t,s] p ((eP + 4u) |dP - D| + 2 (hd + 2) u sum_d |dout v| + dD + 2u (|dP| + |D|));
- *   dq      scale sum_s (dZ's bound + 2 (T + 4) u |dZ|) |k|;  dk likewise over (h, t) (g T terms) with |q|;
- *   dv      sum_(h,t) p (eP + 2 (g T + 4) u) |dout|.
+ *   out     (eP[t] + ub + 2 (T + 16) u) sum_s p |v|: the GPU rounds P (unnormalised, each term relative ub)
+ *           to bf16 as the A operand of P V and normalises by the row sum of the unrounded P;
+ *   lse     2 EZ[t] + (2 T + 16) u + 8 u |lse|  (fp32 sums and log on both sides);
+ *   D[t]    the GPU's from its bf16 out: sum_d |dout| (2^-8 |out| + out's bound) + 2 (T + hd + 16) u (sum_s p |dP| + sum_d |dout out|);
+ *   dZ[t,s] p ((eP + 4u) |dP - D| + 2 (hd + 16) u sum_d |dout v| + dD + 2u (|dP| + |D|));
+ *   dq      scale sum_s (dZ's bound + (ub + 2 (T + 16) u) |dZ|) |k|  (dZ rounded to bf16 as the A operand of dZ K);
+ *   dk      likewise over (h, t) (g T terms) with |q|;   dv  sum_(h,t) p (eP + ub + 2 (g T + 16) u) |dout|  (P^T rounded).
  * Against the materialised path (which multiplies bf16 probs and bf16 dlogits, bounded in test_attention
- * by 2^-8 max|v| for out, 2^-6 max|ref| for dq and dk, 2^-9 sum p |dout| for dv): the sum of both bounds,
- * 2 ulps. All with relative L2 < 1e-2. */
+ * by 2^-8 max|v| for out, 2^-6 max|ref| for dq and dk, 2^-8 sum p |dout| for dv): the sum of both bounds,
+ * 2 ulps. All with relative L2 < 1e-2. The cases: head_dim 32, 64, 128; MHA and GQA (g 2, 4); T 37, 50, 70,
+ * 100, 130, none a multiple of the 64-row tiles; the dk/dv head split at 1 (MHA), 2 of g 4 (B 33: 132 key blocks)
+ * and g (the small grids); v and dv as strided views of a fused [B*T, (H + 2 KV) hd] buffer (bitwise the
+ * contiguous run, the other columns never read: NaN there, and never written: still the poison). */
 /* Catches: an online softmax that rescales wrongly across tiles, the causal skip dropping a diagonal tile, T not a
- * multiple of the tile mishandled, a dK/dV or dQ order that changes between runs (atomics), a GQA mapping error. */
+ * multiple of the tile mishandled, a P / dZ fragment handed to the wrong mma operand position, a cp.async tile
+ * read before its wait, a dK/dV or dQ order that changes between runs (atomics), a head split summed out of
+ * order, a GQA mapping error, a strided v read or dv written at the contiguous stride. */
+static uint16_t* dl_bits(const bf16* d, size_t n);
 static void test_flash_attention(void) {
-    printf("fused attention (llmc/cuda/flash_attention.cuh) vs attention_forward / attention_backward, determinism, vs llmc/cuda/attention.cuh\n");
-    struct { int B, T, H, KV, hd; } cases[] = {
-        {2, 37, 4, 2, 64}, {1, 130, 8, 2, 64}, {2, 37, 4, 4, 128}, {1, 130, 4, 2, 128}, {1, 100, 8, 2, 128}, {1, 70, 4, 1, 32}};
-    const double u = ldexp(1.0, -24);
+    printf("fused attention (llmc/cuda/flash_attention.cuh) vs attention_forward / attention_backward, determinism, strided v,\n"
+           "  vs llmc/cuda/attention.cuh\n");
+    struct { int B, T, H, KV, hd, strided; } cases[] = {
+        {2, 37, 4, 2, 64, 0}, {1, 130, 8, 2, 64, 1}, {2, 37, 4, 4, 128, 0}, {1, 130, 4, 2, 128, 1}, {1, 100, 8, 2, 128, 0},
+        {1, 70, 4, 1, 32, 1}, {33, 50, 16, 4, 32, 0}};
+    const double u = ldexp(1.0, -24), ub = ldexp(1.0, -8);
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const int B = cases[ci].B, T = cases[ci].T, H = cases[ci].H, KV = cases[ci].KV, hd = cases[ci].hd, g = H / KV;
         const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T, nr = (size_t)B * H * T;
         const size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
         const float scale = 1.0f / sqrtf((float)hd);
-        printf("  B %d T %d H %d KV %d hd %d (g %d)\n", B, T, H, KV, hd, g);
+        printf("  B %d T %d H %d KV %d hd %d (g %d; dk/dv: %d head split%s)%s\n", B, T, H, KV, hd, g, flash_dkdv_splits(B, T, KV, g, 64),
+               flash_dkdv_splits(B, T, KV, g, 64) > 1 ? "s" : "", cases[ci].strided ? ", strided v" : "");
         float* q = h_normal(nq, 1.5, 0.0, 1);
         float* k = h_normal(nk, 1.0, 0.0, 1);
         float* v = h_normal(nk, 1.0, 0.0, 1);
@@ -292,7 +307,7 @@ static void test_flash_attention(void) {
         bf16 *dq_in = d_bf16(q, nq), *dk_in = d_bf16(k, nk), *dv_in = d_bf16(v, nk), *dgo = d_bf16(go, nq);
         bf16* gout = d_bf16_poison(nq);
         float* glse = d_f32_poison(nr);
-        flash_attention_forward(gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, g_s);
+        flash_attention_forward(gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s);
         Written wo, wl;
         float* out = dl_bf16(gout, nq, &wo);
         float* lse = dl_f32(glse, nr, &wl);
@@ -316,7 +331,7 @@ static void test_flash_attention(void) {
                         const float* kk = k + ((size_t)b * T + s) * ks + (size_t)(h / g) * hd;
                         double a = 0;
                         for (int i = 0; i < hd; i++) a += fabs((double)qt[i] * kk[i]);
-                        EZ = fmax(EZ, (hd + 4) * u * scale * a);
+                        EZ = fmax(EZ, 2 * (hd + 16) * u * scale * a);
                         mx = fmax(mx, lr[s]);
                     }
                     for (int s = 0; s <= t; s++) sum += exp(lr[s] - mx);
@@ -327,7 +342,7 @@ static void test_flash_attention(void) {
                         double spv = 0;
                         for (int s = 0; s <= t; s++)
                             spv += rpr[r * T + s] * fabs((double)v[((size_t)b * T + s) * ks + (size_t)(h / g) * hd + i]);
-                        mout[((size_t)b * T + t) * qs + (size_t)h * hd + i] = (float)((eP[r] + 2 * (T + 4) * u) * spv);
+                        mout[((size_t)b * T + t) * qs + (size_t)h * hd + i] = (float)((eP[r] + ub + 2 * (T + 16) * u) * spv);
                     }
                 }
         compare("forward out", out, rout, nq, tol_bf16_mag(mout, 1.0), &wo);
@@ -335,7 +350,7 @@ static void test_flash_attention(void) {
 
         /* backward from the forward's own out and lse */
         bf16 *gdq = d_bf16_poison(nq), *gdk = d_bf16_poison(nk), *gdv = d_bf16_poison(nk);
-        flash_attention_backward(gdq, gdk, gdv, dgo, gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, g_s);
+        flash_attention_backward(gdq, gdk, gdv, dgo, gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s);
         Written wq, wk, wv;
         float* xdq = dl_bf16(gdq, nq, &wq);
         float* xdk = dl_bf16(gdk, nk, &wk);
@@ -370,14 +385,14 @@ static void test_flash_attention(void) {
                         dDo += fabs((double)dot_[i]) * (ldexp(1.0, -8) * fabs((double)ot[i]) + mo[i]);
                     }
                     Dx[r] = D;
-                    dD[r] = dDo + 2 * (T + hd + 4) * u * (spdp + sdo);
+                    dD[r] = dDo + 2 * (T + hd + 16) * u * (spdp + sdo);
                     for (int s = 0; s <= t; s++) {
                         const double p = rpr[r * T + s];
                         const double dz = p * fabs(dP[s] - D);
-                        const double edz = p * ((eP[r] + 4 * u) * fabs(dP[s] - D) + 2 * (hd + 2) * u * adP[s] + dD[r] + 2 * u * (fabs(dP[s]) + fabs(D)));
+                        const double edz = p * ((eP[r] + 4 * u) * fabs(dP[s] - D) + 2 * (hd + 16) * u * adP[s] + dD[r] + 2 * u * (fabs(dP[s]) + fabs(D)));
                         const size_t ko = ((size_t)b * T + s) * ks + (size_t)(h / g) * hd;
-                        const double wq_ = scale * (edz + 2 * (T + 4) * u * dz), wk_ = scale * (edz + 2 * (g * T + 4) * u * dz);
-                        const double wv_ = p * (eP[r] + 2 * (g * T + 4) * u);
+                        const double wq_ = scale * (edz + (ub + 2 * (T + 16) * u) * dz), wk_ = scale * (edz + (ub + 2 * (g * T + 16) * u) * dz);
+                        const double wv_ = p * (eP[r] + ub + 2 * (g * T + 16) * u);
                         for (int i = 0; i < hd; i++) {
                             mdq[((size_t)b * T + t) * qs + (size_t)h * hd + i] += (float)(wq_ * fabs((double)k[ko + i]));
                             mdk[ko + i] += (float)(wk_ * fabs((double)qt[i]));
@@ -393,8 +408,8 @@ static void test_flash_attention(void) {
         /* determinism: a second forward and backward into fresh (poisoned) buffers, bitwise */
         bf16 *gout2 = d_bf16_poison(nq), *gdq2 = d_bf16_poison(nq), *gdk2 = d_bf16_poison(nk), *gdv2 = d_bf16_poison(nk);
         float* glse2 = d_f32_poison(nr);
-        flash_attention_forward(gout2, glse2, dq_in, dk_in, dv_in, B, T, H, KV, hd, g_s);
-        flash_attention_backward(gdq2, gdk2, gdv2, dgo, gout2, glse2, dq_in, dk_in, dv_in, B, T, H, KV, hd, g_s);
+        flash_attention_forward(gout2, glse2, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s);
+        flash_attention_backward(gdq2, gdk2, gdv2, dgo, gout2, glse2, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s);
         float* out2 = dl_bf16(gout2, nq, NULL);
         float* lse2 = dl_f32(glse2, nr, NULL);
         float* xdq2 = dl_bf16(gdq2, nq, NULL);
@@ -403,6 +418,42 @@ static void test_flash_attention(void) {
         int same = !memcmp(out2, out, nq * 4) && !memcmp(lse2, lse, nr * 4) && !memcmp(xdq2, xdq, nq * 4) && !memcmp(xdk2, xdk, nk * 4) &&
                    !memcmp(xdv2, xdv, nk * 4);
         check(same, "    determinism: a second forward + backward, out lse dq dk dv bitwise equal: %s", same ? "yes" : "NO");
+
+        /* strided v / dv: columns (H + KV) hd .. (H + 2 KV) hd of a [B*T, (H + 2 KV) hd] buffer, NaN elsewhere
+         * in v (never read) and the poison elsewhere in dv (never written); the results bitwise the contiguous run's */
+        if (cases[ci].strided) {
+            const int ldv = (H + 2 * KV) * hd;
+            const size_t nv = (size_t)B * T * ldv, voff = (size_t)(H + KV) * hd;
+            float* vs = h_alloc(nv);
+            for (size_t i = 0; i < nv; i++) vs[i] = NAN;
+            for (size_t r = 0; r < (size_t)B * T; r++) memcpy(vs + r * ldv + voff, v + r * ks, ks * sizeof(float));
+            bf16* dvs = d_bf16(vs, nv);
+            bf16 *gout3 = d_bf16_poison(nq), *gdq3 = d_bf16_poison(nq), *gdk3 = d_bf16_poison(nk), *gdv3 = d_bf16_poison(nv);
+            float* glse3 = d_f32_poison(nr);
+            flash_attention_forward(gout3, glse3, dq_in, dk_in, dvs + voff, B, T, H, KV, hd, ldv, g_s);
+            flash_attention_backward(gdq3, gdk3, gdv3 + voff, dgo, gout3, glse3, dq_in, dk_in, dvs + voff, B, T, H, KV, hd, ldv, g_s);
+            Written w3;
+            float* out3 = dl_bf16(gout3, nq, NULL);
+            float* lse3 = dl_f32(glse3, nr, NULL);
+            float* xdq3 = dl_bf16(gdq3, nq, NULL);
+            float* xdk3 = dl_bf16(gdk3, nk, NULL);
+            uint16_t* dv3 = dl_bits(gdv3, nv);
+            size_t vdiff = 0, touched = 0;
+            for (size_t r = 0; r < (size_t)B * T; r++)
+                for (size_t c = 0; c < (size_t)ldv; c++) {
+                    const uint16_t x = dv3[r * ldv + c];
+                    if (c >= voff && c < voff + ks) vdiff += f32_bits(bf16_bits_to_f32(x)) != f32_bits(xdv[r * ks + c - voff]);
+                    else touched += x != 0xFFFF;
+                }
+            const int sv = !memcmp(out3, out, nq * 4) && !memcmp(lse3, lse, nr * 4) && !memcmp(xdq3, xdq, nq * 4) && !memcmp(xdk3, xdk, nk * 4) &&
+                           vdiff == 0;
+            check(sv, "    strided v (ldv %d): out lse dq dk dv bitwise the contiguous run's: %s (%zu dv elements differ)", ldv, sv ? "yes" : "NO",
+                  vdiff);
+            w3.overrun = guard_overrun(gdv3, nv);
+            check(touched == 0 && w3.overrun == 0, "    strided dv: the other columns of the fused buffer untouched: %zu written, %zu guard elements",
+                  touched, w3.overrun);
+            FREE_ALL(vs, out3, lse3, xdq3, xdk3, dv3);
+        }
 
         /* against the materialised path on the same inputs (its backward from its own bf16 probs) */
         bf16 *mgo = d_bf16_poison(nq), *mgl = d_bf16_poison(na), *mgp = d_bf16_poison(na);
@@ -432,7 +483,6 @@ static void test_flash_attention(void) {
         dfree_all();
     }
 }
-
 /* ------------------------------------------------------------- attention in chunks (attention.cuh) */
 /* B*H*T^2 > ATTN_CHUNK_FLOATS (2^26): attention_forward / attention_backward process the batch in chunks of
  * nb sequences (here B 3, H 2, T 4096: nb 2, chunks of 2 and 1). Each sequence is independent, so the
