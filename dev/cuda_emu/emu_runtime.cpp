@@ -401,6 +401,15 @@ enum FState { F_NEW = 0, F_READY, F_RUNNING, F_BARRIER, F_WARP, F_DONE };
 
 struct Stack { char* base; size_t len; char* top; };
 
+/* one pending cp.async: the 16 bytes it will write (read from the source at the issue), where, its group */
+struct CpAsync {
+    unsigned char data[16];
+    char* dst;
+    unsigned group;
+    int line;
+    const char* file;
+};
+
 struct Fiber : emu::ThreadCtx {
     int lin;
     int state;
@@ -414,6 +423,13 @@ struct Fiber : emu::ThreadCtx {
     /* the call site of the warp op or barrier it waits at */
     const char* file;
     int line;
+    /* a tensor-core collective's operands: pointers into the lane's own frame (valid while it waits) */
+    const void* wop[4];
+    /* cp.async: the copies issued and not yet landed (from cp_head on, in issue order) and the number of
+     * groups committed so far (the open group's number) */
+    std::vector<CpAsync> cpq;
+    size_t cp_head;
+    unsigned cp_groups;
 #ifdef EMU_UCONTEXT
     ucontext_t uc;
 #endif
@@ -455,6 +471,9 @@ struct Worker {
     std::vector<int> order;
     char* arena = nullptr;
     Block block;
+    /* the device buffer the last cp.async source lay in (no buffer is freed while a launch runs) */
+    const char* src_lo = nullptr;
+    const char* src_hi = nullptr;
     char* altstack = nullptr;
 };
 __thread Worker* tl_worker = nullptr;
@@ -509,6 +528,8 @@ const char* kind_name(int k) {
     case emu::W_ALL: return "__all_sync";
     case emu::W_BALLOT: return "__ballot_sync";
     case emu::W_SYNCWARP: return "__syncwarp";
+    case emu::W_MMA: return "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (mma_bf16_16816)";
+    case emu::W_LDMATRIX: return "ldmatrix.sync.aligned.m8n8.shared.b16 (ldmatrix_*)";
     }
     return "?";
 }
@@ -524,10 +545,24 @@ const char* kind_name(int k) {
         b->blockIdx.x, b->blockIdx.y, b->blockIdx.z, b->gridDim.x, b->gridDim.y, b->gridDim.z, b->n, buf);
 }
 
+/* a thread that ends with cp.async copies not landed: the wait is missing (on a GPU the copies would
+ * land in the shared memory of a block that no longer exists, or of the next one) */
+void check_cp_async_at_exit(Block* b, Fiber* f) {
+    if (f->cp_head >= f->cpq.size()) return;
+    const CpAsync& e = f->cpq[f->cp_head];
+    const size_t n = f->cpq.size() - f->cp_head;
+    if (e.group == f->cp_groups)
+        kernel_die(b, "thread (%u,%u,%u) exits with %zu cp.async copies never committed nor waited for (the first issued at %s:%d): "
+                   "cp_async_commit and cp_async_wait<N> / cp_async_wait_all are missing", f->idx.x, f->idx.y, f->idx.z, n, e.file, e.line);
+    kernel_die(b, "thread (%u,%u,%u) exits with %zu cp.async copies in %u committed group(s) not waited for (the first issued at %s:%d): "
+               "a cp_async_wait<N> / cp_async_wait_all is missing", f->idx.x, f->idx.y, f->idx.z, n, f->cp_groups - e.group, e.file, e.line);
+}
+
 void fiber_entry() {
     Worker* w = tl_worker;
     Fiber* f = static_cast<Fiber*>(emu_tl_thread);
     w->block.L->body(w->block.L->ctx);
+    check_cp_async_at_exit(&w->block, f);
     f->state = F_DONE;
     w->block.ndone++;
 #ifdef EMU_UCONTEXT
@@ -586,6 +621,96 @@ inline Fiber* current_fiber(const char* what, const char* file, int line) {
     return f;
 }
 
+/* ------------------------------------------------------------------ tensor-core collectives */
+const char* tensor_shape(int kind, int arg) {
+    static const char* names[] = {"", " x1", " x2", "", " x4", "", "", "", "", " x1.trans", " x2.trans", "", " x4.trans"};
+    return kind == emu::W_LDMATRIX && arg >= 0 && arg < 13 ? names[arg] : "";
+}
+
+/* [p, p + n) inside the block's shared memory: the dynamic arena, or one __shared__ declaration reached
+ * so far. Null when it is; otherwise what it is instead (for the message). */
+const char* smem_range_problem(const Worker* w, const Block* b, const void* p, size_t n) {
+    const char* c = (const char*)p;
+    const char* a = w->arena;
+    if (c >= a && c + n <= a + b->L->smem) return nullptr;
+    for (const SharedSite& s : b->sites)
+        if (c >= a + s.off && c + n <= a + s.off + s.bytes) return nullptr;
+    if (c >= a && c < a + SMEM_OPTIN + 256) return "shared memory outside the dynamic arena and every __shared__ declaration (or across the end of one)";
+    return "not shared memory (generic address outside the block's shared memory window)";
+}
+
+inline float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+inline float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+/* mma.m16n8k16 .row.col bf16 -> fp32 over the 32 lanes of warp `base`. Fragment layouts: PTX ISA,
+ * "Matrix Fragments for mma.m16n8k16 with floating point type" (g = lane >> 2, t = lane & 3):
+ *   A (16 x 16): register r of lane holds A[g + 8 (r & 1)][2t + 8 (r >> 1) + h], h = 0 low half, 1 high
+ *   B (16 x 8):  register r holds B[2t + 8 r + h][g]
+ *   C, D (16 x 8): element i holds [g + 8 (i >> 1)][2t + (i & 1)]
+ * Arithmetic: d = (float)(sum_k A[m][k] B[k][n] + c), the products exact (bf16 x bf16 fits a double
+ * exactly) and summed in double in k order 0..15, c added last, one rounding to fp32. All lanes' inputs
+ * are read before any d is written (d may alias c). */
+void mma_collective(std::vector<Fiber>& fib, int base) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int lane = 0; lane < 32; lane++) {
+        const Fiber& f = fib[base + lane];
+        const uint32_t* a = (const uint32_t*)f.wop[1];
+        const uint32_t* bb = (const uint32_t*)f.wop[2];
+        const float* c = (const float*)f.wop[3];
+        const int g = lane >> 2, t = lane & 3;
+        for (int r = 0; r < 4; r++) {
+            const int row = g + 8 * (r & 1), col = 2 * t + 8 * (r >> 1);
+            A[row][col] = bf16_lo(a[r]);
+            A[row][col + 1] = bf16_hi(a[r]);
+        }
+        for (int r = 0; r < 2; r++) {
+            const int k = 2 * t + 8 * r;
+            B[k][g] = bf16_lo(bb[r]);
+            B[k + 1][g] = bf16_hi(bb[r]);
+        }
+        for (int i = 0; i < 4; i++) C[g + 8 * (i >> 1)][2 * t + (i & 1)] = c[i];
+    }
+    float D[16][8];
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) {
+            double s = 0.0;
+            for (int k = 0; k < 16; k++) s += (double)A[m][k] * (double)B[k][n];
+            D[m][n] = (float)(s + (double)C[m][n]);
+        }
+    for (int lane = 0; lane < 32; lane++) {
+        float* d = (float*)fib[base + lane].wop[0];
+        const int g = lane >> 2, t = lane & 3;
+        for (int i = 0; i < 4; i++) d[i] = D[g + 8 * (i >> 1)][2 * t + (i & 1)];
+    }
+}
+
+/* ldmatrix.m8n8.x{1,2,4}[.trans].b16 over the 32 lanes of warp `base` (PTX ISA, "Warp-level matrix load
+ * instruction: ldmatrix"): lanes 8i .. 8i+7 give the row addresses of matrix i; lane l receives in
+ * register i the elements [l >> 2][2 (l & 3) + h] of matrix i (h = 0 low half), of its transpose with
+ * .trans. Every address read must be 16-byte aligned with its 16 bytes in the block's shared memory. */
+void ldmatrix_collective(Worker* w, Block* b, std::vector<Fiber>& fib, int base, int num, bool trans) {
+    uint16_t M[4][8][8];
+    for (int i = 0; i < num; i++)
+        for (int r = 0; r < 8; r++) {
+            const Fiber& f = fib[base + 8 * i + r];
+            const void* p = f.wop[0];
+            if ((uintptr_t)p & 15)
+                kernel_die(b, "ldmatrix.x%d%s at %s:%d: lane %d of warp %d (row %d of matrix %d) gives the address %p, not 16-byte aligned", num,
+                           trans ? ".trans" : "", f.file, f.line, 8 * i + r, base / 32, r, i, p);
+            const char* why = smem_range_problem(w, b, p, 16);
+            if (why)
+                kernel_die(b, "ldmatrix.x%d%s at %s:%d: lane %d of warp %d (row %d of matrix %d) gives the address %p: %s", num, trans ? ".trans" : "",
+                           f.file, f.line, 8 * i + r, base / 32, r, i, p, why);
+            memcpy(M[i][r], p, 16);
+        }
+    for (int lane = 0; lane < 32; lane++) {
+        uint32_t* out = (uint32_t*)fib[base + lane].wop[1];
+        const int g = lane >> 2, t = lane & 3;
+        for (int i = 0; i < num; i++)
+            out[i] = trans ? (uint32_t)M[i][2 * t][g] | (uint32_t)M[i][2 * t + 1][g] << 16 : (uint32_t)M[i][g][2 * t] | (uint32_t)M[i][g][2 * t + 1] << 16;
+    }
+}
+
 /* complete every warp operation whose lanes have all arrived; true if any did */
 bool resolve_warps(Block* b, std::vector<Fiber>& fib, std::vector<int>& run) {
     bool any = false;
@@ -600,9 +725,13 @@ bool resolve_warps(Block* b, std::vector<Fiber>& fib, std::vector<int>& run) {
             if (!((M >> l) & 1u))
                 kernel_die(b, "%s at %s:%d: thread (%u,%u,%u) (warp %d lane %d) is not in its own mask 0x%08x", kind_name(kind), f->file,
                            f->line, f->idx.x, f->idx.y, f->idx.z, base / 32, l, M);
+            const bool tensor = kind >= emu::W_MMA;
             bool ready = true;
             for (int j = 0; j < 32; j++) {
                 if (!((M >> j) & 1u)) continue;
+                if (j >= nl && tensor)
+                    kernel_die(b, "%s at %s:%d: warp %d has %d threads (the block has %d): the instruction needs all 32 lanes of the warp",
+                               kind_name(kind), f->file, f->line, base / 32, nl, n);
                 if (j >= nl)
                     kernel_die(b, "%s at %s:%d: mask 0x%08x names lane %d of warp %d, which does not exist (the block has %d threads)",
                                kind_name(kind), f->file, f->line, M, j, base / 32, n);
@@ -614,8 +743,23 @@ bool resolve_warps(Block* b, std::vector<Fiber>& fib, std::vector<int>& run) {
                 if (g->wmask != M || g->wkind != kind)
                     kernel_die(b, "warp %d: lane %d waits in %s at %s:%d with mask 0x%08x, lane %d in %s at %s:%d with mask 0x%08x",
                                base / 32, l, kind_name(kind), f->file, f->line, M, j, kind_name(g->wkind), g->file, g->line, g->wmask);
+                if (tensor && (g->warg != f->warg || g->line != f->line || strcmp(g->file, f->file)))
+                    kernel_die(b, "warp %d: lane %d waits in %s%s at %s:%d, lane %d in %s%s at %s:%d (every lane of the warp must execute the same "
+                               "instruction)", base / 32, l, kind_name(kind), tensor_shape(kind, f->warg), f->file, f->line, j, kind_name(kind),
+                               tensor_shape(kind, g->warg), g->file, g->line);
             }
             if (!ready) continue;
+            if (tensor) {
+                if (kind == emu::W_MMA) mma_collective(fib, base);
+                else ldmatrix_collective(tl_worker, b, fib, base, f->warg & 7, (f->warg >> 3) & 1);
+                for (int j = 0; j < 32; j++) {
+                    fib[base + j].state = F_READY;
+                    b->nwarp--;
+                    run.push_back(base + j);
+                }
+                any = true;
+                continue;
+            }
             /* every lane of M has arrived: compute each lane's result */
             unsigned long long red = 0;
             if (kind == emu::W_ANY || kind == emu::W_ALL || kind == emu::W_BALLOT) {
@@ -709,7 +853,11 @@ void run_block(Worker* w, const Launch* L, uint3 bidx) {
         f->stack = nullptr;
         f->file = nullptr;
         f->line = 0;
+        f->cpq.clear();
+        f->cp_head = 0;
+        f->cp_groups = 0;
     }
+    w->src_lo = w->src_hi = nullptr;
     b->ndone = b->nbar = b->nwarp = 0;
     /* run: the fibers runnable in this round, in thread order; the schedule permutes it */
     std::vector<int>& run = w->order;
@@ -1051,15 +1199,92 @@ void launch_impl(const char* name, const void* fn, const LaunchCfg& cfg, const c
     g_cur_launch = nullptr;
 }
 
-/* the tensor-core and async-copy twins: not yet emulated (a kernel that uses one stops with a message) */
-void mma_bf16_16816(float*, const uint32_t*, const uint32_t*, const float*, const char* file, int line) {
-    die("mma_bf16_16816 at %s:%d: not yet emulated", file, line);
+/* the tensor-core collectives: the lane deposits its operands and yields; resolve_warps computes all
+ * 32 lanes' results at once (mma_collective, ldmatrix_collective) when the whole warp has arrived */
+void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b, const float* c, const char* file, int line) {
+    Fiber* f = current_fiber("mma_bf16_16816", file, line);
+    f->wop[0] = d;
+    f->wop[1] = a;
+    f->wop[2] = b;
+    f->wop[3] = c;
+    warp_op(W_MMA, 0xffffffffu, 0, 0, 32, file, line);
 }
-void ldmatrix(uint32_t*, int, bool, const void*, const char* file, int line) { die("ldmatrix at %s:%d: not yet emulated", file, line); }
-void cp_async_16(void*, const void*, int, const char* file, int line) { die("cp_async_16 at %s:%d: not yet emulated", file, line); }
-void cp_async_commit(const char* file, int line) { die("cp_async_commit at %s:%d: not yet emulated", file, line); }
-void cp_async_wait(int, const char* file, int line) { die("cp_async_wait at %s:%d: not yet emulated", file, line); }
-void cp_async_wait_all(const char* file, int line) { die("cp_async_wait_all at %s:%d: not yet emulated", file, line); }
+
+void ldmatrix(uint32_t* r, int num, bool trans, const void* smem_row, const char* file, int line) {
+    Fiber* f = current_fiber("ldmatrix", file, line);
+    f->wop[0] = smem_row;
+    f->wop[1] = r;
+    warp_op(W_LDMATRIX, 0xffffffffu, 0, num | (trans ? 8 : 0), 32, file, line);
+}
+
+/* cp.async: checked and its source read at the issue, queued on the thread, written to shared memory only
+ * at the wait that covers its group */
+void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes, const char* file, int line) {
+    Fiber* f = current_fiber("cp_async_16", file, line);
+    Worker* w = tl_worker;
+    Block* b = &w->block;
+    if (src_bytes < 0 || src_bytes > 16)
+        kernel_die(b, "cp_async_16 at %s:%d: thread (%u,%u,%u): src_bytes %d, not in 0..16", file, line, f->idx.x, f->idx.y, f->idx.z, src_bytes);
+    if ((uintptr_t)smem_dst & 15)
+        kernel_die(b, "cp_async_16 at %s:%d: thread (%u,%u,%u): destination %p is not 16-byte aligned", file, line, f->idx.x, f->idx.y, f->idx.z,
+                   smem_dst);
+    const char* why = smem_range_problem(w, b, smem_dst, 16);
+    if (why) kernel_die(b, "cp_async_16 at %s:%d: thread (%u,%u,%u): destination %p: %s", file, line, f->idx.x, f->idx.y, f->idx.z, smem_dst, why);
+    CpAsync e;
+    memset(e.data, 0, 16);
+    if (src_bytes > 0) {
+        const char* src = (const char*)gmem_src;
+        if ((uintptr_t)src & 15)
+            kernel_die(b, "cp_async_16 at %s:%d: thread (%u,%u,%u): source %p is not 16-byte aligned", file, line, f->idx.x, f->idx.y, f->idx.z, src);
+        if (!(src >= w->src_lo && src + src_bytes <= w->src_hi)) {
+            std::lock_guard<std::mutex> lk(g_mu);
+            const Alloc* al = find_alloc(src, 0);
+            if (!al)
+                kernel_die(b, "cp_async_16 at %s:%d: thread (%u,%u,%u): source %p is not device memory (not inside a live cudaMalloc buffer)", file,
+                           line, f->idx.x, f->idx.y, f->idx.z, src);
+            const size_t off = (size_t)(src - al->user);
+            if ((size_t)src_bytes > al->size - off)
+                kernel_die(b, "cp_async_16 at %s:%d: thread (%u,%u,%u): the %d source bytes at offset %zu overrun the %zu-byte device buffer "
+                           "allocated at %s:%d", file, line, f->idx.x, f->idx.y, f->idx.z, src_bytes, off, al->size, al->file, al->line);
+            w->src_lo = al->user;
+            w->src_hi = al->user + al->size;
+        }
+        memcpy(e.data, src, (size_t)src_bytes);
+    }
+    e.dst = (char*)smem_dst;
+    e.group = f->cp_groups;
+    e.file = file;
+    e.line = line;
+    f->cpq.push_back(e);
+}
+
+void cp_async_commit(const char* file, int line) {
+    Fiber* f = current_fiber("cp_async_commit", file, line);
+    f->cp_groups++;
+}
+
+/* land every copy of a committed group older than the newest n */
+void cp_async_wait(int n, const char* file, int line) {
+    Fiber* f = current_fiber("cp_async_wait", file, line);
+    size_t h = f->cp_head;
+    const size_t end = f->cpq.size();
+    while (h < end && f->cpq[h].group + (unsigned)n < f->cp_groups) {
+        memcpy(f->cpq[h].dst, f->cpq[h].data, 16);
+        h++;
+    }
+    if (h == end) {
+        f->cpq.clear();
+        h = 0;
+    }
+    f->cp_head = h;
+}
+
+/* cp.async.wait_all = commit_group + wait_group 0 */
+void cp_async_wait_all(const char* file, int line) {
+    cp_async_commit(file, line);
+    cp_async_wait(0, file, line);
+}
+
 uint32_t pack_bf16x2(float lo, float hi) {
     return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) | (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
 }

@@ -177,7 +177,8 @@ extern __thread emu::BlockCtx* emu_tl_block;
 #define warpSize 32
 
 namespace emu {
-enum WarpKind { W_SHFL_IDX = 0, W_SHFL_XOR, W_SHFL_DOWN, W_SHFL_UP, W_ANY, W_ALL, W_BALLOT, W_SYNCWARP };
+enum WarpKind { W_SHFL_IDX = 0, W_SHFL_XOR, W_SHFL_DOWN, W_SHFL_UP, W_ANY, W_ALL, W_BALLOT, W_SYNCWARP,
+                W_MMA, W_LDMATRIX /* the tensor-core collectives (all 32 lanes, one call site) */ };
 /* the scheduler's entry points (emu_runtime.cpp) */
 void syncthreads(const char* file, int line);
 unsigned long long warp_op(int kind, unsigned mask, unsigned long long bits, int arg, int width, const char* file, int line);
