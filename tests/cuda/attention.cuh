@@ -355,6 +355,25 @@ static void test_flash_attention(void) {
         float* xdq = dl_bf16(gdq, nq, &wq);
         float* xdk = dl_bf16(gdk, nk, &wk);
         float* xdv = dl_bf16(gdv, nk, &wv);
+        /* the head split's sum pass: the fp32 partials it left in the workspace, added on the host in split
+         * order sp = 0, 1, ... (fp32, as documented), dk times scale, rounded: bitwise the kernel's dk, dv.
+         * With 3 or more splits another order gives other bits (fp32 addition is not associative). */
+        const int nsplit = flash_dkdv_splits(B, T, KV, g, 64);
+        if (nsplit > 1) {
+            const size_t poff = CEIL_DIV(nr, (size_t)4) * 4;
+            float* part = h_alloc(2 * (size_t)nsplit * nk);
+            cudaCheck(cudaMemcpy(part, cuda_workspace_f32(FLASH_SLOT, 1) + poff, 2 * (size_t)nsplit * nk * sizeof(float), cudaMemcpyDeviceToHost));
+            size_t dif = 0;
+            for (size_t i = 0; i < nk; i++) {
+                float sk = part[i], sv = part[nk + i];
+                for (int sp = 1; sp < nsplit; sp++) { sk += part[(size_t)sp * 2 * nk + i]; sv += part[(size_t)sp * 2 * nk + nk + i]; }
+                dif += f32_bits(bf16_round(sk * scale)) != f32_bits(xdk[i]);
+                dif += f32_bits(bf16_round(sv)) != f32_bits(xdv[i]);
+            }
+            check(dif == 0, "    dk/dv head split (%d): the fp32 partials summed in split order give the kernel's dk, dv bitwise (%zu of %zu differ)", nsplit,
+                  dif, 2 * nk);
+            free(part);
+        }
         float *rdq = h_alloc(nq), *rdk = h_alloc(nk), *rdv = h_alloc(nk), *rdatt = h_alloc(na);
         attention_backward(rdq, rdk, rdv, rdatt, go, rpr, q, k, v, B, T, H, KV, hd);
         float *mdq = h_alloc(nq), *mdk = h_alloc(nk), *mdv = h_alloc(nk), *spdo = h_alloc(nk);
