@@ -286,9 +286,52 @@ static void test_attention_split(void) {
  * read before its wait, a dK/dV or dQ order that changes between runs (atomics), a head split summed out of
  * order, a GQA mapping error, a strided v read or dv written at the contiguous stride. */
 static uint16_t* dl_bits(const bf16* d, size_t n);
+/* the head split's sum pass alone (flash_attention_dkdv_sum_kernel), on partials that cancel (N(0,1) 2^-3sp, the
+ * last one minus their sum plus N(0,1) 2^-16) so that the rounding of the fp32 additions, hence their order,
+ * shows in the bf16 results (about one element in ten): bitwise
+ * the host's sum in split order; the host's reversed order must differ somewhere (else this check could not see
+ * an order change) */
+static void test_flash_dkdv_sum(void) {
+    const int rows = 64, kvhd = 128, ldv = 320;
+    const size_t n = (size_t)rows * kvhd;
+    const float scale = 0.125f;
+    for (int nsplit = 3; nsplit <= 4; nsplit++) {
+        float* part = h_alloc(2 * (size_t)nsplit * n);
+        for (size_t i = 0; i < 2 * n; i++) {
+            double sum = 0;
+            for (int sp = 0; sp < nsplit - 1; sp++) {
+                part[(size_t)sp * 2 * n + i] = (float)(rng_normal(&g_rng) * ldexp(1.0, -3 * sp));
+                sum += part[(size_t)sp * 2 * n + i];
+            }
+            part[(size_t)(nsplit - 1) * 2 * n + i] = (float)(-sum + rng_normal(&g_rng) * ldexp(1.0, -16));
+        }
+        float* dpart = d_f32(part, 2 * (size_t)nsplit * n);
+        bf16 *gk = d_bf16_poison(n), *gv = d_bf16_poison((size_t)rows * ldv);
+        flash_attention_dkdv_sum_kernel<<<(unsigned)CEIL_DIV(n / 4, (size_t)256), 256, 0, g_s>>>(gk, gv, dpart, n, kvhd, ldv, nsplit, scale);
+        cudaCheck(cudaGetLastError());
+        uint16_t* xk = dl_bits(gk, n);
+        uint16_t* xv = dl_bits(gv, (size_t)rows * ldv);
+        size_t dif = 0, rev = 0, touched = 0;
+        for (size_t i = 0; i < n; i++) {
+            float sk = part[i], sv = part[n + i], rk = part[(size_t)(nsplit - 1) * 2 * n + i], rv = part[(size_t)(nsplit - 1) * 2 * n + n + i];
+            for (int sp = 1; sp < nsplit; sp++) { sk += part[(size_t)sp * 2 * n + i]; sv += part[(size_t)sp * 2 * n + n + i]; }
+            for (int sp = nsplit - 2; sp >= 0; sp--) { rk += part[(size_t)sp * 2 * n + i]; rv += part[(size_t)sp * 2 * n + n + i]; }
+            const uint16_t ek = f32_to_bf16_bits(sk * scale), ev = f32_to_bf16_bits(sv);
+            dif += (xk[i] != ek) + (xv[i / kvhd * ldv + i % kvhd] != ev);
+            rev += (f32_to_bf16_bits(rk * scale) != ek) + (f32_to_bf16_bits(rv) != ev);
+        }
+        for (size_t i = 0; i < (size_t)rows * ldv; i++) touched += (int)(i % ldv) >= kvhd && xv[i] != 0xFFFF;
+        check(dif == 0 && rev > 0 && touched == 0,
+              "  sum pass, %d splits: bitwise the in-order sum (%zu of %zu differ; the reversed order would differ in %zu); dv's other columns untouched "
+              "(%zu written)", nsplit, dif, 2 * n, rev, touched);
+        FREE_ALL(part, xk, xv);
+        dfree_all();
+    }
+}
 static void test_flash_attention(void) {
     printf("fused attention (llmc/cuda/flash_attention.cuh) vs attention_forward / attention_backward, determinism, strided v,\n"
            "  vs llmc/cuda/attention.cuh\n");
+    test_flash_dkdv_sum();
     struct { int B, T, H, KV, hd, strided; } cases[] = {
         {2, 37, 4, 2, 64, 0}, {1, 130, 8, 2, 64, 1}, {2, 37, 4, 4, 128, 0}, {1, 130, 4, 2, 128, 1}, {1, 100, 8, 2, 128, 0},
         {1, 70, 4, 1, 32, 1}, {33, 50, 16, 4, 32, 0}};
