@@ -18,7 +18,17 @@
  * a shuffle reading a lane outside its mask, out-of-bounds reads and writes (past the end, before
  * the start) of a cudaMalloc buffer, static shared memory over 48 KiB, and a planted intra-block race
  * (a shared-memory reduction without its __syncthreads) that gives different results and different
- * EMU_DIGEST digests under EMU_SCHEDULE=fwd and rev while the correct reduction does not. */
+ * EMU_DIGEST digests under EMU_SCHEDULE=fwd and rev while the correct reduction does not.
+ * The twins of llmc/cuda/ptx.cuh against tests/ptx_ref.h (the scalar reference written from the PTX ISA's
+ * fragment tables): mma_bf16_16816 on random bf16 A, B and non-zero C in two warps, bitwise the
+ * documented arithmetic, also with d aliasing c; ldmatrix x1/x2/x4, plain and .trans, from static and
+ * dynamic shared memory with permuted row addresses; cp.async groups (wait<1> lands the older group
+ * only, the newer keeps its poison; src_bytes 0..16 with zero fill; __syncthreads lands nothing; wait_all
+ * lands the open group; a missing wait reads poison, differently under fwd and rev); pack_bf16x2's
+ * rounding; and in child processes: an mma with a lane exited, lanes at two call sites, a 16-thread
+ * warp; an ldmatrix address misaligned, in global memory, past the end of the dynamic arena; a thread
+ * exiting with committed-unwaited or uncommitted copies; a cp.async destination in global memory or
+ * misaligned, a source past the end of its buffer or in host memory. */
 #include <cuda_runtime.h>
 #include <cuda_emu.h>
 
