@@ -35,6 +35,35 @@
  *   same mask. A mask naming a lane that exited, does not exist, or waits at a block barrier, a
  *   lane not in its own mask, lanes of one mask in different operations, and a shuffle reading a lane
  *   outside the mask are errors naming the kernel.
+ * - Tensor-core collectives (the twins of llmc/cuda/ptx.cuh): mma_bf16_16816 (mma.sync m16n8k16 .row.col
+ *   bf16 -> fp32) and ldmatrix (m8n8 .b16, x1/x2/x4, optionally .trans) are warp operations like the
+ *   shuffles, with the full mask: every one of the 32 lanes must wait at the same instruction (same kind,
+ *   same shape, same file and line). A lane that exited, waits at a barrier, waits in another warp
+ *   operation or at another call site, or a warp of fewer than 32 threads: an error naming the kernel and
+ *   the line. Each lane deposits pointers to its operands; when all have arrived one function computes
+ *   the whole warp's result (one collective per instruction, nothing allocated). The fragment layouts
+ *   are the PTX ISA's ("Matrix Fragments for mma.m16n8k16 with floating point type"; "Warp-level matrix
+ *   load instruction: ldmatrix"), written out at mma_collective / ldmatrix_collective. mma arithmetic:
+ *   d = (float)(sum_k a_k b_k + c), the 16 products exact and summed in double in k order, c last, one
+ *   rounding; the hardware's order and internal precision inside an mma are not documented, so a GPU
+ *   agrees to a few fp32 ulps of |c| + sum |a b|, not bitwise. d may alias c (every input is read before
+ *   any output is written). ldmatrix: each row address read (lanes 0 .. 8 x num - 1; the others are
+ *   ignored, as on the GPU) must be 16-byte aligned with its 16 bytes inside the block's dynamic arena or
+ *   inside one __shared__ declaration; otherwise an error naming the lane and the address.
+ * - cp.async (cp_async_16 / commit / wait<N> / wait_all): a per-thread queue. cp_async_16 checks the
+ *   destination (16-byte aligned, 16 bytes in the block's shared memory as for ldmatrix), src_bytes
+ *   (0..16) and the source (16-byte aligned; its src_bytes bytes inside a live device allocation; not
+ *   read at all when src_bytes is 0), reads the source bytes at once and queues the 16 bytes (zero
+ *   filled past src_bytes) with the number of the thread's open group. cp_async_commit closes the group;
+ *   wait<N> writes to shared memory every queued copy of a committed group older than the newest N;
+ *   wait_all commits and waits for everything. The data become visible only at the wait: until then the
+ *   destination keeps its old contents (the poison, for a fresh buffer), and __syncthreads lands nothing
+ *   (as on the GPU, where only the wait orders the copy), so a missing or late wait shows up as poison
+ *   read, or as results that change with the schedule. A thread that exits with queued copies
+ *   (uncommitted, or in committed groups never waited for) is an error naming the kernel and the first
+ *   copy's line; an empty committed group carries nothing and is not reported. (A GPU may land a copy
+ *   before its wait; code that is right here is right there, not the other way round.) cp.async is not a
+ *   warp collective: each thread issues and waits for its own copies.
  * - __shared__: per block, a slot per declaration (keyed by the declaration's static tag), every
  *   thread of the block the same slot, poisoned with 0xFF when the block first reaches it; dynamic
  *   shared memory (extern __shared__) likewise at the start of the block's arena. Static plus dynamic
@@ -86,7 +115,7 @@
  *
  * What the emulator cannot see: timing and performance; the memory model across blocks (blocks run
  * to completion, each block's writes are visible when it ends: missing __threadfence or volatile go
- * unseen); tensor-core rounding and cuBLASLt's algorithm choices and their heuristics on real hardware;
+ * unseen); tensor-core rounding (the emulated mma rounds once, see above) and cuBLASLt's algorithm choices and their heuristics on real hardware;
  * the driver, PCIe/NVLink and NCCL transports; register pressure and occupancy (__launch_bounds__).
  *
  * Environment: EMU_SCHEDULE, EMU_DIGEST, EMU_STATS, EMU_NO_DEVICE, EMU_DEVICE_COUNT, EMU_STACK_KB,

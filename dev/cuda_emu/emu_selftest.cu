@@ -18,7 +18,17 @@
  * a shuffle reading a lane outside its mask, out-of-bounds reads and writes (past the end, before
  * the start) of a cudaMalloc buffer, static shared memory over 48 KiB, and a planted intra-block race
  * (a shared-memory reduction without its __syncthreads) that gives different results and different
- * EMU_DIGEST digests under EMU_SCHEDULE=fwd and rev while the correct reduction does not. */
+ * EMU_DIGEST digests under EMU_SCHEDULE=fwd and rev while the correct reduction does not.
+ * The twins of llmc/cuda/ptx.cuh against tests/ptx_ref.h (the scalar reference written from the PTX ISA's
+ * fragment tables): mma_bf16_16816 on random bf16 A, B and non-zero C in two warps, bitwise the
+ * documented arithmetic, also with d aliasing c; ldmatrix x1/x2/x4, plain and .trans, from static and
+ * dynamic shared memory with permuted row addresses; cp.async groups (wait<1> lands the older group
+ * only, the newer keeps its poison; src_bytes 0..16 with zero fill; __syncthreads lands nothing; wait_all
+ * lands the open group; a missing wait reads poison, differently under fwd and rev); pack_bf16x2's
+ * rounding; and in child processes: an mma with a lane exited, lanes at two call sites, lanes at a
+ * __syncthreads, a 16-thread warp; an ldmatrix address misaligned, in global memory, past the end of the dynamic arena; a thread
+ * exiting with committed-unwaited or uncommitted copies; a cp.async destination in global memory or
+ * misaligned, a source past the end of its buffer or in host memory. */
 #include <cuda_runtime.h>
 #include <cuda_emu.h>
 
@@ -280,6 +290,13 @@ __global__ void mma_other_site_kernel(float* out) {
     else mma_bf16_16816(d, a, b, d);
     out[threadIdx.x] = d[0];
 }
+__global__ void mma_barrier_kernel(float* out) {
+    const uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float d[4] = {0, 0, 0, 0};
+    if (threadIdx.x < 16) mma_bf16_16816(d, a, b, d);   /* the other half waits at the barrier */
+    __syncthreads();
+    out[threadIdx.x] = d[0];
+}
 __global__ void ldmatrix_bad_kernel(uint32_t* out, const uint16_t* global, int how) {
     __shared__ __align__(16) uint16_t s[32 * 8];
     extern __shared__ uint16_t dy[];
@@ -390,6 +407,8 @@ static int run_case(const char* name) {
         mma_missing_lane_kernel<<<1, 32>>>(d);
     } else if (!strcmp(name, "mma_other_site")) {
         mma_other_site_kernel<<<1, 32>>>(d);
+    } else if (!strcmp(name, "mma_barrier")) {
+        mma_barrier_kernel<<<1, 32>>>(d);
     } else if (!strcmp(name, "mma_partial_warp")) {
         mma_other_site_kernel<<<1, 16>>>(d);
     } else if (!strncmp(name, "ldmatrix_", 9)) {
@@ -867,6 +886,7 @@ static void test_ptx_failures(void) {
     printf("tensor-core and cp.async misuse, each in a child process: exit status 1 and a message naming the kernel\n");
     expect_failure("mma_missing_lane", "mma_missing_lane_kernel", "which has exited");
     expect_failure("mma_other_site", "mma_other_site_kernel", "every lane of the warp must execute the same instruction");
+    expect_failure("mma_barrier", "mma_barrier_kernel", "which waits at __syncthreads");
     expect_failure("mma_partial_warp", "mma_other_site_kernel", "needs all 32 lanes");
     expect_failure("ldmatrix_misaligned", "ldmatrix_bad_kernel", "not 16-byte aligned");
     expect_failure("ldmatrix_global", "ldmatrix_bad_kernel", "not shared memory");
