@@ -35,8 +35,10 @@
  *         worst-case relative error of fp32 summation in either order (about K * 2^-24 for K terms);
  *       - attention out, dq, dk: larger, derived from the extra bf16 roundings of the GPU (probs and
  *         dlogits are GEMM inputs there, fp32 on the CPU), see test_attention.
- *       - fused attention (flash): per-element bounds from both sides' fp32 arithmetic and the bf16 out
- *         its backward reads, see test_flash_attention; also two runs bitwise equal, and vs the materialised path.
+ *       - fused attention (flash): per-element bounds from both sides' accumulation order (mma's fp32
+ *         k-blocks of 16, P and dZ rounded to bf16 as mma operands, the bf16 out its backward reads), see
+ *         test_flash_attention; also two runs bitwise equal, a strided v bitwise the contiguous run, the
+ *         dk/dv head split's sum pass bitwise the in-order sum, and vs the materialised path.
  * (b) reference states (dev/reference/states, HF transformers / nanochat in fp32) for tiny-llama,
  *     tiny-qwen3 and tiny-nanochat: the converted checkpoints (build/ref, `make refckpts`) loaded into
  *     the GPU model (vocab 256, T 32, B 2); logits, loss, every parameter gradient and the losses of 10
