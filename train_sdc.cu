@@ -1150,7 +1150,9 @@ static int model_device_stats(Model* model, DeviceStats* st) {
 #ifdef __CUDA_EMU__
 #include "cuda_emu_cublaslt_stats.h"
 #endif
-static long long g_cost_launches, g_cost_gemms, g_cost_l0, g_cost_g0;
+#ifdef __CUDA_EMU__
+static long long g_cost_launches, g_cost_gemms, g_cost_l0, g_cost_g0;   /* the emulator's counts in the window (coverage check) */
+#endif
 static int model_cost_only(void) {
 #ifdef __CUDA_EMU__
     return emu_cost_only();
@@ -1178,7 +1180,9 @@ static void model_cost_pause(Model* model) {
 }
 static void model_cost_begin(Model* model) {
     g_cost_n = 0;
+#ifdef __CUDA_EMU__
     g_cost_launches = g_cost_gemms = 0;
+#endif
     model_cost_resume(model);
 }
 /* the window's records to path; meta: the run's fields, a JSON object's members without braces */
