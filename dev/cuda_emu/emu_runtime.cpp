@@ -13,7 +13,7 @@
  *
  * Execution model.
  * - A launch runs to completion before it returns (streams execute synchronously and record
- *   nothing). The blocks of a grid run in parallel over OpenMP threads (schedule dynamic), in an order
+ *   nothing; events are complete when recorded, and a stream's wait on one has nothing to wait for). The blocks of a grid run in parallel over OpenMP threads (schedule dynamic), in an order
  *   set by EMU_SCHEDULE.
  * - Within a block every CUDA thread is a fiber with its own stack on the OS thread that runs the
  *   block. Fibers switch with a small context switch written here (x86-64 and aarch64: callee-saved
@@ -1428,6 +1428,39 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     if (!s || s->magic != 0x5743) return api_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy(%p): not a live stream", (void*)s);
     s->magic = 0;
     delete s;
+    return cudaSuccess;
+}
+/* Events: streams run synchronously, so an event is complete when it is recorded and a wait on it has
+ * nothing to wait for; the calls check their handles (a destroyed or never-created event, a stream that is
+ * not live: cudaErrorInvalidResourceHandle), as the order they express is what the GPU needs. */
+struct CUevent_st { int magic; };
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+    init_once();
+    if (!e) return set_error(cudaErrorInvalidValue);
+    *e = new CUevent_st{0x4576};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (!e || e->magic != 0x4576) return api_error(cudaErrorInvalidResourceHandle, "cudaEventDestroy(%p): not a live event", (void*)e);
+    e->magic = 0;
+    delete e;
+    return cudaSuccess;
+}
+static bool stream_ok(cudaStream_t s) { return !s || s->magic == 0x5743; }   /* 0: the default stream */
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    if (!e || e->magic != 0x4576) return api_error(cudaErrorInvalidResourceHandle, "cudaEventRecord(%p): not a live event", (void*)e);
+    if (!stream_ok(s)) return api_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: stream %p is not live", (void*)s);
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (!e || e->magic != 0x4576) return api_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize(%p): not a live event", (void*)e);
+    g_counters.host_syncs++;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
+    if (!e || e->magic != 0x4576) return api_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent(%p): not a live event", (void*)e);
+    if (!stream_ok(s)) return api_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: stream %p is not live", (void*)s);
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
