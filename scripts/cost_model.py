@@ -12,7 +12,8 @@ script turns the records into time (docs/cost_model.md):
     t(launch) = max(FLOPs / (peak(unit) x eff(unit) x occ), bytes / (HBM x eff_hbm x occ)) + launch overhead
     occ       = min(1, grid / SMs) for a kernel (a block runs on one SM), 1 for a library call
 
-and sums them (launches in one stream run one after another). MFU = model FLOPs / time / dense bf16 peak,
+and sums them (launches in one stream run one after another; the gradient all-reduces, which run on their own
+stream overlapped with the backward, are listed but not added). MFU = model FLOPs / time / dense bf16 peak,
 model FLOPs = (6 P + 12 L H hd T) x tokens (PaLM's convention, as llm.c and scripts/gpu_check.sh: P all
 parameters, the attention term non-causal). Peak device memory is the emulator's counter (every cudaMalloc
 of the run up to the end of the step; the CUDA context and the allocator's rounding are not in it).
@@ -104,7 +105,8 @@ def predict(head, recs, gpu, eff):
     for r in recs:
         t = launch_time(r, g, eff)
         comp[r["comp"]] = comp.get(r["comp"], 0.0) + t
-        total += t
+        if r["comp"] != "allreduce":   # the buckets' all-reduces run on their own stream, overlapped with the backward
+            total += t
     tokens = head["B"] * head["T"] * head["accum"]
     mfu = model_flops_per_token(head) * tokens / total / g["tc_bf16"]
     return {"ms": total * 1e3, "tok_s": tokens / total, "mfu": mfu, "comp_ms": {k: v * 1e3 for k, v in comp.items()}}
