@@ -2,7 +2,7 @@
  *
  *   ./test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]
  *
- * LIST (comma-separated): init, kernels, reference, determinism, att_faults, update_norm, att_checks, or one kernel
+ * LIST (comma-separated): init, grad_buckets, kernels, reference, determinism, att_faults, update_norm, att_checks, or one kernel
  * test: convert embedding rmsnorm rope attention attention_split flash attcheck elementwise classifier adamw global_norm
  * matmul fingerprint matmul_cache fault_flip argmax unscale attention_chunked ptx. Default: everything.
  *
@@ -78,6 +78,8 @@
  * (a'') ptx: the tensor-core and cp.async wrappers of llmc/cuda/ptx.cuh in small kernels against tests/ptx_ref.h's scalar
  *     reference written from the PTX ISA's fragment tables (mma within 2^-18 of |c| + sum |a b|, ldmatrix, cp.async and
  *     pack bitwise): on a GPU the proof that the emulator's layouts are the hardware's (see tests/cuda/ptx.cuh).
+ * (h) grad_buckets: the buckets of the overlapped gradient all-reduce tile the gradients once, in the backward's
+ *     order, each tensor in its layer's bucket (every preset; host only).
  * Each check prints OK / NOT OK; the last line is "test_sdc_cu: N passed, M failed"; exit 1 on any
  * failure (or when no GPU is present). */
 #define TESTING
@@ -130,7 +132,7 @@ static int want(const char* name, const char* group) {
 #define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
     "  LIST: comma-separated, of kernels reference determinism att_faults update_norm att_checks convert embedding\n" \
     "        rmsnorm rope attention attention_split flash attcheck elementwise classifier adamw global_norm matmul\n" \
-    "        fingerprint matmul_cache fault_flip argmax unscale attention_chunked ptx init\n"
+    "        fingerprint matmul_cache fault_flip argmax unscale attention_chunked ptx init grad_buckets\n"
 
 int main(int argc, char** argv) {
     const char *states = "dev/reference/states", *ckpts = "build/ref";
@@ -167,6 +169,7 @@ int main(int argc, char** argv) {
         {"matmul_cache", test_matmul_cache}, {"fault_flip", test_fault_flip}, {"argmax", test_argmax}, {"unscale", test_unscale},
         {"attention_chunked", test_attention_chunked}, {"ptx", test_ptx}};
     if (want("init", NULL)) test_init();
+    if (want("grad_buckets", NULL)) test_grad_buckets();
     double t0 = wall_seconds();
     int any = 0;
     matmul_init();

@@ -118,7 +118,16 @@
  * wgmma/TMA on sm_90.
  *
  * Scratch: workspace slot 4 (shared with llmc/cuda/attention.cuh; neither holds it across calls): D
- * [B,H,T] fp32, then the dk/dv partials when the head split is on. */
+ * [B,H,T] fp32, then the dk/dv partials when the head split is on.
+ *
+ * Accounting (launch_account, COST_ATTENTION): the tile kernels as tensor-core work (COST_TC), FLOPs per
+ * (t, s) pair that the tiles cover (flash_pairs_rows / flash_pairs_cols: whole tiles up to and across the
+ * diagonal, masked entries included, as the kernels compute them), 2 hd per tile product: forward 4 hd
+ * (S, P V), dq 6 hd (S, dP recomputed, dq), dk/dv 8 hd (S, dP recomputed, dv, dk); the softmax and dZ
+ * arithmetic beside them (about 5 CUDA-core operations a pair, an exp among them) is not counted. Bytes:
+ * each input read once, each output written once (the k/v tiles that every query tile reads again come
+ * from L2 and are not counted), the head split's fp32 partials written and read back by the sum pass
+ * (COST_FP32); D by flash_attention_rowdot_kernel (COST_FP32). */
 #ifndef TSDC_FLASH_ATTENTION_CUH
 #define TSDC_FLASH_ATTENTION_CUH
 
@@ -619,6 +628,20 @@ static void flash_attention_check_args(const char* who, int B, int T, int H, int
         if ((uintptr_t)ptrs[i] % 16 != 0) tsdc_fail("%s: tensor argument %d not 16-byte aligned (cp.async reads 16 bytes)", who, i);
 }
 
+/* the accounting's (t, s) pairs of one head that a kernel's tiles cover, masked entries of a diagonal tile
+ * included: query tiles of bq rows, each over the key tiles of bk up to its last row (forward, dq) ... */
+static double flash_pairs_rows(int T, int bq, int bk) {
+    double p = 0.0;
+    for (int t0 = 0; t0 < T; t0 += bq) p += (double)bq * bk * (((t0 + bq < T ? t0 + bq : T) - 1) / bk + 1);
+    return p;
+}
+/* ... or key tiles of bk, each over the query tiles of bq from the diagonal on (dk, dv) */
+static double flash_pairs_cols(int T, int bk, int bq) {
+    double p = 0.0;
+    for (int s0 = 0; s0 < T; s0 += bk) p += (double)bk * bq * (CEIL_DIV(T, bq) - s0 / bq);
+    return p;
+}
+
 /* the dynamic shared-memory opt-in above 48 KB, once per kernel */
 template <class K> static void flash_smem_optin(K* kernel, int bytes, int* done) {
     if (bytes > FLASH_STATIC_SMEM && !*done) {
@@ -645,6 +668,9 @@ static void flash_attention_forward_hd(bf16* out, float* lse, const bf16* q, con
     const unsigned grid = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::FWD_BQ) * B * H);
     flash_attention_forward_kernel<HD><<<grid, FLASH_THREADS, smem, stream>>>(out, lse, q, k, v, B, T, H, KV, ldv, 1.0f / sqrtf((float)HD));
     cudaCheck(cudaGetLastError());
+    launch_account(COST_ATTENTION, "flash_attention_forward_kernel", COST_TC, grid,
+                   4.0 * HD * B * H * flash_pairs_rows(T, FlashTiles<HD>::FWD_BQ, FlashTiles<HD>::FWD_BK), (double)B * T * (H + 2 * KV) * HD * 2,
+                   (double)B * T * H * (HD * 2 + 4));   /* q, k, v in; out, lse out */
 }
 
 template <int HD>
@@ -661,14 +687,23 @@ static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16
     const unsigned gq = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::DQ_BQ) * B * H);
     flash_attention_backward_dq_kernel<HD><<<gq, FLASH_THREADS, smq, stream>>>(dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_ATTENTION, "flash_attention_backward_dq_kernel", COST_TC, gq,
+                   6.0 * HD * B * H * flash_pairs_rows(T, FlashTiles<HD>::DQ_BQ, FlashTiles<HD>::DQ_BK),
+                   (double)B * T * ((2 * H + 2 * KV) * HD * 2 + H * 8), (double)B * T * H * HD * 2);   /* q, dout, k, v, lse, D in; dq out */
     const unsigned gk = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::DKV_BK) * B * KV * nsplit);
     flash_attention_backward_dkdv_kernel<HD><<<gk, FLASH_THREADS, smk, stream>>>(dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV, ldv,
                                                                                  nsplit, scale);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_ATTENTION, "flash_attention_backward_dkdv_kernel", COST_TC, gk,
+                   8.0 * HD * B * H * flash_pairs_cols(T, FlashTiles<HD>::DKV_BK, FlashTiles<HD>::DKV_BQ),
+                   (double)B * T * ((2 * H + 2 * nsplit * KV) * HD * 2 + H * 8),
+                   nsplit > 1 ? (double)nsplit * 2 * nel * 4 : (double)nel * 2 * 2);   /* q, dout, lse, D, k, v (per split) in; dk, dv or the partials out */
     if (nsplit > 1) {
         flash_attention_dkdv_sum_kernel<<<(unsigned)CEIL_DIV(nel / 4, (size_t)256), 256, 0, stream>>>(dk, dv, part, nel, KV * HD, ldv, nsplit,
                                                                                                        scale);
         cudaCheck(cudaGetLastError());
+        launch_account(COST_ATTENTION, "flash_attention_dkdv_sum_kernel", COST_FP32, (unsigned)CEIL_DIV(nel / 4, (size_t)256),
+                       2.0 * nsplit * nel, (double)nsplit * 2 * nel * 4, (double)nel * 2 * 2);   /* the partials in; dk, dv out */
     }
 }
 
@@ -693,6 +728,8 @@ static void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* d
     float* ws = cuda_workspace_f32(FLASH_SLOT, CEIL_DIV(rows, (size_t)4) * 4 + (nsplit > 1 ? 2 * (size_t)nsplit * nel : 0));
     flash_attention_rowdot_kernel<<<(unsigned)CEIL_DIV(rows, (size_t)8), 256, 0, stream>>>(ws, dout, out, B, T, H, hd);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_ATTENTION, "flash_attention_rowdot_kernel", COST_FP32, (unsigned)CEIL_DIV(rows, (size_t)8), 2.0 * rows * hd,
+                   (double)rows * hd * 4, (double)rows * 4);   /* dout, out in; D out */
     if (hd == 32) flash_attention_backward_hd<32>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, stream);
     else if (hd == 64) flash_attention_backward_hd<64>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, stream);
     else flash_attention_backward_hd<128>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, stream);

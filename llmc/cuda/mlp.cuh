@@ -14,7 +14,9 @@
  * equal inputs (each element is read, then written, by one thread).
  * expf is CUDA's full-precision expf (max error 2 ulp; not __expf: do not build with
  * --use_fast_math). CPU reference: silu_forward, silu_backward, mul_forward, mul_backward,
- * relu2_forward, relu2_backward in llmc/cpu/cpu_kernels.h (same expressions, same operation order). */
+ * relu2_forward, relu2_backward in llmc/cpu/cpu_kernels.h (same expressions, same operation order).
+ * Accounting (ew_account, COST_ELEMENTWISE): nominal FLOPs an element (expf as 1): mul backward 2,
+ * swiglu forward 5, swiglu backward 12; silu / relu2 / mul through ew_map1 / ew_map2 (convert.cuh). */
 #ifndef TSDC_MLP_CUH
 #define TSDC_MLP_CUH
 
@@ -87,7 +89,7 @@ static void mul_backward(bf16* da, bf16* db, const bf16* dout, const bf16* a, co
         mul_backward_kernel<1><<<ew_grid(n), EW_BLOCK, 0, stream>>>(da, db, dout, a, b, n);
     }
     cudaCheck(cudaGetLastError());
-    ew_account(n * 6, n * 4);   /* dout, a, b in; da, db out */
+    ew_account(COST_ELEMENTWISE, "mul_backward_kernel", ew_grid(n / 8 + 1), 2.0 * n, n * 6, n * 4);   /* dout, a, b in; da, db out */
 }
 
 /* act = silu(gate), prod = act * up (act rounded to bf16 first, as stored), one pass */
@@ -123,7 +125,7 @@ static void swiglu_forward(bf16* act, bf16* prod, const bf16* gate, const bf16* 
         swiglu_forward_kernel<1><<<ew_grid(n), EW_BLOCK, 0, stream>>>(act, prod, gate, up, n);
     }
     cudaCheck(cudaGetLastError());
-    ew_account(n * 4, n * 4);   /* gate, up in; act, prod out */
+    ew_account(COST_ELEMENTWISE, "swiglu_forward_kernel", ew_grid(n / 8 + 1), 5.0 * n, n * 4, n * 4);   /* gate, up in; act, prod out */
 }
 /* dup = dprod * act, dgate = silu'(gate) * bf16(dprod * up), one pass; dgate may equal dprod */
 template <int VEC>
@@ -168,7 +170,7 @@ static void swiglu_backward(bf16* dgate, bf16* dup, const bf16* dprod, const bf1
         swiglu_backward_kernel<1><<<ew_grid(n), EW_BLOCK, 0, stream>>>(dgate, dup, dprod, act, gate, up, n);
     }
     cudaCheck(cudaGetLastError());
-    ew_account(n * 8, n * 4);   /* dprod, act, gate, up in; dgate, dup out */
+    ew_account(COST_ELEMENTWISE, "swiglu_backward_kernel", ew_grid(n / 8 + 1), 12.0 * n, n * 8, n * 4);   /* dprod, act, gate, up in; dgate, dup out */
 }
 
 /* act = relu(x)^2 */

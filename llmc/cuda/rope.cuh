@@ -7,7 +7,9 @@
  * Layout: x, out, dout, dx [B*T, nh*hd] bf16 (heads interleaved per token); cos, sin [T, hd/2] fp32
  * (rope_tables() in llmc/cpu/rope.h). One thread per pair; out may equal x (each thread reads its pair,
  * then writes it). Index math in 32 bits when the pair count allows, else 64.
- * CPU reference: rope_forward, rope_backward in llmc/cpu/cpu_kernels.h (same expressions). */
+ * CPU reference: rope_forward, rope_backward in llmc/cpu/cpu_kernels.h (same expressions).
+ * Accounting (ew_account, COST_ELEMENTWISE): 6 FLOPs a pair (4 multiplies, 2 adds), +8 integer operations a
+ * pair for a fingerprint (4 an element); bytes: x pairs, their cos and sin in, out written once. */
 #ifndef TSDC_ROPE_CUH
 #define TSDC_ROPE_CUH
 
@@ -56,7 +58,7 @@ static void rope_launch(bf16* out, const bf16* x, const float* cos_t, const floa
                                                                              inverse, NULL);
     }
     cudaCheck(cudaGetLastError());
-    ew_account(npairs * 4 + npairs * 8, npairs * 4);   /* x pairs (bf16) and cos, sin (fp32) in; out */
+    ew_account(COST_ELEMENTWISE, "rope_kernel", ew_grid(npairs), 6.0 * npairs, npairs * 4 + npairs * 8, npairs * 4);   /* x pairs (bf16) and cos, sin (fp32) in; out */
 }
 
 /* out = rope(x); out may equal x */
@@ -74,7 +76,7 @@ static int rope_forward_fp(bf16* out, const bf16* x, const float* cos, const flo
     if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
     rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(out, x, cos, sin, npairs, T, nh, hd, style, false, part);
     cudaCheck(cudaGetLastError());
-    ew_account(npairs * 4 + npairs * 8, out ? npairs * 4 : 0);   /* x bf16 pairs + cos/sin fp32 read; out written */
+    ew_account(COST_ELEMENTWISE, "rope_kernel_fp", grid, 6.0 * npairs + 8.0 * npairs, npairs * 4 + npairs * 8, out ? npairs * 4 : 0);   /* x bf16 pairs + cos/sin fp32 read; out written */
     return grid;
 }
 /* dx = inverse rotation of dout (sin -> -sin); dx may equal dout */

@@ -7,7 +7,8 @@
  * NaN payloads are kept).
  * The tensor's RMS before and after (for the event log) and the propagation-trace differences come
  * from a deterministic two-stage reduction in double (block partials summed on the host in order).
- * Layout: any bf16 tensor viewed flat [n]. Workspace slot 2 (partials). */
+ * Layout: any bf16 tensor viewed flat [n]. Workspace slot 2 (partials).
+ * Accounting (launch_account, COST_FAULT): the injector's reductions (in double) and flips. */
 #ifndef TSDC_FAULT_CUH
 #define TSDC_FAULT_CUH
 
@@ -58,6 +59,7 @@ static void fault_sumsq(const bf16* x, const bf16* y, size_t n, double* a, doubl
     double* part = (double*)cuda_workspace_f32(2, 4 * (size_t)FAULT_RED_BLOCKS);
     fault_sumsq_kernel<<<FAULT_RED_BLOCKS, FAULT_RED_THREADS, 0, stream>>>(part, x, y, n);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_FAULT, "fault_sumsq_kernel", COST_FP64, FAULT_RED_BLOCKS, (y ? 5.0 : 2.0) * n, (double)n * (y ? 4 : 2), (double)FAULT_RED_BLOCKS * 16);
     static double h[2 * FAULT_RED_BLOCKS];
     cudaCheck(cudaMemcpyAsync(h, part, sizeof(h), cudaMemcpyDeviceToHost, stream));
     cudaCheck(cudaStreamSynchronize(stream));
@@ -84,6 +86,7 @@ static void fault_apply_device(FaultCtx* fx, bf16* x, size_t n, cudaStream_t str
         int blocks = (int)((m + 255) / 256 < 1024 ? (m + 255) / 256 : 1024);
         fault_flip_kernel<<<blocks, 256, 0, stream>>>(x, d_idx, d_mask, m);
         cudaCheck(cudaGetLastError());
+        launch_account(COST_FAULT, "fault_flip_kernel", COST_FP32, blocks, (double)m, (double)m * 14, (double)m * 2);
         cudaCheck(cudaStreamSynchronize(stream));
         cudaCheck(cudaFree(d_idx)); cudaCheck(cudaFree(d_mask));
         live = fault_live_count(fx, idx, m);
