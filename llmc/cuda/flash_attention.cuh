@@ -17,9 +17,11 @@
  *   dk[s]   = scale sum_{h in j} sum_t dZ[t,s] q[t]
  *   dv[s]   =       sum_{h in j} sum_t P[t,s] dout[t]
  *
- * Layouts: q, out, dq, dout [B,T,H*hd] and k, v, dk, dv [B,T,KV*hd] (heads interleaved per token, as
- * the projections write them and as llmc/cuda/attention.cuh takes them: no permute kernels); lse and D
- * [B,H,T] fp32 (row (b*H + h)*T + t). head_dim 32, 64 or 128 (template HD; flash_attention_supported).
+ * Layouts: q, out, dq, dout [B,T,H*hd] and k, dk [B,T,KV*hd] (heads interleaved per token, as RoPE and the QK
+ * norm write them and as llmc/cuda/attention.cuh takes them: no permute kernels); v, dv [B,T,KV*hd] with the
+ * row stride ldv (elements between consecutive tokens, >= KV*hd: v is a view of the fused [N, qd + 2 kd]
+ * projection output, dv of its gradient); lse and D [B,H,T] fp32 (row (b*H + h)*T + t). head_dim 32, 64 or
+ * 128 (template HD; flash_attention_supported). The strides change only addresses, never the arithmetic.
  *
  * Kernels (128 threads = a 16 x 8 grid, tx = threadIdx % 16 (the 16 lanes of a half warp), ty =
  * threadIdx / 16; tiles of rows in shared memory as bf16 pairs with one pad word a row, so the rows a
@@ -189,7 +191,7 @@ __device__ __forceinline__ void flash_store_row(bf16* dst, const float (&acc)[HD
 template <int HD>
 __global__ void __launch_bounds__(FLASH_THREADS)
 flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
-                               const bf16* __restrict__ k, const bf16* __restrict__ v, int T, int H, int KV, float scale) {
+                               const bf16* __restrict__ k, const bf16* __restrict__ v, int T, int H, int KV, size_t ldv, float scale) {
     constexpr int BQ = FlashTiles<HD>::FWD_BQ, BK = FlashTiles<HD>::FWD_BK;
     constexpr int RR = BQ / FLASH_TY, CK = BK / FLASH_TX, CD = HD / 16;
     static_assert(BQ % FLASH_TY == 0 && BK % FLASH_TX == 0 && HD % 32 == 0, "tile shape");
@@ -204,7 +206,7 @@ flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, 
     const int h = blockIdx.y, b = blockIdx.z, j = h / (H / KV);
     const size_t ldq = (size_t)H * HD, ldk = (size_t)KV * HD;
     const bf16* kb = k + (size_t)b * T * ldk + (size_t)j * HD;
-    const bf16* vb = v + (size_t)b * T * ldk + (size_t)j * HD;
+    const bf16* vb = v + (size_t)b * T * ldv + (size_t)j * HD;
     flash_load_tile<BQ, HD>(sQ, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
 
     float m[RR], l[RR], o[RR][CD];
@@ -219,7 +221,7 @@ flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, 
     for (int s0 = 0; s0 <= last; s0 += BK) {
         __syncthreads(); /* the previous tile's reads of sK, sV, sP are done */
         flash_load_tile<BK, HD>(sK, kb, ldk, s0, T);
-        flash_load_tile<BK, HD>(sV, vb, ldk, s0, T);
+        flash_load_tile<BK, HD>(sV, vb, ldv, s0, T);
         __syncthreads();
         float z[RR][CK];
 #pragma unroll
@@ -292,7 +294,7 @@ template <int HD>
 __global__ void __launch_bounds__(FLASH_THREADS)
 flash_attention_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const float* __restrict__ lse,
                                    const float* __restrict__ D, const bf16* __restrict__ q, const bf16* __restrict__ k,
-                                   const bf16* __restrict__ v, int T, int H, int KV, float scale) {
+                                   const bf16* __restrict__ v, int T, int H, int KV, size_t ldv, float scale) {
     constexpr int BQ = FlashTiles<HD>::DQ_BQ, BK = FlashTiles<HD>::DQ_BK;
     constexpr int RR = BQ / FLASH_TY, CK = BK / FLASH_TX, CD = HD / 16;
     static_assert(BQ % FLASH_TY == 0 && BK % FLASH_TX == 0 && HD % 32 == 0, "tile shape");
@@ -308,7 +310,7 @@ flash_attention_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict
     const int h = blockIdx.y, b = blockIdx.z, j = h / (H / KV);
     const size_t ldq = (size_t)H * HD, ldk = (size_t)KV * HD;
     const bf16* kb = k + (size_t)b * T * ldk + (size_t)j * HD;
-    const bf16* vb = v + (size_t)b * T * ldk + (size_t)j * HD;
+    const bf16* vb = v + (size_t)b * T * ldv + (size_t)j * HD;
     flash_load_tile<BQ, HD>(sQ, q + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
     flash_load_tile<BQ, HD>(sdO, dout + (size_t)b * T * ldq + (size_t)h * HD, ldq, t0, T);
     const float* lr = lse + ((size_t)b * H + h) * T;
@@ -326,7 +328,7 @@ flash_attention_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict
     for (int s0 = 0; s0 <= last; s0 += BK) {
         __syncthreads();
         flash_load_tile<BK, HD>(sK, kb, ldk, s0, T);
-        flash_load_tile<BK, HD>(sV, vb, ldk, s0, T);
+        flash_load_tile<BK, HD>(sV, vb, ldv, s0, T);
         __syncthreads();
         float z[RR][CK], dp[RR][CK];
 #pragma unroll
@@ -363,7 +365,8 @@ template <int HD>
 __global__ void __launch_bounds__(FLASH_THREADS)
 flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const bf16* __restrict__ dout,
                                      const float* __restrict__ lse, const float* __restrict__ D, const bf16* __restrict__ q,
-                                     const bf16* __restrict__ k, const bf16* __restrict__ v, int T, int H, int KV, float scale) {
+                                     const bf16* __restrict__ k, const bf16* __restrict__ v, int T, int H, int KV, size_t ldv,
+                                     float scale) {
     constexpr int BK = FlashTiles<HD>::DKV_BK, BQ = FlashTiles<HD>::DKV_BQ;
     constexpr int RR = BK / FLASH_TY, CQ = BQ / FLASH_TX, CD = HD / 16;
     static_assert(BK % FLASH_TY == 0 && BQ % FLASH_TX == 0 && HD % 32 == 0, "tile shape");
@@ -382,7 +385,7 @@ flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ d
     const int j = blockIdx.y, b = blockIdx.z, g = H / KV;
     const size_t ldq = (size_t)H * HD, ldk = (size_t)KV * HD;
     flash_load_tile<BK, HD>(sK, k + (size_t)b * T * ldk + (size_t)j * HD, ldk, s0, T);
-    flash_load_tile<BK, HD>(sV, v + (size_t)b * T * ldk + (size_t)j * HD, ldk, s0, T);
+    flash_load_tile<BK, HD>(sV, v + (size_t)b * T * ldv + (size_t)j * HD, ldv, s0, T);
     float ak[RR][CD], av[RR][CD];
 #pragma unroll
     for (int i = 0; i < RR; i++)
@@ -433,61 +436,65 @@ flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ d
     for (int i = 0; i < RR; i++) {
         const int s = s0 + ty * RR + i;
         if (s < T) {
-            const size_t off = ((size_t)b * T + s) * ldk + (size_t)j * HD;
-            flash_store_row<HD>(dk + off, ak[i], scale, tx);
-            flash_store_row<HD>(dv + off, av[i], 1.0f, tx);
+            flash_store_row<HD>(dk + ((size_t)b * T + s) * ldk + (size_t)j * HD, ak[i], scale, tx);
+            flash_store_row<HD>(dv + ((size_t)b * T + s) * ldv + (size_t)j * HD, av[i], 1.0f, tx);
         }
     }
 }
 
 /* -------------------------------------------------------------------------------- launchers */
-static void flash_attention_check_args(const char* who, int B, int T, int H, int KV, int hd) {
+static void flash_attention_check_args(const char* who, int B, int T, int H, int KV, int hd, int ldv) {
     if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || H % KV != 0 || B > 65535 || H > 65535)
         tsdc_fail("%s: bad shape B %d T %d H %d KV %d hd %d (all > 0, H a multiple of KV)", who, B, T, H, KV, hd);
+    if (ldv < KV * hd || ldv % 2) tsdc_fail("%s: v row stride %d (even, at least KV*hd = %d: the tiles load bf16 pairs)", who, ldv, KV * hd);
     if (!flash_attention_supported(hd)) tsdc_fail("%s: head_dim %d (the fused kernels take 32, 64 or 128)", who, hd);
 }
 
 template <int HD>
 static void flash_attention_forward_hd(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV,
-                                       cudaStream_t stream) {
+                                       int ldv, cudaStream_t stream) {
     const dim3 grid((unsigned)CEIL_DIV(T, (int)FlashTiles<HD>::FWD_BQ), (unsigned)H, (unsigned)B);
-    flash_attention_forward_kernel<HD><<<grid, FLASH_THREADS, 0, stream>>>(out, lse, q, k, v, T, H, KV, 1.0f / sqrtf((float)HD));
+    flash_attention_forward_kernel<HD><<<grid, FLASH_THREADS, 0, stream>>>(out, lse, q, k, v, T, H, KV, (size_t)ldv,
+                                                                           1.0f / sqrtf((float)HD));
     cudaCheck(cudaGetLastError());
 }
 
 template <int HD>
 static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const float* lse, const float* D,
-                                        const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, cudaStream_t stream) {
+                                        const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int ldv,
+                                        cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HD);
     const dim3 gq((unsigned)CEIL_DIV(T, (int)FlashTiles<HD>::DQ_BQ), (unsigned)H, (unsigned)B);
-    flash_attention_backward_dq_kernel<HD><<<gq, FLASH_THREADS, 0, stream>>>(dq, dout, lse, D, q, k, v, T, H, KV, scale);
+    flash_attention_backward_dq_kernel<HD><<<gq, FLASH_THREADS, 0, stream>>>(dq, dout, lse, D, q, k, v, T, H, KV, (size_t)ldv, scale);
     cudaCheck(cudaGetLastError());
     const dim3 gk((unsigned)CEIL_DIV(T, (int)FlashTiles<HD>::DKV_BK), (unsigned)KV, (unsigned)B);
-    flash_attention_backward_dkdv_kernel<HD><<<gk, FLASH_THREADS, 0, stream>>>(dk, dv, dout, lse, D, q, k, v, T, H, KV, scale);
+    flash_attention_backward_dkdv_kernel<HD><<<gk, FLASH_THREADS, 0, stream>>>(dk, dv, dout, lse, D, q, k, v, T, H, KV, (size_t)ldv,
+                                                                               scale);
     cudaCheck(cudaGetLastError());
 }
 
-/* out [B,T,H*hd] bf16 and lse [B,H,T] fp32 from q [B,T,H*hd], k, v [B,T,KV*hd] */
+/* out [B,T,H*hd] bf16 and lse [B,H,T] fp32 from q [B,T,H*hd], k [B,T,KV*hd], v [B,T,KV*hd] with row stride ldv */
 static void flash_attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV,
-                                    int hd, cudaStream_t stream) {
-    flash_attention_check_args("flash_attention_forward", B, T, H, KV, hd);
-    if (hd == 32) flash_attention_forward_hd<32>(out, lse, q, k, v, B, T, H, KV, stream);
-    else if (hd == 64) flash_attention_forward_hd<64>(out, lse, q, k, v, B, T, H, KV, stream);
-    else flash_attention_forward_hd<128>(out, lse, q, k, v, B, T, H, KV, stream);
+                                    int hd, int ldv, cudaStream_t stream) {
+    flash_attention_check_args("flash_attention_forward", B, T, H, KV, hd, ldv);
+    if (hd == 32) flash_attention_forward_hd<32>(out, lse, q, k, v, B, T, H, KV, ldv, stream);
+    else if (hd == 64) flash_attention_forward_hd<64>(out, lse, q, k, v, B, T, H, KV, ldv, stream);
+    else flash_attention_forward_hd<128>(out, lse, q, k, v, B, T, H, KV, ldv, stream);
 }
 
-/* dq [B,T,H*hd], dk, dv [B,T,KV*hd] overwritten, from dout and the forward's out and lse */
+/* dq [B,T,H*hd], dk [B,T,KV*hd], dv [B,T,KV*hd] (row stride ldv, as v's) overwritten, from dout and the forward's
+ * out and lse */
 static void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* out, const float* lse,
-                                     const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd,
+                                     const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int ldv,
                                      cudaStream_t stream) {
-    flash_attention_check_args("flash_attention_backward", B, T, H, KV, hd);
+    flash_attention_check_args("flash_attention_backward", B, T, H, KV, hd, ldv);
     const size_t rows = (size_t)B * T * H;
     float* D = cuda_workspace_f32(FLASH_SLOT_D, rows);
     flash_attention_rowdot_kernel<<<(unsigned)CEIL_DIV(rows, (size_t)8), 256, 0, stream>>>(D, dout, out, B, T, H, hd);
     cudaCheck(cudaGetLastError());
-    if (hd == 32) flash_attention_backward_hd<32>(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, stream);
-    else if (hd == 64) flash_attention_backward_hd<64>(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, stream);
-    else flash_attention_backward_hd<128>(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, stream);
+    if (hd == 32) flash_attention_backward_hd<32>(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, ldv, stream);
+    else if (hd == 64) flash_attention_backward_hd<64>(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, ldv, stream);
+    else flash_attention_backward_hd<128>(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, ldv, stream);
 }
 
 #endif
