@@ -1,6 +1,6 @@
-/* fused.cuh: the fused Q/K/V and gate/up projections (train_sdc.cu): (h) every kernel that reads or writes a
+/* fused.cuh: the fused Q/K/V and gate/up projections (train_sdc.cu): (i) every kernel that reads or writes a
  * view of a fused buffer (row stride ld > its columns) against its own contiguous call, bitwise, with the
- * columns outside a written view checked untouched; (i) fault injection at the fused sites lands on the same
+ * columns outside a written view checked untouched; (j) fault injection at the fused sites lands on the same
  * logical element, with the same bits, as the CPU trainer's -precision bf16. */
 
 /* ----------------------------------------------------------------- raw bf16 buffers and views */
@@ -71,7 +71,7 @@ static int check_same32(const char* name, const float* a, const float* b, size_t
     return bad == 0;
 }
 
-/* ---------------------------------------------------------------- (h) strided views, kernel by kernel */
+/* ---------------------------------------------------------------- (i) strided views, kernel by kernel */
 /* Catches: a kernel that ignores a view's row stride or column offset (q, k, v of the fused [N, qd + 2 kd] buffer;
  * gate, up of [N, 2F]; their gradients), reads the wrong columns, or writes outside its view. */
 static void test_strided(void) {
@@ -290,7 +290,7 @@ static void test_strided(void) {
     dfree_all();
 }
 
-/* --------------------------------------------- (i) faults at the fused sites land as on the CPU trainer */
+/* --------------------------------------------- (j) faults at the fused sites land as on the CPU trainer */
 /* a site's forward tensor as bf16 bits in logical order: the GPU's through its view, the CPU's (-precision bf16, fp32
  * arrays holding bf16 values) directly */
 static uint16_t* gpu_site_bits(Model* gm, int site, int l, int B, int T, size_t* n) {
