@@ -323,8 +323,9 @@ static void grad_block_delta(const float* gf, const float* gc, size_t off, int n
 /* Catches: a fault at q_proj/k_proj/v_proj/gate_proj/up_proj (forward: the module output; backward: its gradient)
  * that lands on another element than the CPU's (a view offset or stride wrong in the injector, the index map
  * missing), or with other bits. Forward: the changed logical elements and their XOR masks equal the CPU's exactly.
- * Backward: the changed rows of the layer's fused weight gradient ([wq; wk; wv] or [w_gate; w_up]) are the CPU's
- * exactly (they are the injected columns), and the changes agree within 5e-2 relative L2 (they are delta * x[row],
+ * Backward: the rows of the layer's fused weight gradient ([wq; wk; wv] or [w_gate; w_up]) that change (the
+ * injected columns) change on both sides (a row whose injected element is 0 on one side moves only by an ulp on the
+ * other: a clear change, > 1e-3 of the largest, must be matched), and the changes agree within 5e-2 relative L2 (they are delta * x[row],
  * so a wrong row gives another vector; sign flips, so that delta = -2 g on both sides). */
 static void test_fused_faults(const char* preset) {
     Config c;
@@ -405,13 +406,22 @@ static void test_fused_faults(const char* preset) {
                 float *dg = h_alloc((size_t)nrows * d), *dc = h_alloc((size_t)nrows * d);
                 grad_block_delta(gf, gclean, off, nrows, d, rg, dg);
                 grad_block_delta(cm->grads, cclean, off, nrows, d, rc, dc);
+                /* a row changed clearly on one side (by more than 1e-3 of that side's largest change) must have changed on
+                 * the other: an injected element that is 0 on one side and tiny on the other (a cancellation in the
+                 * backward's fp32, another order on each side) moves its row on one side only, by an ulp */
+                double mg = 0, mc = 0;
+                for (size_t i = 0; i < (size_t)nrows * d; i++) { mg = fmax(mg, fabs(dg[i])); mc = fmax(mc, fabs(dc[i])); }
                 int nr = 0, eq = 1;
-                for (int r = 0; r < nrows; r++) eq &= rg[r] == rc[r];
-                for (int r = 0; r < nrows; r++) nr += rg[r];
+                for (int r = 0; r < nrows; r++) {
+                    double rgm = 0, rcm = 0;
+                    for (int j = 0; j < d; j++) { rgm = fmax(rgm, fabs(dg[(size_t)r * d + j])); rcm = fmax(rcm, fabs(dc[(size_t)r * d + j])); }
+                    if ((rgm > 1e-3 * mg && !rc[r]) || (rcm > 1e-3 * mc && !rg[r])) eq = 0;
+                    nr += rgm > 1e-3 * mg;
+                }
                 const double e = rel_l2(dg, dc, (size_t)nrows * d);
                 check(fx.injected == 1 && fc.injected == 1 && eq && nr > 0 && nr <= 12 && e < 5e-2,
-                      "  bwd %-10s m 12: layer %d's fused weight gradient: changed rows %d, the CPU's rows: %s; changes vs the CPU's rel L2 %.2e "
-                      "(< 5e-2)", SITE_NAMES[site], layer, nr, eq ? "the same" : "DIFFERENT", e);
+                      "  bwd %-10s m 12: layer %d's fused weight gradient: rows changed %d, each changed on the CPU too and vice versa: %s; "
+                      "changes vs the CPU's rel L2 %.2e (< 5e-2)", SITE_NAMES[site], layer, nr, eq ? "the same" : "DIFFERENT", e);
                 FREE_ALL(rg, rc, dg, dc, gf);
             }
             model_set_fault(gm, NULL);
