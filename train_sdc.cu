@@ -269,6 +269,7 @@ static bf16* model_att_scratch(Model* model) {
  * in the probs reaches the output through a copy masked at s > t (the CPU reads only s <= t; the tensor
  * keeps what was injected, as the CPU's) */
 static void attention_forward_faults(Model* model, LayerActs* a, int l, int B, int T, cudaStream_t s) {
+    CostScope cost_scope(COST_FAULT);   /* the split steps redone for a fault */
     const Config* c = &model->c;
     const int H = c->n_head, KV = c->n_kv_head, hd = c->head_dim;
     const size_t natt = (size_t)B * H * T * T;
@@ -582,6 +583,7 @@ static void model_set_tokens(Model* model, const int* inputs, const int* targets
 static void qk_recompute_check(Model* model, int l, int B, int T, int bq, int bk) {
     const Config* c = &model->c;
     cudaStream_t s = model->stream;
+    CostScope cost_scope("qk");   /* every launch here exists for -protect qk */
     LayerActs* a = &model->la[l];
     int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
     float eps = (float)c->norm_eps;
@@ -666,6 +668,7 @@ static void exp_profile_ld(Model* model, int type, int l, const bf16* dy, size_t
     cudaCheck(cudaMemcpyAsync(d_idx, h_idx, sizeof(unsigned long long) * m, cudaMemcpyHostToDevice, model->stream));
     gather_bf16_kernel<<<CEIL_DIV(m, 256), 256, 0, model->stream>>>(d_out, dy, d_idx, m);
     cudaCheck(cudaGetLastError());
+    launch_account("exp", "gather_bf16_kernel", COST_FP32, CEIL_DIV(m, 256), 0.0, (double)m * 10, (double)m * 2);
     uint16_t* h_out = (uint16_t*)mallocCheck(sizeof(uint16_t) * m);
     cudaCheck(cudaMemcpyAsync(h_out, d_out, sizeof(uint16_t) * m, cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
@@ -943,6 +946,10 @@ static void grad_bucket_done(Model* model, int which) {
     cudaCheck(cudaStreamWaitEvent(model->comm, model->bucket_ready[b], 0));
     float* g = model->grads + gb->off[b];
     ncclCheck(ncclAllReduce(g, g, gb->numel[b], ncclFloat, ncclSum, g_nccl, model->comm));
+    {   /* ring all-reduce of the bucket, on the comm stream (overlapped with the backward) */
+        const double R = model->reduce_dist->world, n = (double)gb->numel[b];
+        launch_account(COST_ALLREDUCE, "ncclAllReduce", COST_NET, 1, n * (R - 1) / R, 8.0 * n * (R - 1) / R, 8.0 * n * (R - 1) / R);
+    }
 #endif
     if (++model->gb_next == gb->n) {
         cudaCheck(cudaEventRecord(model->comm_done, model->comm));
@@ -1136,6 +1143,9 @@ static void model_allreduce_grads(Model* model, Dist* dist) {
         return;
     }
     ncclCheck(ncclAllReduce(model->grads, model->grads, model->L.total, ncclFloat, ncclSum, g_nccl, model->stream));
+    /* ring all-reduce: each rank sends and receives 2 (R-1)/R of the fp32 gradients, adds (R-1)/R of them */
+    launch_account(COST_ALLREDUCE, "ncclAllReduce", COST_NET, 1, (double)model->L.total * (dist->world - 1) / dist->world,
+                   8.0 * model->L.total * (dist->world - 1) / dist->world, 8.0 * model->L.total * (dist->world - 1) / dist->world);
 #else
     (void)model;
     tsdc_fail("%d ranks: this binary was built without NCCL, so it trains on one GPU only", dist->world);
@@ -1165,7 +1175,6 @@ static void model_norms(Model* model) {
     if (model->norms_valid) return;
     const int n = model->L.n;
     mt_grad_sumsq(model->ss_dev, model->mt_part, model->grads, model->unscale, &model->mt, model->stream);
-    mt_grad_sumsq_account(model->L.total);
     cudaCheck(cudaMemcpyAsync(model->ss_host, model->ss_dev, sizeof(double) * n, cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
     double s2 = 0.0;
@@ -1195,6 +1204,7 @@ static double model_grad_norm(Model* model) { model_norms(model); return sqrt(mo
  * sum of model_norms' per-tensor sums in tensor order when the range is whole tensors (the guard's are),
  * else a pass of its own (global_norm.cuh; synchronises) */
 static double model_grad_sumsq_range(Model* model, size_t off, size_t n) {
+    CostScope cost_scope("bwd");   /* the backward guard's groups */
     int i = 0;
     while (i < model->L.n && model->L.t[i].offset < off) i++;
     if (i < model->L.n && model->L.t[i].offset == off) {
@@ -1265,6 +1275,8 @@ static double model_update_norm(Model* model, const AdamW* o, long long t, doubl
                                                                                  model->L.total, model->upd_seg_end, model->upd_seg_decay,
                                                                                  nseg, h, decay);
     cudaCheck(cudaGetLastError());
+    launch_account("detectors", "update_norm_partials_kernel", COST_FP32, GNORM_BLOCKS, 19.0 * model->L.total, (double)model->L.total * 16,
+                   (double)GNORM_BLOCKS * 8);   /* p, grad, m, v in (the AdamW step's math, nothing stored); partials out */
     static double host_part[GNORM_BLOCKS];
     cudaCheck(cudaMemcpyAsync(host_part, part, sizeof(host_part), cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
@@ -1310,6 +1322,7 @@ static void model_argmax(Model* model, int n, int* out) {
     logits_intact(model, "model_argmax");
     argmax_kernel<<<n, 256, 0, model->stream>>>(model->argmax, model->logits, model->c.vocab_size);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_MISC, "argmax_kernel", COST_FP32, n, (double)n * model->c.vocab_size, (double)n * model->c.vocab_size * 2, (double)n * 4);
     cudaCheck(cudaMemcpyAsync(out, model->argmax, sizeof(int) * n, cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
 }
@@ -1434,6 +1447,82 @@ static int model_device_stats(Model* model, DeviceStats* st) {
     st->ew_read = (long long)g_ew_bytes_read;
     st->ew_written = (long long)g_ew_bytes_written;
     return 1;
+}
+
+/* -cost_out (llmc/host/train_loop.h; docs/cost_model.md): the launchers' work records (cuda_common.cuh
+ * launch_account) of one window, the first step's first attempt and its update, written as JSON lines: a
+ * header with the run's fields and the device's counts, then one record a launch in launch order. On the
+ * emulation every kernel launch and every cuBLASLt call of the window must have its record (a launcher
+ * without its accounting line is an error here); the header's peak device bytes are the emulator's
+ * (since the start of the process: the model, the step's workspaces), -1 on a GPU. */
+#ifdef __CUDA_EMU__
+#include "cuda_emu_cublaslt_stats.h"
+#endif
+#ifdef __CUDA_EMU__
+static long long g_cost_launches, g_cost_gemms, g_cost_l0, g_cost_g0;   /* the emulator's counts in the window (coverage check) */
+#endif
+static int model_cost_only(void) {
+#ifdef __CUDA_EMU__
+    return emu_cost_only();
+#else
+    return 0;
+#endif
+}
+static void model_cost_resume(Model* model) {
+    (void)model;
+    if (g_cost_on) return;
+#ifdef __CUDA_EMU__
+    g_cost_l0 = (long long)emu_counters()->launches;
+    g_cost_g0 = (long long)cublaslt_emu_matmul_calls();
+#endif
+    g_cost_on = 1;
+}
+static void model_cost_pause(Model* model) {
+    (void)model;
+    if (!g_cost_on) return;
+#ifdef __CUDA_EMU__
+    g_cost_launches += (long long)emu_counters()->launches - g_cost_l0;
+    g_cost_gemms += (long long)cublaslt_emu_matmul_calls() - g_cost_g0;
+#endif
+    g_cost_on = 0;
+}
+static void model_cost_begin(Model* model) {
+    g_cost_n = 0;
+#ifdef __CUDA_EMU__
+    g_cost_launches = g_cost_gemms = 0;
+#endif
+    model_cost_resume(model);
+}
+/* the window's records to path; meta: the run's fields, a JSON object's members without braces */
+static void model_cost_end(Model* model, const char* path, const char* meta) {
+    model_cost_pause(model);
+    long long kernels = 0, gemms = 0;
+    for (size_t i = 0; i < g_cost_n; i++) {
+        if (!strcmp(g_cost_recs[i].kernel, "cublasLtMatmul")) gemms++;
+        else if (g_cost_recs[i].unit != COST_NET) kernels++;
+    }
+    long long peak = -1, now = -1, emu_l = -1, emu_g = -1;
+#ifdef __CUDA_EMU__
+    peak = (long long)emu_counters()->device_bytes_peak;
+    now = (long long)emu_counters()->device_bytes;
+    emu_l = g_cost_launches;
+    emu_g = g_cost_gemms;
+    if (emu_l != kernels || emu_g != gemms)
+        tsdc_fail("-cost_out: %lld kernel launches and %lld cuBLASLt calls in the step, but %lld and %lld work records: a launcher "
+                  "without its launch_account / ew_account line (cuda_common.cuh)", emu_l, emu_g, kernels, gemms);
+#endif
+    FILE* f = fopen(path, "w");
+    if (!f) tsdc_fail("flag -cost_out: cannot write %s", path);
+    fprintf(f, "{\"type\":\"header\",%s,\"params\":%zu,\"cost_only\":%d,\"peak_device_bytes\":%lld,\"device_bytes\":%lld,"
+            "\"act_bytes\":%zu,\"launches\":%lld,\"gemms\":%lld,\"emu_launches\":%lld,\"emu_gemms\":%lld,\"records\":%zu}\n",
+            meta, model->L.total, model_cost_only(), peak, now, model->act_bytes, kernels, gemms, emu_l, emu_g, g_cost_n);
+    for (size_t i = 0; i < g_cost_n; i++) {
+        const CostRec* r = &g_cost_recs[i];
+        fprintf(f, "{\"comp\":\"%s\",\"unit\":\"%s\",\"kernel\":\"%s\",\"grid\":%llu,\"flops\":%.17g,\"read\":%.17g,\"written\":%.17g}\n",
+                r->comp, COST_UNIT_NAMES[r->unit], r->kernel, r->grid, r->flops, r->read, r->written);
+    }
+    if (fclose(f) != 0) tsdc_fail("flag -cost_out: cannot write %s", path);
+    g_cost_n = 0;
 }
 
 static int model_threads(void) { return 1; }

@@ -25,9 +25,10 @@
 #   4 bench    bench_matmul (the measured cuBLASLt bf16 rate), then train_sdc_cu on llama3.2-1b and
 #              qwen3-0.6b, B=$BB x T 1024, synthetic tokens, $WARM warm-up + $STEPS timed steps, -save none:
 #              tokens/s, ms/step, MFU, peak GPU memory, start-up (init) time, losses finite
-#   5 overhead -protect none / paper / all on llama3.2-1b and qwen3-0.6b at the paper's per-rank setting
-#              (B 1 x T 1024 x accum 4), the same shapes for every configuration, fault-free, -save none:
-#              median ms/step and the overhead against none (the paper: 1.65% / 6.76%)
+#   5 overhead -protect none / paper / all on llama3.2-1b and qwen3-0.6b at B 1 x T 1024 x accum $OH_ACCUM (default
+#              8: the rows of scripts/cost_model.py's predictions, docs/cost_model.md; the paper's per-rank
+#              setting is accum 4: GPU_CHECK_OVERHEAD_ACCUM=4), the same shapes for every configuration,
+#              fault-free, -save none: median ms/step and the overhead against none (the paper: 1.65% / 6.76%)
 #   6 rest     the protection tests of tests/test_protect.py and tests/test_detect.py on the GPU binary (Q/K
 #              recomputation m = 1, 10, 1000; attention checks and ABFT; 200 calibrated clean steps; large
 #              residual faults; exponent scaling in bf16); llama3.2-1b at B 1; the same benchmarks in PyTorch
@@ -44,7 +45,7 @@
 #   4 bench    150 s  bench_matmul ~20 s; each train_sdc_cu run: start-up ~10 s (context, ~25 GB allocated,
 #                     init < 1 s) + 25 steps at an assumed 20% MFU (llama3.2-1b B 8: 6.4e13 FLOP a step /
 #                     198 TFLOP/s = 0.33 s; qwen3-0.6b 3.5e13 -> 0.18 s) = 18 s and 15 s; x3 margin: 60 s each
-#   5 overhead 150 s  6 runs x (start-up ~10 s + 25 steps of 4096 tokens, 0.1-0.2 s each at 20% MFU) ~20 s; margin
+#   5 overhead 200 s  6 runs x (start-up ~10 s + 25 steps of 8192 tokens, 0.2-0.4 s each at 20% MFU) ~25 s; margin
 #   6 rest     330 s  protection tests ~20 tiny runs x ~5 s + 300 steps of calibration and protected run ~50 s;
 #                     llama3.2-1b B 1 ~30 s; PyTorch 3 runs x ~50 s (imports, model build, 25 steps)
 # Phases 1-4: 430 s, inside the 540 s that a 10-minute call leaves after machine start-up slack.
@@ -78,7 +79,8 @@
 #   --fake     run the flow on the CPU to test this script: ./train_sdc -precision bf16 stands in for
 #              train_sdc_cu, ./test_sdc for test_sdc_cu, tiny presets for the benchmarks; no nvidia-smi
 # Environment: GPU_ARCH (default 90), PYTHON (default python3), OUT (results folder), GPU_CHECK_BENCH
-# (phase 4 runs, "preset:B ...", default "llama3.2-1b:$BB qwen3-0.6b:$BB"), GPU_CHECK_BENCH_REST (phase 6,
+# (phase 4 runs, "preset:B[:accum[:protect]] ...", default "llama3.2-1b:$BB qwen3-0.6b:$BB": the cost model's
+# B x accum 1 rows), GPU_CHECK_OVERHEAD_ACCUM (phase 5's -accum, default 8), GPU_CHECK_BENCH_REST (phase 6,
 # default "llama3.2-1b:1"), GPU_CHECK_DET ("preset:B:T:steps ..."), GPU_CHECK_OVERHEAD (the -protect
 # configurations of phase 5; default below, OVERHEAD_CONFIGS).
 set -uo pipefail
@@ -87,7 +89,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 PHASE_NAMES=(x info build test bench overhead rest)
-EST=(0 20 60 200 150 150 330)        # seconds on one H200, basis in the header
+EST=(0 20 60 200 150 200 330)        # seconds on one H200, basis in the header
 EST_LIMIT_1_4=540                    # phases 1-4 must fit this by the estimates
 RESERVE=15                           # seconds kept back from every run's timeout (kill grace, summary)
 
@@ -180,6 +182,7 @@ TRAIN_CPU=(./train_sdc -precision bf16 -force)
 # paper` will name it, with `all` then adding our attention checks. Until the
 # trainer accepts `paper` (probed at run time: paper_probe), paper runs as qk,rgg,exp and all as all,att.
 OVERHEAD_CONFIGS="${GPU_CHECK_OVERHEAD:-none paper all}"
+OH_ACCUM="${GPU_CHECK_OVERHEAD_ACCUM:-8}"   # phase 5: B 1 x accum 8, the cost model's rows (scripts/cost_model.py)
 
 # ------------------------------------------------------------------------------------ helpers
 LINEBUF=""; command -v stdbuf >/dev/null 2>&1 && LINEBUF="stdbuf -oL -eL"
@@ -303,7 +306,7 @@ plan() {
             2) d="make -j$NJOBS GPU_ARCH=$GPU_ARCH $GPU_TARGETS (300 s); nvcc bench_matmul.cu (120 s); cc mkshard" ;;
             3) d="${TEST_BIN[*]} (240 s); determinism ${DET_CFGS// /, } twice (120 s a run); cross-resume, 5 runs (120 s a run)" ;;
             4) d="bench_matmul (60 s); ${TRAIN_GPU[*]} ${BENCH_CFGS// /, } (preset:B), T $BENCH_T, $WARM+$STEPS steps, -save none (150 s a run)" ;;
-            5) d="-protect ${OVERHEAD_CONFIGS// / \/ } on ${PROT_BENCH// /, }, B 1 x T $BENCH_T x accum 4, $WARM+$STEPS steps, -save none (120 s a run)" ;;
+            5) d="-protect ${OVERHEAD_CONFIGS// / \/ } on ${PROT_BENCH// /, }, B 1 x T $BENCH_T x accum $OH_ACCUM, $WARM+$STEPS steps, -save none (120 s a run)" ;;
             6) d="protection tests (~20 tiny runs, 120-300 s each limit); ${BENCH_REST// /, }; PyTorch $(echo $BENCH_CFGS $BENCH_REST | sed 's/ /, /g') (200 s a run)" ;;
         esac
         printf 'phase %d %-9s ~%3d s    %s\n' "$i" "${PHASE_NAMES[$i]}" "${EST[$i]}" "$d"
@@ -462,7 +465,7 @@ fi
 # the "N passed, M failed" line of a test log, as "N M" (empty if none)
 test_counts() { grep -E '^test_sdc(_cu)?: [0-9]+ passed, [0-9]+ failed' "$1" | tail -n 1 | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\1 \2/'; }
 # every test name test_sdc_cu's -only takes (tests/test_gpu_check.py checks this list against test_sdc.cu)
-TEST_NAMES="init convert embedding rmsnorm rope attention attention_split flash attcheck elementwise classifier adamw multi_tensor global_norm fingerprint matmul matmul_cache fault_flip argmax unscale attention_chunked ptx reference determinism att_faults update_norm att_checks"
+TEST_NAMES="init convert embedding rmsnorm rope attention attention_split flash attcheck elementwise classifier adamw multi_tensor global_norm fingerprint matmul matmul_cache fault_flip argmax unscale attention_chunked ptx reference determinism att_faults update_norm att_checks grad_buckets"
 if has_phase 3; then
     phase_begin 3
     if ! done_before test_sdc_cu; then
@@ -558,18 +561,20 @@ if has_phase 3; then
 fi
 
 # ------------------------------------------------------------------------------------ 4 bench
-# bench_run PHASE KEY PRESET B: train_sdc_cu for $WARM + $STEPS steps (B 1: 3 + 10), -save none; one row
+# bench_run PHASE KEY PRESET B [ACCUM [PROTECT]]: train_sdc_cu for $WARM + $STEPS steps (B 1: 3 + 10), -save none; one row
+# (a row of scripts/cost_model.py: the measured column of its prediction)
 bench_run() {
-    local ph=$1 key=$2 p=$3 b=$4 w=$WARM s=$STEPS label d
+    local ph=$1 key=$2 p=$3 b=$4 acc=${5:-1} prot=${6:-none} w=$WARM s=$STEPS label d
     if [ "$b" = 1 ]; then w=3; s=10; fi
     label="$p B=$b T=$BENCH_T"
+    [ "$acc" = 1 ] && [ "$prot" = none ] || label="$label accum=$acc protect=$prot"
     done_before "$key" && return
     [ -x "${TRAIN_GPU[0]}" ] || { row "$ph" "$key" 0 "${TRAIN_GPU[0]#./} $label" "not run (binary missing)"; return; }
     fits 40 "${TRAIN_GPU[0]#./} $label" || { row "$ph" "$key" 0 "${TRAIN_GPU[0]#./} $label" "skipped (no time)"; return; }
-    d="$WORK/bench_${p}_$b"; rm -rf "$d"; mkdir -p "$d"
+    d="$WORK/bench_${p}_${b}_${acc}_$prot"; rm -rf "$d"; mkdir -p "$d"
     local last=$((w + s))
     mem_sampler_start "$d/mem.txt"
-    tmo 150 $LINEBUF "${TRAIN_GPU[@]}" -preset "$p" -train "$BSH" -B "$b" -seq "$BENCH_T" -steps 100000 -stop_at "$last" -warmup 10 -lr 1e-4 \
+    tmo 150 $LINEBUF "${TRAIN_GPU[@]}" -preset "$p" -train "$BSH" -B "$b" -accum "$acc" -protect "$prot" -seq "$BENCH_T" -steps 100000 -stop_at "$last" -warmup 10 -lr 1e-4 \
         -eval_every 0 -quiet -save none -out "$d" >"$d/stdout" 2>&1; local rc=$?
     mem_sampler_stop
     head -n 3 "$d/stdout"
@@ -581,7 +586,7 @@ bench_run() {
     init=$(sed -n 's/^init: [0-9]* weights in \([0-9.]*\) s.*/\1/p' "$d/stdout" | head -n 1)
     fin=$(loss_finite "$d/log.jsonl")
     if [ "$nt" -ge 1 ]; then
-        tok=$(awk -v b="$b" -v t="$BENCH_T" -v ms="$mean" 'BEGIN { printf "%.0f", b * t / (ms / 1000) }')
+        tok=$(awk -v b="$b" -v a="$acc" -v t="$BENCH_T" -v ms="$mean" 'BEGIN { printf "%.0f", b * a * t / (ms / 1000) }')
         row "$ph" "$key" 1 "${TRAIN_GPU[0]#./} $label" "$([ $rc = 0 ] && echo ok || echo "rc $rc$([ $rc = 124 ] && echo ', cut by its timeout')") ($nt timed steps, median $med ms; init ${init:-?} s; $fin)" "$tok" "$mean" \
             "$(mfu "$tok" "$params" "$p" "$BENCH_T" 989)" "$(mfu "$tok" "$params" "$p" "$BENCH_T" "${PEAK:-}")" "${mem:-n/a}"
     else
@@ -606,7 +611,11 @@ if has_phase 4; then
             row 4 bench_matmul 0 "cuBLASLt bf16 GEMM rate (bench_matmul)" "not run (not built or no time)"
         fi
     fi
-    for cfg in $BENCH_CFGS; do IFS=: read -r p b <<<"$cfg"; bench_run 4 "bench:$p:$b" "$p" "$b"; done
+    for cfg in $BENCH_CFGS; do
+        IFS=: read -r p b acc prot <<<"$cfg"
+        k="bench:$p:$b"; [ -z "$acc$prot" ] || k="$k:${acc:-1}:${prot:-none}"   # the old keys stay valid for --continue
+        bench_run 4 "$k" "$p" "$b" "${acc:-1}" "${prot:-none}"
+    done
     phase_end
 fi
 
@@ -628,11 +637,11 @@ if has_phase 5; then
             if [ $HAVE_PAPER = 0 ] && [ "$cfg" = all ]; then flag="all,att"; label="-protect all (= all,att)"; fi
             key="overhead:$p:$cfg"
             if done_before "$key"; then continue; fi
-            item="overhead $p B 1 x T $BENCH_T x accum 4, $label"
+            item="overhead $p B 1 x T $BENCH_T x accum $OH_ACCUM, $label"
             [ -x "${TRAIN_GPU[0]}" ] || { row 5 "$key" 0 "$item" "not run (binary missing)"; continue; }
             fits 30 "overhead $p $cfg" || { row 5 "$key" 0 "$item" "skipped (no time)"; continue; }
             d="$WORK/oh_${p}_$cfg"; rm -rf "$d"
-            tmo 120 "${TRAIN_GPU[@]}" -preset "$p" -train "$TSH" -B 1 -seq "$BENCH_T" -accum 4 -steps 1000 -warmup 10 -lr 1e-5 \
+            tmo 120 "${TRAIN_GPU[@]}" -preset "$p" -train "$TSH" -B 1 -seq "$BENCH_T" -accum "$OH_ACCUM" -steps 1000 -warmup 10 -lr 1e-5 \
                 -eval_every 0 -quiet -stop_at $((WARM + STEPS)) -save none -protect "$flag" -out "$d" >"$d.out" 2>&1; rc=$?
             read -r nt mean med <<<"$(step_stats "$d/log.jsonl" "$WARM" $((WARM + STEPS)))"
             alarms=$(grep '"type":"step"' "$d/log.jsonl" 2>/dev/null | grep -c '"replayed":1')

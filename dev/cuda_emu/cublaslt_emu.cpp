@@ -11,7 +11,9 @@
  * SSE2): products and sums are rounded separately (fp-contract off, no FMA), so all give the same bits.
  * Measured on 2 cores (AMD EPYC, AVX2), `test_cublaslt --bench`: the logits GEMM of a [64 x 2048] x
  * [2048 x 128256] bf16 linear layer 33 GFLOP/s (1.0 s), its dx GEMM 32 GFLOP/s, its dW GEMM (k = 64,
- * fp32 out) 17 GFLOP/s; SSE2 forced: about 0.6x of that. */
+ * fp32 out) 17 GFLOP/s; SSE2 forced: about 0.6x of that.
+ * EMU_COST_ONLY=1 (emu_runtime.cpp's cost-only mode): cublasLtMatmul checks and counts a call as always
+ * but computes nothing and leaves the workspace untouched. */
 #pragma GCC optimize("fp-contract=off")
 
 #include "cublasLt.h"
@@ -585,12 +587,15 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
     if (C && C == (const void*)D &&
         (lc->type != ld_->type || lc->ld != ld_->ld || (ld_->batch > 1 && lc->offset != ld_->offset)))
         return CUBLAS_STATUS_INVALID_VALUE;
-    if (ws_need) memset(workspace, 0x5a, ws_need); /* the algorithm uses its workspace */
+    /* EMU_COST_ONLY (emu_runtime.cpp): checked and counted, not computed (read here, not through the runtime,
+     * so that test_cublaslt links this file alone) */
+    static const bool cost_only = [] { const char* e = getenv("EMU_COST_ONLY"); return e && *e && strcmp(e, "0") != 0; }();
+    if (ws_need && !cost_only) memset(workspace, 0x5a, ws_need); /* the algorithm uses its workspace */
     P.A.base = (const char*)A;
     P.B.base = (const char*)B;
     P.C.base = P.beta != 0.0f ? (const char*)C : nullptr;
     P.D.base = (const char*)D;
-    run_gemm(P);
+    if (!cost_only) run_gemm(P);
     g_calls.fetch_add(1);
     g_flops.fetch_add((unsigned long long)(2.0 * (double)P.m * (double)P.n * (double)P.k * (double)P.batch));
     return CUBLAS_STATUS_SUCCESS;

@@ -113,13 +113,23 @@
  * Device math is the host's libm (IEEE, no fast-math; the x86-64 baseline has no FMA, so no
  * contraction either): results agree with a GPU to rounding, not bit for bit.
  *
+ * Cost-only mode (EMU_COST_ONLY=1): for a schedule too large to execute (a llama3.2-1b step), the program
+ * runs its host code and every launch is checked (the launch checks above) and counted, but not run;
+ * cuBLASLt and NCCL calls are checked and counted but compute nothing (cublaslt_emu.cpp, nccl_emu.cpp);
+ * cudaMalloc reserves its mapping (MAP_NORESERVE) without the 0xFF fill, so no page is touched while
+ * device_bytes and device_bytes_peak count as always; memsets and copies into device memory do nothing
+ * (their pointers are still checked); device-to-host copies write zeros. The program itself must not
+ * act on those zeros (train_sdc's -cost_out run keeps one attempt of one step: train_loop.h). What it is
+ * for: the launch sequence, the launchers' work records (cuda_common.cuh launch_account) and the device
+ * memory of a configuration, in seconds (scripts/cost_model.py).
+ *
  * What the emulator cannot see: timing and performance; the memory model across blocks (blocks run
  * to completion, each block's writes are visible when it ends: missing __threadfence or volatile go
  * unseen); tensor-core rounding (the emulated mma rounds once, see above) and cuBLASLt's algorithm choices and their heuristics on real hardware;
  * the driver, PCIe/NVLink and NCCL transports; register pressure and occupancy (__launch_bounds__).
  *
  * Environment: EMU_SCHEDULE, EMU_DIGEST, EMU_STATS, EMU_NO_DEVICE, EMU_DEVICE_COUNT, EMU_STACK_KB,
- * OMP_NUM_THREADS. */
+ * EMU_COST_ONLY, OMP_NUM_THREADS. */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "cuda_emu.h"
@@ -271,6 +281,7 @@ struct Config {
     int ndev = 8;
     bool stats = false;
     const char* digest_file = nullptr;
+    bool cost_only = false;        /* EMU_COST_ONLY: launches checked and counted, not run */
     bool ready = false;
 };
 Config g_cfg;
@@ -364,6 +375,8 @@ void init_once() {
         g_cfg.stats = st && *st && strcmp(st, "0");
         const char* dg = getenv("EMU_DIGEST");
         g_cfg.digest_file = dg && *dg ? dg : nullptr;
+        const char* co = getenv("EMU_COST_ONLY");
+        g_cfg.cost_only = co && *co && strcmp(co, "0");
         install_signal_handlers();
         atexit(at_exit_report);
         g_cfg.ready = true;
@@ -1052,7 +1065,8 @@ cudaError_t do_memcpy(const char* api, void* dst, const void* src, size_t n, cud
     if (e != cudaSuccess) return e;
     e = check_side(api, "destination", dst, n, wd, kind_str(kind));
     if (e != cudaSuccess) return e;
-    memmove(dst, src, n);
+    if (!g_cfg.cost_only || (ws == W_HOST && wd == W_HOST)) memmove(dst, src, n);
+    else if (wd == W_HOST) memset(dst, 0, n);   /* cost-only: device memory is never touched, the host gets zeros */
     if (ws == W_DEVICE && wd == W_HOST) {
         digest_copy(dst, n);
         /* an asynchronous copy into pageable (not cudaMallocHost) memory returns only when it is done (CUDA's
@@ -1068,7 +1082,7 @@ cudaError_t do_memset(const char* api, void* p, int v, size_t n) {
     if (n == 0) return cudaSuccess;
     cudaError_t e = check_side(api, "destination", p, n, W_DEVICE, "device memory");
     if (e != cudaSuccess) return e;
-    memset(p, v, n);
+    if (!g_cfg.cost_only) memset(p, v, n);
     return cudaSuccess;
 }
 
@@ -1190,6 +1204,7 @@ void launch_impl(const char* name, const void* fn, const LaunchCfg& cfg, const c
         g_counters.launches++;
         g_last_kernel = L.name;
     }
+    if (g_cfg.cost_only) return;   /* checked and counted, not run */
     g_cur_launch = &L;
     const uint64_t nb = (uint64_t)g.x * g.y * g.z;
     /* the block order: fwd, rev, or an affine permutation i -> (a i + c) mod nb with gcd(a, nb) = 1 */
@@ -1330,6 +1345,10 @@ void emu_note_launch(const char* name) {
     g_last_kernel_store = name;
     g_last_kernel = g_last_kernel_store.c_str();
 }
+int emu_cost_only(void) {
+    init_once();
+    return g_cfg.cost_only ? 1 : 0;
+}
 int emu_is_device_range(const void* p, size_t bytes) {
     std::lock_guard<std::mutex> lk(g_mu);
     const Alloc* al = find_alloc(p, 0);
@@ -1349,7 +1368,7 @@ cudaError_t cudaMalloc_at(void** ptr, size_t size, const char* file, int line) {
     mprotect(m, g_page, PROT_NONE);
     mprotect(m + g_page + data_pages, g_page, PROT_NONE);
     char* user = m + g_page + data_pages - size16;
-    memset(user, 0xFF, size16);
+    if (!g_cfg.cost_only) memset(user, 0xFF, size16);   /* cost-only: reserved, never touched */
     {
         std::lock_guard<std::mutex> lk(g_mu);
         g_allocs[(uintptr_t)user] = Alloc{m, map_len, user, size, size16, file, line};

@@ -10,7 +10,8 @@
  * Every buffer must be device memory (inside a live cudaMalloc buffer, the whole range): otherwise
  * ncclInvalidArgument and a message naming the call, as NCCL would fail on a host pointer. Streams are
  * synchronous (the emulated runtime runs everything at once). bf16/fp16 reductions are not emulated
- * (ncclInvalidArgument): train_sdc reduces fp32 gradients. */
+ * (ncclInvalidArgument): train_sdc reduces fp32 gradients. EMU_COST_ONLY=1: ncclAllReduce checks its
+ * arguments and returns without reducing (emu_runtime.cpp's cost-only mode). */
 #include <nccl.h>
 #include <cuda_emu.h>
 
@@ -172,6 +173,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
     ncclResult_t r = check_buffers("ncclAllReduce", send, recv, count * es);
     if (r != ncclSuccess) return r;
     emu_note_launch("ncclAllReduce");
+    if (emu_cost_only()) return ncclSuccess;   /* checked, not carried out (EMU_COST_ONLY) */
 #ifdef USE_MPI
     if (c->mpi != MPI_COMM_SELF && c->nranks > 1) {
         if (count > 2147483647u) return nccl_error(ncclInvalidArgument, "ncclAllReduce: count %zu too large for the MPI emulation", count);

@@ -14,7 +14,8 @@
  * every pointer is aligned, element by element otherwise; the element math is the same either way.
  * adamw_update is one launch for one tensor; the trainer updates every tensor in one launch with
  * llmc/cuda/multi_tensor.cuh's adamw_multi_tensor, which runs this file's adamw_element.
- * CPU reference: adamw_update, scale_grads and model_prepare_weights in train_sdc.c. */
+ * CPU reference: adamw_update, scale_grads and model_prepare_weights in train_sdc.c.
+ * Accounting (launch_account, COST_OPTIMIZER): a nominal 16 FLOPs an element, every element read and written once. */
 #ifndef TSDC_ADAMW_CUH
 #define TSDC_ADAMW_CUH
 
@@ -75,6 +76,7 @@ static void adamw_update(float* p, bf16* p_bf16, const float* grad, float* m, fl
         adamw_kernel<1><<<ew_grid(n), EW_BLOCK, 0, stream>>>(p, p_bf16, grad, m, v, n, h);
     }
     cudaCheck(cudaGetLastError());
+    launch_account(COST_OPTIMIZER, "adamw_kernel", COST_FP32, ew_grid(n / 4 + 1), 16.0 * n, (double)n * 16, (double)n * 14);   /* p, grad, m, v in; p, m, v, p_bf16 out */
 }
 
 #endif

@@ -66,7 +66,11 @@
  *                                  dk = scale dL^T Q (scale as the GEMMs' alpha)                   [attention_logits_backward]
  * The split backward stores dprobs and dlogits in bf16 (the storage dtype of every activation gradient,
  * the dtype the fault model flips); the fused backward keeps dprobs in fp32 and folds the scale into its
- * bf16 dlogits, so the two agree to bf16 rounding, not bit for bit (dv excepted). */
+ * bf16 dlogits, so the two agree to bf16 rounding, not bit for bit (dv excepted).
+ *
+ * Accounting (launch_account, COST_ATTENTION): the launchers open a CostScope, so their batched GEMMs are
+ * attention's (tensor cores, whole T x T products: the causal half is computed too); the softmax kernels
+ * a nominal 5 (forward) / 4 (backward) FLOPs an entry; permutes and masks move bytes only. */
 #ifndef TSDC_ATTENTION_CUH
 #define TSDC_ATTENTION_CUH
 
@@ -237,6 +241,7 @@ static void attention_permute(bf16* out, const bf16* in, int ld, int B, int T, i
     const size_t n = (size_t)B * T * nh * hd;
     attention_swap_axes_kernel<bf16><<<attention_grid(n, 256), 256, 0, stream>>>(out, (size_t)T * hd, in, (size_t)ld, B, T, nh, hd);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_ATTENTION, "attention_swap_axes_kernel", COST_FP32, attention_grid(n, 256), 0.0, (double)n * 2, (double)n * 2);
 }
 
 /* in [B,nh,T,hd] contiguous -> out [B,T,nh,hd] with token stride ld */
@@ -245,6 +250,7 @@ static void attention_unpermute(bf16* out, int ld, const Tin* in, int B, int T, 
     const size_t n = (size_t)B * T * nh * hd;
     attention_swap_axes_kernel<Tin><<<attention_grid(n, 256), 256, 0, stream>>>(out, (size_t)ld, in, (size_t)T * hd, B, nh, T, hd);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_ATTENTION, "attention_swap_axes_kernel", COST_FP32, attention_grid(n, 256), 0.0, (double)n * sizeof(Tin), (double)n * 2);
 }
 
 static void attention_check_args(const char* who, int B, int T, int H, int KV, int hd, int ldv) {
@@ -277,6 +283,7 @@ static inline size_t attention_bf16_layout(int B, int T, int H, int KV, int hd, 
 static void attention_forward(bf16* out, bf16* logits, bf16* probs, const bf16* q, const bf16* k, const bf16* v,
                               int B, int T, int H, int KV, int hd, int ldv, cudaStream_t stream) {
     attention_check_args("attention_forward", B, T, H, KV, hd, ldv);
+    CostScope cost_scope(COST_ATTENTION);   /* its GEMMs are attention's */
     const int g = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int nb = attention_chunk(B, H, T);
@@ -300,6 +307,7 @@ static void attention_forward(bf16* out, bf16* logits, bf16* probs, const bf16* 
         attention_softmax_forward_kernel<<<(unsigned)CEIL_DIV(rows, (size_t)ATTN_SOFTMAX_WARPS), ATTN_SOFTMAX_WARPS * 32, 0, stream>>>(
             logits + (size_t)b0 * H * T * T, probs + (size_t)b0 * H * T * T, S, rows, T);
         cudaCheck(cudaGetLastError());
+        launch_account(COST_ATTENTION, "attention_softmax_forward_kernel", COST_FP32, (unsigned)CEIL_DIV(rows, (size_t)ATTN_SOFTMAX_WARPS), 5.0 * rows * T, (double)rows * T * 4, (double)rows * T * 4);   /* S in; logits, probs out */
     }
     /* Og[g*T, hd] = Pg[g*T, T] Vj[T, hd] */
     matmul_bf16(op, 0, probs, vp, g * T, hd, T, 0, 0, 1.0f, 0.0f, B * KV, sS, sK, sQ, stream);
@@ -310,6 +318,7 @@ static void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, c
                                const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int ldv,
                                cudaStream_t stream) {
     attention_check_args("attention_backward", B, T, H, KV, hd, ldv);
+    CostScope cost_scope(COST_ATTENTION);
     const int g = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int nb = attention_chunk(B, H, T);
@@ -342,6 +351,7 @@ static void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, c
         attention_softmax_backward_kernel<<<(unsigned)CEIL_DIV(rows, (size_t)ATTN_SOFTMAX_WARPS), ATTN_SOFTMAX_WARPS * 32, 0, stream>>>(
             dL, probs + (size_t)b0 * H * T * T, dS, rows, T, scale);
         cudaCheck(cudaGetLastError());
+        launch_account(COST_ATTENTION, "attention_softmax_backward_kernel", COST_FP32, (unsigned)CEIL_DIV(rows, (size_t)ATTN_SOFTMAX_WARPS), 4.0 * rows * T, (double)rows * T * 6, (double)rows * T * 2);   /* probs, dS in; dL out */
         /* dQg[g*T, hd] = dLg[g*T, T] Kj[T, hd] */
         matmul_bf16(dqp + (size_t)b0 * H * T * hd, 1, dL, kc, g * T, hd, T, 0, 0, 1.0f, 0.0f, bn * KV, sS, sK, sQ, stream);
         /* dKj[T, hd] = dLg^T Qg: A = dLg stored [k,m] = [g*T, T] (transA 1), B = Qg stored [k,n] = [g*T, hd] */
@@ -358,6 +368,7 @@ static void attention_causal_mask(bf16* out, const bf16* x, int B, int H, int T,
     const size_t n = (size_t)B * H * T * T;
     attention_causal_mask_kernel<bf16><<<attention_grid(n, 256), 256, 0, stream>>>(out, x, n, T);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_ATTENTION, "attention_causal_mask_kernel", COST_FP32, attention_grid(n, 256), 0.0, (double)n * 2, (double)n * 2);
 }
 
 /* probs [B,H,T,T] = causal softmax of the bf16 logits [B,H,T,T] (fp32 math, entries s > t of logits
@@ -369,12 +380,14 @@ static void attention_softmax_from_logits(bf16* probs, const bf16* logits, const
     attention_softmax_from_logits_kernel<<<(unsigned)CEIL_DIV(rows, (size_t)ATTN_SOFTMAX_WARPS), ATTN_SOFTMAX_WARPS * 32, 0, stream>>>(
         probs, logits, ref, rows, T);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_ATTENTION, "attention_softmax_from_logits_kernel", COST_FP32, (unsigned)CEIL_DIV(rows, (size_t)ATTN_SOFTMAX_WARPS), 5.0 * rows * T, (double)rows * T * 4, (double)rows * T * 2);   /* logits, ref in; probs out */
 }
 
 /* out [B,T,H*hd] = probs v (v with row stride ldv): the probs x v step of attention_forward (the same GEMM call,
  * so the same bits for the same probs). probs must be 0 at s > t (the GEMM reads whole rows). */
 static void attention_av(bf16* out, const bf16* probs, const bf16* v, int B, int T, int H, int KV, int hd, int ldv, cudaStream_t stream) {
     attention_check_args("attention_av", B, T, H, KV, hd, ldv);
+    CostScope cost_scope(COST_ATTENTION);
     const int g = H / KV;
     size_t ok, ov, oo;
     const size_t nbf = attention_bf16_layout(B, T, H, KV, hd, &ok, &ov, &oo);
@@ -391,6 +404,7 @@ static void attention_av(bf16* out, const bf16* probs, const bf16* v, int B, int
 static void attention_split_av_backward(bf16* dprobs, bf16* dv, const bf16* dout, const bf16* probs, const bf16* v,
                                         int B, int T, int H, int KV, int hd, int ldv, cudaStream_t stream) {
     attention_check_args("attention_split_av_backward", B, T, H, KV, hd, ldv);
+    CostScope cost_scope(COST_ATTENTION);
     const int g = H / KV;
     const int nb = attention_chunk(B, H, T);
     size_t ok, ov, oo;
@@ -414,6 +428,7 @@ static void attention_split_av_backward(bf16* dprobs, bf16* dv, const bf16* dout
         const size_t n = (size_t)bn * H * T * T;
         attention_causal_mask_kernel<float><<<attention_grid(n, 256), 256, 0, stream>>>(dprobs + (size_t)b0 * H * T * T, dS, n, T);
         cudaCheck(cudaGetLastError());
+        launch_account(COST_ATTENTION, "attention_causal_mask_kernel", COST_FP32, attention_grid(n, 256), 0.0, (double)n * 4, (double)n * 2);
     }
     attention_unpermute(dv, ldv, dvp, B, T, KV, hd, stream);
 }
@@ -427,6 +442,7 @@ static void attention_split_softmax_backward(bf16* dlogits, const bf16* dprobs, 
     attention_split_softmax_backward_kernel<<<(unsigned)CEIL_DIV(rows, (size_t)ATTN_SOFTMAX_WARPS), ATTN_SOFTMAX_WARPS * 32, 0, stream>>>(
         dlogits, probs, dprobs, rows, T);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_ATTENTION, "attention_split_softmax_backward_kernel", COST_FP32, (unsigned)CEIL_DIV(rows, (size_t)ATTN_SOFTMAX_WARPS), 3.0 * rows * T, (double)rows * T * 4, (double)rows * T * 2);   /* probs, dprobs in; dlogits out */
 }
 
 /* backward, step 3: dq [B,T,H*hd] = scale dL K, dk [B,T,KV*hd] = scale dL^T Q (fp32 GEMMs, each rounded
@@ -435,6 +451,7 @@ static void attention_split_softmax_backward(bf16* dlogits, const bf16* dprobs, 
 static void attention_split_logits_backward(bf16* dq, bf16* dk, bf16* dlogits, const bf16* q, const bf16* k,
                                             int B, int T, int H, int KV, int hd, cudaStream_t stream) {
     attention_check_args("attention_split_logits_backward", B, T, H, KV, hd, KV * hd);
+    CostScope cost_scope(COST_ATTENTION);
     const int g = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
     size_t ok, ov, oo;

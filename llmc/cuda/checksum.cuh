@@ -31,6 +31,7 @@ static uint64_t tsdc_checksum_gpu(const void* data, size_t n, cudaStream_t strea
         if (blocks > 4096) blocks = 4096;
         checksum_words_kernel<<<(int)blocks, 256, 0, stream>>>(d, (const uint64_t*)data, nw);
         cudaCheck(cudaGetLastError());
+        launch_account(COST_MISC, "checksum_words_kernel", COST_FP32, (unsigned)blocks, 4.0 * nw, (double)nw * 8, 8.0);   /* integer operations */
     }
     cudaCheck(cudaMemcpyAsync(&sum, d, sizeof(sum), cudaMemcpyDeviceToHost, stream));
     uint64_t tail = 0;

@@ -12,7 +12,10 @@
  * runs with packs of 1. Element-wise results do not depend on the path: each element's math is the
  * same expression in fp32, rounded once when stored. ew_map1 / ew_map2 apply an fp32 functor
  * element-wise to one or two bf16 inputs (out may equal an input: each element is read and written
- * by the same thread). */
+ * by the same thread).
+ * Accounting (cuda_common.cuh ew_account, COST_ELEMENTWISE): the bytes above; grid: the vector path's;
+ * FLOPs: 0 for the conversions, a nominal 4 an element for ew_map1 / ew_map2 (the functors are a
+ * few operations; these kernels are bound by their bytes). */
 #ifndef TSDC_CONVERT_CUH
 #define TSDC_CONVERT_CUH
 
@@ -102,7 +105,7 @@ static void ew_map1(bf16* out, const bf16* a, size_t n, Op op, cudaStream_t stre
         ew_map1_kernel<1, Op><<<ew_grid(n), EW_BLOCK, 0, stream>>>(out, a, n, op);
     }
     cudaCheck(cudaGetLastError());
-    ew_account(n * 2, n * 2);
+    ew_account(COST_ELEMENTWISE, "ew_map1_kernel", ew_grid(n / 8 + 1), 4.0 * n, n * 2, n * 2);   /* a in; out */
 }
 template <typename Op>
 static void ew_map2(bf16* out, const bf16* a, const bf16* b, size_t n, Op op, cudaStream_t stream) {
@@ -113,7 +116,7 @@ static void ew_map2(bf16* out, const bf16* a, const bf16* b, size_t n, Op op, cu
         ew_map2_kernel<1, Op><<<ew_grid(n), EW_BLOCK, 0, stream>>>(out, a, b, n, op);
     }
     cudaCheck(cudaGetLastError());
-    ew_account(n * 4, n * 2);
+    ew_account(COST_ELEMENTWISE, "ew_map2_kernel", ew_grid(n / 8 + 1), 4.0 * n, n * 4, n * 2);   /* a, b in; out */
 }
 
 /* ------------------------------------------------------------------------------ conversions */
@@ -155,7 +158,7 @@ static void f32_to_bf16(bf16* out, const float* in, size_t n, cudaStream_t strea
         f32_to_bf16_kernel<1><<<ew_grid(n), EW_BLOCK, 0, stream>>>(out, in, n);
     }
     cudaCheck(cudaGetLastError());
-    ew_account(n * 4, n * 2);
+    ew_account(COST_ELEMENTWISE, "f32_to_bf16_kernel", ew_grid(n / 4 + 1), 0.0, n * 4, n * 2);
 }
 /* out[n] (fp32) = in[n] (bf16), exact */
 static void bf16_to_f32(float* out, const bf16* in, size_t n, cudaStream_t stream) {
@@ -166,7 +169,7 @@ static void bf16_to_f32(float* out, const bf16* in, size_t n, cudaStream_t strea
         bf16_to_f32_kernel<1><<<ew_grid(n), EW_BLOCK, 0, stream>>>(out, in, n);
     }
     cudaCheck(cudaGetLastError());
-    ew_account(n * 2, n * 4);
+    ew_account(COST_ELEMENTWISE, "bf16_to_f32_kernel", ew_grid(n / 4 + 1), 0.0, n * 2, n * 4);
 }
 
 #endif

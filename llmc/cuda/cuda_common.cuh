@@ -15,9 +15,24 @@
  *       4..7  attention.cuh (4: fp32 logits / dprobs chunk, 5: bf16 dlogits chunk,
  *             6: bf16 permuted q/k/v/dout, 7: fp32 permuted dq/dk/dv); flash_attention.cuh's D in 4
  * - cuda_device_check_or_exit(program): a clean one-line error where there is no usable GPU.
- * - ew_account(read, written): the element-wise launchers' own byte accounting (read by
- *   -stats, llmc/host/stats.h): each adds, per launch, its documented estimate of the compulsory traffic
- *   (every input element read once, every output element written once, in its storage dtype).
+ * - Work accounting, one call per launch (kernel, cuBLASLt GEMM, NCCL call), right at the launcher:
+ *       launch_account(comp, kernel, unit, grid, flops, read, written)
+ *       ew_account(comp, kernel, grid, flops, read, written)   (CUDA-core fp32; also adds to -stats' bytes)
+ *   comp is the component label (COST_* below), kernel the kernel's name, unit what executes its
+ *   FLOPs (COST_TC: tensor cores, bf16 in, fp32 accumulate; COST_FP32: CUDA cores (integer work counted
+ *   there too); COST_FP64: CUDA cores in double; COST_NET: a collective, its bytes are what one rank
+ *   sends and receives), grid its blocks (x*y*z; 1 for a
+ *   library call), flops the floating-point operations it executes (a multiply-add is 2; the work the
+ *   kernel really does, e.g. the tiles the fused attention visits, not a model's nominal count) and
+ *   read/written its documented compulsory traffic in bytes (every input element read once, every
+ *   output element written once, in its storage dtype; re-reads through caches are not counted).
+ *   ew_account's bytes are also summed into g_ew_bytes_read / g_ew_bytes_written, the element-wise
+ *   bytes of -stats (llmc/host/stats.h): element-wise, norm, embedding, classifier and optimizer
+ *   kernels use it, the rest (GEMMs, attention, checks) launch_account.
+ *   Records are kept only while g_cost_on (the trainer's -cost_out window, train_sdc.cu); a
+ *   CostScope("qk") object relabels every launch of its lifetime (the outermost scope wins: the
+ *   trainer marks the work that exists only because a -protect kind is on, and a launcher such as
+ *   attention_forward marks its own GEMMs as attention). Counting costs a few additions a launch.
  *
  * Device code must not be built with --use_fast_math: the kernels use expf, 1.0f/x and sqrtf with
  * their IEEE meaning, as the CPU reference (llmc/cpu/cpu_kernels.h) does. */
@@ -76,9 +91,61 @@ static void cuda_device_check_or_exit(const char* program) {
     }
 }
 
-/* --------------------------------------------------------------------- element-wise accounting */
+/* --------------------------------------------------------------------------- work accounting */
+/* component labels: the model's work, and one per -protect kind for the work that exists only because it
+ * is on (PROT_KINDS' names, llmc/sdc/checks.h), fault injection and the baseline detectors */
+#define COST_GEMM "gemm"
+#define COST_ATTENTION "attention"
+#define COST_NORM "norm"
+#define COST_ELEMENTWISE "elementwise"
+#define COST_CLASSIFIER "classifier"
+#define COST_EMBEDDING "embedding"
+#define COST_OPTIMIZER "optimizer"
+#define COST_ALLREDUCE "allreduce"
+#define COST_FAULT "fault"
+#define COST_MISC "misc"          /* initialisation, checksums, evaluation: outside a training step */
+enum { COST_TC = 0, COST_FP32 = 1, COST_NET = 2, COST_FP64 = 3 };
+static const char* const COST_UNIT_NAMES[4] = {"tc_bf16", "fp32", "net", "fp64"};
+
+typedef struct {
+    const char* comp;             /* the label (the scope's, when one is set) */
+    const char* kernel;
+    int unit;
+    unsigned long long grid;
+    double flops, read, written;
+} CostRec;
+
 static unsigned long long g_ew_bytes_read = 0, g_ew_bytes_written = 0;
-static inline void ew_account(size_t read, size_t written) { g_ew_bytes_read += read; g_ew_bytes_written += written; }
+static int g_cost_on = 0;
+static CostRec* g_cost_recs = NULL;
+static size_t g_cost_n = 0, g_cost_cap = 0;
+static const char* g_cost_scope = NULL;
+
+static inline void launch_account(const char* comp, const char* kernel, int unit, dim3 grid, double flops, double read, double written) {
+    if (!g_cost_on) return;
+    if (g_cost_n == g_cost_cap) {
+        g_cost_cap = g_cost_cap ? 2 * g_cost_cap : 4096;
+        g_cost_recs = (CostRec*)realloc(g_cost_recs, g_cost_cap * sizeof(CostRec));
+        if (!g_cost_recs) tsdc_fail("out of host memory for %zu cost records", g_cost_cap);
+    }
+    CostRec* r = &g_cost_recs[g_cost_n++];
+    r->comp = g_cost_scope ? g_cost_scope : comp;
+    r->kernel = kernel;
+    r->unit = unit;
+    r->grid = (unsigned long long)grid.x * grid.y * grid.z;
+    r->flops = flops; r->read = read; r->written = written;
+}
+static inline void ew_account(const char* comp, const char* kernel, dim3 grid, double flops, size_t read, size_t written) {
+    g_ew_bytes_read += read;
+    g_ew_bytes_written += written;
+    launch_account(comp, kernel, COST_FP32, grid, flops, (double)read, (double)written);
+}
+/* relabels the launches of its lifetime (the outermost scope wins) */
+struct CostScope {
+    const char* prev;
+    explicit CostScope(const char* comp) : prev(g_cost_scope) { if (!prev) g_cost_scope = comp; }
+    ~CostScope() { g_cost_scope = prev; }
+};
 
 /* ------------------------------------------------------------------- deterministic reductions */
 /* xor butterfly with fixed offsets: all 32 lanes return the same value, the same bits every run.

@@ -10,7 +10,9 @@
  * and each (tok, c) receives its terms in token order starting from the existing value: the same
  * sequence of fp32 additions as the CPU loop. Neighbouring threads are neighbouring channels, so
  * the accesses of a warp are coalesced. Negative token ids are skipped (and give zero rows forward).
- * CPU reference: embedding_forward, embedding_backward in llmc/cpu_kernels.h. */
+ * CPU reference: embedding_forward, embedding_backward in llmc/cpu_kernels.h.
+ * Accounting (ew_account, COST_EMBEDDING): forward 0 FLOPs (a gather; grid: the vector path's), backward one
+ * add an element of dout. */
 #ifndef TSDC_EMBEDDING_CUH
 #define TSDC_EMBEDDING_CUH
 
@@ -73,7 +75,7 @@ static void embedding_forward(bf16* out, const int* tokens, const bf16* wte, int
         embedding_forward_kernel<1><<<ew_grid((size_t)N * C), EW_BLOCK, 0, stream>>>(out, tokens, wte, N, C);
     }
     cudaCheck(cudaGetLastError());
-    ew_account((size_t)N * 4 + (size_t)N * C * 2, (size_t)N * C * 2);   /* tokens, the N rows in; out */
+    ew_account(COST_EMBEDDING, "embedding_forward_kernel", ew_grid((size_t)N * (C / 8)), 0.0, (size_t)N * 4 + (size_t)N * C * 2, (size_t)N * C * 2);   /* tokens, the N rows in; out */
 }
 
 /* dwte[tokens[n]] += dout[n], deterministic (see the top of the file) */
@@ -83,7 +85,7 @@ static void embedding_backward(float* dwte, const bf16* dout, const int* tokens,
     embedding_backward_kernel<<<grid, EMB_BWD_BLOCK, 0, stream>>>(dwte, dout, tokens, N, C);
     cudaCheck(cudaGetLastError());
     /* dout and the touched dwte rows in (tokens: once a slice), those rows out (at most N of them) */
-    ew_account((size_t)N * C * 2 + (size_t)N * C * 4 + (size_t)N * 4 * EMB_BWD_SLICES, (size_t)N * C * 4);
+    ew_account(COST_EMBEDDING, "embedding_backward_kernel", grid, (double)N * C, (size_t)N * C * 2 + (size_t)N * C * 4 + (size_t)N * 4 * EMB_BWD_SLICES, (size_t)N * C * 4);
 }
 
 #endif

@@ -65,7 +65,13 @@
  * opt-in shared memory; the loop structure, tile order and summation order per output stay as they are.
  * This version uses CUDA cores only, so that the CPU emulation (dev/cuda_emu) runs it.
  *
- * Scratch: D in cuda_workspace slot 4 (shared with llmc/cuda/attention.cuh; neither holds it across calls). */
+ * Scratch: D in cuda_workspace slot 4 (shared with llmc/cuda/attention.cuh; neither holds it across calls).
+ *
+ * Accounting (launch_account, COST_ATTENTION, CUDA-core fp32): FLOPs per (t, s) pair that the tiles cover
+ * (flash_pairs_rows / flash_pairs_cols: whole tiles up to and across the diagonal, masked entries
+ * included, as the kernels compute them): forward 4 hd + 5 (two dots, the online softmax), dq 6 hd + 5
+ * (S, dP recomputed, dq), dk/dv 8 hd + 5 (S, dP recomputed, dv, dk); bytes: each input read once, each
+ * output written once (the k/v tiles that every query tile reads again come from L2 and are not counted). */
 #ifndef TSDC_FLASH_ATTENTION_CUH
 #define TSDC_FLASH_ATTENTION_CUH
 
@@ -443,6 +449,20 @@ flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ d
 }
 
 /* -------------------------------------------------------------------------------- launchers */
+/* the accounting's (t, s) pairs of one head that a kernel's tiles cover, masked entries of a diagonal tile
+ * included: query tiles of bq rows, each over the key tiles of bk up to its last row (forward, dq) ... */
+static double flash_pairs_rows(int T, int bq, int bk) {
+    double p = 0.0;
+    for (int t0 = 0; t0 < T; t0 += bq) p += (double)bq * bk * (((t0 + bq < T ? t0 + bq : T) - 1) / bk + 1);
+    return p;
+}
+/* ... or key tiles of bk, each over the query tiles of bq from the diagonal on (dk, dv) */
+static double flash_pairs_cols(int T, int bk, int bq) {
+    double p = 0.0;
+    for (int s0 = 0; s0 < T; s0 += bk) p += (double)bk * bq * (CEIL_DIV(T, bq) - s0 / bq);
+    return p;
+}
+
 static void flash_attention_check_args(const char* who, int B, int T, int H, int KV, int hd, int ldv) {
     if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || H % KV != 0 || B > 65535 || H > 65535)
         tsdc_fail("%s: bad shape B %d T %d H %d KV %d hd %d (all > 0, H a multiple of KV)", who, B, T, H, KV, hd);
@@ -457,6 +477,7 @@ static void flash_attention_forward_hd(bf16* out, float* lse, const bf16* q, con
     flash_attention_forward_kernel<HD><<<grid, FLASH_THREADS, 0, stream>>>(out, lse, q, k, v, T, H, KV, (size_t)ldv,
                                                                            1.0f / sqrtf((float)HD));
     cudaCheck(cudaGetLastError());
+    launch_account(COST_ATTENTION, "flash_attention_forward_kernel", COST_FP32, grid, (4.0 * HD + 5) * B * H * flash_pairs_rows(T, FlashTiles<HD>::FWD_BQ, FlashTiles<HD>::FWD_BK), (double)B * T * (H + 2 * KV) * HD * 2, (double)B * T * H * (HD * 2 + 4));   /* q, k, v in; out, lse out */
 }
 
 template <int HD>
@@ -467,10 +488,12 @@ static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16
     const dim3 gq((unsigned)CEIL_DIV(T, (int)FlashTiles<HD>::DQ_BQ), (unsigned)H, (unsigned)B);
     flash_attention_backward_dq_kernel<HD><<<gq, FLASH_THREADS, 0, stream>>>(dq, dout, lse, D, q, k, v, T, H, KV, (size_t)ldv, scale);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_ATTENTION, "flash_attention_backward_dq_kernel", COST_FP32, gq, (6.0 * HD + 5) * B * H * flash_pairs_rows(T, FlashTiles<HD>::DQ_BQ, FlashTiles<HD>::DQ_BK), (double)B * T * ((2 * H + 2 * KV) * HD * 2 + H * 8), (double)B * T * H * HD * 2);   /* q, dout, k, v, lse, D in; dq out */
     const dim3 gk((unsigned)CEIL_DIV(T, (int)FlashTiles<HD>::DKV_BK), (unsigned)KV, (unsigned)B);
     flash_attention_backward_dkdv_kernel<HD><<<gk, FLASH_THREADS, 0, stream>>>(dk, dv, dout, lse, D, q, k, v, T, H, KV, (size_t)ldv,
                                                                                scale);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_ATTENTION, "flash_attention_backward_dkdv_kernel", COST_FP32, gk, (8.0 * HD + 5) * B * H * flash_pairs_cols(T, FlashTiles<HD>::DKV_BK, FlashTiles<HD>::DKV_BQ), (double)B * T * ((2 * H + 2 * KV) * HD * 2 + H * 8), (double)B * T * 2 * KV * HD * 2);   /* q, dout, k, v, lse, D in; dk, dv out */
 }
 
 /* out [B,T,H*hd] bf16 and lse [B,H,T] fp32 from q [B,T,H*hd], k [B,T,KV*hd], v [B,T,KV*hd] with row stride ldv */
@@ -492,6 +515,7 @@ static void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* d
     float* D = cuda_workspace_f32(FLASH_SLOT_D, rows);
     flash_attention_rowdot_kernel<<<(unsigned)CEIL_DIV(rows, (size_t)8), 256, 0, stream>>>(D, dout, out, B, T, H, hd);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_ATTENTION, "flash_attention_rowdot_kernel", COST_FP32, (unsigned)CEIL_DIV(rows, (size_t)8), 2.0 * rows * hd, (double)rows * hd * 4, (double)rows * 4);   /* dout, out in; D out */
     if (hd == 32) flash_attention_backward_hd<32>(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, ldv, stream);
     else if (hd == 64) flash_attention_backward_hd<64>(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, ldv, stream);
     else flash_attention_backward_hd<128>(dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, ldv, stream);

@@ -13,7 +13,8 @@
  * CPU reference: sumsq_det in llmc/cpu/cpu_kernels.h (chunked in a different order: equal to rounding
  * in double).
  * The trainer's step takes its norms from llmc/cuda/multi_tensor.cuh (per tensor, one pass, one copy); this
- * file's sum serves arbitrary ranges and the tests. */
+ * file's sum serves arbitrary ranges and the tests.
+ * Accounting (launch_account, COST_OPTIMIZER; not in -stats' element-wise bytes): 3 FLOPs an element. */
 #ifndef TSDC_GLOBAL_NORM_CUH
 #define TSDC_GLOBAL_NORM_CUH
 
@@ -61,6 +62,7 @@ static double global_norm_squared_scaled(const float* g, size_t n, float scale, 
     double* part = (double*)cuda_workspace_f32(1, 2 * (size_t)GNORM_BLOCKS);
     global_norm_partials_kernel<<<GNORM_BLOCKS, GNORM_THREADS, 0, stream>>>(part, g, n, scale);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_OPTIMIZER, "global_norm_partials_kernel", COST_FP32, GNORM_BLOCKS, 3.0 * n, (double)n * 4, (double)GNORM_BLOCKS * 8);
     static double host_part[GNORM_BLOCKS];
     cudaCheck(cudaMemcpyAsync(host_part, part, sizeof(host_part), cudaMemcpyDeviceToHost, stream));
     cudaCheck(cudaStreamSynchronize(stream));

@@ -3,7 +3,8 @@
  * Math:   as llmc/cpu/init.h: pair j of tensor i is init_normal_pair(init_tensor_key(seed, i), j), scaled by
  *         0.02 (matrices, embeddings); vectors (norm weights) are 1. The same function, compiled for the
  *         device, so the GPU's weights are bit-identical to the CPU trainer's for the same seed.
- * Layout: params fp32 [P], tensors at their layout offsets; one thread per pair (grid-stride, size_t). */
+ * Layout: params fp32 [P], tensors at their layout offsets; one thread per pair (grid-stride, size_t).
+ * Accounting (launch_account, COST_MISC: before training): a nominal 20 operations a normal sample. */
 #ifndef TSDC_INIT_CUH
 #define TSDC_INIT_CUH
 
@@ -33,6 +34,7 @@ static void init_weights_gpu(float* params, const ParamLayout* L, uint64_t seed,
         if (t->rows == 1) init_fill_kernel<<<ew_grid(t->numel), EW_BLOCK, 0, stream>>>(p, t->numel, 1.0f);
         else init_normal_kernel<<<ew_grid((t->numel + 1) / 2), EW_BLOCK, 0, stream>>>(p, t->numel, init_tensor_key(seed, i), INIT_STD);
         cudaCheck(cudaGetLastError());
+        launch_account(COST_MISC, t->rows == 1 ? "init_fill_kernel" : "init_normal_kernel", COST_FP32, t->rows == 1 ? ew_grid(t->numel) : ew_grid((t->numel + 1) / 2), t->rows == 1 ? 0.0 : 20.0 * t->numel, 0.0, (double)t->numel * 4);
     }
 }
 

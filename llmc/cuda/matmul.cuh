@@ -42,6 +42,10 @@
  * CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = the element stride of that operand (our strideB goes
  * on cuBLAS's A' layout, our strideA on its B' layout). C doubles as D (same pointer, same layout).
  *
+ * Accounting (cuda_common.cuh): each call is one record, COST_GEMM unless a scope relabels it (the
+ * attention launchers' batched GEMMs), tensor-core unit, 2 m n k batch FLOPs, A and B read once, C
+ * read where beta != 0, written once.
+ *
  * Linear layers (weights [out, in] row-major, as HF): see linear_forward / linear_backward_dx /
  * linear_backward_dw at the end of this file. */
 #ifndef TSDC_MATMUL_CUH
@@ -245,6 +249,10 @@ static void matmul_bf16(void* C, int c_fp32, const bf16* A, const bf16* B, int m
                                 &p->algo, g_matmul_workspace, MATMUL_WORKSPACE_BYTES, stream),
                  "Matmul", &key);
     cudaCheck(cudaGetLastError());
+    /* 2 m n k a problem; A and B read once, C read where beta != 0, written once */
+    launch_account(COST_GEMM, "cublasLtMatmul", COST_TC, 1, 2.0 * m * n * k * batch,
+                   (double)batch * ((double)m * k * 2 + (double)k * n * 2 + (beta != 0.0f ? (double)m * n * (c_fp32 ? 4 : 2) : 0.0)),
+                   (double)batch * m * n * (c_fp32 ? 4 : 2));
 }
 
 /* ---------------------------------------------------------------------------- linear layers */

@@ -22,7 +22,10 @@
  * An output may equal an input of the same layout (each element is read, then written, by one thread).
  * expf is CUDA's full-precision expf (max error 2 ulp; not __expf: do not build with
  * --use_fast_math). CPU reference: silu_forward, silu_backward, mul_forward, mul_backward,
- * relu2_forward, relu2_backward in llmc/cpu/cpu_kernels.h (same expressions, same operation order). */
+ * relu2_forward, relu2_backward in llmc/cpu/cpu_kernels.h (same expressions, same operation order).
+ * Accounting (ew_account, COST_ELEMENTWISE): nominal FLOPs an element (expf as 1): mul backward 2,
+ * swiglu forward 5, swiglu backward 12; silu / relu2 / mul forward as ew_map1 / ew_map2 count them (convert.cuh: 4 an
+ * element), through their strided twins mlp_map1 / mlp_map2 here. */
 #ifndef TSDC_MLP_CUH
 #define TSDC_MLP_CUH
 
@@ -102,7 +105,7 @@ static void mlp_map1(bf16* out, const bf16* a, size_t rows, size_t cols, size_t 
     if (mlp_vec_ok(cols, ld, out, a)) mlp_map1_kernel<8, Op, true><<<ew_grid(n / 8), EW_BLOCK, 0, stream>>>(out, a, rows, cols, ld, op);
     else mlp_map1_kernel<1, Op, true><<<ew_grid(n), EW_BLOCK, 0, stream>>>(out, a, rows, cols, ld, op);
     cudaCheck(cudaGetLastError());
-    ew_account(n * 2, n * 2);
+    ew_account(COST_ELEMENTWISE, "mlp_map1_kernel", ew_grid(n / 8 + 1), 4.0 * n, n * 2, n * 2);   /* a in; out (ew_map1's count) */
 }
 template <typename Op, bool SO, bool SA, bool SB>
 static void mlp_map2(bf16* out, const bf16* a, const bf16* b, size_t rows, size_t cols, size_t ld, Op op, cudaStream_t stream) {
@@ -113,7 +116,7 @@ static void mlp_map2(bf16* out, const bf16* a, const bf16* b, size_t rows, size_
     else
         mlp_map2_kernel<1, Op, SO, SA, SB><<<ew_grid(n), EW_BLOCK, 0, stream>>>(out, a, b, rows, cols, ld, op);
     cudaCheck(cudaGetLastError());
-    ew_account(n * 4, n * 2);
+    ew_account(COST_ELEMENTWISE, "mlp_map2_kernel", ew_grid(n / 8 + 1), 4.0 * n, n * 4, n * 2);   /* a, b in; out (ew_map2's count) */
 }
 
 /* act [rows, cols] = silu(gate), gate with row stride ld */
@@ -166,7 +169,7 @@ static void mul_backward(bf16* da, bf16* db, const bf16* dout, const bf16* a, co
         mul_backward_kernel<1><<<ew_grid(n), EW_BLOCK, 0, stream>>>(da, db, dout, a, b, rows, cols, ld);
     }
     cudaCheck(cudaGetLastError());
-    ew_account(n * 6, n * 4);   /* dout, a, b in; da, db out */
+    ew_account(COST_ELEMENTWISE, "mul_backward_kernel", ew_grid(n / 8 + 1), 2.0 * n, n * 6, n * 4);   /* dout, a, b in; da, db out */
 }
 
 /* act = silu(gate), prod = act * up (act rounded to bf16 first, as stored), one pass; act, prod contiguous,
@@ -201,7 +204,7 @@ static void swiglu_forward(bf16* act, bf16* prod, const bf16* gate, const bf16* 
         swiglu_forward_kernel<1><<<ew_grid(n), EW_BLOCK, 0, stream>>>(act, prod, gate, up, rows, cols, ld);
     }
     cudaCheck(cudaGetLastError());
-    ew_account(n * 4, n * 4);   /* gate, up in; act, prod out */
+    ew_account(COST_ELEMENTWISE, "swiglu_forward_kernel", ew_grid(n / 8 + 1), 5.0 * n, n * 4, n * 4);   /* gate, up in; act, prod out */
 }
 /* dup = dprod * act, dgate = silu'(gate) * bf16(dprod * up), one pass: dprod, act contiguous; dgate, dup, gate, up
  * with row stride ld (dgate may equal dprod only when ld == cols) */
@@ -241,7 +244,7 @@ static void swiglu_backward(bf16* dgate, bf16* dup, const bf16* dprod, const bf1
         swiglu_backward_kernel<1><<<ew_grid(n), EW_BLOCK, 0, stream>>>(dgate, dup, dprod, act, gate, up, rows, cols, ld);
     }
     cudaCheck(cudaGetLastError());
-    ew_account(n * 8, n * 4);   /* dprod, act, gate, up in; dgate, dup out */
+    ew_account(COST_ELEMENTWISE, "swiglu_backward_kernel", ew_grid(n / 8 + 1), 12.0 * n, n * 8, n * 4);   /* dprod, act, gate, up in; dgate, dup out */
 }
 
 /* act [rows, cols] = relu(x)^2, x (the fc output) with row stride ld */

@@ -26,7 +26,9 @@
  * adamw_kernel's, so the result is bitwise that of one adamw_update per tensor with the same h.
  *
  * Layout: grad, p, m, v fp32 [P]; p_bf16 bf16 [P]; table (MtTable, device): first int [n+1], off size_t
- * [n], numel size_t [n], decay int [n]; part double [n_chunks]; ss double [n]. */
+ * [n], numel size_t [n], decay int [n]; part double [n_chunks]; ss double [n].
+ * Accounting (ew_account, COST_OPTIMIZER): sum of squares 3 FLOPs an element (scale, square, add; in double),
+ * AdamW a nominal 16 an element; bytes: every element read once and written once, in its dtype. */
 #ifndef TSDC_MULTI_TENSOR_CUH
 #define TSDC_MULTI_TENSOR_CUH
 
@@ -42,6 +44,7 @@ typedef struct {
     int* first;              /* device [n+1] */
     size_t *off, *numel;     /* device [n] */
     int* decay;              /* device [n] */
+    size_t total;            /* host: the elements of all tensors (the launchers' accounting) */
 } MtTable;
 
 /* the chunk table of n tensors (host arrays off, numel, decay) on the device */
@@ -52,6 +55,8 @@ static void mt_table_build(MtTable* t, int n, const size_t* off, const size_t* n
     if (c > 0x7fffffff) tsdc_fail("mt_table_build: %lld chunks", c);
     first[n] = (int)c;
     t->n = n; t->n_chunks = (int)c;
+    t->total = 0;
+    for (int i = 0; i < n; i++) t->total += numel[i];
     cudaCheck(cudaMalloc(&t->first, sizeof(int) * (n + 1)));
     cudaCheck(cudaMalloc(&t->off, sizeof(size_t) * n));
     cudaCheck(cudaMalloc(&t->numel, sizeof(size_t) * n));
@@ -120,11 +125,11 @@ static void mt_grad_sumsq(double* ss, double* part, const float* grad, float uns
         mt_sumsq_chunks_kernel<<<t->n_chunks, MT_THREADS, 0, stream>>>(part, grad, unscale, t->first, t->off, t->numel, t->n);
     cudaCheck(cudaGetLastError());
     if (t->n_chunks == 0) { cudaCheck(cudaMemsetAsync(ss, 0, sizeof(double) * t->n, stream)); return; }
+    ew_account(COST_OPTIMIZER, "mt_sumsq_chunks_kernel", t->n_chunks, 3.0 * t->total, t->total * 4, (size_t)t->n_chunks * 8);   /* grad in; partials out */
     mt_sumsq_tensors_kernel<<<t->n, GNORM_THREADS, 0, stream>>>(ss, part, t->first);
     cudaCheck(cudaGetLastError());
+    ew_account(COST_OPTIMIZER, "mt_sumsq_tensors_kernel", t->n, (double)t->n_chunks, (size_t)t->n_chunks * 8, (size_t)t->n * 8);   /* partials in; sums out */
 }
-/* the total of mt_grad_sumsq's launches' element-wise bytes (grad read; the partials and sums are small) */
-static void mt_grad_sumsq_account(size_t total) { ew_account(total * 4, 0); }
 
 __global__ static void adamw_multi_tensor_kernel(float* p, bf16* p_bf16, const float* grad, float* m, float* v, const int* first,
                                                  const size_t* off, const size_t* numel, const int* dk, int n, AdamWParams h,
@@ -180,7 +185,7 @@ static void adamw_multi_tensor(float* p, bf16* p_bf16, const float* grad, float*
     adamw_multi_tensor_kernel<<<t->n_chunks, MT_THREADS, 0, stream>>>(p, p_bf16, grad, m, v, t->first, t->off, t->numel, t->decay, t->n,
                                                                    h, decay);
     cudaCheck(cudaGetLastError());
-    ew_account(total * 16, total * 14);   /* p, grad, m, v in; p, m, v, p_bf16 out */
+    ew_account(COST_OPTIMIZER, "adamw_multi_tensor_kernel", t->n_chunks, 16.0 * total, total * 16, total * 14);   /* p, grad, m, v in; p, m, v, p_bf16 out */
 }
 
 #endif

@@ -32,7 +32,10 @@
  * residual_rmsnorm_forward fuses the residual add in front (resid = bf16(a + b) stored, then the forward on
  * it, each lane on the elements it wrote): the same bits as residual_forward then rmsnorm_forward.
  * CPU reference: rmsnorm_forward, rmsnorm_backward in llmc/cpu/cpu_kernels.h (same per-element
- * expressions; the sums there are serial, here a fixed tree, so they agree to rounding). */
+ * expressions; the sums there are serial, here a fixed tree, so they agree to rounding).
+ * Accounting (ew_account, COST_NORM), a record per launch: nominal FLOPs an element 4 forward (5 with the
+ * residual add, +4 integer operations for a fingerprint), 7 for dx, 3 for the dw partials; bytes as the
+ * kernels read and write them once (the dw partial kernel reads dout and x again: its own traffic). */
 #ifndef TSDC_RMSNORM_CUH
 #define TSDC_RMSNORM_CUH
 
@@ -268,7 +271,7 @@ static void rmsnorm_forward_ld(bf16* out, float* ms, const bf16* x, int ldx, con
                                                                                        vec, NULL);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
-    ew_account(n * 2 + (w ? (size_t)C * 2 : 0), n * 2 + (ms ? (size_t)rows * 4 : 0));   /* x (w) in; out, ms out */
+    ew_account(COST_NORM, "rmsnorm_forward_kernel", rmsnorm_grid(rows, L), 4.0 * n, n * 2 + (w ? (size_t)C * 2 : 0), n * 2 + (ms ? (size_t)rows * 4 : 0));   /* x (w) in; out, ms out */
 }
 static void rmsnorm_forward(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, float eps, cudaStream_t stream) {
     rmsnorm_forward_ld(out, ms, x, C, w, rows, 1, C, eps, stream);
@@ -284,7 +287,7 @@ static void residual_rmsnorm_forward(bf16* resid, bf16* out, float* ms, const bf
     residual_rmsnorm_forward_kernel<<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(resid, out, ms, a, b, w, rows, C, eps, L, vec);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
-    ew_account(n * 4 + (w ? (size_t)C * 2 : 0), n * 4 + (ms ? (size_t)rows * 4 : 0));   /* a, b (w) in; resid, out, ms out */
+    ew_account(COST_NORM, "residual_rmsnorm_forward_kernel", rmsnorm_grid(rows, L), 5.0 * n, n * 4 + (w ? (size_t)C * 2 : 0), n * 4 + (ms ? (size_t)rows * 4 : 0));   /* a, b (w) in; resid, out, ms out */
 }
 /* rmsnorm_forward with the Q/K fingerprint of its output (out, ms NULL: fingerprint only), left as block
  * partials in part (FP_PART_U64 words, fingerprint.cuh); returns the block count (0: nothing to do),
@@ -299,7 +302,7 @@ static int rmsnorm_forward_fp(bf16* out, float* ms, const bf16* x, const bf16* w
     rmsnorm_forward_kernel<true><<<grid, RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, 1, (size_t)C, eps, L, vec, part);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
-    ew_account(n * 2 + (w ? (size_t)C * 2 : 0), (out ? n * 2 : 0) + (ms ? (size_t)rows * 4 : 0));
+    ew_account(COST_NORM, "rmsnorm_forward_kernel_fp", grid, (out ? 4.0 : 2.0) * n + 4.0 * n, n * 2 + (w ? (size_t)C * 2 : 0), (out ? n * 2 : 0) + (ms ? (size_t)rows * 4 : 0));
     return grid;
 }
 
@@ -324,8 +327,10 @@ static void rmsnorm_backward_ld(bf16* dx, float* dw, const bf16* dout, const bf1
         dim3 block(RMSNORM_DW_TX, RMSNORM_DW_TY);
         rmsnorm_dw_partial_kernel<<<dim3(col_blocks, nchunks), block, 0, stream>>>(part, dout, x, ms, rows, C, nh, (size_t)ld, eps, R);
         cudaCheck(cudaGetLastError());
+        ew_account(COST_NORM, "rmsnorm_dw_partial_kernel", dim3(col_blocks, nchunks), 3.0 * rows * C, (size_t)rows * C * 4 + (size_t)rows * 4, (size_t)nchunks * C * 4);
         rmsnorm_dw_sum_kernel<<<col_blocks, block, 0, stream>>>(dw, part, nchunks, C, accumulate_dw);
         cudaCheck(cudaGetLastError());
+        ew_account(COST_NORM, "rmsnorm_dw_sum_kernel", col_blocks, (double)nchunks * C, (size_t)nchunks * C * 4 + (accumulate_dw ? (size_t)C * 4 : 0), (size_t)C * 4);
     }
     bool vec = C % 8 == 0 && ld % 8 == 0 && ptr_aligned(dx, 16) && ptr_aligned(dout, 16) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
     const int L = rmsnorm_lanes(C);
@@ -333,8 +338,7 @@ static void rmsnorm_backward_ld(bf16* dx, float* dw, const bf16* dout, const bf1
                                                                                       accumulate_dx, L, vec);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
-    ew_account(n * 2 * 2 + (accumulate_dx ? n * 2 : 0) + (size_t)rows * 4 + (w ? (size_t)C * 2 : 0) + (dw && accumulate_dw ? (size_t)C * 4 : 0),
-               n * 2 + (dw ? (size_t)C * 4 : 0));   /* dx kernel: dout, x (and dx) in, dx out; the dw kernels' x, dout second read not counted */
+    ew_account(COST_NORM, "rmsnorm_backward_dx_kernel", rmsnorm_grid(rows, L), 7.0 * n, n * 2 * 2 + (accumulate_dx ? n * 2 : 0) + (size_t)rows * 4 + (w ? (size_t)C * 2 : 0), n * 2);   /* dout, x (dx), ms, w in; dx out */
 }
 static void rmsnorm_backward_acc(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
                                  int rows, int C, float eps, int accumulate_dx, int accumulate_dw, cudaStream_t stream) {

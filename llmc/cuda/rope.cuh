@@ -13,7 +13,9 @@
  * it). Pair index math in 32 bits when the pair count allows, else 64; element offsets in 64.
  * The fingerprint (FP) folds each output element under its logical index n * nh*hd + h * hd + e (the
  * contiguous tensor's), whatever the strides.
- * CPU reference: rope_forward, rope_backward in llmc/cpu/cpu_kernels.h (same expressions). */
+ * CPU reference: rope_forward, rope_backward in llmc/cpu/cpu_kernels.h (same expressions).
+ * Accounting (ew_account, COST_ELEMENTWISE): 6 FLOPs a pair (4 multiplies, 2 adds), +8 integer operations a
+ * pair for a fingerprint (4 an element); bytes: x pairs, their cos and sin in, out written once. */
 #ifndef TSDC_ROPE_CUH
 #define TSDC_ROPE_CUH
 
@@ -66,7 +68,7 @@ static void rope_launch(bf16* out, size_t ldo, const bf16* x, size_t ldx, const 
                                                                              inverse, NULL);
     }
     cudaCheck(cudaGetLastError());
-    ew_account(npairs * 4 + npairs * 8, npairs * 4);   /* x pairs (bf16) and cos, sin (fp32) in; out */
+    ew_account(COST_ELEMENTWISE, "rope_kernel", ew_grid(npairs), 6.0 * npairs, npairs * 4 + npairs * 8, npairs * 4);   /* x pairs (bf16) and cos, sin (fp32) in; out */
 }
 
 /* out [N, nh*hd] (contiguous) = rope(x), x with row stride ldx (nh*hd: contiguous; out may then equal x) */
@@ -86,7 +88,7 @@ static int rope_forward_fp(bf16* out, const bf16* x, int ldx, const float* cos, 
     rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(out, (size_t)nh * hd, x, (size_t)ldx, cos, sin, npairs, T, nh, hd, style,
                                                              false, part);
     cudaCheck(cudaGetLastError());
-    ew_account(npairs * 4 + npairs * 8, out ? npairs * 4 : 0);   /* x bf16 pairs + cos/sin fp32 read; out written */
+    ew_account(COST_ELEMENTWISE, "rope_kernel_fp", grid, 6.0 * npairs + 8.0 * npairs, npairs * 4 + npairs * 8, out ? npairs * 4 : 0);   /* x bf16 pairs + cos/sin fp32 read; out written */
     return grid;
 }
 /* dx (row stride lddx) = inverse rotation of dout [N, nh*hd] (contiguous; sin -> -sin); dx may equal dout when

@@ -36,6 +36,7 @@ typedef struct {
     int quiet;
     int force;                 /* -force: a fresh run may start over in an -out that holds a run */
     int stats;                 /* -stats: device counts per step (llmc/host/stats.h) in the log and the step line */
+    char cost_out[1024];       /* -cost_out FILE: the work records of the first step (GPU trainer, docs/cost_model.md) */
     /* fault injection (llmc/sdc/fault.h) */
     char fault_mode[16], fault_sites[512], fault_pass[8], fault_log[1024], fault_field[16];
     int fault_layer, fault_bits, fault_rank, fault_mb;
@@ -116,6 +117,9 @@ static const char* USAGE =
 "  -stats             per step, the device work's counts (kernel launches, host synchronisations, those inside\n"
 "                     the layer loops, device-to-host copies, device bytes, element-wise bytes; llmc/host/stats.h) in\n"
 "                     the log's \"stats\" field and the step line; complete on the CUDA emulation (train_sdc_emu)\n"
+"  -cost_out FILE     GPU trainer: the work records (component, unit, FLOPs, bytes, kernel, grid) of every launch\n"
+"                     of the run's first step, its first attempt, to FILE (JSON lines; scripts/cost_model.py, under\n"
+"                     EMU_COST_ONLY=1 on train_sdc_emu without running the kernels; docs/cost_model.md)\n"
 "fault injection (docs/fault_model.md; every event is logged to OUT/faults.jsonl)\n"
 "  -fault_mode M      off, char (characterisation) or campaign (one event a step) (default off)\n"
 "  -fault_sites LIST  comma-separated sites, or all, or qk (the Q/K path): attn_norm q_proj k_proj v_proj\n"
@@ -295,7 +299,7 @@ static void args_parse(Args* a, int argc, char** argv) {
             continue;
         }
         STRFLAG("-fault_mode", fault_mode) STRFLAG("-fault_sites", fault_sites) STRFLAG("-fault_pass", fault_pass) STRFLAG("-fault_field", fault_field)
-        STRFLAG("-trace_out", trace_out)
+        STRFLAG("-trace_out", trace_out) STRFLAG("-cost_out", cost_out)
         STRFLAG("-protect", protect) STRFLAG("-rgg_layers", rgg_layers) STRFLAG("-rgg_calibrate", rgg_calibrate)
         STRFLAG("-rgg_calibration", rgg_calibration) STRFLAG("-exp_profile", exp_profile)
         DBLFLAG("-rgg_alpha", rgg_alpha, 0, 1e6) INTFLAG("-rgg_window", rgg_window, 1, 1 << 16)

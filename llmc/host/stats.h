@@ -14,9 +14,11 @@
  *   d2h          device-to-host copies
  *   dev_bytes    device memory allocated at the end of the step (not a difference), alloc_bytes: allocated
  *                during the step (grown workspaces, first-use buffers)
- *   ew_read, ew_written   bytes the element-wise kernels read and wrote (each launcher's documented
- *                estimate of its compulsory traffic: every input element read once, every output
- *                written once; GEMMs, attention and the one-off kernels are not counted) */
+ *   ew_read, ew_written   bytes the element-wise kernels read and wrote (each launch's documented
+ *                estimate of its compulsory traffic, cuda_common.cuh ew_account: every input element read
+ *                once, every output written once; the element-wise, norm (the dw partial pass's own
+ *                reads included), embedding, classifier and optimizer kernels; GEMMs, attention, the
+ *                checks and the one-off kernels are not counted; -cost_out has every launch's record) */
 #ifndef TSDC_STATS_H
 #define TSDC_STATS_H
 

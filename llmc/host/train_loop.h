@@ -15,6 +15,35 @@
 #include "setup.h"
 #include "evaluate.h"
 
+/* -cost_out (GPU trainer, docs/cost_model.md): the launchers' work records of the run's first step are kept,
+ * its first attempt (a replay is left out) and its update, and written when the update is queued. Under the
+ * emulator's cost-only mode (EMU_COST_ONLY=1) the device returns zeros: the step's losses, norms, gains and
+ * check counts are zeros, so the verdict is not acted on (no replay, whatever the guards say) and the step
+ * has exactly one attempt; the update runs (a zero norm is finite). */
+#if TRAINER_GPU
+#define COST_BEGIN(on) do { if (on) model_cost_begin(&run->model); } while (0)
+#define COST_PAUSE(on) do { if (on) model_cost_pause(&run->model); } while (0)
+#define COST_RESUME(on) do { if (on) model_cost_resume(&run->model); } while (0)
+#define COST_ONLY() model_cost_only()
+#define COST_WRITE(on) do { if (on) cost_write(run); } while (0)
+static void cost_write(Run* run) {
+    const Args* a = &run->a;
+    char meta[1400];
+    snprintf(meta, sizeof(meta), "\"preset\":\"%s\",\"B\":%d,\"T\":%d,\"accum\":%d,\"world\":%d,\"protect\":\"%s\",\"detect\":\"%s\","
+             "\"n_layer\":%d,\"d_model\":%d,\"n_head\":%d,\"n_kv_head\":%d,\"head_dim\":%d,\"ffn_dim\":%d,\"vocab\":%d,\"tied\":%d",
+             run->c.preset, a->B, run->c.seq_len, a->accum, run->dist.world, a->protect, a->detect, run->c.n_layer, run->c.d_model,
+             run->c.n_head, run->c.n_kv_head, run->c.head_dim, run->c.ffn_dim, run->c.vocab_size, run->c.tied);
+    if (run->dist.rank == 0) model_cost_end(&run->model, a->cost_out, meta);
+    else model_cost_pause(&run->model);
+}
+#else
+#define COST_BEGIN(on) ((void)(on))
+#define COST_PAUSE(on) ((void)0)
+#define COST_RESUME(on) ((void)0)
+#define COST_ONLY() 0
+#define COST_WRITE(on) ((void)0)
+#endif
+
 /* the step's start: its fault event, the schedule's learning rate, nothing fired yet */
 static void step_begin(Run* run, Step* st, long long s, AdamW* opt) {
     const Args* a = &run->a;
@@ -176,6 +205,10 @@ int train_main(int argc, char** argv) {
     int last = a->stop_at && a->stop_at < a->steps ? a->stop_at : a->steps;
     uint64_t span = batch_span(run->dist.world, a->accum, a->B, run->c.seq_len);
     int *inp = (int*)mallocCheck(sizeof(int) * a->B * run->c.seq_len), *tgt = (int*)mallocCheck(sizeof(int) * a->B * run->c.seq_len);
+#if !TRAINER_GPU
+    if (a->cost_out[0]) usage_fail("%s", "flag -cost_out: the GPU trainer's (train_sdc_cu, train_sdc_emu)");
+#endif
+    const long long cost_at = a->cost_out[0] ? ts->step : -1;   /* the step whose work is recorded */
     if (run->exp_auto && ts->step < last) {
         select_expscale_k(run, inp, tgt);
         if (a->exp_profile[0]) model_exp_profile_start(model, a->exp_samples, a->seed ^ 0xE4905EULL);
@@ -189,6 +222,8 @@ int train_main(int argc, char** argv) {
         DeviceStats st0;
         DEVICE_STATS_UNKNOWN(&st0);
         const int have_st = a->stats && model_device_stats(model, &st0);
+        const int cost = ts->step == cost_at;
+        COST_BEGIN(cost);
         step_begin(run, &st, ts->step, &opt);
         /* the first attempt; after an alarm, the replay: every microbatch again with injection off */
         for (st.attempt = 0; st.attempt < 2; st.attempt++) {
@@ -198,9 +233,11 @@ int train_main(int argc, char** argv) {
             guards_verdict(run, &st, &opt);
             if (st.attempt == 1) st.replay_ms = (wall_seconds() - ta) * 1e3;
             if (st.attempt == 1 && st.found_inf) st.overflow = 1;   /* non-finite with injection off: a real overflow */
-            if (!verdict_alarm(&st)) { guards_admit(run, &st); break; }
+            if (!verdict_alarm(&st) || COST_ONLY()) { guards_admit(run, &st); break; }
+            COST_PAUSE(cost);   /* the replay is not recorded */
             verdict_alarmed(run, &st);
         }
+        COST_RESUME(cost);
         run->fx.ev.active = 0; /* the event belongs to this step's microbatches, not to evaluation or sampling */
         run->fx.replay = 0;
         double inj = run->fx.injected;
@@ -210,6 +247,7 @@ int train_main(int argc, char** argv) {
         if (!st.found_inf && !st.skip) st.norm = model_update(model, &opt, st.s + 1, a->grad_clip);
         else if (st.found_inf) run->found_inf_total++;
         else run->skipped_total++;
+        COST_WRITE(cost);
         run->overflow_total += st.overflow;
         char st_json[400] = "", st_line[160] = "";
         if (have_st) step_stats(run, &st0, st_json, sizeof(st_json), st_line, sizeof(st_line));

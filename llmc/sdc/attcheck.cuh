@@ -40,7 +40,10 @@
  * Cost: the checksums of the [T,T] tensors read each live element once per family (ours: the rows of
  * logits and probs; ABFT: the columns of logits and probs), plus O(T hd) for the scans and for ABFT's
  * out/v pass; no full-size scratch (6 B*H*T doubles: attcheck_scratch_doubles).
- * CPU reference: abft_logits_check, att_logits_rowcheck, att_probs_rowcheck, abft_av_check (attcheck.h). */
+ * CPU reference: abft_logits_check, att_logits_rowcheck, att_probs_rowcheck, abft_av_check (attcheck.h).
+ * Accounting (launch_account, CUDA cores in double): ours (rows) as "att", ABFT's (columns, out/v) as
+ * "detectors" (the -detect abft baseline), the shared scan as "att" when ours is on; FLOPs: 4 hd a scan
+ * position, 2 (rows) / 3 (columns) a live entry, 5 hd a position for out/v; bytes: each tensor once. */
 #ifndef TSDC_ATTCHECK_CUH
 #define TSDC_ATTCHECK_CUH
 
@@ -256,18 +259,24 @@ static void attcheck_forward(int* counts, int* flags, double* scratch, const bf1
     attcheck_scan_kernel<<<dim3((unsigned)nbh, (unsigned)(abft && att ? 2 : 1)), ATTC_WARPS * 32, 0, stream>>>(
         ref, tol, q, k, T, H, KV, hd, scale, rel, att ? 0 : 1);
     cudaCheck(cudaGetLastError());
+    const int dirs = abft && att ? 2 : 1;
+    const double live = (double)nbh * T * (T + 1) / 2;   /* the s <= t entries of the [T,T] tensors */
+    launch_account(att ? "att" : "detectors", "attcheck_scan_kernel", COST_FP64, dim3((unsigned)nbh, (unsigned)dirs), 4.0 * dirs * n * hd, (double)dirs * B * T * (H + KV) * hd * 2, (double)dirs * n * 16);   /* q, k in; ref, tol out */
     if (att) {
         attcheck_rows_kernel<<<(unsigned)CEIL_DIV(n, (size_t)ATTC_WARPS), ATTC_WARPS * 32, 0, stream>>>(
             counts, flags, logits, probs, ref, tol, n, T, nbh, ATT_TOL_ROWSUM(16, T));
         cudaCheck(cudaGetLastError());
+        launch_account("att", "attcheck_rows_kernel", COST_FP64, (unsigned)CEIL_DIV(n, (size_t)ATTC_WARPS), 2.0 * live, live * 4 + (double)n * 16, 0.0);   /* logits, probs rows, ref, tol in */
     }
     if (abft) {
         attcheck_cols_kernel<<<dim3((unsigned)nbh, (unsigned)CEIL_DIV(T, ATTC_COLS)), dim3(ATTC_COLS, ATTC_COL_ROWS), 0, stream>>>(
             counts, flags, csum, cabs, logits, probs, ref + n, tol + n, T);
         cudaCheck(cudaGetLastError());
+        launch_account("detectors", "attcheck_cols_kernel", COST_FP64, dim3((unsigned)nbh, (unsigned)CEIL_DIV(T, ATTC_COLS)), 3.0 * live, live * 4 + (double)n * 16, (double)n * 16);   /* logits, probs columns, ref, tol in; c, |c| out */
         attcheck_av_kernel<<<dim3((unsigned)nbh, (unsigned)CEIL_DIV(hd, 32)), dim3(32, ATTC_AV_ROWS), 0, stream>>>(
             counts, flags, out, v, csum, cabs, T, H, KV, hd, (size_t)ldv, rel);
         cudaCheck(cudaGetLastError());
+        launch_account("detectors", "attcheck_av_kernel", COST_FP64, dim3((unsigned)nbh, (unsigned)CEIL_DIV(hd, 32)), 5.0 * n * hd, (double)B * T * (H + KV) * hd * 2 + (double)n * 16, 0.0);   /* out, v, c, |c| in */
     }
 }
 

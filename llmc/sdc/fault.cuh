@@ -12,7 +12,8 @@
  * train_sdc.cu). Fault indices and sums are over the logical tensor: logical index i (what fault_select
  * draws, the same on the CPU, whose tensors are contiguous) is the element at row i / cols, column
  * i % cols, stored at (i / cols) * ld + i % cols; the sums visit the logical indices in the flat order
- * (the same partials, so the same bits, as a contiguous copy). Workspace slot 2 (partials). */
+ * (the same partials, so the same bits, as a contiguous copy). Workspace slot 2 (partials).
+ * Accounting (launch_account, COST_FAULT): the injector's reductions (in double) and flips. */
 #ifndef TSDC_FAULT_CUH
 #define TSDC_FAULT_CUH
 
@@ -67,6 +68,7 @@ static void fault_sumsq_ld(const bf16* x, const bf16* y, size_t rows, size_t col
     double* part = (double*)cuda_workspace_f32(2, 4 * (size_t)FAULT_RED_BLOCKS);
     fault_sumsq_kernel<<<FAULT_RED_BLOCKS, FAULT_RED_THREADS, 0, stream>>>(part, x, y, n, cols, ld);
     cudaCheck(cudaGetLastError());
+    launch_account(COST_FAULT, "fault_sumsq_kernel", COST_FP64, FAULT_RED_BLOCKS, (y ? 5.0 : 2.0) * n, (double)n * (y ? 4 : 2), (double)FAULT_RED_BLOCKS * 16);
     static double h[2 * FAULT_RED_BLOCKS];
     cudaCheck(cudaMemcpyAsync(h, part, sizeof(h), cudaMemcpyDeviceToHost, stream));
     cudaCheck(cudaStreamSynchronize(stream));
@@ -101,6 +103,7 @@ static void fault_apply_device_ld(FaultCtx* fx, bf16* x, size_t rows, size_t col
         int blocks = (int)((m + 255) / 256 < 1024 ? (m + 255) / 256 : 1024);
         fault_flip_kernel<<<blocks, 256, 0, stream>>>(x, d_idx, d_mask, m);
         cudaCheck(cudaGetLastError());
+        launch_account(COST_FAULT, "fault_flip_kernel", COST_FP32, blocks, (double)m, (double)m * 14, (double)m * 2);
         cudaCheck(cudaStreamSynchronize(stream));
         cudaCheck(cudaFree(d_idx)); cudaCheck(cudaFree(d_mask));
         free(idx); free(mask);

@@ -12,7 +12,9 @@
  *   and writes flag[0] = 1 when either half of either fingerprint differs, else 0. The trainer copies
  *   the flags to the host once per microbatch with its other results.
  * - on the host (tests): fingerprint_collect XORs the blocks there; it synchronises. qk_fingerprint_dev
- *   and the *_fp_host wrappers use workspace slot 3. */
+ *   and the *_fp_host wrappers use workspace slot 3.
+ * Accounting (launch_account, "qk": these launches exist for -protect qk only): fingerprinting counts a
+ * nominal 4 integer operations an element at the CUDA-core rate. */
 #ifndef TSDC_FINGERPRINT_CUH
 #define TSDC_FINGERPRINT_CUH
 
@@ -79,6 +81,7 @@ static void fp_compare(int* flag, const unsigned long long* fq, int bq, const un
                        const unsigned long long* rq, int brq, const unsigned long long* rk, int brk, cudaStream_t stream) {
     fp_compare_kernel<<<1, 256, 0, stream>>>(flag, fq, bq, fk, bk, rq, brq, rk, brk);
     cudaCheck(cudaGetLastError());
+    launch_account("qk", "fp_compare_kernel", COST_FP32, 1, 2.0 * (bq + bk + brq + brk), 16.0 * (bq + bk + brq + brk), 4.0);   /* the partials in; the flag out */
 }
 
 /* fingerprint of a stored bf16 tensor (used where a fault was injected after the producing kernel) */
@@ -94,6 +97,7 @@ static int qk_fingerprint_part(unsigned long long* part, const bf16* z, size_t n
     if (blocks < 1) blocks = 1;
     fingerprint_tensor_kernel<<<blocks, 256, 0, stream>>>(part, z, n);
     cudaCheck(cudaGetLastError());
+    launch_account("qk", "fingerprint_tensor_kernel", COST_FP32, blocks, 4.0 * n, (double)n * 2, (double)blocks * 16);   /* integer operations */
     return blocks;
 }
 /* the same, collected on the host (synchronises) */

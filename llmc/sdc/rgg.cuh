@@ -37,7 +37,7 @@ static void rgg_ms_sums(double* ss, double* bad, const float* const* ms, int nve
     if (nvec <= 0) return;
     rgg_ms_sums_kernel<<<nvec, RGG_SUM_THREADS, 0, stream>>>(ss, bad, ms, N);
     cudaCheck(cudaGetLastError());
-    ew_account((size_t)nvec * N * 4, (size_t)nvec * 16);
+    ew_account("rgg", "rgg_ms_sums_kernel", nvec, 2.0 * nvec * N, (size_t)nvec * N * 4, (size_t)nvec * 16);   /* the mean squares in; sums, bad counts out */
 }
 
 #endif

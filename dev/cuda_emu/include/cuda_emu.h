@@ -32,6 +32,9 @@ unsigned long long emu_digest(void);
 /* a library emulation (cuBLASLt) running "device work" on the host: names it as the last launch, so
  * digests and error messages name it */
 void emu_note_launch(const char* name);
+/* 1 in cost-only mode (EMU_COST_ONLY=1, emu_runtime.cpp): launches, GEMMs and collectives are checked and
+ * counted but not run, device memory is reserved but never touched, device-to-host copies give zeros */
+int emu_cost_only(void);
 /* 1 when [p, p + bytes) lies inside one live device allocation */
 int emu_is_device_range(const void* p, size_t bytes);
 
