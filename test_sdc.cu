@@ -2,14 +2,15 @@
  *
  *   ./test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]
  *
- * LIST (comma-separated): init, grad_buckets, kernels, reference, determinism, att_faults, update_norm, att_checks, or one kernel
- * test: convert embedding rmsnorm rope attention attention_split flash attcheck elementwise classifier adamw global_norm
- * matmul fingerprint matmul_cache fault_flip argmax unscale attention_chunked ptx. Default: everything.
+ * LIST (comma-separated): init, grad_buckets, kernels, reference, determinism, att_faults, update_norm, att_checks,
+ * fused_faults, or one kernel test: convert embedding rmsnorm rope attention attention_split flash attcheck elementwise
+ * classifier adamw global_norm matmul fingerprint matmul_cache fault_flip argmax unscale attention_chunked ptx strided.
+ * Default: everything.
  *
  * This file holds the includes (both trainers), the table of tests and main; the tests are in tests/, each
  * file included below in this order: tests/check.h (the OK / NOT OK lines, shared with test_sdc.c),
  * tests/refstate.h (the reference states' reader), tests/cuda/harness.cuh (comparisons, device buffers),
- * kernels.cuh and attention.cuh (a), model.cuh (0, b, c), protect.cuh (d to g), ptx.cuh (a'').
+ * kernels.cuh and attention.cuh (a), model.cuh (0, b, c), protect.cuh (d to g), ptx.cuh (a''), fused.cuh (i, j).
  *
  * (0) init: the GPU's weight initialisation (llmc/cuda/init.cuh, one thread per pair) is bit-identical to the CPU
  *     trainer's (llmc/cpu/init.h, the same function on the host): model_init_weights of both trainers for the
@@ -74,12 +75,22 @@
  * (g) flash (with the kernel test in (a)): the fused attention in the model: all layers fused by default, within
  *     bf16 rounding of the materialised path and bitwise reproducible; a due att_logits/att_probs fault moves only
  *     its layer to the materialised path; a forward att_out fault keeps the fused backward on the clean out.
- *     (d) and (f) run on the materialised path (model_set_attention_materialised), whose semantics they test.
+ *     (d) and (f) run on the materialised path (model_set_attention_materialised), whose semantics they test. A forward
+ *     with every layer fused allocates no [B,H,T,T] logits/probs; the materialised one does.
  * (a'') ptx: the tensor-core and cp.async wrappers of llmc/cuda/ptx.cuh in small kernels against tests/ptx_ref.h's scalar
  *     reference written from the PTX ISA's fragment tables (mma within 2^-18 of |c| + sum |a b|, ldmatrix, cp.async and
  *     pack bitwise): on a GPU the proof that the emulator's layouts are the hardware's (see tests/cuda/ptx.cuh).
  * (h) grad_buckets: the buckets of the overlapped gradient all-reduce tile the gradients once, in the backward's
  *     order, each tensor in its layer's bucket (every preset; host only).
+ * (i) strided (a kernel test): every kernel that reads or writes a view of the fused q/k/v ([N, qd + 2 kd]) or gate/up
+ *     ([N, 2F]) buffers or of their gradients (RoPE and its fingerprint, the QK norm forward and backward, the
+ *     materialised and the fused attention with v / dv views, the attention checks, the MLP element-wise kernels on
+ *     both the 16-byte and the scalar path, fault injection and its sums) against the same kernel on contiguous
+ *     copies: bitwise, and nothing outside a written view touched (the buffer is poisoned around it).
+ * (j) fused_faults: faults at q_proj, k_proj, v_proj, gate_proj, up_proj of layer 1 in the model, GPU vs the CPU's
+ *     -precision bf16 on the same weights and tokens: forward, the same 12 logical elements changed with the same XOR
+ *     masks; backward, the rows of the layer's fused weight gradient that clearly change on one side change on the other, by
+ *     amounts within 5e-2 rel L2.
  * Each check prints OK / NOT OK; the last line is "test_sdc_cu: N passed, M failed"; exit 1 on any
  * failure (or when no GPU is present). */
 #define TESTING
@@ -116,6 +127,7 @@ namespace cpu {
 #include "tests/cuda/model.cuh"
 #include "tests/cuda/protect.cuh"
 #include "tests/cuda/ptx.cuh"
+#include "tests/cuda/fused.cuh"
 
 /* -only LIST: comma-separated test names, or the groups "kernels" (every kernel test), "reference" and
  * "determinism"; empty: everything */
@@ -130,9 +142,9 @@ static int want(const char* name, const char* group) {
 }
 
 #define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
-    "  LIST: comma-separated, of kernels reference determinism att_faults update_norm att_checks convert embedding\n" \
-    "        rmsnorm rope attention attention_split flash attcheck elementwise classifier adamw global_norm matmul\n" \
-    "        fingerprint matmul_cache fault_flip argmax unscale attention_chunked ptx init grad_buckets\n"
+    "  LIST: comma-separated, of kernels reference determinism att_faults update_norm att_checks fused_faults convert\n" \
+    "        embedding rmsnorm rope attention attention_split flash attcheck elementwise classifier adamw global_norm\n" \
+    "        matmul fingerprint matmul_cache fault_flip argmax unscale attention_chunked ptx strided init grad_buckets\n"
 
 int main(int argc, char** argv) {
     const char *states = "dev/reference/states", *ckpts = "build/ref";
@@ -167,7 +179,7 @@ int main(int argc, char** argv) {
         {"elementwise", test_elementwise}, {"classifier", test_classifier},
         {"adamw", test_adamw}, {"multi_tensor", test_multi_tensor}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"matmul", test_matmul},
         {"matmul_cache", test_matmul_cache}, {"fault_flip", test_fault_flip}, {"argmax", test_argmax}, {"unscale", test_unscale},
-        {"attention_chunked", test_attention_chunked}, {"ptx", test_ptx}};
+        {"attention_chunked", test_attention_chunked}, {"ptx", test_ptx}, {"strided", test_strided}};
     if (want("init", NULL)) test_init();
     if (want("grad_buckets", NULL)) test_grad_buckets();
     double t0 = wall_seconds();
@@ -202,6 +214,11 @@ int main(int argc, char** argv) {
     if (want("att_checks", NULL)) {
         test_att_checks("tiny-llama");
         test_att_checks("tiny-nanochat");
+    }
+    if (want("fused_faults", NULL)) {
+        test_fused_faults("tiny-llama");
+        test_fused_faults("tiny-qwen3");
+        test_fused_faults("tiny-nanochat");
     }
     if (n_pass + n_fail == 0) { printf("-only %s: no such test\n", g_only); n_fail = 1; }
     cuda_workspace_free_all();

@@ -7,9 +7,18 @@
  *
  * Precision: bf16 AMP. fp32 master weights, gradients and AdamW state; a bf16 copy of every weight
  * (written by the AdamW kernel) feeds the math; activations and activation gradients are stored in
- * bf16; matmuls accumulate in fp32 (cuBLASLt, CUBLAS_COMPUTE_32F); GEMM outputs that are summed
- * (the dx of q/k/v, gate/up) are accumulated in fp32 and rounded once, as the CPU's -precision bf16.
+ * bf16; matmuls accumulate in fp32 (cuBLASLt, CUBLAS_COMPUTE_32F) and round a bf16 output once.
  * RMSNorm mean squares, losses and logsumexps are fp32.
+ *
+ * Fused projections: q, k, v are one GEMM over the adjacent weights [wq; wk; wv] ([qd + 2 kd, d], adjacent in
+ * the parameter layout, llmc/host/config.h) into one [N, qd + 2 kd] buffer (a->qkv; q, k, v are views with
+ * that row stride, ldqkv), gate and up one GEMM over [w_gate; w_up] into [N, 2F] (a->gu, ldgu = 2F). The
+ * backward writes their gradients into the same layouts (model->dqkv, model->dgu) and runs one dW GEMM
+ * into the adjacent gradients and one dx GEMM with K = qd + 2 kd (2F) each, the dx rounded to bf16 once by
+ * the GEMM's epilogue. Precision: the CPU's -precision bf16 sums the three (two) products in fp32 and rounds
+ * the sum once; the fused GEMM accumulates all K terms in fp32 and rounds once: the same single bf16
+ * rounding, the fp32 sum in another order (as every GEMM here), so the two agree to fp32 reassociation
+ * before that rounding. The checkpoint layout is unchanged.
  *
  * Determinism: no floating-point atomics in any training reduction, and every GEMM shape runs one
  * cached cuBLASLt algorithm; the same command on the same GPU gives the same bits.
@@ -76,16 +85,20 @@ static long long host_syncs_now(void) {
 /* ------------------------------------------------------------------------------------- model */
 typedef struct {                         /* all bf16 but the mean squares and lse (fp32); site names as on the CPU */
     bf16 *attn_norm; float *attn_ms;     /* attn_norm */
-    bf16 *q, *k, *v;                     /* q_proj k_proj v_proj */
+    bf16* qkv;                           /* [N, qd + 2 kd]: the fused projection's output; q, k, v are its column views */
+    bf16 *q, *k, *v;                     /* q_proj k_proj v_proj: qkv, qkv + qd, qkv + qd + kd, row stride Model.ldqkv */
     bf16 *qn, *kn; float *qn_ms, *kn_ms; /* q_norm k_norm (Qwen3, before RoPE) */
     bf16 *qr, *kr;                       /* q_rope k_rope */
     bf16 *qf, *kf; float *qf_ms, *kf_ms; /* q_norm k_norm (nanochat, after RoPE) */
-    bf16 *logits, *probs;                /* att_logits att_probs [B,H,T,T] (materialised path only) */
+    bf16 *logits, *probs;                /* att_logits att_probs [B,H,T,T] (materialised path only; in Model.att_mem,
+                                            NULL until something needs them: model_att_buffers) */
     float* lse;                          /* [B,H,T] row logsumexp of the fused path (its backward reads it) */
     int fused;                           /* this layer's last forward took the fused path (attention_fused) */
     bf16 *att_out, *o, *resid_mid;       /* att_out o_proj attn_residual */
     bf16 *mlp_norm; float *mlp_ms;       /* mlp_norm */
-    bf16 *gate, *up, *act, *prod, *down; /* gate_proj (fc) up_proj act mlp_product down_proj */
+    bf16* gu;                            /* SwiGLU: [N, 2F], the fused gate/up output; ReLU^2: the fc output [N, F] */
+    bf16 *gate, *up;                     /* gate_proj (fc) up_proj: gu, gu + F, row stride Model.ldgu (ReLU^2: F, up NULL) */
+    bf16 *act, *prod, *down;             /* act mlp_product down_proj */
     bf16 *out;                           /* block_out */
 } LayerActs;
 
@@ -145,9 +158,13 @@ typedef struct {
     bf16* logits;                        /* [N, V]; dlogits in place in the backward */
     float *lse, *losses;                 /* [N]; losses lives in the report (rep_dev) */
     int *inputs, *targets;               /* [N] device */
+    int ldqkv, ldgu;                     /* row strides of the fused views: qd + 2 kd; 2F (SwiGLU) or F (ReLU^2) */
     /* backward scratch */
-    bf16 *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt, *dF, *dF2, *dF3;
-    float* dx32;                         /* fp32 GEMM dx output [N, max(d, F, qd)] */
+    bf16 *dres, *dbuf, *dq, *dq2, *dk, *dk2, *datt, *dF, *dF2;
+    bf16* dqkv;                          /* [N, qd + 2 kd]: the gradients of q_proj, k_proj, v_proj (the views
+                                            dqkv, + qd, + qd + kd), what the fused dW and dx GEMMs read */
+    bf16* dgu;                           /* SwiGLU: [N, 2F], the gradients of gate_proj and up_proj (dgu, + F); NULL for ReLU^2 */
+    float* ms_scratch;                   /* fp32 [N * n_head]: the Q/K recomputation's mean squares */
     int* argmax;                         /* [N] */
     /* host mirrors for checkpoints and the loop */
     float *h_params, *h_m, *h_v;
@@ -158,6 +175,9 @@ typedef struct {
     void* act_mem;
     size_t act_bytes;
     void* trace_mem;                     /* device snapshot of act_mem for the propagation trace */
+    void* att_mem;                       /* every layer's logits and probs (model_att_buffers), NULL until needed */
+    size_t att_bytes;
+    void* trace_att_mem;                 /* device snapshot of att_mem for the trace */
     Protect prot;                        /* protection and fault injection state (llmc/sdc/checks.h, llmc/host/backend.h) */
     bf16* att_scratch;                   /* [B,H,T,T] for att_logits/att_probs faults (model_att_scratch), else NULL */
     bf16* att_out_clean;                 /* [N, H*hd]: att_out before a forward att_out fault on the fused path, else NULL */
@@ -214,6 +234,12 @@ template <typename TT> static TT* tensor_ptr(const Model* m, TT* base, int type,
 #define FAULT_AT(pass, site, l, x, n) do { if (fault_due(model->prot.fx, (site), (l), (pass))) fault_apply_device(model->prot.fx, (x), (size_t)(n), s); } while (0)
 #define FAULT_FWD(site, l, x, n) FAULT_AT(PASS_FWD, site, l, x, n)
 #define FAULT_BWD(site, l, x, n) FAULT_AT(PASS_BWD, site, l, x, n)
+/* the same at a [rows, cols] view with the row stride ld (q/k/v, gate/up and their gradients): logical index i of
+ * the CPU's contiguous [rows, cols] tensor is the element at row i / cols, column i % cols (fault_apply_device_ld) */
+#define FAULT_AT_LD(pass, site, l, x, rows, cols, ld) do { if (fault_due(model->prot.fx, (site), (l), (pass))) \
+    fault_apply_device_ld(model->prot.fx, (x), (size_t)(rows), (size_t)(cols), (size_t)(ld), s); } while (0)
+#define FAULT_FWD_LD(site, l, x, rows, cols, ld) FAULT_AT_LD(PASS_FWD, site, l, x, rows, cols, ld)
+#define FAULT_BWD_LD(site, l, x, rows, cols, ld) FAULT_AT_LD(PASS_BWD, site, l, x, rows, cols, ld)
 /* a backward fault at a site whose gradient g [n] also flows down the skip path: when one is due, g is copied into
  * copy and the fault goes there, so only the site's own backward sees it; returns what that backward reads */
 static const bf16* fault_bwd_private(Model* model, int site, int l, const bf16* g, bf16* copy, size_t n, cudaStream_t s) {
@@ -252,13 +278,13 @@ static void attention_forward_faults(Model* model, LayerActs* a, int l, int B, i
         cudaCheck(cudaMemcpyAsync(before, a->logits, natt * sizeof(bf16), cudaMemcpyDeviceToDevice, s));
         fault_apply_device(model->prot.fx, a->logits, natt, s);
         attention_softmax_from_logits(a->probs, a->logits, before, B, H, T, s);
-        attention_av(a->att_out, a->probs, a->v, B, T, H, KV, hd, s);
+        attention_av(a->att_out, a->probs, a->v, B, T, H, KV, hd, model->ldqkv, s);
     }
     if (fault_due(model->prot.fx, SITE_ATT_PROBS, l, PASS_FWD)) {
         fault_apply_device(model->prot.fx, a->probs, natt, s);
         bf16* pm = model_att_scratch(model);
         attention_causal_mask(pm, a->probs, B, H, T, s);
-        attention_av(a->att_out, pm, a->v, B, T, H, KV, hd, s);
+        attention_av(a->att_out, pm, a->v, B, T, H, KV, hd, model->ldqkv, s);
     }
 }
 
@@ -274,6 +300,40 @@ static int attention_fused(const Model* model, int l) {
     return !(fault_due(fx, SITE_ATT_LOGITS, l, PASS_FWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_FWD) ||
              fault_due(fx, SITE_ATT_LOGITS, l, PASS_BWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_BWD));
 }
+/* The materialised path's logits and probs, bf16 [B,H,T,T] each for every layer (2 L B H T^2 elements, the
+ * model's B and T), in one allocation outside the activations, made the first time something needs them: a
+ * forward with a layer on the materialised path (attention_fused: -protect att, -detect abft, an att_logits /
+ * att_probs fault due, model_set_attention_materialised, a head_dim the fused kernels lack; allocated before
+ * the layer loop, so no allocation happens inside it) or the propagation trace (model_trace_snapshot). A run
+ * that never needs them never allocates them. `why` names the need in the error when the allocation fails. */
+static void model_att_buffers(Model* model, const char* why) {
+    if (model->att_mem) return;
+    const size_t att = (size_t)model->B * model->c.n_head * model->T * model->T;
+    const size_t per = (att * sizeof(bf16) + 255) / 256 * 256;
+    const size_t bytes = 2 * per * model->c.n_layer;
+    cudaError_t e = cudaMalloc(&model->att_mem, bytes);
+    if (e != cudaSuccess) {
+        model->att_mem = NULL;
+        tsdc_fail("cannot allocate %.2f GiB for the materialised attention's logits and probs (2 x [B %d, H %d, T %d, T] bf16 a layer, "
+                  "%d layers), which %s needs: %s; lower -B or -seq", bytes / 1073741824.0, model->B, model->c.n_head, model->T,
+                  model->c.n_layer, why, cudaGetErrorString(e));
+    }
+    model->att_bytes = bytes;
+    cudaCheck(cudaMemset(model->att_mem, 0, bytes));
+    for (int l = 0; l < model->c.n_layer; l++) {
+        model->la[l].logits = (bf16*)((char*)model->att_mem + 2 * per * l);
+        model->la[l].probs = (bf16*)((char*)model->att_mem + 2 * per * l + per);
+    }
+}
+/* what makes a forward take the materialised path somewhere (the error message of model_att_buffers) */
+static const char* model_materialised_reason(const Model* model) {
+    if (model->att_materialised) return "model_set_attention_materialised";
+    if (model->prot.abft) return "-detect abft";
+    if (model->prot.on[PK_ATT]) return "-protect att";
+    if (!flash_attention_supported(model->c.head_dim)) return "this head_dim (no fused attention kernel)";
+    return "an att_logits / att_probs fault event";
+}
+
 /* the fused backward takes D = rowsum(dout * out) from the stored out; a forward att_out fault must not
  * reach it there (the CPU's backward reads the probs, not out): the clean out is kept aside first */
 static bf16* model_att_out_clean(Model* model) {
@@ -335,8 +395,23 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
 
     /* activations: one allocation carved into tensors (sizes in elements; bf16 unless noted) */
     size_t N = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_head * c->head_dim, kd = (size_t)c->n_kv_head * c->head_dim;
-    size_t F = c->ffn_dim, V = c->vocab_size, att = (size_t)B * c->n_head * T * T, H = c->n_head, KV = c->n_kv_head;
-    size_t mx = d > F ? d : F; if (qd > mx) mx = qd;
+    size_t F = c->ffn_dim, V = c->vocab_size, H = c->n_head, KV = c->n_kv_head;
+    const size_t qkvd = qd + 2 * kd;
+    model->ldqkv = (int)qkvd;
+    model->ldgu = (int)(c->mlp == MLP_SWIGLU ? 2 * F : F);
+    {   /* the fused GEMMs read [wq; wk; wv] and [w_gate; w_up] as one matrix: adjacent in the layout (weights,
+         * gradients and their bf16 copy alike, one offset for all) */
+        for (int l = 0; l < c->n_layer; l++) {
+            const TensorInfo *tq = &model->L.t[tensor_index(model, PT_WQ, l)], *tk = &model->L.t[tensor_index(model, PT_WK, l)],
+                             *tv = &model->L.t[tensor_index(model, PT_WV, l)];
+            if (tk->offset != tq->offset + tq->numel || tv->offset != tk->offset + tk->numel)
+                tsdc_fail("internal: layer %d's wq, wk, wv are not adjacent in the parameter layout", l);
+            if (c->mlp == MLP_SWIGLU) {
+                const TensorInfo *tg = &model->L.t[tensor_index(model, PT_WGATE, l)], *tu = &model->L.t[tensor_index(model, PT_WUP, l)];
+                if (tu->offset != tg->offset + tg->numel) tsdc_fail("internal: layer %d's w_gate, w_up are not adjacent", l);
+            }
+        }
+    }
     size_t bytes = 0;
     /* first pass computes the size, second pass carves */
     for (int pass = 0; pass < 2; pass++) {
@@ -351,7 +426,8 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
             LayerActs* a = pass ? &model->la[l] : NULL;
             LayerActs dummy; if (!pass) a = &dummy;
             CARVE_BF(a->attn_norm, N * d); CARVE_F(a->attn_ms, N);
-            CARVE_BF(a->q, N * qd); CARVE_BF(a->k, N * kd); CARVE_BF(a->v, N * kd);
+            CARVE_BF(a->qkv, N * qkvd);
+            if (pass) { a->q = a->qkv; a->k = a->qkv + qd; a->v = a->qkv + qd + kd; }
             if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
                 CARVE_BF(a->qn, N * qd); CARVE_BF(a->kn, N * kd); CARVE_F(a->qn_ms, N * H); CARVE_F(a->kn_ms, N * KV);
             }
@@ -359,11 +435,12 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
             if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
                 CARVE_BF(a->qf, N * qd); CARVE_BF(a->kf, N * kd); CARVE_F(a->qf_ms, N * H); CARVE_F(a->kf_ms, N * KV);
             }
-            CARVE_BF(a->logits, att); CARVE_BF(a->probs, att); CARVE_F(a->lse, N * H);
+            CARVE_F(a->lse, N * H);   /* logits, probs: model_att_buffers */
             CARVE_BF(a->att_out, N * qd); CARVE_BF(a->o, N * d); CARVE_BF(a->resid_mid, N * d);
             CARVE_BF(a->mlp_norm, N * d); CARVE_F(a->mlp_ms, N);
-            CARVE_BF(a->gate, N * F); CARVE_BF(a->act, N * F);
-            if (c->mlp == MLP_SWIGLU) { CARVE_BF(a->up, N * F); CARVE_BF(a->prod, N * F); }
+            CARVE_BF(a->gu, N * (size_t)model->ldgu); CARVE_BF(a->act, N * F);
+            if (pass) { a->gate = a->gu; a->up = c->mlp == MLP_SWIGLU ? a->gu + F : NULL; }
+            if (c->mlp == MLP_SWIGLU) CARVE_BF(a->prod, N * F);
             CARVE_BF(a->down, N * d); CARVE_BF(a->out, N * d);
         }
         CARVE_BF(model->final_norm, N * d); CARVE_F(model->final_ms, N);
@@ -371,9 +448,10 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
         CARVE_I(model->inputs, N); CARVE_I(model->targets, N); CARVE_I(model->argmax, N);
         CARVE_BF(model->dres, N * d); CARVE_BF(model->dbuf, N * d);
         CARVE_BF(model->dq, N * qd); CARVE_BF(model->dq2, N * qd); CARVE_BF(model->datt, N * qd);
-        CARVE_BF(model->dk, N * kd); CARVE_BF(model->dk2, N * kd); CARVE_BF(model->dv, N * kd);
-        CARVE_BF(model->dF, N * F); CARVE_BF(model->dF2, N * F); CARVE_BF(model->dF3, N * F);
-        CARVE_F(model->dx32, N * mx);
+        CARVE_BF(model->dk, N * kd); CARVE_BF(model->dk2, N * kd); CARVE_BF(model->dqkv, N * qkvd);
+        CARVE_BF(model->dF, N * F); CARVE_BF(model->dF2, N * F);
+        if (c->mlp == MLP_SWIGLU) CARVE_BF(model->dgu, N * 2 * F);
+        CARVE_F(model->ms_scratch, N * H);
 #undef CARVE_BF
 #undef CARVE_F
 #undef CARVE_I
@@ -420,6 +498,8 @@ static void model_free(Model* model) {
     cudaCheck(cudaFree(model->v)); cudaCheck(cudaFree(model->wbf)); cudaCheck(cudaFree(model->rope_cos));
     cudaCheck(cudaFree(model->rope_sin)); cudaCheck(cudaFree(model->act_mem));
     if (model->trace_mem) cudaCheck(cudaFree(model->trace_mem));
+    if (model->att_mem) cudaCheck(cudaFree(model->att_mem));
+    if (model->trace_att_mem) cudaCheck(cudaFree(model->trace_att_mem));
     if (model->att_scratch) cudaCheck(cudaFree(model->att_scratch));
     if (model->att_out_clean) cudaCheck(cudaFree(model->att_out_clean));
     if (model->chk_dev) cudaCheck(cudaFree(model->chk_dev));
@@ -488,8 +568,13 @@ static void model_set_tokens(Model* model, const int* inputs, const int* targets
 /* ------------------------------------------------------------------ protection (device side)
  * Q/K path recomputation with fused fingerprints (llmc/sdc/fingerprint.cuh): the kernel that produces the
  * Q and K attention consumes (RoPE, or nanochat's norm after RoPE) fingerprints what it writes, in the
- * forward; the recomputation runs the projections (and Qwen3's QK norm) into backward scratch and then
- * the same final kernel in fingerprint-only mode, so the recomputed Q and K are never written out.
+ * forward; the recomputation runs the Q and K projections as one GEMM over the adjacent [wq; wk]
+ * ([qd + kd, d]: v is not on the Q/K path, so its kd columns are not recomputed) into backward scratch
+ * (model->dqkv, free in the forward, as [N, qd + kd]), Qwen3's QK norm on its views, and then the same final
+ * kernel in fingerprint-only mode, so the recomputed Q and K are never written out. The forward's q, k
+ * columns come out of the [N, qd + 2 kd] GEMM: the check relies on cuBLASLt giving those columns the same
+ * bits in the two shapes (each element one fp32 dot product over d; the emulation's GEMM does; the first GPU
+ * run's clean -protect qk steps check it, docs/gpu.md).
  * When a fault was injected into the final tensor after its kernel, the forward's fingerprint is taken
  * from the stored tensor instead (the fault stands for an error inside that kernel).
  * Nothing goes to the host here: the fingerprints stay as block partials in model->fp_part (slots 0, 1:
@@ -502,25 +587,29 @@ static void qk_recompute_check(Model* model, int l, int B, int T, int bq, int bk
     LayerActs* a = &model->la[l];
     int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
     float eps = (float)c->norm_eps;
-    bf16 *q1 = model->dq, *q2 = model->dq2, *k1 = model->dk, *k2 = model->dk2, *t;
-    float* ms = model->dx32;   /* the recomputation's mean squares go to the fp32 dx scratch (free in the forward) */
-    linear_forward(q1, a->attn_norm, W(PT_WQ, l), N, d, qd, s);
-    linear_forward(k1, a->attn_norm, W(PT_WK, l), N, d, kd, s);
+    const int ldqk = qd + kd;
+    bf16 *qk = model->dqkv, *q2 = model->dq, *k2 = model->dk;
+    const bf16 *q1 = qk, *k1 = qk + qd;   /* views of the recomputed [N, qd + kd] with row stride ldq1 */
+    int ldq1 = ldqk;
+    float* ms = model->ms_scratch;   /* the recomputation's mean squares (not read) */
+    linear_forward(qk, a->attn_norm, W(PT_WQ, l), N, d, ldqk, s);   /* [wq; wk]: the first qd + kd rows of [wq; wk; wv] */
     if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
-        rmsnorm_forward(q2, ms, q1, W(PT_QNORM, l), N * H, hd, eps, s);
-        rmsnorm_forward(k2, ms, k1, W(PT_KNORM, l), N * KV, hd, eps, s);
-        t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
+        rmsnorm_forward_ld(q2, ms, q1, ldqk, W(PT_QNORM, l), N, H, hd, eps, s);
+        rmsnorm_forward_ld(k2, ms, k1, ldqk, W(PT_KNORM, l), N, KV, hd, eps, s);
+        q1 = q2; k1 = k2; q2 = model->dq2; k2 = model->dk2;
+        ldq1 = 0;   /* contiguous from here: qd for q, kd for k */
     }
+    const int ldq = ldq1 ? ldq1 : qd, ldk = ldq1 ? ldq1 : kd;
     unsigned long long *pq = model->fp_part, *pk = pq + FP_PART_U64, *prq = pk + FP_PART_U64, *prk = prq + FP_PART_U64;
     int brq, brk;
     if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-        rope_forward(q2, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-        rope_forward(k2, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        rope_forward(q2, q1, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        rope_forward(k2, k1, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
         brq = rmsnorm_forward_fp(NULL, NULL, q2, NULL, N * H, hd, eps, prq, s);
         brk = rmsnorm_forward_fp(NULL, NULL, k2, NULL, N * KV, hd, eps, prk, s);
     } else {
-        brq = rope_forward_fp(NULL, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, prq, s);
-        brk = rope_forward_fp(NULL, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, prk, s);
+        brq = rope_forward_fp(NULL, q1, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, prq, s);
+        brk = rope_forward_fp(NULL, k1, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, prk, s);
     }
     fp_compare((int*)(model->rep_dev + model->rep_qk) + l, pq, bq, pk, bk, prq, brq, prk, brk, s);
 }
@@ -564,11 +653,16 @@ __global__ static void gather_bf16_kernel(uint16_t* out, const bf16* x, const un
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = __bfloat16_as_ushort(x[idx[i]]);
 }
-static void exp_profile(Model* model, int type, int l, const bf16* dy, size_t n) {
+/* dy [n / cols, cols] with the row stride ld (cols = ld = n: contiguous): sample logical index i, as the CPU,
+ * is read at (i / cols) * ld + i % cols */
+static void exp_profile_ld(Model* model, int type, int l, const bf16* dy, size_t n, size_t cols, size_t ld) {
     if (!model->prot.exp_hist || !model->prot.exp_samples || !n) return;
     int m = model->prot.exp_samples;
     unsigned long long* h_idx = (unsigned long long*)mallocCheck(sizeof(unsigned long long) * m);
-    for (int i = 0; i < m; i++) h_idx[i] = rng_below(&model->prot.exp_rng, n);
+    for (int i = 0; i < m; i++) {
+        const unsigned long long j = rng_below(&model->prot.exp_rng, n);
+        h_idx[i] = j / cols * ld + j % cols;
+    }
     unsigned long long* d_idx = (unsigned long long*)cuda_workspace_f32(2, 2 * (size_t)m + (size_t)m);
     uint16_t* d_out = (uint16_t*)(d_idx + m);
     cudaCheck(cudaMemcpyAsync(d_idx, h_idx, sizeof(unsigned long long) * m, cudaMemcpyHostToDevice, model->stream));
@@ -582,6 +676,7 @@ static void exp_profile(Model* model, int type, int l, const bf16* dy, size_t n)
     for (int i = 0; i < m; i++) { uint32_t code = (h_out[i] >> 7) & 0xFF; if (code != 0 && code != 255) hist[code]++; }
     free(h_idx); free(h_out);
 }
+static void exp_profile(Model* model, int type, int l, const bf16* dy, size_t n) { exp_profile_ld(model, type, l, dy, n, n, n); }
 
 /* ---------------------------------------------------------------------------------- forward */
 /* Which kernels a layer's forward runs: the one place the fused-or-split choices are made. A fused kernel
@@ -640,6 +735,9 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         cudaCheck(cudaMemsetAsync(model->rep_dev + model->rep_qk, 0, model->rep_loss - model->rep_qk, s));
 
     model->last_B = B; model->last_T = T;
+    for (int l = 0; l < c->n_layer && !model->att_mem; l++)   /* before the layer loop: no allocation inside it */
+        if (!attention_fused(model, l)) model_att_buffers(model, model_materialised_reason(model));
+    const int ldqkv = model->ldqkv, ldgu = model->ldgu;
     embedding_forward(model->emb, model->inputs, W(PT_WTE, -1), N, d, s);
     bf16* x = model->emb;
     if (c->embed_norm) { rmsnorm_forward(model->x0, model->emb_ms, x, W(PT_EMBED_NORM, -1), N, d, eps, s); x = model->x0; }
@@ -653,29 +751,29 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         const LayerPlan P = layer_plan(model, l);
         if (!normed) rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, s);
         FAULT_FWD(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
-        linear_forward(a->q, a->attn_norm, W(PT_WQ, l), N, d, qd, s);
-        FAULT_FWD(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
-        linear_forward(a->k, a->attn_norm, W(PT_WK, l), N, d, kd, s);
-        FAULT_FWD(SITE_K_PROJ, l, a->k, (size_t)N * kd);
-        linear_forward(a->v, a->attn_norm, W(PT_WV, l), N, d, kd, s);
-        FAULT_FWD(SITE_V_PROJ, l, a->v, (size_t)N * kd);
+        /* q, k, v: one GEMM over [wq; wk; wv] into a->qkv, then the three sites' injection points on its views */
+        linear_forward(a->qkv, a->attn_norm, W(PT_WQ, l), N, d, ldqkv, s);
+        FAULT_FWD_LD(SITE_Q_PROJ, l, a->q, N, qd, ldqkv);
+        FAULT_FWD_LD(SITE_K_PROJ, l, a->k, N, kd, ldqkv);
+        FAULT_FWD_LD(SITE_V_PROJ, l, a->v, N, kd, ldqkv);
         bf16 *qc = a->q, *kc = a->k;
+        int ldq = ldqkv, ldk = ldqkv;   /* the row strides of qc, kc: the views, then contiguous */
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
-            rmsnorm_forward(a->qn, a->qn_ms, qc, W(PT_QNORM, l), N * H, hd, eps, s);
+            rmsnorm_forward_ld(a->qn, a->qn_ms, qc, ldq, W(PT_QNORM, l), N, H, hd, eps, s);
             FAULT_FWD(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
-            rmsnorm_forward(a->kn, a->kn_ms, kc, W(PT_KNORM, l), N * KV, hd, eps, s);
+            rmsnorm_forward_ld(a->kn, a->kn_ms, kc, ldk, W(PT_KNORM, l), N, KV, hd, eps, s);
             FAULT_FWD(SITE_K_NORM, l, a->kn, (size_t)N * kd);
-            qc = a->qn; kc = a->kn;
+            qc = a->qn; kc = a->kn; ldq = qd; ldk = kd;
         }
         /* the kernel producing the Q and K attention consumes also fingerprints them (-protect qk): block
          * partials in fp_part slots 0 and 1 (bq, bk blocks), compared on the device */
         unsigned long long *pq = model->fp_part, *pk = model->fp_part + FP_PART_U64;
         int bq = 0, bk = 0;
-        if (P.fp_rope) bq = rope_forward_fp(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);
-        else rope_forward(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        if (P.fp_rope) bq = rope_forward_fp(a->qr, qc, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);
+        else rope_forward(a->qr, qc, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
         store_qk(model, SITE_Q_ROPE, l, a->qr, (size_t)N * qd, P.fp_rope, pq, &bq, s);
-        if (P.fp_rope) bk = rope_forward_fp(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, pk, s);
-        else rope_forward(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        if (P.fp_rope) bk = rope_forward_fp(a->kr, kc, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, pk, s);
+        else rope_forward(a->kr, kc, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
         store_qk(model, SITE_K_ROPE, l, a->kr, (size_t)N * kd, P.fp_rope, pk, &bk, s);
         qc = a->qr; kc = a->kr;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
@@ -690,11 +788,11 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, bq, bk);
         a->fused = P.flash;
         if (P.flash) {
-            flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, KV * hd, s);
+            flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s);
             if (fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD))   /* the fused backward reads the clean out */
                 cudaCheck(cudaMemcpyAsync(model_att_out_clean(model), a->att_out, sizeof(bf16) * N * qd, cudaMemcpyDeviceToDevice, s));
         } else {
-            attention_forward(a->att_out, a->logits, a->probs, qc, kc, a->v, B, T, H, KV, hd, s);
+            attention_forward(a->att_out, a->logits, a->probs, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s);
             attention_forward_faults(model, a, l, B, T, s);
         }
         FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
@@ -702,7 +800,8 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             const size_t nbh_max = (size_t)model->B * H;
             attcheck_forward((int*)(model->rep_dev + model->rep_attc) + (size_t)l * ATTC_NCHECK,
                              model->chk_dev + (size_t)l * ATTC_NCHECK * nbh_max, model->chk_scratch,
-                             a->logits, a->probs, a->att_out, qc, kc, a->v, B, T, H, KV, hd, model->prot.abft, model->prot.on[PK_ATT], s);
+                             a->logits, a->probs, a->att_out, qc, kc, a->v, B, T, H, KV, hd, ldqkv, model->prot.abft,
+                             model->prot.on[PK_ATT], s);
         }
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
@@ -716,23 +815,23 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         FAULT_FWD(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
         bf16* hidden;
         if (c->mlp == MLP_SWIGLU) {
-            linear_forward(a->gate, a->mlp_norm, W(PT_WGATE, l), N, d, F, s);
-            FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
-            linear_forward(a->up, a->mlp_norm, W(PT_WUP, l), N, d, F, s);
-            FAULT_FWD(SITE_UP_PROJ, l, a->up, (size_t)N * F);
+            /* gate, up: one GEMM over [w_gate; w_up] into a->gu, then the two sites' injection points on its views */
+            linear_forward(a->gu, a->mlp_norm, W(PT_WGATE, l), N, d, ldgu, s);
+            FAULT_FWD_LD(SITE_GATE_PROJ, l, a->gate, N, F, ldgu);
+            FAULT_FWD_LD(SITE_UP_PROJ, l, a->up, N, F, ldgu);
             if (P.swiglu) {
-                swiglu_forward(a->act, a->prod, a->gate, a->up, (size_t)N * F, s);   /* the same bits, one pass */
+                swiglu_forward(a->act, a->prod, a->gate, a->up, N, F, ldgu, s);   /* the same bits, one pass */
             } else {   /* the fault goes between silu and the product */
-                silu_forward(a->act, a->gate, (size_t)N * F, s);
+                silu_forward(a->act, a->gate, N, F, ldgu, s);
                 FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
-                mul_forward(a->prod, a->act, a->up, (size_t)N * F, s);
+                mul_forward(a->prod, a->act, a->up, N, F, ldgu, s);
             }
             FAULT_FWD(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
             hidden = a->prod;
         } else {
             linear_forward(a->gate, a->mlp_norm, W(PT_WFC, l), N, d, F, s);
             FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
-            relu2_forward(a->act, a->gate, (size_t)N * F, s);
+            relu2_forward(a->act, a->gate, N, F, ldgu, s);
             FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
             hidden = a->act;
         }
@@ -867,12 +966,13 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     int qd = H * hd, kd = KV * hd, F = c->ffn_dim, V = c->vocab_size;
     float eps = (float)c->norm_eps;
     bf16 *dres = model->dres, *dbuf = model->dbuf;
-    float* dx32 = model->dx32;
+    const int ldqkv = model->ldqkv, ldgu = model->ldgu;
     /* Gradients: the first backward after model_zero_grads writes every gradient (GEMMs with beta 0, the
      * norms' dw kernels with accumulate 0) instead of adding to a memset; the later microbatches add. Each
      * gradient tensor is written by exactly one kernel a backward, but for the embedding: tied, the lm
      * head's GEMM writes it first and embedding_backward adds; untied, only embedding_backward (a scatter
-     * into the rows of the batch's tokens) touches it, so that tensor alone is zeroed first. */
+     * into the rows of the batch's tokens) touches it, so that tensor alone is zeroed first. The fused
+     * [wq; wk; wv] and [w_gate; w_up] gradients are one tensor range each, written by their one dW GEMM. */
     const int acc = !model->grads_fresh;
     model->grads_fresh = 0;
     model->norms_valid = 0;
@@ -905,34 +1005,34 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             linear_backward_dx_bf16(model->dF, ddown, W(PT_WDOWN, l), N, F, d, s);
             linear_backward_dw_acc(GR(PT_WDOWN, l), ddown, a->prod, N, F, d, acc, s);
             FAULT_BWD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
+            /* d(gate), d(up) into the views of model->dgu [N, 2F] (row stride ldgu), what the fused GEMMs read */
+            bf16 *dgate = model->dgu, *dup = model->dgu + F;
             if (fault_due(model->prot.fx, SITE_ACT, l, PASS_BWD)) {   /* the fault goes into d(act), between the steps */
-                mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F, s);
+                mul_backward(model->dF2, dup, model->dF, a->act, a->up, N, F, ldgu, s);
                 FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
-                FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
-                silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F, s);
-            } else {   /* the same bits, one pass: d(up) into dF3, d(gate) into dF (over d(prod)) */
-                swiglu_backward(model->dF, model->dF3, model->dF, a->act, a->gate, a->up, (size_t)N * F, s);
-                FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
+                FAULT_BWD_LD(SITE_UP_PROJ, l, dup, N, F, ldgu);
+                silu_backward(dgate, model->dF2, a->gate, N, F, ldgu, s);
+            } else {   /* the same bits, one pass */
+                swiglu_backward(dgate, dup, model->dF, a->act, a->gate, a->up, N, F, ldgu, s);
+                FAULT_BWD_LD(SITE_UP_PROJ, l, dup, N, F, ldgu);
             }
-            FAULT_BWD(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
-            exp_profile(model, PT_WGATE, l, model->dF, (size_t)N * F);
-            exp_profile(model, PT_WUP, l, model->dF3, (size_t)N * F);
-            linear_backward_dx(dx32, model->dF, W(PT_WGATE, l), N, d, F, 0, s);
-            linear_backward_dx(dx32, model->dF3, W(PT_WUP, l), N, d, F, 1, s);
-            linear_backward_dw_acc(GR(PT_WGATE, l), model->dF, a->mlp_norm, N, d, F, acc, s);
-            linear_backward_dw_acc(GR(PT_WUP, l), model->dF3, a->mlp_norm, N, d, F, acc, s);
+            FAULT_BWD_LD(SITE_GATE_PROJ, l, dgate, N, F, ldgu);
+            exp_profile_ld(model, PT_WGATE, l, dgate, (size_t)N * F, F, ldgu);
+            exp_profile_ld(model, PT_WUP, l, dup, (size_t)N * F, F, ldgu);
+            /* one dx GEMM (K = 2F, rounded to bf16 once) and one dW GEMM into the adjacent [w_gate; w_up] gradients */
+            linear_backward_dx_bf16(dbuf, model->dgu, W(PT_WGATE, l), N, d, ldgu, s);
+            linear_backward_dw_acc(GR(PT_WGATE, l), model->dgu, a->mlp_norm, N, d, ldgu, acc, s);
         } else {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
             linear_backward_dx_bf16(model->dF, ddown, W(PT_WDOWN, l), N, F, d, s);
             linear_backward_dw_acc(GR(PT_WDOWN, l), ddown, a->act, N, F, d, acc, s);
             FAULT_BWD(SITE_ACT, l, model->dF, (size_t)N * F);
-            relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F, s);
+            relu2_backward(model->dF2, model->dF, a->gate, N, F, ldgu, s);
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
             exp_profile(model, PT_WFC, l, model->dF2, (size_t)N * F);
-            linear_backward_dx(dx32, model->dF2, W(PT_WFC, l), N, d, F, 0, s);
+            linear_backward_dx_bf16(dbuf, model->dF2, W(PT_WFC, l), N, d, F, s);
             linear_backward_dw_acc(GR(PT_WFC, l), model->dF2, a->mlp_norm, N, d, F, acc, s);
         }
-        f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
         FAULT_BWD(SITE_MLP_NORM, l, dbuf, (size_t)N * d);
         rmsnorm_backward_acc(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, acc, s);
         FAULT_BWD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
@@ -944,6 +1044,9 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         FAULT_BWD(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
         const bf16* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
         const bf16* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
+        /* the gradients of q_proj, k_proj, v_proj: views of model->dqkv (row stride ldqkv); attention writes d(v)
+         * there directly and dq, dk contiguous, which the QK norm / RoPE backward carry into the views */
+        bf16 *dqv = model->dqkv, *dkv = model->dqkv + qd, *dvv = model->dqkv + qd + kd;
         /* att_logits / att_probs: see attention_forward_faults. A forward fault in the probs may have put a
          * value at s > t, which the CPU never reads: the backward gets a masked copy. A backward fault runs
          * the split backward, which stores dprobs (the gradient of att_probs) and then, in place, dlogits
@@ -951,7 +1054,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         if (a->fused) {
             /* fused backward: P recomputed from q, k and the saved lse; D from the clean out */
             const bf16* o = fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD) ? model->att_out_clean : a->att_out;
-            flash_attention_backward(model->dq, model->dk, model->dv, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, KV * hd, s);
+            flash_attention_backward(model->dq, model->dk, dvv, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s);
         } else {
             const bf16* probs = a->probs;
             if (fault_due(model->prot.fx, SITE_ATT_PROBS, l, PASS_FWD)) {
@@ -962,16 +1065,16 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             if (fault_due(model->prot.fx, SITE_ATT_PROBS, l, PASS_BWD) || fault_due(model->prot.fx, SITE_ATT_LOGITS, l, PASS_BWD)) {
                 const size_t natt = (size_t)B * H * T * T;
                 bf16* dpl = model_att_scratch(model); /* not the masked probs: that needs a forward event */
-                attention_split_av_backward(dpl, model->dv, model->datt, probs, a->v, B, T, H, KV, hd, s);
+                attention_split_av_backward(dpl, dvv, model->datt, probs, a->v, B, T, H, KV, hd, ldqkv, s);
                 FAULT_BWD(SITE_ATT_PROBS, l, dpl, natt);
                 attention_split_softmax_backward(dpl, dpl, probs, B, H, T, s);
                 FAULT_BWD(SITE_ATT_LOGITS, l, dpl, natt);
                 attention_split_logits_backward(model->dq, model->dk, dpl, qc, kc, B, T, H, KV, hd, s);
             } else {
-                attention_backward(model->dq, model->dk, model->dv, model->datt, probs, qc, kc, a->v, B, T, H, KV, hd, s);
+                attention_backward(model->dq, model->dk, dvv, model->datt, probs, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s);
             }
         }
-        FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
+        FAULT_BWD_LD(SITE_V_PROJ, l, dvv, N, kd, ldqkv);
         bf16 *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
@@ -982,28 +1085,26 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         }
         FAULT_BWD(SITE_Q_ROPE, l, dq, (size_t)N * qd);
         FAULT_BWD(SITE_K_ROPE, l, dk, (size_t)N * kd);
-        rope_backward(dq2, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-        rope_backward(dk2, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
-        t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
-        if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
+        if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {   /* RoPE's backward into scratch, the QK norm's into the views */
+            rope_backward(dq2, qd, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+            rope_backward(dk2, kd, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+            t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
             FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
-            rmsnorm_backward_acc(dq2, GR(PT_QNORM, l), dq, a->q, W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0, acc, s);
-            rmsnorm_backward_acc(dk2, GR(PT_KNORM, l), dk, a->k, W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0, acc, s);
-            t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
+            rmsnorm_backward_ld(dqv, GR(PT_QNORM, l), dq, a->q, ldqkv, W(PT_QNORM, l), a->qn_ms, N, H, hd, eps, 0, acc, s);
+            rmsnorm_backward_ld(dkv, GR(PT_KNORM, l), dk, a->k, ldqkv, W(PT_KNORM, l), a->kn_ms, N, KV, hd, eps, 0, acc, s);
+        } else {   /* RoPE's backward into the views */
+            rope_backward(dqv, ldqkv, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+            rope_backward(dkv, ldqkv, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
         }
-        FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
-        FAULT_BWD(SITE_K_PROJ, l, dk, (size_t)N * kd);
-        exp_profile(model, PT_WQ, l, dq, (size_t)N * qd);
-        exp_profile(model, PT_WK, l, dk, (size_t)N * kd);
-        exp_profile(model, PT_WV, l, model->dv, (size_t)N * kd);
-        linear_backward_dx(dx32, dq, W(PT_WQ, l), N, d, qd, 0, s);
-        linear_backward_dx(dx32, dk, W(PT_WK, l), N, d, kd, 1, s);
-        linear_backward_dx(dx32, model->dv, W(PT_WV, l), N, d, kd, 1, s);
-        linear_backward_dw_acc(GR(PT_WQ, l), dq, a->attn_norm, N, d, qd, acc, s);
-        linear_backward_dw_acc(GR(PT_WK, l), dk, a->attn_norm, N, d, kd, acc, s);
-        linear_backward_dw_acc(GR(PT_WV, l), model->dv, a->attn_norm, N, d, kd, acc, s);
-        f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
+        FAULT_BWD_LD(SITE_Q_PROJ, l, dqv, N, qd, ldqkv);
+        FAULT_BWD_LD(SITE_K_PROJ, l, dkv, N, kd, ldqkv);
+        exp_profile_ld(model, PT_WQ, l, dqv, (size_t)N * qd, qd, ldqkv);
+        exp_profile_ld(model, PT_WK, l, dkv, (size_t)N * kd, kd, ldqkv);
+        exp_profile_ld(model, PT_WV, l, dvv, (size_t)N * kd, kd, ldqkv);
+        /* one dx GEMM (K = qd + 2 kd, rounded to bf16 once) and one dW GEMM into the adjacent [wq; wk; wv] gradients */
+        linear_backward_dx_bf16(dbuf, model->dqkv, W(PT_WQ, l), N, d, ldqkv, s);
+        linear_backward_dw_acc(GR(PT_WQ, l), model->dqkv, a->attn_norm, N, d, ldqkv, acc, s);
         FAULT_BWD(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
         rmsnorm_backward_acc(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, acc, s);
         grad_bucket_done(model, l);   /* the layer's last gradient kernel is queued */
@@ -1240,6 +1341,22 @@ static uint64_t model_weights_checksum(Model* model) {
  * tensors, with any injected value in place and the probs recomputed after a logits fault (attention_forward_faults),
  * as the CPU's */
 DEFINE_MODEL_SITE_TENSOR(bf16)
+/* the same as a [n / cols, cols] view with the row stride ld: q_proj, k_proj, v_proj and (SwiGLU) gate_proj, up_proj
+ * are the column views of the fused projection outputs; every other site is contiguous (cols = ld = n) */
+static bf16* model_site_view(Model* model, int site, int l, int B, int T, size_t* n, size_t* cols, size_t* ld) {
+    bf16* x = model_site_tensor(model, site, l, B, T, n);
+    const Config* c = &model->c;
+    *cols = *n; *ld = *n;
+    if (site == SITE_Q_PROJ || site == SITE_K_PROJ || site == SITE_V_PROJ) {
+        *cols = (size_t)(site == SITE_Q_PROJ ? c->n_head : c->n_kv_head) * c->head_dim;
+        *ld = (size_t)model->ldqkv;
+    } else if ((site == SITE_GATE_PROJ || site == SITE_UP_PROJ) && c->mlp == MLP_SWIGLU) {
+        *cols = (size_t)c->ffn_dim;
+        *ld = (size_t)model->ldgu;
+    }
+    if (*n == 0) { *cols = 1; *ld = 1; }
+    return x;
+}
 /* The trace reads att_logits / att_probs at every layer: a layer whose last forward took the fused path
  * gets them materialised from its stored q, k, v (llmc/cuda/attention.cuh; its out goes to backward scratch, so
  * att_out keeps the fused bits). A layer that switched path for the fault event (att_logits/att_probs)
@@ -1250,22 +1367,38 @@ static void model_materialise_attention(Model* model, int l) {
     if (!a->fused) return;
     const bf16* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
     const bf16* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
+    model_att_buffers(model, "the propagation trace (-trace_out)");
     attention_forward(model->datt, a->logits, a->probs, qc, kc, a->v, model->last_B, model->last_T, c->n_head, c->n_kv_head, c->head_dim,
-                      model->stream);
+                      model->ldqkv, model->stream);
 }
+/* the snapshot: the activations and the logits and probs of every layer (two allocations, each copied whole) */
 static void model_trace_snapshot(Model* model) {
     logits_intact(model, "model_trace_snapshot");
+    model_att_buffers(model, "the propagation trace (-trace_out)");
     for (int l = 0; l < model->c.n_layer; l++) model_materialise_attention(model, l);
     if (!model->trace_mem) cudaCheck(cudaMalloc(&model->trace_mem, model->act_bytes));
+    if (!model->trace_att_mem) {
+        cudaError_t e = cudaMalloc(&model->trace_att_mem, model->att_bytes);
+        if (e != cudaSuccess)
+            tsdc_fail("cannot allocate %.2f GiB for the propagation trace's copy of the attention logits and probs (-trace_out): %s; "
+                      "lower -B or -seq", model->att_bytes / 1073741824.0, cudaGetErrorString(e));
+    }
     cudaCheck(cudaMemcpyAsync(model->trace_mem, model->act_mem, model->act_bytes, cudaMemcpyDeviceToDevice, model->stream));
+    cudaCheck(cudaMemcpyAsync(model->trace_att_mem, model->att_mem, model->att_bytes, cudaMemcpyDeviceToDevice, model->stream));
 }
 static void model_trace_diff(Model* model, int site, int l, int B, int T, double* num, double* den) {
     logits_intact(model, "model_trace_diff");
-    size_t n;
+    size_t n, cols, ld;
     if (site == SITE_ATT_LOGITS || site == SITE_ATT_PROBS) model_materialise_attention(model, l);
-    const bf16* x = model_site_tensor(model, site, l, B, T, &n);
-    const bf16* y = (const bf16*)((const char*)model->trace_mem + ((const char*)x - (const char*)model->act_mem));
-    fault_sumsq(x, y, n, num, den, model->stream);
+    const bf16* x = model_site_view(model, site, l, B, T, &n, &cols, &ld);
+    const char* base = (const char*)model->act_mem;
+    const char* snap = (const char*)model->trace_mem;
+    if (model->att_mem && (const char*)x >= (const char*)model->att_mem && (const char*)x < (const char*)model->att_mem + model->att_bytes) {
+        base = (const char*)model->att_mem;
+        snap = (const char*)model->trace_att_mem;
+    }
+    const bf16* y = (const bf16*)(snap + ((const char*)x - base));
+    fault_sumsq_ld(x, y, n / cols, cols, ld, num, den, model->stream);
 }
 
 /* 1: the materialised attention (llmc/cuda/attention.cuh) at every layer; 0 (default): the fused one

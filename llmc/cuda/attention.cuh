@@ -12,8 +12,11 @@
  *   dk[b,s,j] = sum_{h in j, t} dlogits[b,h,t,s] q[b,t,h]
  *   dv[b,s,j] = sum_{h in j, t} probs[b,h,t,s] dout[b,t,h]
  *
- * Layouts: q, out, dq [B,T,H*hd]; k, v, dk, dv [B,T,KV*hd] (heads interleaved per token, as the
- * projections write them); logits, probs [B,H,T,T] bf16 with the masked triangle (s > t) 0.
+ * Layouts: q, out, dq [B,T,H*hd]; k, dk [B,T,KV*hd] (heads interleaved per token, contiguous: RoPE and the
+ * QK norm write them so); v, dv [B,T,KV*hd] with the row stride ldv (elements between consecutive tokens,
+ * >= KV*hd): v is a view of the fused [N, qd + 2 kd] projection output and dv of its gradient (ldv = qd + 2 kd;
+ * KV*hd when contiguous); logits, probs [B,H,T,T] bf16 with the masked triangle (s > t) 0. The strides are
+ * read only by the permute of v and the unpermute of dv, so the GEMMs and their bits do not depend on them.
  * Internally q/k/v/dout are permuted to head-major [B,nh,T,hd]. In that layout, and in [B,H,T,T],
  * the g query heads of kv head j of batch b are contiguous, so each (b, j) is ONE GEMM problem with the
  * g heads stacked along the rows (g*T rows), and kv heads are never copied g times:
@@ -87,10 +90,13 @@ __device__ __forceinline__ bf16 attention_to_bf16(bf16 x) { return x; }         
 __device__ __forceinline__ bf16 attention_to_bf16(float x) { return __float2bfloat16_rn(x); } /* one rounding */
 
 /* in [B,n1,n2,hd] (bf16 or fp32) -> out [B,n2,n1,hd] bf16: the two middle axes swapped. One thread per output
- * element; consecutive threads walk hd, contiguous on both sides. Permute: in [B,T,nh,hd] (n1 = T, n2 = nh)
- * -> [B,nh,T,hd], bf16 in (bit copy); unpermute: in [B,nh,T,hd] (n1 = nh, n2 = T) -> [B,T,nh,hd]. */
+ * element (logical index i); consecutive threads walk hd, contiguous on both sides. ldi: elements between
+ * consecutive (b, j1) rows of in (n2*hd when contiguous); ldo: between consecutive (b, j2) rows of out (n1*hd).
+ * Permute: in [B,T,nh,hd] (n1 = T, n2 = nh, ldi the token stride) -> [B,nh,T,hd], bf16 in (bit copy);
+ * unpermute: in [B,nh,T,hd] (n1 = nh, n2 = T) -> [B,T,nh,hd] (ldo the token stride). */
 template <typename Tin>
-__global__ void attention_swap_axes_kernel(bf16* __restrict__ out, const Tin* __restrict__ in, int B, int n1, int n2, int hd) {
+__global__ void attention_swap_axes_kernel(bf16* __restrict__ out, size_t ldo, const Tin* __restrict__ in, size_t ldi, int B, int n1,
+                                           int n2, int hd) {
     const size_t n = (size_t)B * n1 * n2 * hd;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / hd;
@@ -99,7 +105,7 @@ __global__ void attention_swap_axes_kernel(bf16* __restrict__ out, const Tin* __
         r /= n1;
         const int j2 = (int)(r % n2);
         const size_t b = r / n2;
-        out[i] = attention_to_bf16(in[((b * n1 + j1) * n2 + j2) * hd + d]);
+        out[(b * n2 + j2) * ldo + (size_t)j1 * hd + d] = attention_to_bf16(in[(b * n1 + j1) * ldi + (size_t)j2 * hd + d]);
     }
 }
 
@@ -230,24 +236,27 @@ static inline unsigned attention_grid(size_t n, int block) {
     return (unsigned)g;
 }
 
-static void attention_permute(bf16* out, const bf16* in, int B, int T, int nh, int hd, cudaStream_t stream) {
+/* in [B,T,nh,hd] with token stride ld -> out [B,nh,T,hd] contiguous */
+static void attention_permute(bf16* out, const bf16* in, int ld, int B, int T, int nh, int hd, cudaStream_t stream) {
     const size_t n = (size_t)B * T * nh * hd;
-    attention_swap_axes_kernel<bf16><<<attention_grid(n, 256), 256, 0, stream>>>(out, in, B, T, nh, hd);
+    attention_swap_axes_kernel<bf16><<<attention_grid(n, 256), 256, 0, stream>>>(out, (size_t)T * hd, in, (size_t)ld, B, T, nh, hd);
     cudaCheck(cudaGetLastError());
     launch_account(COST_ATTENTION, "attention_swap_axes_kernel", COST_FP32, attention_grid(n, 256), 0.0, (double)n * 2, (double)n * 2);
 }
 
+/* in [B,nh,T,hd] contiguous -> out [B,T,nh,hd] with token stride ld */
 template <typename Tin>
-static void attention_unpermute(bf16* out, const Tin* in, int B, int T, int nh, int hd, cudaStream_t stream) {
+static void attention_unpermute(bf16* out, int ld, const Tin* in, int B, int T, int nh, int hd, cudaStream_t stream) {
     const size_t n = (size_t)B * T * nh * hd;
-    attention_swap_axes_kernel<Tin><<<attention_grid(n, 256), 256, 0, stream>>>(out, in, B, nh, T, hd);
+    attention_swap_axes_kernel<Tin><<<attention_grid(n, 256), 256, 0, stream>>>(out, (size_t)ld, in, (size_t)T * hd, B, nh, T, hd);
     cudaCheck(cudaGetLastError());
     launch_account(COST_ATTENTION, "attention_swap_axes_kernel", COST_FP32, attention_grid(n, 256), 0.0, (double)n * sizeof(Tin), (double)n * 2);
 }
 
-static void attention_check_args(const char* who, int B, int T, int H, int KV, int hd) {
+static void attention_check_args(const char* who, int B, int T, int H, int KV, int hd, int ldv) {
     if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || hd <= 0 || H % KV != 0)
         tsdc_fail("%s: bad shape B %d T %d H %d KV %d hd %d (all > 0, H a multiple of KV)", who, B, T, H, KV, hd);
+    if (ldv < KV * hd) tsdc_fail("%s: v row stride %d below KV*hd = %d", who, ldv, KV * hd);
 }
 
 /* sequences per chunk: the fp32 [nb,H,T,T] scratch stays near ATTN_CHUNK_FLOATS (at least one sequence) */
@@ -272,8 +281,8 @@ static inline size_t attention_bf16_layout(int B, int T, int H, int KV, int hd, 
 }
 
 static void attention_forward(bf16* out, bf16* logits, bf16* probs, const bf16* q, const bf16* k, const bf16* v,
-                              int B, int T, int H, int KV, int hd, cudaStream_t stream) {
-    attention_check_args("attention_forward", B, T, H, KV, hd);
+                              int B, int T, int H, int KV, int hd, int ldv, cudaStream_t stream) {
+    attention_check_args("attention_forward", B, T, H, KV, hd, ldv);
     CostScope cost_scope(COST_ATTENTION);   /* its GEMMs are attention's */
     const int g = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -284,9 +293,9 @@ static void attention_forward(bf16* out, bf16* logits, bf16* probs, const bf16* 
     float* S = cuda_workspace_f32(ATTN_SLOT_S, (size_t)nb * H * T * T);
     bf16 *qp = ws, *kp = ws + ok, *vp = ws + ov, *op = ws + oo;
 
-    attention_permute(qp, q, B, T, H, hd, stream);
-    attention_permute(kp, k, B, T, KV, hd, stream);
-    attention_permute(vp, v, B, T, KV, hd, stream);
+    attention_permute(qp, q, H * hd, B, T, H, hd, stream);
+    attention_permute(kp, k, KV * hd, B, T, KV, hd, stream);
+    attention_permute(vp, v, ldv, B, T, KV, hd, stream);
 
     const long sQ = (long)g * T * hd, sK = (long)T * hd, sS = (long)g * T * T; /* per (b, j) problem */
     for (int b0 = 0; b0 < B; b0 += nb) {
@@ -302,12 +311,13 @@ static void attention_forward(bf16* out, bf16* logits, bf16* probs, const bf16* 
     }
     /* Og[g*T, hd] = Pg[g*T, T] Vj[T, hd] */
     matmul_bf16(op, 0, probs, vp, g * T, hd, T, 0, 0, 1.0f, 0.0f, B * KV, sS, sK, sQ, stream);
-    attention_unpermute(out, op, B, T, H, hd, stream);
+    attention_unpermute(out, H * hd, op, B, T, H, hd, stream);
 }
 
 static void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* probs,
-                               const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, cudaStream_t stream) {
-    attention_check_args("attention_backward", B, T, H, KV, hd);
+                               const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int ldv,
+                               cudaStream_t stream) {
+    attention_check_args("attention_backward", B, T, H, KV, hd, ldv);
     CostScope cost_scope(COST_ATTENTION);
     const int g = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -322,10 +332,10 @@ static void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, c
     bf16 *qp = ws, *kp = ws + ok, *vp = ws + ov, *dop = ws + oo;
     float *dqp = wf, *dkp = wf + fq, *dvp = wf + fq + fk;
 
-    attention_permute(qp, q, B, T, H, hd, stream);
-    attention_permute(kp, k, B, T, KV, hd, stream);
-    attention_permute(vp, v, B, T, KV, hd, stream);
-    attention_permute(dop, dout, B, T, H, hd, stream);
+    attention_permute(qp, q, H * hd, B, T, H, hd, stream);
+    attention_permute(kp, k, KV * hd, B, T, KV, hd, stream);
+    attention_permute(vp, v, ldv, B, T, KV, hd, stream);
+    attention_permute(dop, dout, H * hd, B, T, H, hd, stream);
 
     const long sQ = (long)g * T * hd, sK = (long)T * hd, sS = (long)g * T * T;
     /* dVj[T, hd] = Pg^T dOg: A = Pg stored [k,m] = [g*T, T] (transA 1), B = dOg stored [k,n] = [g*T, hd] */
@@ -347,9 +357,9 @@ static void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, c
         /* dKj[T, hd] = dLg^T Qg: A = dLg stored [k,m] = [g*T, T] (transA 1), B = Qg stored [k,n] = [g*T, hd] */
         matmul_bf16(dkp + (size_t)b0 * KV * T * hd, 1, dL, qc, T, hd, g * T, 1, 0, 1.0f, 0.0f, bn * KV, sS, sQ, sK, stream);
     }
-    attention_unpermute(dq, dqp, B, T, H, hd, stream);
-    attention_unpermute(dk, dkp, B, T, KV, hd, stream);
-    attention_unpermute(dv, dvp, B, T, KV, hd, stream);
+    attention_unpermute(dq, H * hd, dqp, B, T, H, hd, stream);
+    attention_unpermute(dk, KV * hd, dkp, B, T, KV, hd, stream);
+    attention_unpermute(dv, ldv, dvp, B, T, KV, hd, stream);
 }
 
 /* ------------------------------------------------------------------------ split-path launchers */
@@ -373,27 +383,27 @@ static void attention_softmax_from_logits(bf16* probs, const bf16* logits, const
     launch_account(COST_ATTENTION, "attention_softmax_from_logits_kernel", COST_FP32, (unsigned)CEIL_DIV(rows, (size_t)ATTN_SOFTMAX_WARPS), 5.0 * rows * T, (double)rows * T * 4, (double)rows * T * 2);   /* logits, ref in; probs out */
 }
 
-/* out [B,T,H*hd] = probs v: the probs x v step of attention_forward (the same GEMM call, so the same
- * bits for the same probs). probs must be 0 at s > t (the GEMM reads whole rows). */
-static void attention_av(bf16* out, const bf16* probs, const bf16* v, int B, int T, int H, int KV, int hd, cudaStream_t stream) {
-    attention_check_args("attention_av", B, T, H, KV, hd);
+/* out [B,T,H*hd] = probs v (v with row stride ldv): the probs x v step of attention_forward (the same GEMM call,
+ * so the same bits for the same probs). probs must be 0 at s > t (the GEMM reads whole rows). */
+static void attention_av(bf16* out, const bf16* probs, const bf16* v, int B, int T, int H, int KV, int hd, int ldv, cudaStream_t stream) {
+    attention_check_args("attention_av", B, T, H, KV, hd, ldv);
     CostScope cost_scope(COST_ATTENTION);
     const int g = H / KV;
     size_t ok, ov, oo;
     const size_t nbf = attention_bf16_layout(B, T, H, KV, hd, &ok, &ov, &oo);
     bf16* ws = (bf16*)cuda_workspace_f32(ATTN_SLOT_BF16, CEIL_DIV(nbf, (size_t)2));
     bf16 *vp = ws + ov, *op = ws + oo;
-    attention_permute(vp, v, B, T, KV, hd, stream);
+    attention_permute(vp, v, ldv, B, T, KV, hd, stream);
     const long sQ = (long)g * T * hd, sK = (long)T * hd, sS = (long)g * T * T;
     matmul_bf16(op, 0, probs, vp, g * T, hd, T, 0, 0, 1.0f, 0.0f, B * KV, sS, sK, sQ, stream);
-    attention_unpermute(out, op, B, T, H, hd, stream);
+    attention_unpermute(out, H * hd, op, B, T, H, hd, stream);
 }
 
-/* backward, step 1: dv [B,T,KV*hd] (the fused backward's GEMM: the same bits) and dprobs [B,H,T,T]
- * = dout . v rounded once to bf16, 0 at s > t. probs must be 0 at s > t (the dv GEMM reads whole rows). */
+/* backward, step 1: dv [B,T,KV*hd] (row stride ldv, as v's; the fused backward's GEMM: the same bits) and dprobs
+ * [B,H,T,T] = dout . v rounded once to bf16, 0 at s > t. probs must be 0 at s > t (the dv GEMM reads whole rows). */
 static void attention_split_av_backward(bf16* dprobs, bf16* dv, const bf16* dout, const bf16* probs, const bf16* v,
-                                        int B, int T, int H, int KV, int hd, cudaStream_t stream) {
-    attention_check_args("attention_split_av_backward", B, T, H, KV, hd);
+                                        int B, int T, int H, int KV, int hd, int ldv, cudaStream_t stream) {
+    attention_check_args("attention_split_av_backward", B, T, H, KV, hd, ldv);
     CostScope cost_scope(COST_ATTENTION);
     const int g = H / KV;
     const int nb = attention_chunk(B, H, T);
@@ -406,8 +416,8 @@ static void attention_split_av_backward(bf16* dprobs, bf16* dv, const bf16* dout
     bf16 *vp = ws + ov, *dop = ws + oo;
     float* dvp = wf + fq + fk;
 
-    attention_permute(vp, v, B, T, KV, hd, stream);
-    attention_permute(dop, dout, B, T, H, hd, stream);
+    attention_permute(vp, v, ldv, B, T, KV, hd, stream);
+    attention_permute(dop, dout, H * hd, B, T, H, hd, stream);
     const long sQ = (long)g * T * hd, sK = (long)T * hd, sS = (long)g * T * T;
     matmul_bf16(dvp, 1, probs, dop, T, hd, g * T, 1, 0, 1.0f, 0.0f, B * KV, sS, sQ, sK, stream);
     for (int b0 = 0; b0 < B; b0 += nb) {
@@ -420,7 +430,7 @@ static void attention_split_av_backward(bf16* dprobs, bf16* dv, const bf16* dout
         cudaCheck(cudaGetLastError());
         launch_account(COST_ATTENTION, "attention_causal_mask_kernel", COST_FP32, attention_grid(n, 256), 0.0, (double)n * 4, (double)n * 2);
     }
-    attention_unpermute(dv, dvp, B, T, KV, hd, stream);
+    attention_unpermute(dv, ldv, dvp, B, T, KV, hd, stream);
 }
 
 /* backward, step 2: dlogits = probs * (dprobs - sum_s probs*dprobs) (s <= t, else 0), unscaled, bf16.
@@ -440,7 +450,7 @@ static void attention_split_softmax_backward(bf16* dlogits, const bf16* dprobs, 
  * read whole rows). */
 static void attention_split_logits_backward(bf16* dq, bf16* dk, bf16* dlogits, const bf16* q, const bf16* k,
                                             int B, int T, int H, int KV, int hd, cudaStream_t stream) {
-    attention_check_args("attention_split_logits_backward", B, T, H, KV, hd);
+    attention_check_args("attention_split_logits_backward", B, T, H, KV, hd, KV * hd);
     CostScope cost_scope(COST_ATTENTION);
     const int g = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -453,15 +463,15 @@ static void attention_split_logits_backward(bf16* dq, bf16* dk, bf16* dlogits, c
     float *dqp = wf, *dkp = wf + fq;
 
     attention_causal_mask(dlogits, dlogits, B, H, T, stream);
-    attention_permute(qp, q, B, T, H, hd, stream);
-    attention_permute(kp, k, B, T, KV, hd, stream);
+    attention_permute(qp, q, H * hd, B, T, H, hd, stream);
+    attention_permute(kp, k, KV * hd, B, T, KV, hd, stream);
     const long sQ = (long)g * T * hd, sK = (long)T * hd, sS = (long)g * T * T;
     /* dQg[g*T, hd] = scale dLg[g*T, T] Kj[T, hd] */
     matmul_bf16(dqp, 1, dlogits, kp, g * T, hd, T, 0, 0, scale, 0.0f, B * KV, sS, sK, sQ, stream);
     /* dKj[T, hd] = scale dLg^T Qg: A = dLg stored [k,m] = [g*T, T] (transA 1), B = Qg stored [k,n] = [g*T, hd] */
     matmul_bf16(dkp, 1, dlogits, qp, T, hd, g * T, 1, 0, scale, 0.0f, B * KV, sS, sQ, sK, stream);
-    attention_unpermute(dq, dqp, B, T, H, hd, stream);
-    attention_unpermute(dk, dkp, B, T, KV, hd, stream);
+    attention_unpermute(dq, H * hd, dqp, B, T, H, hd, stream);
+    attention_unpermute(dk, KV * hd, dkp, B, T, KV, hd, stream);
 }
 
 #endif

@@ -10,6 +10,11 @@
  *   dw[i] += sum_r g[r,i] * (x[r,i] * rstd_r)                (fp32; dw may be NULL)
  *
  * Layout: x, out, dout, dx [rows, C] bf16 row-major; w [C] bf16; ms [rows] fp32; dw [C] fp32.
+ * The _ld launchers (the QK norms on the views of the fused q/k/v projection output) take x, and in the
+ * backward dx, as rows of nh heads a token with the row stride ld between tokens: row r = n * nh + h is
+ * at n * ld + h * C (nh = 1, ld = C: contiguous, what the plain launchers pass); out and dout stay
+ * contiguous [rows, C]. Only addresses change, never the arithmetic or its order: a strided call gives
+ * the bits of the contiguous one.
  * Parallelism and order (all fixed, so bitwise reproducible):
  * - forward and dx: a group of L lanes per row, L = the smallest power of 2 >= C/8, at most 32
  *   (C = 2048: a warp per row; head_dim 128: 2 rows per warp; 64: 4 rows). Lane l of the group owns
@@ -90,8 +95,8 @@ __device__ __forceinline__ static void rmsnorm_forward_row_tail(bf16* out, float
 
 /* FP: also fold every output element into the Q/K fingerprint; out and ms may then be NULL */
 template <bool FP>
-__global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* x, const bf16* w,
-                                              int rows, int C, float eps, int L, bool vec, unsigned long long* fp_part) {
+__global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, int nh, size_t ldx,
+                                              float eps, int L, bool vec, unsigned long long* fp_part) {
     Fingerprint fp = {0, 0};
     const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
     const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
@@ -99,7 +104,7 @@ __global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* 
     for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
         const int row = base + lane / L;
         const bool valid = row < rows;
-        const bf16* xr = x + (size_t)row * C;
+        const bf16* xr = x + (size_t)(row / nh) * ldx + (size_t)(row % nh) * C;
         float acc = 0.0f;
         if (valid) {
             for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
@@ -145,21 +150,22 @@ __global__ static void residual_rmsnorm_forward_kernel(bf16* resid, bf16* out, f
     }
 }
 
+/* dx and x at the strided rows (nh, ld), dout contiguous */
 __global__ static void rmsnorm_backward_dx_kernel(bf16* dx, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
-                                                  int rows, int C, float eps, int accumulate, int L, bool vec) {
+                                                  int rows, int C, int nh, size_t ld, float eps, int accumulate, int L, bool vec) {
     const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
     const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
     for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
         const int row = base + lane / L;
         const bool valid = row < rows;
-        const size_t rb = (size_t)row * C;
+        const size_t rb = (size_t)row * C, rs = (size_t)(row / nh) * ld + (size_t)(row % nh) * C;
         float acc = 0.0f;
         if (valid) {
             for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
                 const int cnt = min(8, C - c0);
                 float g[8], xv[8], wv[8];
                 load8_f32(g, dout + rb + c0, cnt, vec, 0.0f);
-                load8_f32(xv, x + rb + c0, cnt, vec, 0.0f);
+                load8_f32(xv, x + rs + c0, cnt, vec, 0.0f);
                 if (w) {
                     load8_f32(wv, w + c0, cnt, vec, 0.0f);
 #pragma unroll
@@ -178,7 +184,7 @@ __global__ static void rmsnorm_backward_dx_kernel(bf16* dx, const bf16* dout, co
             const int cnt = min(8, C - c0);
             float g[8], xv[8], wv[8], old[8];
             load8_f32(g, dout + rb + c0, cnt, vec, 0.0f);
-            load8_f32(xv, x + rb + c0, cnt, vec, 0.0f);
+            load8_f32(xv, x + rs + c0, cnt, vec, 0.0f);
             if (w) {
                 load8_f32(wv, w + c0, cnt, vec, 0.0f);
 #pragma unroll
@@ -187,18 +193,18 @@ __global__ static void rmsnorm_backward_dx_kernel(bf16* dx, const bf16* dout, co
 #pragma unroll
             for (int j = 0; j < 8; j++) g[j] = g[j] * rstd - xv[j] * coef;
             if (accumulate) {
-                load8_f32(old, dx + rb + c0, cnt, vec, 0.0f);
+                load8_f32(old, dx + rs + c0, cnt, vec, 0.0f);
 #pragma unroll
                 for (int j = 0; j < 8; j++) g[j] = old[j] + g[j];
             }
-            store8_bf16(dx + rb + c0, g, cnt, vec);
+            store8_bf16(dx + rs + c0, g, cnt, vec);
         }
     }
 }
 
 /* part[chunk, c] = sum over the chunk's rows of g * (x * rstd), 8 row-lanes then lanes in order */
 __global__ static void rmsnorm_dw_partial_kernel(float* part, const bf16* dout, const bf16* x, const float* ms,
-                                                 int rows, int C, float eps, int R) {
+                                                 int rows, int C, int nh, size_t ldx, float eps, int R) {
     __shared__ float sh[RMSNORM_DW_TY][RMSNORM_DW_TX + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int c = blockIdx.x * RMSNORM_DW_TX + tx;
@@ -207,8 +213,8 @@ __global__ static void rmsnorm_dw_partial_kernel(float* part, const bf16* dout, 
     if (c < C) {
         for (int r = r0 + ty; r < r1; r += RMSNORM_DW_TY) {
             const float rstd = 1.0f / sqrtf(ms[r] + eps);
-            const size_t i = (size_t)r * C + c;
-            s += __bfloat162float(dout[i]) * (__bfloat162float(x[i]) * rstd);
+            const size_t i = (size_t)r * C + c, xi = (size_t)(r / nh) * ldx + (size_t)(r % nh) * C + c;
+            s += __bfloat162float(dout[i]) * (__bfloat162float(x[xi]) * rstd);
         }
     }
     sh[ty][tx] = s;
@@ -250,14 +256,25 @@ static int rmsnorm_grid(int rows, int L) {
     return b > EW_MAX_GRID ? EW_MAX_GRID : b;
 }
 
-static void rmsnorm_forward(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, float eps, cudaStream_t stream) {
+static void rmsnorm_check_ld(const char* who, int nh, int C, int ld) {
+    if (nh < 1 || ld < nh * C) tsdc_fail("%s: row stride %d below %d heads x %d", who, ld, nh, C);
+}
+/* out [N*nh, C] (contiguous), ms [N*nh] = the forward of x, whose row (n, h) is at n * ldx + h * C */
+static void rmsnorm_forward_ld(bf16* out, float* ms, const bf16* x, int ldx, const bf16* w, int N, int nh, int C, float eps,
+                               cudaStream_t stream) {
+    const int rows = N * nh;
     if (rows <= 0 || C <= 0) return;
-    bool vec = C % 8 == 0 && ptr_aligned(out, 16) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
+    rmsnorm_check_ld("rmsnorm_forward_ld", nh, C, ldx);
+    bool vec = C % 8 == 0 && ldx % 8 == 0 && ptr_aligned(out, 16) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
     const int L = rmsnorm_lanes(C);
-    rmsnorm_forward_kernel<false><<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, eps, L, vec, NULL);
+    rmsnorm_forward_kernel<false><<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, nh, (size_t)ldx, eps, L,
+                                                                                       vec, NULL);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
     ew_account(COST_NORM, "rmsnorm_forward_kernel", rmsnorm_grid(rows, L), 4.0 * n, n * 2 + (w ? (size_t)C * 2 : 0), n * 2 + (ms ? (size_t)rows * 4 : 0));   /* x (w) in; out, ms out */
+}
+static void rmsnorm_forward(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, float eps, cudaStream_t stream) {
+    rmsnorm_forward_ld(out, ms, x, C, w, rows, 1, C, eps, stream);
 }
 /* resid = a + b (residual.cuh's add, rounded to bf16 and stored), then out, ms = rmsnorm_forward(resid):
  * the same bits as residual_forward followed by rmsnorm_forward, in one pass */
@@ -282,7 +299,7 @@ static int rmsnorm_forward_fp(bf16* out, float* ms, const bf16* x, const bf16* w
     const int L = rmsnorm_lanes(C);
     int grid = rmsnorm_grid(rows, L);
     if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
-    rmsnorm_forward_kernel<true><<<grid, RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, eps, L, vec, part);
+    rmsnorm_forward_kernel<true><<<grid, RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, 1, (size_t)C, eps, L, vec, part);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
     ew_account(COST_NORM, "rmsnorm_forward_kernel_fp", grid, (out ? 4.0 : 2.0) * n + 4.0 * n, n * 2 + (w ? (size_t)C * 2 : 0), (out ? n * 2 : 0) + (ms ? (size_t)rows * 4 : 0));
@@ -290,10 +307,13 @@ static int rmsnorm_forward_fp(bf16* out, float* ms, const bf16* x, const bf16* w
 }
 
 /* dx (= or +=) d/dx; dw (may be NULL) += the weight gradient (accumulate_dw 0: dw = 0 + it, the first
- * microbatch's write, no memset before). Uses workspace slot 0 when dw != NULL. */
-static void rmsnorm_backward_acc(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
-                                 int rows, int C, float eps, int accumulate_dx, int accumulate_dw, cudaStream_t stream) {
+ * microbatch's write, no memset before). x and dx: row (n, h) at n * ld + h * C; dout contiguous [N*nh, C].
+ * Uses workspace slot 0 when dw != NULL. */
+static void rmsnorm_backward_ld(bf16* dx, float* dw, const bf16* dout, const bf16* x, int ld, const bf16* w, const float* ms,
+                                int N, int nh, int C, float eps, int accumulate_dx, int accumulate_dw, cudaStream_t stream) {
+    const int rows = N * nh;
     if (rows <= 0 || C <= 0) return;
+    rmsnorm_check_ld("rmsnorm_backward_ld", nh, C, ld);
     if (dw) {
         /* about 2048 blocks of 256 threads in kernel 1; at least 128 rows (16 per lane) a chunk.
          * R depends on (rows, C) only, so a given shape is always summed the same way. */
@@ -305,20 +325,24 @@ static void rmsnorm_backward_acc(bf16* dx, float* dw, const bf16* dout, const bf
         const int nchunks = CEIL_DIV(rows, R);   /* <= target <= 2048 */
         float* part = cuda_workspace_f32(0, (size_t)nchunks * C);
         dim3 block(RMSNORM_DW_TX, RMSNORM_DW_TY);
-        rmsnorm_dw_partial_kernel<<<dim3(col_blocks, nchunks), block, 0, stream>>>(part, dout, x, ms, rows, C, eps, R);
+        rmsnorm_dw_partial_kernel<<<dim3(col_blocks, nchunks), block, 0, stream>>>(part, dout, x, ms, rows, C, nh, (size_t)ld, eps, R);
         cudaCheck(cudaGetLastError());
         ew_account(COST_NORM, "rmsnorm_dw_partial_kernel", dim3(col_blocks, nchunks), 3.0 * rows * C, (size_t)rows * C * 4 + (size_t)rows * 4, (size_t)nchunks * C * 4);
         rmsnorm_dw_sum_kernel<<<col_blocks, block, 0, stream>>>(dw, part, nchunks, C, accumulate_dw);
         cudaCheck(cudaGetLastError());
         ew_account(COST_NORM, "rmsnorm_dw_sum_kernel", col_blocks, (double)nchunks * C, (size_t)nchunks * C * 4 + (accumulate_dw ? (size_t)C * 4 : 0), (size_t)C * 4);
     }
-    bool vec = C % 8 == 0 && ptr_aligned(dx, 16) && ptr_aligned(dout, 16) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
+    bool vec = C % 8 == 0 && ld % 8 == 0 && ptr_aligned(dx, 16) && ptr_aligned(dout, 16) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
     const int L = rmsnorm_lanes(C);
-    rmsnorm_backward_dx_kernel<<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(dx, dout, x, w, ms, rows, C, eps,
+    rmsnorm_backward_dx_kernel<<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(dx, dout, x, w, ms, rows, C, nh, (size_t)ld, eps,
                                                                                       accumulate_dx, L, vec);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
     ew_account(COST_NORM, "rmsnorm_backward_dx_kernel", rmsnorm_grid(rows, L), 7.0 * n, n * 2 * 2 + (accumulate_dx ? n * 2 : 0) + (size_t)rows * 4 + (w ? (size_t)C * 2 : 0), n * 2);   /* dout, x (dx), ms, w in; dx out */
+}
+static void rmsnorm_backward_acc(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
+                                 int rows, int C, float eps, int accumulate_dx, int accumulate_dw, cudaStream_t stream) {
+    rmsnorm_backward_ld(dx, dw, dout, x, C, w, ms, rows, 1, C, eps, accumulate_dx, accumulate_dw, stream);
 }
 static void rmsnorm_backward(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
                              int rows, int C, float eps, int accumulate_dx, cudaStream_t stream) {

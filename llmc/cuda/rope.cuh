@@ -4,9 +4,15 @@
  * (x1 = x[i], x2 = x[i + hd/2]), rope_rotate_pair(style, x1, x2, cos[t,i], sin[t,i]) from
  * llmc/cpu/rope.h (the shared element math; HF half-split or nanochat direction). The rotation is
  * orthogonal, so the backward pass is the same rotation with sin negated (exact in fp32).
- * Layout: x, out, dout, dx [B*T, nh*hd] bf16 (heads interleaved per token); cos, sin [T, hd/2] fp32
- * (rope_tables() in llmc/cpu/rope.h). One thread per pair; out may equal x (each thread reads its pair,
- * then writes it). Index math in 32 bits when the pair count allows, else 64.
+ * Layout: x, out, dout, dx [B*T, nh*hd] bf16 (heads interleaved per token), each with its own row stride
+ * (elements between consecutive tokens, >= nh*hd): the forward reads q or k as a view of the fused
+ * [N, qd + 2 kd] projection output (ldx = qd + 2 kd) and writes its contiguous output (nh*hd); the backward
+ * reads the contiguous gradient and writes into the fused [N, qd + 2 kd] gradient (lddx). Token n, head h,
+ * element e is at n * ld + h * hd + e. cos, sin [T, hd/2] fp32 (rope_tables() in llmc/cpu/rope.h). One
+ * thread per pair; out may equal x when their strides are equal (each thread reads its pair, then writes
+ * it). Pair index math in 32 bits when the pair count allows, else 64; element offsets in 64.
+ * The fingerprint (FP) folds each output element under its logical index n * nh*hd + h * hd + e (the
+ * contiguous tensor's), whatever the strides.
  * CPU reference: rope_forward, rope_backward in llmc/cpu/cpu_kernels.h (same expressions).
  * Accounting (ew_account, COST_ELEMENTWISE): 6 FLOPs a pair (4 multiplies, 2 adds), +8 integer operations a
  * pair for a fingerprint (4 an element); bytes: x pairs, their cos and sin in, out written once. */
@@ -21,7 +27,7 @@
 /* FP: also fold every output element into the Q/K fingerprint (fingerprint.cuh); out may then be NULL
  * (fingerprint only: the recomputation of Q/K path protection) */
 template <typename I, bool FP>
-__global__ static void rope_kernel(bf16* out, const bf16* x, const float* cos_t, const float* sin_t,
+__global__ static void rope_kernel(bf16* out, size_t ldo, const bf16* x, size_t ldx, const float* cos_t, const float* sin_t,
                                    I npairs, int T, int nh, int hd, int style, bool inverse, unsigned long long* fp_part) {
     Fingerprint f = {0, 0};
     const I half = (I)(hd / 2);
@@ -29,14 +35,17 @@ __global__ static void rope_kernel(bf16* out, const bf16* x, const float* cos_t,
     for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < npairs; idx += stride) {
         const I hr = idx / half;              /* head row: n * nh + h */
         const int i = (int)(idx - hr * half);
-        const int t = (int)((hr / (I)nh) % (I)T);
-        const size_t base = (size_t)hr * hd;
+        const I n = hr / (I)nh;
+        const int h = (int)(hr - n * (I)nh);
+        const int t = (int)(n % (I)T);
+        const size_t base = (size_t)hr * hd;  /* logical (contiguous) offset of the head's vector */
+        const size_t xb = (size_t)n * ldx + (size_t)h * hd, ob = (size_t)n * ldo + (size_t)h * hd;
         const float c = cos_t[t * (int)half + i];
         const float s = inverse ? -sin_t[t * (int)half + i] : sin_t[t * (int)half + i];
         float y1, y2;
-        rope_rotate_pair(style, __bfloat162float(x[base + i]), __bfloat162float(x[base + i + half]), c, s, &y1, &y2);
+        rope_rotate_pair(style, __bfloat162float(x[xb + i]), __bfloat162float(x[xb + i + half]), c, s, &y1, &y2);
         const bf16 o1 = __float2bfloat16_rn(y1), o2 = __float2bfloat16_rn(y2);
-        if (!FP || out) { out[base + i] = o1; out[base + i + half] = o2; }
+        if (!FP || out) { out[ob + i] = o1; out[ob + i + half] = o2; }
         if (FP) {
             fp_add(&f, (uint64_t)(base + i), (uint64_t)__bfloat16_as_ushort(o1), 16);
             fp_add(&f, (uint64_t)(base + i + half), (uint64_t)__bfloat16_as_ushort(o2), 16);
@@ -45,44 +54,48 @@ __global__ static void rope_kernel(bf16* out, const bf16* x, const float* cos_t,
     if (FP) fp_block_reduce(f, fp_part);
 }
 
-static void rope_launch(bf16* out, const bf16* x, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd,
-                        int style, bool inverse, cudaStream_t stream) {
+static void rope_launch(bf16* out, size_t ldo, const bf16* x, size_t ldx, const float* cos_t, const float* sin_t, int B, int T,
+                        int nh, int hd, int style, bool inverse, cudaStream_t stream) {
+    if (ldo < (size_t)nh * hd || ldx < (size_t)nh * hd) tsdc_fail("rope: row strides %zu, %zu below nh*hd = %d", ldo, ldx, nh * hd);
     const size_t npairs = (size_t)B * T * nh * (hd / 2);
     if (npairs == 0) return;
     /* idx + stride must not wrap in 32 bits: stride <= EW_MAX_GRID * EW_BLOCK = 2^24 */
     if (npairs <= 0xffffffffull - ((size_t)EW_MAX_GRID * EW_BLOCK)) {
-        rope_kernel<unsigned int, false><<<ew_grid(npairs), EW_BLOCK, 0, stream>>>(out, x, cos_t, sin_t, (unsigned int)npairs,
+        rope_kernel<unsigned int, false><<<ew_grid(npairs), EW_BLOCK, 0, stream>>>(out, ldo, x, ldx, cos_t, sin_t, (unsigned int)npairs,
                                                                                    T, nh, hd, style, inverse, NULL);
     } else {
-        rope_kernel<size_t, false><<<ew_grid(npairs), EW_BLOCK, 0, stream>>>(out, x, cos_t, sin_t, npairs, T, nh, hd, style,
+        rope_kernel<size_t, false><<<ew_grid(npairs), EW_BLOCK, 0, stream>>>(out, ldo, x, ldx, cos_t, sin_t, npairs, T, nh, hd, style,
                                                                              inverse, NULL);
     }
     cudaCheck(cudaGetLastError());
     ew_account(COST_ELEMENTWISE, "rope_kernel", ew_grid(npairs), 6.0 * npairs, npairs * 4 + npairs * 8, npairs * 4);   /* x pairs (bf16) and cos, sin (fp32) in; out */
 }
 
-/* out = rope(x); out may equal x */
-static void rope_forward(bf16* out, const bf16* x, const float* cos, const float* sin, int B, int T, int nh, int hd,
+/* out [N, nh*hd] (contiguous) = rope(x), x with row stride ldx (nh*hd: contiguous; out may then equal x) */
+static void rope_forward(bf16* out, const bf16* x, int ldx, const float* cos, const float* sin, int B, int T, int nh, int hd,
                          int style, cudaStream_t stream) {
-    rope_launch(out, x, cos, sin, B, T, nh, hd, style, false, stream);
+    rope_launch(out, (size_t)nh * hd, x, (size_t)ldx, cos, sin, B, T, nh, hd, style, false, stream);
 }
 /* out = rope(x) (out NULL: not written) and the Q/K fingerprint of rope(x), from the same arithmetic as
  * rope_forward, left as block partials in part (FP_PART_U64 words, fingerprint.cuh); returns the block
  * count, does not wait */
-static int rope_forward_fp(bf16* out, const bf16* x, const float* cos, const float* sin, int B, int T, int nh, int hd,
+static int rope_forward_fp(bf16* out, const bf16* x, int ldx, const float* cos, const float* sin, int B, int T, int nh, int hd,
                            int style, unsigned long long* part, cudaStream_t stream) {
     const size_t npairs = (size_t)B * T * nh * (hd / 2);
+    if (ldx < nh * hd) tsdc_fail("rope_forward_fp: row stride %d below nh*hd = %d", ldx, nh * hd);
     int grid = ew_grid(npairs);
     if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
-    rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(out, x, cos, sin, npairs, T, nh, hd, style, false, part);
+    rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(out, (size_t)nh * hd, x, (size_t)ldx, cos, sin, npairs, T, nh, hd, style,
+                                                             false, part);
     cudaCheck(cudaGetLastError());
     ew_account(COST_ELEMENTWISE, "rope_kernel_fp", grid, 6.0 * npairs + 8.0 * npairs, npairs * 4 + npairs * 8, out ? npairs * 4 : 0);   /* x bf16 pairs + cos/sin fp32 read; out written */
     return grid;
 }
-/* dx = inverse rotation of dout (sin -> -sin); dx may equal dout */
-static void rope_backward(bf16* dx, const bf16* dout, const float* cos, const float* sin, int B, int T, int nh, int hd,
+/* dx (row stride lddx) = inverse rotation of dout [N, nh*hd] (contiguous; sin -> -sin); dx may equal dout when
+ * lddx = nh*hd */
+static void rope_backward(bf16* dx, int lddx, const bf16* dout, const float* cos, const float* sin, int B, int T, int nh, int hd,
                           int style, cudaStream_t stream) {
-    rope_launch(dx, dout, cos, sin, B, T, nh, hd, style, true, stream);
+    rope_launch(dx, (size_t)lddx, dout, (size_t)nh * hd, cos, sin, B, T, nh, hd, style, true, stream);
 }
 
 #endif

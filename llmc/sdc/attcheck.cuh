@@ -2,7 +2,8 @@
  * and the math) on device tensors, as the GPU stores them (bf16; tolerances ATT_TOL_REL(16) and
  * ATT_TOL_ROWSUM(16, T), bounds built from the clean side exactly as in attcheck.h).
  *
- * Layouts (llmc/cuda/attention.cuh): q, out [B,T,H*hd]; k, v [B,T,KV*hd]; logits, probs [B,H,T,T], of which
+ * Layouts (llmc/cuda/attention.cuh): q, out [B,T,H*hd]; k [B,T,KV*hd]; v [B,T,KV*hd] with the row stride ldv
+ * (a view of the fused q/k/v projection output, ldv = qd + 2 kd); logits, probs [B,H,T,T], of which
  * only s <= t is read (the masked triangle may hold anything, e.g. an injected value: never read).
  * Query head h uses kv head j = h / (H/KV). hd <= ATTC_MAX_HD.
  *
@@ -210,11 +211,11 @@ attcheck_cols_kernel(int* counts, int* flags, double* __restrict__ csum, double*
 /* ABFT of out = P V: per dim i, sum_t out[t,i] vs sum_s csum[s] v_s[i] within rel sum_s cabs[s] |v_s[i]| */
 __global__ void __launch_bounds__(32 * ATTC_AV_ROWS)
 attcheck_av_kernel(int* counts, int* flags, const bf16* __restrict__ out, const bf16* __restrict__ v, const double* __restrict__ csum,
-                   const double* __restrict__ cabs, int T, int H, int KV, int hd, double rel) {
+                   const double* __restrict__ cabs, int T, int H, int KV, int hd, size_t ldv, double rel) {
     __shared__ double red[3][ATTC_AV_ROWS][32];
     const int nbh = (int)gridDim.x, bh = (int)blockIdx.x, b = bh / H, h = bh % H, j = h / (H / KV);
     const int tx = threadIdx.x, ty = threadIdx.y, i = (int)blockIdx.y * 32 + tx;
-    const size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+    const size_t qs = (size_t)H * hd, ks = ldv;
     const bf16* vh = v + (size_t)b * T * ks + (size_t)j * hd;
     const bf16* oh = out + (size_t)b * T * qs + (size_t)h * hd;
     const double* cs = csum + (size_t)bh * T;
@@ -244,11 +245,12 @@ static inline size_t attcheck_scratch_doubles(int B, int H, int T) { return (siz
  * [ATTC_NCHECK] (device); flags [ATTC_NCHECK * B*H] (device) must be zero for this layer's heads. scratch:
  * attcheck_scratch_doubles(B, H, T) doubles (device). Reads only; asynchronous on `stream`. */
 static void attcheck_forward(int* counts, int* flags, double* scratch, const bf16* logits, const bf16* probs, const bf16* out,
-                             const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int abft, int att,
-                             cudaStream_t stream) {
+                             const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int ldv, int abft,
+                             int att, cudaStream_t stream) {
     if (!abft && !att) return;
-    if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || hd <= 0 || H % KV != 0 || hd > ATTC_MAX_HD)
-        tsdc_fail("attcheck_forward: bad shape B %d T %d H %d KV %d hd %d (H a multiple of KV, hd <= %d)", B, T, H, KV, hd, ATTC_MAX_HD);
+    if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || hd <= 0 || H % KV != 0 || hd > ATTC_MAX_HD || ldv < KV * hd)
+        tsdc_fail("attcheck_forward: bad shape B %d T %d H %d KV %d hd %d ldv %d (H a multiple of KV, hd <= %d, ldv >= KV*hd)", B, T, H,
+                  KV, hd, ldv, ATTC_MAX_HD);
     const int nbh = B * H;
     const size_t n = (size_t)nbh * T;
     double *ref = scratch, *tol = scratch + 2 * n, *csum = scratch + 4 * n, *cabs = scratch + 5 * n;
@@ -272,7 +274,7 @@ static void attcheck_forward(int* counts, int* flags, double* scratch, const bf1
         cudaCheck(cudaGetLastError());
         launch_account("detectors", "attcheck_cols_kernel", COST_FP64, dim3((unsigned)nbh, (unsigned)CEIL_DIV(T, ATTC_COLS)), 3.0 * live, live * 4 + (double)n * 16, (double)n * 16);   /* logits, probs columns, ref, tol in; c, |c| out */
         attcheck_av_kernel<<<dim3((unsigned)nbh, (unsigned)CEIL_DIV(hd, 32)), dim3(32, ATTC_AV_ROWS), 0, stream>>>(
-            counts, flags, out, v, csum, cabs, T, H, KV, hd, rel);
+            counts, flags, out, v, csum, cabs, T, H, KV, hd, (size_t)ldv, rel);
         cudaCheck(cudaGetLastError());
         launch_account("detectors", "attcheck_av_kernel", COST_FP64, dim3((unsigned)nbh, (unsigned)CEIL_DIV(hd, 32)), 5.0 * n * hd, (double)B * T * (H + KV) * hd * 2 + (double)n * 16, 0.0);   /* out, v, c, |c| in */
     }

@@ -19,7 +19,7 @@ static void test_attention(void) {
         float* v = h_normal(nk, 1.0, 0.0, 1);
         bf16 *dq = d_bf16(q, nq), *dk = d_bf16(k, nk), *dv = d_bf16(v, nk);
         bf16 *dout = d_bf16_poison(nq), *dlog = d_bf16_poison(na), *dprob = d_bf16_poison(na);
-        attention_forward(dout, dlog, dprob, dq, dk, dv, B, T, H, KV, hd, g_s);
+        attention_forward(dout, dlog, dprob, dq, dk, dv, B, T, H, KV, hd, KV * hd, g_s);
         Written wo, wl, wp;
         float* out = dl_bf16(dout, nq, &wo);
         float* lg = dl_bf16(dlog, na, &wl);
@@ -56,7 +56,7 @@ static void test_attention(void) {
         float* prr = h_alloc(na);
         for (size_t i = 0; i < na; i++) prr[i] = bf16_round(rpr[i]);
         bf16 *gdq = d_bf16_poison(nq), *gdk = d_bf16_poison(nk), *gdv = d_bf16_poison(nk);
-        attention_backward(gdq, gdk, gdv, d_bf16(go, nq), d_bf16(prr, na), dq, dk, dv, B, T, H, KV, hd, g_s);
+        attention_backward(gdq, gdk, gdv, d_bf16(go, nq), d_bf16(prr, na), dq, dk, dv, B, T, H, KV, hd, KV * hd, g_s);
         Written wq, wk, wv;
         float* xdq = dl_bf16(gdq, nq, &wq);
         float* xdk = dl_bf16(gdk, nk, &wk);
@@ -155,7 +155,7 @@ static void test_attention_split(void) {
         float* p = h_alloc(na);
         for (size_t i = 0; i < na; i++) p[i] = bf16_round(rpr[i]);
         bf16 *gp = d_bf16(p, na), *gout = d_bf16_poison(nq);
-        attention_av(gout, gp, gv, B, T, H, KV, hd, g_s);
+        attention_av(gout, gp, gv, B, T, H, KV, hd, KV * hd, g_s);
         float* out = dl_bf16(gout, nq, &w);
         float *rout = h_alloc(nq), *mo = h_alloc(nq);
         attention_av_forward(rout, p, v, B, T, H, KV, hd);
@@ -164,8 +164,8 @@ static void test_attention_split(void) {
         compare("av: out = probs v", out, rout, nq, tol_bf16_mag(mo, 2 * (T + 16) * ldexp(1.0, -24)), &w);
         /* the forward's own probs: attention_av gives attention_forward's out bit for bit (m = 0 faults) */
         bf16 *fout = d_bf16_poison(nq), *flg = d_bf16_poison(na), *fpr = d_bf16_poison(na), *fout2 = d_bf16_poison(nq);
-        attention_forward(fout, flg, fpr, gq, gk, gv, B, T, H, KV, hd, g_s);
-        attention_av(fout2, fpr, gv, B, T, H, KV, hd, g_s);
+        attention_forward(fout, flg, fpr, gq, gk, gv, B, T, H, KV, hd, KV * hd, g_s);
+        attention_av(fout2, fpr, gv, B, T, H, KV, hd, KV * hd, g_s);
         float* o1 = dl_bf16(fout, nq, NULL);
         float* o2 = dl_bf16(fout2, nq, &w);
         compare("av from attention_forward's probs == its out", o2, o1, nq, tol_bitwise(0), &w);
@@ -180,7 +180,7 @@ static void test_attention_split(void) {
         float* go = h_normal(nq, 1.0, 0.0, 1);
         bf16* ggo = d_bf16(go, nq);
         bf16 *gdp = d_bf16_poison(na), *gdv = d_bf16_poison(nk);
-        attention_split_av_backward(gdp, gdv, ggo, gp, gv, B, T, H, KV, hd, g_s);
+        attention_split_av_backward(gdp, gdv, ggo, gp, gv, B, T, H, KV, hd, KV * hd, g_s);
         Written wd, wv;
         float* xdp = dl_bf16(gdp, na, &wd);
         float* xdv = dl_bf16(gdv, nk, &wv);
@@ -191,7 +191,7 @@ static void test_attention_split(void) {
         compare("split av backward: dprobs (bf16, 0 at s > t)", xdp, rdp, na, tol_bf16_mag(mdp, 2 * (hd + 16) * ldexp(1.0, -24)), &wd);
         compare("split av backward: dv", xdv, rdv, nk, tol_bf16_mag(mdv, 2 * (g * T + 16) * ldexp(1.0, -24)), &wv);
         bf16 *fdq = d_bf16_poison(nq), *fdk = d_bf16_poison(nk), *fdv = d_bf16_poison(nk);
-        attention_backward(fdq, fdk, fdv, ggo, gp, gq, gk, gv, B, T, H, KV, hd, g_s);
+        attention_backward(fdq, fdk, fdv, ggo, gp, gq, gk, gv, B, T, H, KV, hd, KV * hd, g_s);
         float* xfdv = dl_bf16(fdv, nk, NULL);
         compare("split av backward: dv == the fused backward's", xdv, xfdv, nk, tol_bitwise(0), &wv);
 
@@ -236,7 +236,7 @@ static void test_attention_split(void) {
         /* the three steps chained (dprobs, dlogits in one bf16 buffer, in place) vs the CPU's attention_backward:
          * the tolerance of the fused backward (test_attention); the split one rounds dprobs to bf16 too */
         bf16 *gbuf = d_bf16_poison(na), *sdq = d_bf16_poison(nq), *sdk = d_bf16_poison(nk), *sdv = d_bf16_poison(nk);
-        attention_split_av_backward(gbuf, sdv, ggo, gp, gv, B, T, H, KV, hd, g_s);
+        attention_split_av_backward(gbuf, sdv, ggo, gp, gv, B, T, H, KV, hd, KV * hd, g_s);
         attention_split_softmax_backward(gbuf, gbuf, gp, B, H, T, g_s);
         attention_split_logits_backward(sdq, sdk, gbuf, gq, gk, B, T, H, KV, hd, g_s);
         Written cq, ck;
@@ -520,8 +520,8 @@ static void test_flash_attention(void) {
         /* against the materialised path on the same inputs (its backward from its own bf16 probs) */
         bf16 *mgo = d_bf16_poison(nq), *mgl = d_bf16_poison(na), *mgp = d_bf16_poison(na);
         bf16 *mgdq = d_bf16_poison(nq), *mgdk = d_bf16_poison(nk), *mgdv = d_bf16_poison(nk);
-        attention_forward(mgo, mgl, mgp, dq_in, dk_in, dv_in, B, T, H, KV, hd, g_s);
-        attention_backward(mgdq, mgdk, mgdv, dgo, mgp, dq_in, dk_in, dv_in, B, T, H, KV, hd, g_s);
+        attention_forward(mgo, mgl, mgp, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s);
+        attention_backward(mgdq, mgdk, mgdv, dgo, mgp, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s);
         float* mo_ = dl_bf16(mgo, nq, NULL);
         float* mdq_ = dl_bf16(mgdq, nq, NULL);
         float* mdk_ = dl_bf16(mgdk, nk, NULL);
@@ -585,14 +585,14 @@ static void test_attention_chunked(void) {
     FREE_ALL(q, k, v, dout);
     bf16 *out = d_bf16_poison(nq), *lg = d_bf16_poison(na), *pr = d_bf16_poison(na);
     bf16 *gq = d_bf16_poison(nq), *gk = d_bf16_poison(nk), *gv = d_bf16_poison(nk);
-    attention_forward(out, lg, pr, dq_, dk_, dv_, B, T, H, KV, hd, g_s);
-    attention_backward(gq, gk, gv, ddo, pr, dq_, dk_, dv_, B, T, H, KV, hd, g_s);
+    attention_forward(out, lg, pr, dq_, dk_, dv_, B, T, H, KV, hd, KV * hd, g_s);
+    attention_backward(gq, gk, gv, ddo, pr, dq_, dk_, dv_, B, T, H, KV, hd, KV * hd, g_s);
     bf16 *out1 = d_bf16_poison(sq), *lg1 = d_bf16_poison(sa), *pr1 = d_bf16_poison(sa);
     bf16 *gq1 = d_bf16_poison(sq), *gk1 = d_bf16_poison(sk), *gv1 = d_bf16_poison(sk);
     size_t bad[6] = {0}, differ[6] = {0}, unwritten = 0;
     for (int b = 0; b < B; b++) {
-        attention_forward(out1, lg1, pr1, dq_ + b * sq, dk_ + b * sk, dv_ + b * sk, 1, T, H, KV, hd, g_s);
-        attention_backward(gq1, gk1, gv1, ddo + b * sq, pr1, dq_ + b * sq, dk_ + b * sk, dv_ + b * sk, 1, T, H, KV, hd, g_s);
+        attention_forward(out1, lg1, pr1, dq_ + b * sq, dk_ + b * sk, dv_ + b * sk, 1, T, H, KV, hd, KV * hd, g_s);
+        attention_backward(gq1, gk1, gv1, ddo + b * sq, pr1, dq_ + b * sq, dk_ + b * sk, dv_ + b * sk, 1, T, H, KV, hd, KV * hd, g_s);
         const bf16* whole[6] = {lg + b * sa, pr + b * sa, out + b * sq, gq + b * sq, gk + b * sk, gv + b * sk};
         const bf16* one[6] = {lg1, pr1, out1, gq1, gk1, gv1};
         const size_t len[6] = {sa, sa, sq, sq, sk, sk};
@@ -618,7 +618,7 @@ static void test_attention_chunked(void) {
 static void gpu_attcheck(int cnt[ATTC_NCHECK], int* dbuf, double* scratch, const bf16* lg, const bf16* pr, const bf16* out,
                          const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int abft, int att) {
     cudaCheck(cudaMemset(dbuf, 0, sizeof(int) * ATTC_NCHECK * (1 + (size_t)B * H)));
-    attcheck_forward(dbuf, dbuf + ATTC_NCHECK, scratch, lg, pr, out, q, k, v, B, T, H, KV, hd, abft, att, g_s);
+    attcheck_forward(dbuf, dbuf + ATTC_NCHECK, scratch, lg, pr, out, q, k, v, B, T, H, KV, hd, KV * hd, abft, att, g_s);
     cudaCheck(cudaStreamSynchronize(g_s));
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaMemcpy(cnt, dbuf, sizeof(int) * ATTC_NCHECK, cudaMemcpyDeviceToHost));
@@ -684,7 +684,7 @@ static void test_attcheck(void) {
         bf16 *dout, *dlg, *dpr;
         if (hd % 32 == 0) {
             dout = d_bf16_poison(nq); dlg = d_bf16_poison(na); dpr = d_bf16_poison(na);
-            attention_forward(dout, dlg, dpr, dq, dk, dv, B, T, H, KV, hd, g_s);
+            attention_forward(dout, dlg, dpr, dq, dk, dv, B, T, H, KV, hd, KV * hd, g_s);
             out = dl_bf16(dout, nq, NULL);
             lg = dl_bf16(dlg, na, NULL);
             pr = dl_bf16(dpr, na, NULL);

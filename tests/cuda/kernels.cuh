@@ -255,7 +255,7 @@ static void test_rope(void) {
         float* x = h_normal(n, 1.0, 0.0, 1);
         bf16* dx = d_bf16(x, n);
         bf16* dy = d_bf16_poison(n);
-        rope_forward(dy, dx, dcs, dsn, B, T, nh, hd, c->rope_style, g_s);
+        rope_forward(dy, dx, nh * hd, dcs, dsn, B, T, nh, hd, c->rope_style, g_s);
         Written w;
         float* y = dl_bf16(dy, n, &w);
         float* ry = h_alloc(n);
@@ -263,12 +263,12 @@ static void test_rope(void) {
         float* mag = rope_mag(x, cs, sn, B, T, nh, hd);
         compare("forward", y, ry, n, tol_bf16_mag(mag, ldexp(1.0, -22)), &w);
         bf16* dxi = d_bf16(x, n); /* in place: out == x */
-        rope_forward(dxi, dxi, dcs, dsn, B, T, nh, hd, c->rope_style, g_s);
+        rope_forward(dxi, dxi, nh * hd, dcs, dsn, B, T, nh, hd, c->rope_style, g_s);
         float* yi = dl_bf16(dxi, n, &w);
         compare("forward in place == out of place", yi, y, n, tol_bitwise(0), &w);
         float* g = h_normal(n, 1.0, 0.0, 1);
         bf16* dg = d_bf16_poison(n);
-        rope_backward(dg, d_bf16(g, n), dcs, dsn, B, T, nh, hd, c->rope_style, g_s);
+        rope_backward(dg, nh * hd, d_bf16(g, n), dcs, dsn, B, T, nh, hd, c->rope_style, g_s);
         float* gx = dl_bf16(dg, n, &w);
         float* rgx = h_alloc(n);
         rope_backward(rgx, g, cs, sn, B, T, nh, hd, c->rope_style);
@@ -284,9 +284,11 @@ static void test_rope(void) {
 static void test_elementwise(void) {
     printf("element-wise (llmc/cuda/mlp.cuh, llmc/cuda/residual.cuh) vs silu/mul/relu2/residual; fused SwiGLU vs the split kernels\n");
     for (int pass = 0; pass < 2; pass++) {
-        /* pass 0: n = 100003 aligned (vector path + tail); pass 1: pointers one element in (scalar) */
-        size_t n = pass ? 4099 : 100003, off = pass;
-        printf("  n %zu%s\n", n, pass ? ", every pointer offset by one element (scalar path)" : ", aligned (vector path and tail)");
+        /* pass 0: [97, 1032] aligned (vector path); pass 1: [37, 111], pointers one element in (scalar). The mlp.cuh
+         * launchers take [rows, cols] views; contiguous here (ld = cols), strided in test_strided */
+        const int rows = pass ? 37 : 97, cols = pass ? 111 : 1032;
+        size_t n = (size_t)rows * cols, off = pass;
+        printf("  [%d, %d]%s\n", rows, cols, pass ? ", every pointer offset by one element (scalar path)" : ", aligned (vector path)");
         float* a = h_normal(n, 2.0, 0.0, 1);
         float* b = h_normal(n, 1.0, 0.0, 1);
         float* g = h_normal(n, 1.0, 0.0, 1);
@@ -300,14 +302,14 @@ static void test_elementwise(void) {
         float* ref2 = h_alloc(n);
         /* silu: expf (CUDA 2 ulp, glibc < 1 ulp) and a division: a few fp32 ulps apart, 1 bf16 ulp */
         bf16* o = d_bf16_poison(n + off);
-        silu_forward(o + off, da, n, g_s);
+        silu_forward(o + off, da, rows, cols, cols, g_s);
         float* y = dl_bf16(o + off, n, &w);
         w.overrun = guard_overrun(o, n + off);
         silu_forward(ref, a, n);
         compare("silu forward", y, ref, n, tol_bf16(ldexp(1.0, -20)), &w);
         free(y);
         o = d_bf16_poison(n + off);
-        silu_backward(o + off, dg, da, n, g_s);
+        silu_backward(o + off, dg, da, rows, cols, cols, g_s);
         y = dl_bf16(o + off, n, &w);
         w.overrun = guard_overrun(o, n + off);
         silu_backward(ref, g, a, n);
@@ -320,14 +322,14 @@ static void test_elementwise(void) {
         free(y);
         /* products of two bf16 are exact in fp32, a single fp32 add is the same on both: bitwise */
         o = d_bf16_poison(n + off);
-        mul_forward(o + off, da, db, n, g_s);
+        mul_forward(o + off, da, db, rows, cols, cols, g_s);
         y = dl_bf16(o + off, n, &w);
         w.overrun = guard_overrun(o, n + off);
         mul_forward(ref, a, b, n);
         compare("mul forward", y, ref, n, tol_bitwise(1), &w);
         free(y);
         bf16 *o1 = d_bf16_poison(n + off), *o2 = d_bf16_poison(n + off);
-        mul_backward(o1 + off, o2 + off, dg, da, db, n, g_s);
+        mul_backward(o1 + off, o2 + off, dg, da, db, rows, cols, cols, g_s);
         mul_backward(ref, ref2, g, a, b, n);
         y = dl_bf16(o1 + off, n, &w);
         w.overrun = guard_overrun(o1, n + off);
@@ -338,14 +340,14 @@ static void test_elementwise(void) {
         compare("mul backward db", y, ref2, n, tol_bitwise(1), &w);
         free(y);
         o = d_bf16_poison(n + off);
-        relu2_forward(o + off, da, n, g_s);
+        relu2_forward(o + off, da, rows, cols, cols, g_s);
         y = dl_bf16(o + off, n, &w);
         w.overrun = guard_overrun(o, n + off);
         relu2_forward(ref, a, n);
         compare("relu2 forward", y, ref, n, tol_bitwise(1), &w);
         free(y);
         o = d_bf16_poison(n + off);
-        relu2_backward(o + off, dg, da, n, g_s);
+        relu2_backward(o + off, dg, da, rows, cols, cols, g_s);
         y = dl_bf16(o + off, n, &w);
         w.overrun = guard_overrun(o, n + off);
         relu2_backward(ref, g, a, n);
@@ -363,19 +365,19 @@ static void test_elementwise(void) {
         {
             bf16 *act = d_bf16_poison(n + off) + off, *prod = d_bf16_poison(n + off) + off, *act2 = d_bf16_poison(n + off) + off,
                  *prod2 = d_bf16_poison(n + off) + off;
-            silu_forward(act, da, n, g_s);
-            mul_forward(prod, act, db, n, g_s);
-            swiglu_forward(act2, prod2, da, db, n, g_s);
+            silu_forward(act, da, rows, cols, cols, g_s);
+            mul_forward(prod, act, db, rows, cols, cols, g_s);
+            swiglu_forward(act2, prod2, da, db, rows, cols, cols, g_s);
             Written w2;
             float *s1 = dl_bf16(act, n, NULL), *s2 = dl_bf16(prod, n, NULL), *f1 = dl_bf16(act2, n, &w), *f2 = dl_bf16(prod2, n, &w2);
             compare("swiglu forward act == silu_forward", f1, s1, n, tol_bitwise(0), &w);
             compare("swiglu forward prod == mul_forward(act, up)", f2, s2, n, tol_bitwise(0), &w2);
             bf16 *dact = d_bf16_poison(n + off) + off, *dup = d_bf16_poison(n + off) + off, *dgate = d_bf16_poison(n + off) + off,
                  *dup2 = d_bf16_poison(n + off) + off, *dgp = d_bf16_poison(n + off) + off;
-            mul_backward(dact, dup, dg, act, db, n, g_s);
-            silu_backward(dgate, dact, da, n, g_s);
+            mul_backward(dact, dup, dg, act, db, rows, cols, cols, g_s);
+            silu_backward(dgate, dact, da, rows, cols, cols, g_s);
             cudaCheck(cudaMemcpy(dgp, dg, n * sizeof(bf16), cudaMemcpyDeviceToDevice));
-            swiglu_backward(dgp, dup2, dgp, act, da, db, n, g_s);
+            swiglu_backward(dgp, dup2, dgp, act, da, db, rows, cols, cols, g_s);
             float *r1 = dl_bf16(dgate, n, NULL), *r2 = dl_bf16(dup, n, NULL), *b1 = dl_bf16(dgp, n, &w), *b2 = dl_bf16(dup2, n, &w2);
             compare("swiglu backward d(gate) (in place) == mul + silu backward", b1, r1, n, tol_bitwise(0), &w);
             compare("swiglu backward d(up) == mul_backward", b2, r2, n, tol_bitwise(0), &w2);

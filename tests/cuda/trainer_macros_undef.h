@@ -11,6 +11,9 @@
 #undef FAULT_AT
 #undef FAULT_FWD
 #undef FAULT_BWD
+#undef FAULT_AT_LD
+#undef FAULT_FWD_LD
+#undef FAULT_BWD_LD
 #undef STORE
 #undef STORE_GRAD
 #undef check_alarm
