@@ -104,6 +104,51 @@ static void test_checksum(void) {
     check(tsdc_checksum(z, 15) != tsdc_checksum(z, 16), "  length is part of the checksum (15 vs 16 zero bytes)");
 }
 
+/* -protect's parser (llmc/sdc/checks.h protect_parse, what both trainers' protect_setup calls) with a trainer that
+ * provides every kind, and with one that lacks some (the CUDA trainer's case for any kind whose gpu column is 0):
+ * paper is qk,rgg,exp, all is every kind with a -protect name; a kind the trainer lacks is one line,
+ * "-protect X: not available on this trainer", named alone or through all or paper, and sets no kind on; an unknown
+ * name lists the valid ones. Catches: all narrowed to what a trainer has (a silent drop), an error that names the
+ * wrong kind, a set that leaves a member out or adds the detectors. */
+static void test_protect_parse(void) {
+    printf("-protect parsing (protect_parse)\n");
+    int every[PK_COUNT], lacking[PK_COUNT], on[PK_COUNT], all = 0;
+    char err[400];
+    for (int k = 0; k < PK_COUNT; k++) { every[k] = 1; lacking[k] = k != PK_ATT_BWD && k != PK_EW; }
+    char want_all[200] = "", got[200];
+    for (int k = 0; k < PK_COUNT; k++)
+        if (PROT_KINDS[k].all) snprintf(want_all + strlen(want_all), sizeof(want_all) - strlen(want_all), "%s%s", want_all[0] ? "," : "", PROT_KINDS[k].name);
+#define ON_LIST(out) do { out[0] = 0; for (int k_ = 0; k_ < PK_COUNT; k_++) if (on[k_]) snprintf(out + strlen(out), sizeof(got) - strlen(out), "%s%s", out[0] ? "," : "", PROT_KINDS[k_].name); } while (0)
+    memset(on, 0, sizeof(on));
+    int rc = protect_parse("all", every, on, &all, err, sizeof(err));
+    ON_LIST(got);
+    check(rc == 0 && all && !strcmp(got, "qk,rgg,att,qk_bwd,att_bwd,ew,bwd,exp") && !strcmp(got, want_all), "  all = %s", got);
+    memset(on, 0, sizeof(on));
+    rc = protect_parse("paper", every, on, &all, err, sizeof(err));
+    ON_LIST(got);
+    check(rc == 0 && !all && !strcmp(got, "qk,rgg,exp"), "  paper = %s", got);
+    memset(on, 0, sizeof(on));
+    rc = protect_parse("none,qk,att", lacking, on, &all, err, sizeof(err));
+    ON_LIST(got);
+    check(rc == 0 && !strcmp(got, "qk,att"), "  none,qk,att on a trainer lacking others = %s", got);
+    memset(on, 0, sizeof(on));
+    rc = protect_parse("qk,ew", lacking, on, &all, err, sizeof(err));
+    check(rc == 1 && !strcmp(err, "-protect ew: not available on this trainer"), "  a lacking kind named: \"%s\"", rc ? err : "accepted");
+    memset(on, 0, sizeof(on));
+    rc = protect_parse("all", lacking, on, &all, err, sizeof(err));
+    check(rc == 1 && !strcmp(err, "-protect att_bwd,ew: not available on this trainer (in -protect all)"), "  all on a trainer lacking two: \"%s\"",
+          rc ? err : "accepted");
+    memset(on, 0, sizeof(on));
+    rc = protect_parse("paper,rgg", lacking, on, &all, err, sizeof(err));
+    ON_LIST(got);
+    check(rc == 0 && !strcmp(got, "qk,rgg,exp"), "  paper on a trainer lacking non-paper kinds = %s", got);
+    memset(on, 0, sizeof(on));
+    rc = protect_parse("qk,detectors", every, on, &all, err, sizeof(err));
+    check(rc == 1 && strstr(err, "'detectors' is not none, paper, all, qk, rgg, att, qk_bwd, att_bwd, ew, bwd, exp (see -h)") != NULL,
+          "  an unknown name: \"%s\"", rc ? err : "accepted");
+#undef ON_LIST
+}
+
 /* lr_at: linear warmup (s+1)/w, cosine to the floor, the floor after the end. Catches: warmup off by one
  * step, a cosine over the wrong span, a decay to 0 instead of final_lr_frac. */
 static void test_schedule(void) {
@@ -675,6 +720,7 @@ int main(int argc, char** argv) {
     test_bf16();
     test_checksum();
     test_schedule();
+    test_protect_parse();
     test_init();
     test_fault_flips();
     test_fault_selection();

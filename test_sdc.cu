@@ -3,14 +3,14 @@
  *   ./test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]
  *
  * LIST (comma-separated): init, grad_buckets, kernels, reference, determinism, att_faults, update_norm, att_checks,
- * fused_faults, or one kernel test: convert embedding rmsnorm rope attention attention_split flash attcheck elementwise
+ * fused_faults, or one kernel test: convert embedding rmsnorm rope attention attention_split flash attcheck ewcheck elementwise
  * classifier adamw global_norm matmul fingerprint matmul_cache fault_flip argmax unscale attention_chunked ptx strided.
  * Default: everything.
  *
  * This file holds the includes (both trainers), the table of tests and main; the tests are in tests/, each
  * file included below in this order: tests/check.h (the OK / NOT OK lines, shared with test_sdc.c),
  * tests/refstate.h (the reference states' reader), tests/cuda/harness.cuh (comparisons, device buffers),
- * kernels.cuh and attention.cuh (a), model.cuh (0, b, c), protect.cuh (d to g), ptx.cuh (a''), fused.cuh (i, j).
+ * kernels.cuh and attention.cuh (a), model.cuh (0, b, c), protect.cuh (d to g), ptx.cuh (a''), fused.cuh (i, j), ewcheck.cuh (a''').
  *
  * (0) init: the GPU's weight initialisation (llmc/cuda/init.cuh, one thread per pair) is bit-identical to the CPU
  *     trainer's (llmc/cpu/init.h, the same function on the host): model_init_weights of both trainers for the
@@ -64,6 +64,11 @@
  *     masked triangle); the top exponent bit flipped in one live element of the logits (two heads: both
  *     logits checks fail in exactly those), of the probs (row sums; ABFT's P V too, out being stale), of
  *     out (ABFT's P V), a NaN logit.
+ * (a''') ewcheck: the element-wise recomputation checks of llmc/sdc/ewcheck.cuh (-protect ew) on outputs made by the
+ *     trainer's producing kernels (fused and split residual + RMSNorm, SwiGLU and ReLU^2 forward and backward, gate/up
+ *     and their gradients as strided views of one [rows, 2F] buffer): no flag on the clean outputs, exactly the
+ *     flipped tensor's flag for the lowest mantissa bit of its first, a middle and its last element (and of a mean
+ *     square), on the 16-byte and the scalar paths.
  * (e) update_norm: model_grad_norm against the CPU's sum of squares of the downloaded gradients and the CPU
  *     trainer's model_grad_norm; model_update_norm (clipping active and off, weight decay, t 3) changes no
  *     state, is bitwise reproducible, and is within 1e-5 relative of ||params after model_update - before||
@@ -128,6 +133,7 @@ namespace cpu {
 #include "tests/cuda/protect.cuh"
 #include "tests/cuda/ptx.cuh"
 #include "tests/cuda/fused.cuh"
+#include "tests/cuda/ewcheck.cuh"
 
 /* -only LIST: comma-separated test names, or the groups "kernels" (every kernel test), "reference" and
  * "determinism"; empty: everything */
@@ -143,7 +149,7 @@ static int want(const char* name, const char* group) {
 
 #define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
     "  LIST: comma-separated, of kernels reference determinism att_faults update_norm att_checks fused_faults convert\n" \
-    "        embedding rmsnorm rope attention attention_split flash attcheck elementwise classifier adamw global_norm\n" \
+    "        embedding rmsnorm rope attention attention_split flash attcheck ewcheck elementwise classifier adamw global_norm\n" \
     "        matmul fingerprint matmul_cache fault_flip argmax unscale attention_chunked ptx strided init grad_buckets\n"
 
 int main(int argc, char** argv) {
@@ -175,7 +181,7 @@ int main(int argc, char** argv) {
     struct { const char* name; void (*fn)(void); } kernels[] = {
         {"convert", test_convert}, {"embedding", test_embedding}, {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
         {"attention", test_attention}, {"attention_split", test_attention_split}, {"flash", test_flash_attention},
-        {"attcheck", test_attcheck},
+        {"attcheck", test_attcheck}, {"ewcheck", test_ewcheck},
         {"elementwise", test_elementwise}, {"classifier", test_classifier},
         {"adamw", test_adamw}, {"multi_tensor", test_multi_tensor}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"matmul", test_matmul},
         {"matmul_cache", test_matmul_cache}, {"fault_flip", test_fault_flip}, {"argmax", test_argmax}, {"unscale", test_unscale},

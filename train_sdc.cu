@@ -63,6 +63,7 @@
 #include "llmc/sdc/fault.cuh"
 #include "llmc/sdc/fingerprint.cuh"
 #include "llmc/sdc/attcheck.cuh"
+#include "llmc/sdc/ewcheck.cuh"
 #include "llmc/cuda/init.cuh"
 #include "llmc/cuda/checksum.cuh"
 #include "llmc/sdc/rgg.cuh"
@@ -191,10 +192,12 @@ typedef struct {
     /* The report: what the host reads after a forward, in one pinned asynchronous copy per microbatch
      *, laid out as: rgg_ss, rgg_bad double [2L+1] (llmc/sdc/rgg.cuh; vector 2l = layer l's
      * attn_ms, 2l+1 its mlp_ms, 2L the final norm's), qk int [L] (1: the layer's Q/K fingerprints
-     * differ), attc int [L][ATTC_NCHECK] (the attention checks' failed heads), losses float [B*T]. Byte
+     * differ), attc int [L][ATTC_NCHECK] (the attention checks' failed heads), ew int [L][EW_FWD_SLOTS] (the
+     * forward's element-wise checks, llmc/sdc/ewcheck.cuh), ewb int [L][EW_BWD_SLOTS] (the backward's: they come
+     * back in a copy of their own at the backward's end, model_backward_step), losses float [B*T]. Byte
      * offsets rep_*; the copy covers everything up to the losses, and the losses when there are targets. */
     char *rep_dev, *rep_host;
-    size_t rep_bad, rep_qk, rep_attc, rep_loss;
+    size_t rep_bad, rep_qk, rep_attc, rep_ew, rep_ewb, rep_loss;
     const float** ms_table;              /* device [2L+1]: the mean-square vectors in the report's order */
     unsigned long long* fp_part;         /* device [4][FP_PART_U64]: partials of the forward's Q, K fingerprints and
                                             of their recomputation's (fingerprint.cuh) */
@@ -471,7 +474,9 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
         model->rep_bad = nv * sizeof(double);
         model->rep_qk = 2 * nv * sizeof(double);
         model->rep_attc = model->rep_qk + (size_t)c->n_layer * sizeof(int);
-        model->rep_loss = (model->rep_attc + (size_t)c->n_layer * ATTC_NCHECK * sizeof(int) + 15) / 16 * 16;
+        model->rep_ew = model->rep_attc + (size_t)c->n_layer * ATTC_NCHECK * sizeof(int);
+        model->rep_ewb = model->rep_ew + (size_t)c->n_layer * EW_FWD_SLOTS * sizeof(int);
+        model->rep_loss = (model->rep_ewb + (size_t)c->n_layer * EW_BWD_SLOTS * sizeof(int) + 15) / 16 * 16;
         const size_t rb = model->rep_loss + N * sizeof(float);
         cudaCheck(cudaMalloc(&model->rep_dev, rb));
         cudaCheck(cudaMemset(model->rep_dev, 0, rb));
@@ -648,6 +653,33 @@ static void attcheck_collect(Model* model) {
     }
 }
 
+/* Element-wise recomputation (-protect ew; llmc/sdc/ewcheck.cuh: the kernels and their math). After each
+ * element-wise kernel's injection point, a check kernel of its own recomputes the output from the stored inputs
+ * and compares it bit for bit; a mismatch sets the comparison's flag slot, layer l's slots of the forward in the
+ * report (rep_ew), of the backward in rep_ewb. The forward's come back with the forward's one copy; the
+ * backward's in one copy at the backward's end (after its layer loop: nothing waits inside the loops), since the
+ * host loop reads every check's alarms right after the backward. A layer's alarm count is the number of its
+ * slots set, the CPU's check_alarm count. Where a residual add is fused with the next norm, the residual is
+ * the layer's (attn_residual, block_out) and the norm the next one's (mlp_norm, the next layer's attn_norm),
+ * both checked by one launch after the norm's injection point; the final norm, which the CPU does not check,
+ * is not checked either (the last block_out is, alone). */
+static int* ew_flag(Model* model, int backward, int l, int slot) {
+    return backward ? (int*)(model->rep_dev + model->rep_ewb) + (size_t)l * EW_BWD_SLOTS + slot
+                    : (int*)(model->rep_dev + model->rep_ew) + (size_t)l * EW_FWD_SLOTS + slot;
+}
+/* after the pass's copy of its slots: each layer's failed comparisons into the alarms, in the pass's layer order
+ * (the forward's ascending, the backward's descending: the CPU's first layer) */
+static void ew_collect(Model* model, int backward) {
+    const int L = model->c.n_layer, slots = backward ? (int)EW_BWD_SLOTS : (int)EW_FWD_SLOTS;
+    const int* f = (const int*)(model->rep_host + (backward ? model->rep_ewb : model->rep_ew));
+    for (int i = 0; i < L; i++) {
+        const int l = backward ? L - 1 - i : i;
+        int n = 0;
+        for (int k = 0; k < slots; k++) n += f[(size_t)l * slots + k] != 0;
+        gpu_alarm(model, CHECK_EW, l, n);
+    }
+}
+
 /* exponent profiling: gather random samples of dL/dY on the device, count codes on the host */
 __global__ static void gather_bf16_kernel(uint16_t* out, const bf16* x, const unsigned long long* idx, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -720,7 +752,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim;
     int qd = H * hd, kd = KV * hd, F = c->ffn_dim, V = c->vocab_size;
     float eps = (float)c->norm_eps;
-    const int checks = model->prot.abft || model->prot.on[PK_ATT];
+    const int checks = model->prot.abft || model->prot.on[PK_ATT], ew = model->prot.on[PK_EW];
     if (B * T > model->B * model->T) tsdc_fail("model_forward_step: B %d x T %d exceed the model's %d x %d tokens", B, T, model->B, model->T);
     const int fuse_ce = with_targets && model->ce_fused_next;   /* the one-pass classifier (model_classifier_fused_next) */
     model->ce_fused_next = 0;
@@ -731,7 +763,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         cudaCheck(cudaMemsetAsync(model->chk_dev, 0, sizeof(int) * attcheck_dev_ints(model), s));
     }
     /* the report's flags and counts start from zero (a layer without a check leaves its zeros) */
-    if (checks || model->prot.on[PK_QK])
+    if (checks || model->prot.on[PK_QK] || ew)
         cudaCheck(cudaMemsetAsync(model->rep_dev + model->rep_qk, 0, model->rep_loss - model->rep_qk, s));
 
     model->last_B = B; model->last_T = T;
@@ -751,6 +783,11 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         const LayerPlan P = layer_plan(model, l);
         if (!normed) rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, s);
         FAULT_FWD(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
+        if (ew) {   /* attn_norm from x; x = the previous block's out, from its residual add (fused with this norm or not) */
+            const LayerActs* p = l > 0 ? &model->la[l - 1] : NULL;
+            ew_check_norm(p ? ew_flag(model, 0, l - 1, EWF_BLOCK_OUT) : NULL, ew_flag(model, 0, l, EWF_ATTN_NORM), x, a->attn_norm,
+                          a->attn_ms, p ? p->resid_mid : NULL, p ? p->down : NULL, W(PT_ATTN_NORM, l), N, d, eps, s);
+        }
         /* q, k, v: one GEMM over [wq; wk; wv] into a->qkv, then the three sites' injection points on its views */
         linear_forward(a->qkv, a->attn_norm, W(PT_WQ, l), N, d, ldqkv, s);
         FAULT_FWD_LD(SITE_Q_PROJ, l, a->q, N, qd, ldqkv);
@@ -813,6 +850,9 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, s);
         }
         FAULT_FWD(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
+        if (ew)
+            ew_check_norm(ew_flag(model, 0, l, EWF_ATTN_RESIDUAL), ew_flag(model, 0, l, EWF_MLP_NORM), a->resid_mid, a->mlp_norm, a->mlp_ms,
+                          x, a->o, W(PT_MLP_NORM, l), N, d, eps, s);
         bf16* hidden;
         if (c->mlp == MLP_SWIGLU) {
             /* gate, up: one GEMM over [w_gate; w_up] into a->gu, then the two sites' injection points on its views */
@@ -827,12 +867,16 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
                 mul_forward(a->prod, a->act, a->up, N, F, ldgu, s);
             }
             FAULT_FWD(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
+            if (ew)
+                ew_check_mlp_forward(ew_flag(model, 0, l, EWF_ACT), ew_flag(model, 0, l, EWF_MLP_PRODUCT), a->act, a->prod, a->gate, a->up,
+                                     N, F, ldgu, s);
             hidden = a->prod;
         } else {
             linear_forward(a->gate, a->mlp_norm, W(PT_WFC, l), N, d, F, s);
             FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             relu2_forward(a->act, a->gate, N, F, ldgu, s);
             FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
+            if (ew) ew_check_mlp_forward(ew_flag(model, 0, l, EWF_ACT), NULL, a->act, NULL, a->gate, NULL, N, F, ldgu, s);
             hidden = a->act;
         }
         linear_forward(a->down, hidden, W(PT_WDOWN, l), N, F, d, s);
@@ -850,6 +894,10 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         x = a->out;
     }
     model->loop_syncs += host_syncs_now() - syncs0;
+    if (ew && c->n_layer > 0) {   /* the last block's residual add (its norm, the final one, is not checked) */
+        const LayerActs* p = &model->la[c->n_layer - 1];
+        ew_check_norm(ew_flag(model, 0, c->n_layer - 1, EWF_BLOCK_OUT), NULL, p->out, NULL, NULL, p->resid_mid, p->down, NULL, N, d, eps, s);
+    }
     if (!normed) rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, s);
     /* the Residual Gain Guard's sums of mean squares, all layers in one launch, into the report */
     if (model->prot.on[PK_RGG])
@@ -867,6 +915,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     if (model->prot.on[PK_QK])
         for (int l = 0; l < c->n_layer; l++) gpu_alarm(model, CHECK_QK, l, ((const int*)(model->rep_host + model->rep_qk))[l]);
     if (checks) attcheck_collect(model);
+    if (ew) ew_collect(model, 0);
     if (!with_targets) return 0.0f;
     double sum = 0.0; int cnt = 0;
     for (int n = 0; n < N; n++) if (model->h_targets[n] >= 0) { sum += model->h_losses[n]; cnt++; }
@@ -976,6 +1025,9 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     const int acc = !model->grads_fresh;
     model->grads_fresh = 0;
     model->norms_valid = 0;
+    const int ew = model->prot.on[PK_EW];
+    const size_t ewb_bytes = (size_t)c->n_layer * EW_BWD_SLOTS * sizeof(int);
+    if (ew) cudaCheck(cudaMemsetAsync(model->rep_dev + model->rep_ewb, 0, ewb_bytes, s));
 
     bf16* dlogits = model->logits;
     if (model->dlogits_ready) {   /* the forward's one-pass classifier wrote them, for this dloss */
@@ -1005,18 +1057,29 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             linear_backward_dx_bf16(model->dF, ddown, W(PT_WDOWN, l), N, F, d, s);
             linear_backward_dw_acc(GR(PT_WDOWN, l), ddown, a->prod, N, F, d, acc, s);
             FAULT_BWD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
-            /* d(gate), d(up) into the views of model->dgu [N, 2F] (row stride ldgu), what the fused GEMMs read */
+            /* d(gate), d(up) into the views of model->dgu [N, 2F] (row stride ldgu), what the fused GEMMs read;
+             * d(prod) stays in dF for the ew checks */
             bf16 *dgate = model->dgu, *dup = model->dgu + F;
-            if (fault_due(model->prot.fx, SITE_ACT, l, PASS_BWD)) {   /* the fault goes into d(act), between the steps */
+            const int split = fault_due(model->prot.fx, SITE_ACT, l, PASS_BWD);
+            if (split) {   /* the fault goes into d(act), between the steps */
                 mul_backward(model->dF2, dup, model->dF, a->act, a->up, N, F, ldgu, s);
                 FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
                 FAULT_BWD_LD(SITE_UP_PROJ, l, dup, N, F, ldgu);
+                if (ew)
+                    ew_check_swiglu_backward(ew_flag(model, 1, l, EWB_ACT), ew_flag(model, 1, l, EWB_UP_PROJ), NULL, NULL, dup,
+                                             model->dF2, model->dF, a->act, a->gate, a->up, N, F, ldgu, s);
                 silu_backward(dgate, model->dF2, a->gate, N, F, ldgu, s);
             } else {   /* the same bits, one pass */
                 swiglu_backward(dgate, dup, model->dF, a->act, a->gate, a->up, N, F, ldgu, s);
                 FAULT_BWD_LD(SITE_UP_PROJ, l, dup, N, F, ldgu);
             }
             FAULT_BWD_LD(SITE_GATE_PROJ, l, dgate, N, F, ldgu);
+            if (ew && split)
+                ew_check_swiglu_backward(NULL, NULL, ew_flag(model, 1, l, EWB_GATE_PROJ), dgate, NULL, model->dF2, NULL, NULL, a->gate, NULL,
+                                         N, F, ldgu, s);
+            else if (ew)
+                ew_check_swiglu_backward(NULL, ew_flag(model, 1, l, EWB_UP_PROJ), ew_flag(model, 1, l, EWB_GATE_PROJ), dgate, dup, NULL,
+                                         model->dF, a->act, a->gate, a->up, N, F, ldgu, s);
             exp_profile_ld(model, PT_WGATE, l, dgate, (size_t)N * F, F, ldgu);
             exp_profile_ld(model, PT_WUP, l, dup, (size_t)N * F, F, ldgu);
             /* one dx GEMM (K = 2F, rounded to bf16 once) and one dW GEMM into the adjacent [w_gate; w_up] gradients */
@@ -1029,6 +1092,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             FAULT_BWD(SITE_ACT, l, model->dF, (size_t)N * F);
             relu2_backward(model->dF2, model->dF, a->gate, N, F, ldgu, s);
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
+            if (ew) ew_check_relu2_backward(ew_flag(model, 1, l, EWB_GATE_PROJ), model->dF2, model->dF, a->gate, N, F, ldgu, s);
             exp_profile(model, PT_WFC, l, model->dF2, (size_t)N * F);
             linear_backward_dx_bf16(dbuf, model->dF2, W(PT_WFC, l), N, d, F, s);
             linear_backward_dw_acc(GR(PT_WFC, l), model->dF2, a->mlp_norm, N, d, F, acc, s);
@@ -1118,6 +1182,11 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     embedding_backward(GR(PT_WTE, -1), dres, model->inputs, N, d, s);
     grad_bucket_done(model, GB_HEAD);
     if (model->reduce_dist) tsdc_fail("internal: the backward completed %d of its %d gradient buckets", model->gb_next, model->gb.n);
+    if (ew) {   /* the backward's check flags: one pinned copy, after its layer loop */
+        cudaCheck(cudaMemcpyAsync(model->rep_host + model->rep_ewb, model->rep_dev + model->rep_ewb, ewb_bytes, cudaMemcpyDeviceToHost, s));
+        cudaCheck(cudaStreamSynchronize(s));
+        ew_collect(model, 1);
+    }
 }
 
 /* --------------------------------------------------------------------------------- optimizer */

@@ -180,8 +180,9 @@ BENCH_CFGS="${GPU_CHECK_BENCH:-$BENCH_CFGS}"; BENCH_REST="${GPU_CHECK_BENCH_REST
 TRAIN_CPU=(./train_sdc -precision bf16 -force)
 # OVERHEAD_CONFIGS: the -protect configurations of phase 5. The paper's method is qk,rgg,exp; `-protect
 # paper` will name it, with `all` then adding our attention checks. Until the
-# trainer accepts `paper` (probed at run time: paper_probe), paper runs as qk,rgg,exp and all as all,att.
-OVERHEAD_CONFIGS="${GPU_CHECK_OVERHEAD:-none paper all}"
+# trainer accepts `paper` (probed at run time: paper_probe), paper runs as qk,rgg,exp and all as all,att. ew alone:
+# the element-wise recomputation's measured cost, against docs/protection.md's prediction.
+OVERHEAD_CONFIGS="${GPU_CHECK_OVERHEAD:-none paper ew all}"
 OH_ACCUM="${GPU_CHECK_OVERHEAD_ACCUM:-8}"   # phase 5: B 1 x accum 8, the cost model's rows (scripts/cost_model.py)
 
 # ------------------------------------------------------------------------------------ helpers

@@ -14,6 +14,7 @@ bitwise; measured 2026-12 on 5 steps: at most 2.3e-4. A real bug gives errors ne
 TSDC_EMU_FULL=1 (make test-emu-full) runs the longer variants: all three presets in the Q/K-fault test,
 and 200 calibrated clean steps (make test: tiny-llama, 40 steps). Data: the byte-level tinyshakespeare
 shards of tests/test_trainer.py."""
+import json
 import os
 import re
 
@@ -26,6 +27,20 @@ FULL = os.environ.get("TSDC_EMU_FULL", "0") not in ("", "0")
 LOSS_RTOL = 2e-3
 
 pytestmark = pytest.mark.skipif(not os.path.exists(EMU_BIN), reason="train_sdc_emu not built (make emu)")
+
+
+def prot_kinds():
+    """PROT_KINDS of llmc/sdc/checks.h, the table both trainers' -protect reads: [(name, in paper, in all, on the GPU)]"""
+    src = open(os.path.join(ROOT, "llmc", "sdc", "checks.h")).read()
+    rows = re.findall(r'\{"(\w+)", (?:CHECK_\w+|-1), [^,]+, [^,]+, (\d), (\d), (\d), "', src)
+    assert len(rows) >= 9, rows
+    return [(n, int(p), int(a), int(g)) for n, p, a, g in rows]
+
+
+ALL_KINDS = [n for n, _, a, _ in prot_kinds() if a]
+GPU_MISSING = [n for n, _, a, g in prot_kinds() if a and not g]
+# every kind the GPU trainer runs: -protect all once it runs them all (before, all is an error naming the others)
+GPU_ALL = "all" if not GPU_MISSING else ",".join(n for n in ALL_KINDS if n not in GPU_MISSING)
 
 
 def run_bin(binary, args, mpi=0, check=True, timeout=1800, threads=1):
@@ -176,16 +191,87 @@ def test_qk_faults_caught_and_replay_is_exact(data, tmp_path, preset):
         assert ckpt(out, 6) == ckpt(tmp_path / "clean", 6), f"m {m}: final checkpoint differs from the clean emulated run"
 
 
-def test_cpu_only_checks_are_refused_not_silently_dropped(data, tmp_path):
-    """the backward's Q/K recomputation and attention checks and the element-wise recomputation are the CPU trainer's
-    for now (README): asked for by name, the GPU trainer stops with one error line naming the flag; under -protect
-    all it says that they are left out. Catches: a GPU run that claims a protection it does not run."""
-    for tok in ("qk_bwd", "att_bwd", "qk,att_bwd", "ew"):
-        p = emu(small(data, tmp_path / "r", **{"-steps": 1, "-protect": tok}), check=False)
+def test_protect_all_is_every_kind_or_an_error(data, tmp_path):
+    """-protect all means the same kinds on both trainers: the GPU trainer runs ew by name; a kind it does not run
+    (PROT_KINDS' gpu column, llmc/sdc/checks.h) is one error line naming it, "-protect X: not available on this
+    trainer", named alone or through all, never a silent narrowing; where it runs every kind, all runs and its
+    protected steps name every kind's checks in their summary. The same message for a kind made unavailable is
+    tested on the parser itself (test_sdc.c, protect_parse), whatever the table says today.
+    Catches: a GPU run that claims a protection it does not run, an all that quietly leaves kinds out."""
+    p = emu(small(data, tmp_path / "ew", **{"-steps": 1, "-protect": "ew"}))
+    assert "protection ew" in p.stdout, p.stdout[-800:]
+    for tok in GPU_MISSING:
+        p = emu(small(data, tmp_path / "r", **{"-steps": 1, "-protect": f"qk,{tok}"}), check=False)
         err = [l for l in p.stderr.splitlines() if l.startswith("error:")]
-        assert p.returncode == 1 and len(err) == 1 and "-protect" in err[0] and "CPU trainer" in err[0], (tok, p.stderr[-500:])
-    p = emu(small(data, tmp_path / "a", **{"-steps": 1, "-accum": 3, "-protect": "all"}))
-    assert "qk,rgg,att,bwd,exp" in p.stdout and "qk_bwd, att_bwd, ew" in p.stdout, p.stdout[-1000:]
+        assert p.returncode == 1 and err == [f"error: -protect {tok}: not available on this trainer"], (tok, p.stderr[-500:])
+    p = emu(small(data, tmp_path / "a", **{"-steps": 1, "-accum": 3, "-protect": "all"}), check=False)
+    c = cpu(small(data, tmp_path / "c", **{"-steps": 1, "-accum": 3, "-protect": "all"}))
+    assert f"-protect all: {','.join(ALL_KINDS)}\n" in c.stdout, c.stdout[-800:]
+    if GPU_MISSING:
+        err = [l for l in p.stderr.splitlines() if l.startswith("error:")]
+        assert p.returncode == 1 and err == [f"error: -protect {','.join(GPU_MISSING)}: not available on this trainer (in -protect all)"], \
+            p.stderr[-500:]
+    else:
+        assert p.returncode == 0 and f"-protect all: {','.join(ALL_KINDS)}\n" in p.stdout, (p.stdout[-800:], p.stderr[-500:])
+
+
+# (preset, pass, sites, steps, seed): a one-event-a-step campaign (-fault_mb -1: either microbatch) whose draws hit
+# every element-wise site the CPU's ew catches (forward also attn_norm at layer 0, whose input is the embedding, and
+# the last layer's block_out, checked after the loop); the draws are the fault injector's, the same for m 1 and 10
+EW_PLANS = [("tiny-llama", "fwd", "attn_norm,mlp_norm,attn_residual,block_out,act,mlp_product", 10, 23),
+            ("tiny-llama", "bwd", "act,up_proj,gate_proj", 4, 2),
+            ("tiny-nanochat", "fwd", "attn_norm,mlp_norm,attn_residual,block_out,act", 6, 7),
+            ("tiny-nanochat", "bwd", "gate_proj", 2, 1)]   # ReLU^2: act's gradient is down_proj's dx (a product)
+
+
+def events(out):
+    return [{k: e[k] for k in ("step", "microbatch", "layer", "site", "pass")} for e in map(json.loads, open(out / "faults.jsonl"))]
+
+
+@pytest.mark.parametrize("plan", EW_PLANS, ids=[f"{p}-{q}" for p, q, *_ in EW_PLANS])
+def test_ew_faults_caught_as_on_the_cpu_and_replay_is_exact(data, tmp_path, plan):
+    """-protect ew on the device (llmc/sdc/ewcheck.cuh): single-element mantissa faults (m = 1 and 10) at the outputs of
+    the element-wise kernels, forward (the norms, the residual adds, fused with the next norm or not, the activation,
+    the gated product) or backward (the act, up_proj and gate_proj gradients: the split SwiGLU backward where act's is
+    hit, the fused one else), are caught in every step, the step is replayed and the final weights are the clean
+    emulated run's bytes; the CPU trainer (-precision bf16) on the same fault plan injects the same events and
+    describes each alarm the same way (count of failed comparisons, first layer, microbatch). Catches: a check that
+    runs before the injection point or reads the wrong tensor (misses), one that is not bitwise (a false alarm: the
+    count differs from the CPU's, or the replay alarms again), flags read back before the backward's checks ran, a
+    site left out."""
+    preset, pas, sites, n, seed = plan
+    base = {"-preset": preset, "-steps": n, "-accum": 2, "-warmup": 5}
+    emu(small(data, tmp_path / "clean", **base))
+    for m in (1, 10):
+        fault = {"-protect": "ew", "-fault_mode": "campaign", "-fault_sites": sites, "-fault_pass": pas, "-fault_field": "mantissa",
+                 "-fault_m": m, "-fault_seed": seed, "-fault_mb": -1}
+        g, c = tmp_path / f"gpu{m}", tmp_path / f"cpu{m}"
+        emu(small(data, g, **base, **fault))
+        cpu(small(data, c, **base, **fault))
+        sg, sc = steps(g), steps(c)
+        assert sorted(sg) == sorted(sc) == list(range(1, n + 1)), (sorted(sg), sorted(sc))
+        for s, r in sg.items():
+            assert r["injections"] == 1 and r["replayed"] == 1 and r["by"] == "ew", (m, s, r)
+            assert r["alarm"] == sc[s]["alarm"], (m, s, r["alarm"], sc[s]["alarm"])
+        assert events(g) == events(c), (m, events(g), events(c))
+        assert {e["site"] for e in events(g)} == set(sites.split(",")), events(g)
+        assert ckpt(g, n) == ckpt(tmp_path / "clean", n), f"m {m}: final checkpoint differs from the clean emulated run"
+
+
+def test_ew_clean_run_raises_no_alarm(data, tmp_path):
+    """50 clean bf16 steps under -protect ew (tiny-llama; 150 and tiny-nanochat too with TSDC_EMU_FULL=1) raise no
+    alarm and end with the unprotected run's weights: each recomputation rounds as its producing kernel. Catches:
+    a check whose rounding differs from the kernel it checks (another operation order, a missing bf16 rounding of
+    the fused backward's d act, a mean square summed in another order)."""
+    n = 150 if FULL else 50
+    for preset in (["tiny-llama", "tiny-nanochat"] if FULL else ["tiny-llama"]):
+        kw = {"-preset": preset, "-steps": n, "-warmup": 5, "-save": "none"}
+        p = emu(small(data, tmp_path / f"ew_{preset}", **kw, **{"-protect": "ew"}))
+        q = emu(small(data, tmp_path / f"none_{preset}", **kw))
+        st = steps(tmp_path / f"ew_{preset}")
+        assert len(st) == n and sum(r["alarms"] for r in st.values()) == 0, [(r["step"], r["alarm"]) for r in st.values() if r["alarms"]]
+        fin = [re.search(r"final weights ([0-9a-f]{16})", x.stdout) for x in (p, q)]
+        assert all(fin) and fin[0].group(1) == fin[1].group(1), (preset, p.stdout[-300:], q.stdout[-300:])
 
 
 def test_calibrated_clean_steps_raise_no_alarm(data, tmp_path):
@@ -198,7 +284,7 @@ def test_calibrated_clean_steps_raise_no_alarm(data, tmp_path):
     cal = tmp_path / "rgg.cal"
     kw = {"-preset": "tiny-llama", "-steps": 100 + n, "-warmup": 5, "-accum": 3}
     emu(small(data, tmp_path / "cal", **kw, **{"-stop_at": 100, "-rgg_calibrate": cal}))
-    emu(small(data, tmp_path / "cal", **kw, **{"-resume": tmp_path / "cal" / "step_000100.ckpt", "-protect": "all",
+    emu(small(data, tmp_path / "cal", **kw, **{"-resume": tmp_path / "cal" / "step_000100.ckpt", "-protect": GPU_ALL,
                                               "-rgg_calibration": cal}))
     st = steps(tmp_path / "cal")
     protected = [st[s] for s in range(101, 101 + n)]
@@ -235,27 +321,34 @@ def stats_of(data, out, **kw):
 
 
 def test_no_host_sync_inside_the_layer_loops(data, tmp_path):
-    """Protection without host round-trips, counted by the emulation (-stats): a protected step
-    (-protect all: Q/K recomputation, Residual Gain Guard, attention checks, backward guard, exponent scaling;
-    4 microbatches, so the RGG has its peers) synchronises the host nowhere inside the forward's and backward's
-    layer loops; its synchronisations per step are those of the unprotected step (the Q/K fingerprints are
-    compared on the device, the RGG sums reduced there, both come back with the losses in the forward's one
-    copy); and they do not grow with the layers (2 vs 4). A host round-trip planted in the layer loop (a
-    stream synchronisation, a pageable copy) fails all three."""
+    """Protection without host round-trips in the layer loops, counted by the emulation (-stats): a protected step
+    (every kind the GPU trainer runs, GPU_ALL: Q/K recomputation, Residual Gain Guard, attention checks, element-wise
+    recomputation, backward guard, exponent scaling; 4 microbatches, so the RGG has its peers) synchronises the host
+    nowhere inside the forward's and backward's layer loops; the forward's checks add no synchronisation (the Q/K
+    fingerprints compared on the device, the RGG sums reduced there, the attention and element-wise flags: all come
+    back with the losses in the forward's one copy: -protect qk,rgg,att,bwd,exp syncs as -protect none); the backward's
+    checks (ew's gradient comparisons) add one copy and one synchronisation per microbatch, after the backward's
+    layer loop; and none of it grows with the layers (2 vs 4). A host round-trip planted in the layer loop (a stream
+    synchronisation, a pageable copy) fails all of it."""
     geo = {"-preset": "tiny-llama", "-accum": 4}
-    prot2 = stats_of(data, tmp_path / "p2", **geo, **{"-n_layer": 2, "-protect": "all"})
-    prot4 = stats_of(data, tmp_path / "p4", **geo, **{"-n_layer": 4, "-protect": "all"})
+    prot2 = stats_of(data, tmp_path / "p2", **geo, **{"-n_layer": 2, "-protect": GPU_ALL})
+    prot4 = stats_of(data, tmp_path / "p4", **geo, **{"-n_layer": 4, "-protect": GPU_ALL})
+    fwd2 = stats_of(data, tmp_path / "f2", **geo, **{"-n_layer": 2, "-protect": "qk,rgg,att,bwd,exp"})
     none2 = stats_of(data, tmp_path / "n2", **geo, **{"-n_layer": 2, "-protect": "none"})
     none4 = stats_of(data, tmp_path / "n4", **geo, **{"-n_layer": 4, "-protect": "none"})
-    print("stats per step: protect all L2", prot2, "L4", prot4, "| none L2", none2, "L4", none4)
-    for name, st in (("all L2", prot2), ("all L4", prot4), ("none L2", none2), ("none L4", none4)):
+    print("stats per step: protect", GPU_ALL, "L2", prot2, "L4", prot4, "| forward checks L2", fwd2, "| none L2", none2, "L4", none4)
+    for name, st in (("all L2", prot2), ("all L4", prot4), ("fwd L2", fwd2), ("none L2", none2), ("none L4", none4)):
         assert st["loop_syncs"] == 0, f"{name}: {st['loop_syncs']} host synchronisations inside the layer loops"
-    assert prot2["syncs"] == none2["syncs"] and prot4["syncs"] == none4["syncs"], \
+    assert fwd2["syncs"] == none2["syncs"] and fwd2["d2h"] == none2["d2h"], \
+        f"forward checks add host synchronisations: {fwd2['syncs']} vs {none2['syncs']}, copies {fwd2['d2h']} vs {none2['d2h']}"
+    bwd_reports = 4   # one per microbatch: the backward's check flags
+    assert prot2["syncs"] == none2["syncs"] + bwd_reports and prot4["syncs"] == none4["syncs"] + bwd_reports, \
         f"protection adds host synchronisations: {prot2['syncs']} vs {none2['syncs']} (L2), {prot4['syncs']} vs {none4['syncs']} (L4)"
     assert prot2["syncs"] == prot4["syncs"], f"host synchronisations grow with the layers: {prot2['syncs']} (L2) vs {prot4['syncs']} (L4)"
-    # a small constant: per microbatch the token upload and the forward's report, plus the step's norms
-    assert prot2["syncs"] <= 2 * 4 + 2, prot2
-    # one device-to-host copy per microbatch (the report) and one for the norms, protected or not
-    assert prot2["d2h"] == none2["d2h"] == prot4["d2h"], (prot2, none2, prot4)
-    # the launches do grow with the layers (the counters count)
+    # a small constant: per microbatch the token upload, the forward's report and the backward's, plus the step's norms
+    assert prot2["syncs"] <= 3 * 4 + 2, prot2
+    # per microbatch the forward's report (and the backward's, protected), one copy for the norms
+    assert prot2["d2h"] == none2["d2h"] + bwd_reports == prot4["d2h"], (prot2, none2, prot4)
+    # the element-wise checks' bytes (ewcheck.cuh's accounting) show in -stats
+    assert prot2["ew_read"] > fwd2["ew_read"], (prot2, fwd2)
     assert prot4["launches"] > prot2["launches"] > none2["launches"] > 0

@@ -16,6 +16,8 @@
 #define TSDC_CHECKS_H
 
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include "attcheck.h"   /* CHECK_* */
 #include "fault.h"      /* FaultCtx */
 #include "../host/rng.h"
@@ -29,7 +31,8 @@ typedef struct {
     const char* many;
     int paper;              /* in -protect paper (the paper's method) */
     int all;                /* in -protect all (0: not a -protect component: the detectors) */
-    int gpu;                /* the CUDA trainer provides it (the CPU trainer provides every kind) */
+    int gpu;                /* the CUDA trainer provides it (the CPU trainer provides every kind); a kind it lacks is
+                               an error when -protect names it, alone or through paper or all (protect_parse) */
     const char* what;       /* one line: what it checks */
 } ProtKind;
 
@@ -39,11 +42,51 @@ static const ProtKind PROT_KINDS[PK_COUNT] __attribute__((unused)) = {
     {"att", CHECK_ATT, "head failed", "heads failed", 0, 1, 1, "logits row checksums, probability rows sum to one"},
     {"qk_bwd", CHECK_QK_BWD, "mismatch", "mismatches", 0, 1, 0, "the backward's Q/K path recomputed and compared"},
     {"att_bwd", CHECK_ATT_BWD, "head failed", "heads failed", 0, 1, 0, "dprobs row checksums, dlogits rows sum to zero, dV column sums"},
-    {"ew", CHECK_EW, "mismatch", "mismatches", 0, 1, 0, "element-wise kernels recomputed from their stored inputs"},
+    {"ew", CHECK_EW, "mismatch", "mismatches", 0, 1, 1, "element-wise kernels recomputed from their stored inputs"},
     {"bwd", -1, NULL, NULL, 0, 1, 1, "backward guard: non-finite gradients, gradient-norm blow-ups"},
     {"exp", -1, NULL, NULL, 1, 1, 1, "exponent scaling of the loss by 2^k (no alarm)"},
     {"detectors", -1, NULL, NULL, 0, 0, 1, "the baseline detectors of -detect"},
 };
+
+/* -protect LIST (comma-separated: none, paper, all, or the name of a kind with .all set) into on[PK_COUNT], given
+ * the kinds this trainer provides (provided[k]); *all_named: the list names all. paper and all are sets, never
+ * narrowed to what a trainer has: a member it lacks is an error as the kind named alone is. Returns 0, or 1 with
+ * one line in err (no "error: " prefix): "'X' is not none, paper, all, qk, ... (see -h)" for an unknown name,
+ * "-protect X: not available on this trainer" for a kind this trainer does not run (X: the kinds of paper or
+ * all that it lacks, comma-separated, when the set was named). */
+static __attribute__((unused)) int protect_parse(const char* list, const int provided[PK_COUNT], int on[PK_COUNT], int* all_named,
+                                                 char* err, size_t errn) {
+    char buf[256], names[256] = "";
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (int k = 0; k < PK_COUNT; k++)
+        if (PROT_KINDS[k].all) snprintf(names + strlen(names), sizeof(names) - strlen(names), ", %s", PROT_KINDS[k].name);
+    *all_named = 0;
+    char* save = NULL;
+    for (char* tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(tok, "none")) continue;
+        const int paper = !strcmp(tok, "paper"), all = !strcmp(tok, "all");
+        char missing[160] = "";
+        int found = paper || all;
+        for (int k = 0; k < PK_COUNT; k++) {
+            const ProtKind* K = &PROT_KINDS[k];
+            if (!K->all || !((paper && K->paper) || all || !strcmp(tok, K->name))) continue;
+            found = 1;
+            if (provided[k]) on[k] = 1;
+            else snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%s%s", missing[0] ? "," : "", K->name);
+        }
+        if (!found) {
+            snprintf(err, errn, "flag -protect: '%s' is not none, paper, all%s (see -h)", tok, names);
+            return 1;
+        }
+        if (missing[0]) {
+            if (paper || all) snprintf(err, errn, "-protect %s: not available on this trainer (in -protect %s)", missing, tok);
+            else snprintf(err, errn, "-protect %s: not available on this trainer", missing);
+            return 1;
+        }
+        if (all) *all_named = 1;
+    }
+    return 0;
+}
 
 /* the protection state a trainer's model keeps (model->prot): which kinds its passes check, their alarms
  * since model_qk_reset, the fault injector's hooks and the exponent profile. One struct for both trainers,

@@ -249,37 +249,24 @@ static void select_expscale_k(Run* run, int* inp, int* tgt) {
 }
 
 /* -protect and the Residual Gain Guard's set-up from the flags. The kinds and the sets paper and all are
- * PROT_KINDS's (llmc/sdc/checks.h); a kind this trainer does not provide is an error when named, and left out of
- * all with a note. */
+ * PROT_KINDS's (llmc/sdc/checks.h, protect_parse); a kind this trainer does not provide is an error, named alone or
+ * through paper or all: the sets mean the same kinds on both trainers. */
 static void protect_setup(Run* run) {
     Args* a = &run->a;
-    char buf[64], names[160] = "", missing[96] = "", have[96] = "";
-    for (int k = 0; k < PK_COUNT; k++) {
-        if (!PROT_KINDS[k].all) continue;
-        int provided = !TRAINER_GPU || PROT_KINDS[k].gpu;
-        snprintf(names + strlen(names), sizeof(names) - strlen(names), ", %s", PROT_KINDS[k].name);
-        if (provided) snprintf(have + strlen(have), sizeof(have) - strlen(have), "%s%s", have[0] ? "," : "", PROT_KINDS[k].name);
-        else snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%s%s", missing[0] ? ", " : "", PROT_KINDS[k].name);
+    int provided[PK_COUNT], all = 0;
+    char err[400];
+    for (int k = 0; k < PK_COUNT; k++) provided[k] = !TRAINER_GPU || PROT_KINDS[k].gpu;
+    if (protect_parse(a->protect, provided, run->prot, &all, err, sizeof(err))) {
+        fflush(stdout);
+        fprintf(stderr, "error: %s\n", err);
+        tsdc_abort(1);
     }
-    snprintf(buf, sizeof(buf), "%s", a->protect);
-    for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (!strcmp(tok, "none")) continue;
-        int paper = !strcmp(tok, "paper"), all = !strcmp(tok, "all"), found = paper || all;
-        for (int k = 0; k < PK_COUNT; k++) {
-            const ProtKind* K = &PROT_KINDS[k];
-            if (!K->all) continue;
-            int provided = !TRAINER_GPU || K->gpu;
-            if ((paper && K->paper) || (all && provided)) run->prot[k] = 1;
-            else if (!strcmp(tok, K->name)) {
-                if (!provided) usage_fail("flag -protect: '%s' is the CPU trainer's for now (docs/protection.md)", tok);
-                run->prot[k] = found = 1;
-            }
-        }
-        if (all) run->exp_auto = 1;
-        if (!found) {
-            fprintf(stderr, "error: flag -protect: '%s' is not none, paper, all%s (see -h)\n", tok, names);
-            tsdc_abort(1);
-        }
+    if (all) run->exp_auto = 1;
+    if (run->dist.rank == 0 && (all || strstr(a->protect, "paper"))) {   /* what a set stands for, on this trainer */
+        char on[200] = "";
+        for (int k = 0; k < PK_COUNT; k++)
+            if (run->prot[k]) snprintf(on + strlen(on), sizeof(on) - strlen(on), "%s%s", on[0] ? "," : "", PROT_KINDS[k].name);
+        printf("-protect %s: %s\n", a->protect, on);
     }
     detect_init(&run->det, detect_parse(a->detect), a->detect_observe, a->detect_window, a->spike_z, a->harmful_z, a->llmft_model);
     if (a->detect_observe && !run->det.mask) usage_fail("%s", "-detect_observe 1 needs -detect LIST (the detectors to observe)");
@@ -292,8 +279,6 @@ static void protect_setup(Run* run) {
     if (run->exp_auto) run->prot[PK_EXP] = 1;
     for (int k = 0; k < PK_COUNT; k++)
         if (k != PK_RGG) model_set_protect(&run->model, k, run->prot[k]);
-    if (missing[0] && strstr(a->protect, "all") && run->dist.rank == 0)
-        printf("note: -protect all on this trainer is %s: %s are the CPU trainer's for now\n", have, missing);
     bwd_setup(run);
     skip_setup(run);
     if (a->rgg_calibrate[0] && a->rgg_calibration[0]) usage_fail("%s", "-rgg_calibrate and -rgg_calibration exclude each other");
