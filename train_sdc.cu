@@ -526,7 +526,12 @@ static void attcheck_collect(Model* model) {
  *     same kernels on the same saved statistics.
  * A fault anywhere on the path (q_proj, k_proj, q_norm, k_norm, q_rope, k_rope gradients, or inside the attention
  * backward's dq/dk) changes the stored tensor's bits and not the recomputation's. Faults in the stored dlogits (split
- * path) or in dout are consistent input to both, as on the CPU (att_bwd's). No injection points in the rerun. */
+ * path) or in dout are consistent input to both, as on the CPU: those are checked by invariants instead (att_bwd:
+ * the dprobs row checksums, dlogits' zero row sums, dV's column sums, attcheck.cuh). No injection points in the rerun.
+ * Cost a layer (docs/protection.md): fused path, one more flash backward (7 causal T x T x hd products a head, about
+ * +6% of the layer backward's FLOPs at llama3.2-1b T 1024, more in time while those kernels use CUDA cores); split
+ * path, the two dQ/dK products; then the norm/RoPE reruns and two fingerprint passes over N (qd + kd) bf16; scratch
+ * 2 N qd + 3 N kd bf16. */
 enum { QKB_FLASH, QKB_MATERIALISED, QKB_SPLIT };
 static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, const bf16* o, const bf16* probs, bf16* dlogits,
                                    const bf16* qc, const bf16* kc, const bf16* dq_used, const bf16* dk_used) {
