@@ -2,14 +2,14 @@
  *
  *   ./test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]
  *
- * LIST (comma-separated): init, kernels, reference, determinism, att_faults, update_norm, att_checks, or one kernel
+ * LIST (comma-separated): init, grad_buckets, kernels, reference, determinism, att_faults, update_norm, att_checks, or one kernel
  * test: convert embedding rmsnorm rope attention attention_split flash attcheck attcheck_bwd elementwise classifier adamw global_norm
- * matmul fingerprint fingerprint_rows matmul_cache fault_flip argmax unscale attention_chunked. Default: everything.
+ * matmul fingerprint fingerprint_rows matmul_cache fault_flip argmax unscale attention_chunked ptx. Default: everything.
  *
  * This file holds the includes (both trainers), the table of tests and main; the tests are in tests/, each
  * file included below in this order: tests/check.h (the OK / NOT OK lines, shared with test_sdc.c),
  * tests/refstate.h (the reference states' reader), tests/cuda/harness.cuh (comparisons, device buffers),
- * kernels.cuh and attention.cuh (a), model.cuh (0, b, c), protect.cuh (d to g).
+ * kernels.cuh and attention.cuh (a), model.cuh (0, b, c), protect.cuh (d to g), ptx.cuh (a'').
  *
  * (0) init: the GPU's weight initialisation (llmc/cuda/init.cuh, one thread per pair) is bit-identical to the CPU
  *     trainer's (llmc/cpu/init.h, the same function on the host): model_init_weights of both trainers for the
@@ -73,6 +73,11 @@
  *     bf16 rounding of the materialised path and bitwise reproducible; a due att_logits/att_probs fault moves only
  *     its layer to the materialised path; a forward att_out fault keeps the fused backward on the clean out.
  *     (d) and (f) run on the materialised path (model_set_attention_materialised), whose semantics they test.
+ * (a'') ptx: the tensor-core and cp.async wrappers of llmc/cuda/ptx.cuh in small kernels against tests/ptx_ref.h's scalar
+ *     reference written from the PTX ISA's fragment tables (mma within 2^-18 of |c| + sum |a b|, ldmatrix, cp.async and
+ *     pack bitwise): on a GPU the proof that the emulator's layouts are the hardware's (see tests/cuda/ptx.cuh).
+ * (h) grad_buckets: the buckets of the overlapped gradient all-reduce tile the gradients once, in the backward's
+ *     order, each tensor in its layer's bucket (every preset; host only).
  * Each check prints OK / NOT OK; the last line is "test_sdc_cu: N passed, M failed"; exit 1 on any
  * failure (or when no GPU is present). */
 #define TESTING
@@ -108,6 +113,7 @@ namespace cpu {
 #include "tests/cuda/attention.cuh"
 #include "tests/cuda/model.cuh"
 #include "tests/cuda/protect.cuh"
+#include "tests/cuda/ptx.cuh"
 
 /* -only LIST: comma-separated test names, or the groups "kernels" (every kernel test), "reference" and
  * "determinism"; empty: everything */
@@ -124,7 +130,7 @@ static int want(const char* name, const char* group) {
 #define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
     "  LIST: comma-separated, of kernels reference determinism att_faults update_norm att_checks convert embedding\n" \
     "        rmsnorm rope attention attention_split flash attcheck attcheck_bwd elementwise classifier adamw global_norm matmul\n" \
-    "        fingerprint fingerprint_rows matmul_cache fault_flip argmax unscale attention_chunked init\n"
+    "        fingerprint fingerprint_rows matmul_cache fault_flip argmax unscale attention_chunked ptx init grad_buckets\n"
 
 int main(int argc, char** argv) {
     const char *states = "dev/reference/states", *ckpts = "build/ref";
@@ -159,8 +165,9 @@ int main(int argc, char** argv) {
         {"elementwise", test_elementwise}, {"classifier", test_classifier},
         {"adamw", test_adamw}, {"multi_tensor", test_multi_tensor}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"fingerprint_rows", test_fingerprint_rows}, {"matmul", test_matmul},
         {"matmul_cache", test_matmul_cache}, {"fault_flip", test_fault_flip}, {"argmax", test_argmax}, {"unscale", test_unscale},
-        {"attention_chunked", test_attention_chunked}};
+        {"attention_chunked", test_attention_chunked}, {"ptx", test_ptx}};
     if (want("init", NULL)) test_init();
+    if (want("grad_buckets", NULL)) test_grad_buckets();
     double t0 = wall_seconds();
     int any = 0;
     matmul_init();

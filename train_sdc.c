@@ -668,6 +668,9 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     model_backward(model, B, T, model->targets, dloss);
 }
 static void model_zero_grads(Model* model) { memset(model->grads, 0, sizeof(float) * model->L.total); }
+/* one MPI all-reduce after the backward; nothing is started inside it, and the classifier has no one-pass form here */
+static void model_reduce_in_backward(Model* model, Dist* dist) { (void)model; (void)dist; }
+static void model_classifier_fused_next(Model* model, float dloss) { (void)model; (void)dloss; }
 static void model_allreduce_grads(Model* model, Dist* dist) { dist_allreduce_sum_f32(dist, model->grads, model->L.total); }
 /* clip, AdamW update t (1-based), refresh the weight copies; returns the pre-clip gradient norm */
 static double model_update(Model* model, const AdamW* opt, long long t, double clip) {

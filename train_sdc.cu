@@ -89,6 +89,47 @@ typedef struct {                         /* all bf16 but the mean squares and ls
     bf16 *out;                           /* block_out */
 } LayerActs;
 
+/* The gradient buckets of the overlapped reduction: contiguous ranges of the one fp32 gradient buffer,
+ * listed in the order the backward finishes writing them (grad_bucket_plan). */
+#define GB_MAX (MAX_TENSORS / 4 + 2)   /* a layer has at least 4 tensors */
+typedef struct {
+    int n;                               /* buckets: the tail, each layer from the last down, the head */
+    size_t off[GB_MAX], numel[GB_MAX];   /* in floats */
+    int layer[GB_MAX];                   /* the layer a bucket holds; GB_TAIL, GB_HEAD */
+} GradBuckets;
+enum { GB_TAIL = -1, GB_HEAD = -2 };
+
+/* The buckets, in the order the backward completes them: the tail (the tensors after the last layer's: final
+ * norm, lm_head; written by the head GEMM's dW and the final norm's backward, before the layer loop), each
+ * layer from the last down (a layer's tensors are contiguous and only its own backward writes them; the
+ * bucket is complete at the end of its iteration), and the head (the tensors before layer 0: wte, the
+ * embedding norm; written last, by embedding_backward; tied, wte also took the head GEMM's dW first).
+ * Empty ranges are left out. Together they cover [0, P) once (test_sdc.cu grad_buckets). */
+static void grad_bucket_plan(const ParamLayout* L, int n_layer, GradBuckets* gb) {
+    memset(gb, 0, sizeof(*gb));
+    if (n_layer + 2 > GB_MAX) tsdc_fail("internal: %d layers exceed the gradient buckets' %d", n_layer, GB_MAX - 2);
+    size_t* lo = (size_t*)mallocCheck(sizeof(size_t) * n_layer);
+    size_t* hi = (size_t*)mallocCheck(sizeof(size_t) * n_layer);
+    for (int l = 0; l < n_layer; l++) { lo[l] = (size_t)-1; hi[l] = 0; }
+    size_t covered = 0;
+    for (int i = 0; i < L->n; i++) {
+        const TensorInfo* t = &L->t[i];
+        if (t->layer < 0) continue;
+        if (t->offset < lo[t->layer]) lo[t->layer] = t->offset;
+        if (t->offset + t->numel > hi[t->layer]) hi[t->layer] = t->offset + t->numel;
+        covered += t->numel;
+    }
+    for (int l = 0; l < n_layer; l++)
+        if (lo[l] >= hi[l] || (l > 0 && lo[l] != hi[l - 1])) tsdc_fail("internal: layer %d's parameters are not one range after layer %d's", l, l - 1);
+    if (covered != hi[n_layer - 1] - lo[0]) tsdc_fail("internal: a global tensor lies between the layers' parameters");
+#define GB_ADD(o, n_, tag) do { if ((n_) > 0) { gb->off[gb->n] = (o); gb->numel[gb->n] = (n_); gb->layer[gb->n] = (tag); gb->n++; } } while (0)
+    GB_ADD(hi[n_layer - 1], L->total - hi[n_layer - 1], GB_TAIL);
+    for (int l = n_layer - 1; l >= 0; l--) GB_ADD(lo[l], hi[l] - lo[l], l);
+    GB_ADD((size_t)0, lo[0], GB_HEAD);
+#undef GB_ADD
+    free(lo); free(hi);
+}
+
 typedef struct {
     Config c;
     ParamLayout L;
@@ -153,6 +194,18 @@ typedef struct {
     float unscale;                       /* exponent scaling's 2^-k, folded into the norms and AdamW (1: none) */
     int grads_fresh;                     /* the next backward overwrites the gradients (beta 0) instead of adding */
     long long loop_syncs;                /* host synchronisations inside the forward's and backward's layer loops */
+    /* the gradient reduction over the ranks, overlapped with the backward (model_reduce_in_backward) */
+    GradBuckets gb;                      /* the bucket plan (grad_bucket_plan), in the order the backward completes them */
+    cudaStream_t comm;                   /* the buckets' all-reduces run here (created on first use) */
+    cudaEvent_t* bucket_ready;           /* [gb.n]: recorded on the main stream after a bucket's last gradient kernel */
+    cudaEvent_t comm_done;               /* recorded on comm after the last bucket; the main stream waits for it */
+    Dist* reduce_dist;                   /* non-NULL: the next backward reduces its buckets as it completes them */
+    int gb_next;                         /* the next bucket the armed backward completes */
+    int grads_reduced;                   /* that backward launched every bucket: model_allreduce_grads only joins */
+    /* the one-pass classifier (model_classifier_fused_next) */
+    int ce_fused_next;                   /* the next forward with targets writes dlogits over the logits ... */
+    float ce_dloss;                      /* ... for this dloss */
+    int dlogits_ready;                   /* the last forward did: the backward starts from dlogits */
 } Model;
 
 #include "llmc/host/backend.h"   /* the functions the host loop calls, declared for this Model; the protection accessors */
@@ -273,6 +326,7 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
         model->unscale = 1.0f;
         model->grads_fresh = 0;          /* the memset above zeroed them: adding is right too */
     }
+    grad_bucket_plan(&model->L, c->n_layer, &model->gb);
     model->h_params = (float*)mallocCheck(P * sizeof(float));
     model->h_m = (float*)mallocCheck(P * sizeof(float));
     model->h_v = (float*)mallocCheck(P * sizeof(float));
@@ -389,6 +443,12 @@ static void model_free(Model* model) {
     if (model->upd_seg_end) cudaCheck(cudaFree(model->upd_seg_end));
     if (model->upd_seg_decay) cudaCheck(cudaFree(model->upd_seg_decay));
     cudaCheck(cudaStreamDestroy(model->stream));
+    if (model->comm) {
+        for (int b = 0; b < model->gb.n; b++) cudaCheck(cudaEventDestroy(model->bucket_ready[b]));
+        cudaCheck(cudaEventDestroy(model->comm_done));
+        cudaCheck(cudaStreamDestroy(model->comm));
+        free(model->bucket_ready);
+    }
     free(model->h_params); free(model->h_m); free(model->h_v); free(model->h_targets); free(model->h_row);
     free(model->la); free(model->tidx); free(model->prot.exp_hist);
     matmul_free();
@@ -715,6 +775,9 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     float eps = (float)c->norm_eps;
     const int checks = model->prot.abft || model->prot.on[PK_ATT];
     if (B * T > model->B * model->T) tsdc_fail("model_forward_step: B %d x T %d exceed the model's %d x %d tokens", B, T, model->B, model->T);
+    const int fuse_ce = with_targets && model->ce_fused_next;   /* the one-pass classifier (model_classifier_fused_next) */
+    model->ce_fused_next = 0;
+    model->dlogits_ready = 0;
     if (checks) {
         if (B > model->B || T > model->T) tsdc_fail("model_forward_step: B %d T %d exceed the model's %d %d", B, T, model->B, model->T);
         attcheck_buffers(model);
@@ -842,7 +905,9 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         rgg_ms_sums((double*)model->rep_dev, (double*)(model->rep_dev + model->rep_bad), model->ms_table, 2 * c->n_layer + 1, N, s);
     linear_forward(model->logits, model->final_norm, c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1), N, d, V, s);
     softcap_forward(model->logits, (size_t)N * V, (float)c->softcap, s);
-    if (with_targets) crossentropy_forward(model->losses, model->lse, model->logits, model->targets, N, V, s);
+    if (fuse_ce) crossentropy_fused(model->losses, model->lse, model->logits, model->targets, N, V, model->ce_dloss, (float)c->softcap, s);
+    else if (with_targets) crossentropy_forward(model->losses, model->lse, model->logits, model->targets, N, V, s);
+    model->dlogits_ready = fuse_ce;
     /* the report: one pinned asynchronous copy (flags, counts, RGG sums, and the losses), read after the
      * one synchronisation of the forward, once all its work is queued */
     cudaCheck(cudaMemcpyAsync(model->rep_host, model->rep_dev, model->rep_loss + (with_targets ? sizeof(float) * N : 0),
@@ -855,6 +920,87 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     double sum = 0.0; int cnt = 0;
     for (int n = 0; n < N; n++) if (model->h_targets[n] >= 0) { sum += model->h_losses[n]; cnt++; }
     return cnt ? (float)(sum / cnt) : 0.0f;
+}
+
+/* ------------------------------------------------------------------- the gradient reduction
+ * Data parallelism sums the fp32 gradients over the ranks. The step's last backward (the host loop arms it:
+ * model_reduce_in_backward; the microbatches before it only accumulate) reduces them in buckets while it
+ * runs: when the backward has written a bucket's last gradient it records bucket_ready[b] on the main
+ * stream, the comm stream waits for that event and all-reduces the bucket in place, and the backward goes
+ * on with the next layer while NCCL moves this one. model_allreduce_grads joins the streams (comm_done).
+ * Nothing reads the gradients between the backward and that join (the backward guard's norms, found_inf,
+ * the detectors and the update all come after; the checks the loop reads between microbatches are
+ * activation checks), so what every reader sees is the reduced sum, as with one all-reduce after the
+ * backward. Why buckets of a whole all-reduce and not ZeRO-1 (reduce-scatter + sharded AdamW, as llm.c):
+ * every reader of the gradients here (the per-tensor norms of the backward guard, model_update_norm, the
+ * exponent-scaling check, the checkpoint's full AdamW state) reads whole tensors on every rank; sharding
+ * the optimizer would have each of them reduce partial norms over the ranks and gather state for
+ * checkpoints. The bucketed all-reduce changes none of them, and hides what is hideable (docs/gpu.md).
+ * Determinism: each bucket is one ncclAllReduce of a fixed range in a fixed order; for a fixed world size,
+ * topology, NCCL version and environment NCCL's choice of algorithm and channels per message size is
+ * fixed, so the bits are the same run to run. They need not equal one whole-buffer all-reduce's: NCCL may
+ * pick another algorithm (ring or tree) or chunking for a bucket's size, and so another order of the R
+ * terms of an element (with 2 ranks the sum of two terms is the same either way). */
+#ifdef USE_NCCL
+static ncclComm_t g_nccl;
+static int g_nccl_ready = 0;
+#endif
+
+/* the step's last backward is next: it reduces its buckets over the ranks as it completes them (one rank:
+ * nothing to do). The first call creates the comm stream and the events and says how the buckets fall. */
+static void model_reduce_in_backward(Model* model, Dist* dist) {
+    if (dist->world == 1) return;
+#ifdef USE_NCCL
+    if (!model->comm) {
+        cudaCheck(cudaStreamCreateWithFlags(&model->comm, cudaStreamNonBlocking));
+        model->bucket_ready = (cudaEvent_t*)mallocCheck(sizeof(cudaEvent_t) * model->gb.n);
+        for (int b = 0; b < model->gb.n; b++) cudaCheck(cudaEventCreateWithFlags(&model->bucket_ready[b], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&model->comm_done, cudaEventDisableTiming));
+        if (dist->rank == 0) {
+            const GradBuckets* gb = &model->gb;
+            char buf[400];
+            int k = snprintf(buf, sizeof(buf), "gradient all-reduce: %d buckets overlapped with the backward, in its order:", gb->n);
+            for (int b = 0; b < gb->n && k < (int)sizeof(buf) - 40; b++) {
+                int run = 1;   /* equal consecutive layer buckets as one entry */
+                while (b + run < gb->n && gb->layer[b] >= 0 && gb->layer[b + run] >= 0 && gb->numel[b + run] == gb->numel[b]) run++;
+                const char* what = gb->layer[b] == GB_TAIL ? "tail" : gb->layer[b] == GB_HEAD ? "head" : "layer";
+                if (run > 1) k += snprintf(buf + k, sizeof(buf) - k, " %d %ss x %zu", run, what, gb->numel[b]);
+                else k += snprintf(buf + k, sizeof(buf) - k, " %s %zu", what, gb->numel[b]);
+                k += snprintf(buf + k, sizeof(buf) - k, "%s", b + run < gb->n ? "," : "");
+                b += run - 1;
+            }
+            printf("%s fp32 gradients (%.1f MB)\n", buf, model->L.total * 4 / 1e6);
+        }
+    }
+    model->reduce_dist = dist;
+    model->gb_next = 0;
+    model->grads_reduced = 0;
+#else
+    tsdc_fail("%d ranks: this binary was built without NCCL, so it trains on one GPU only", dist->world);
+#endif
+}
+
+/* the backward has queued the last kernel that writes bucket `which` (a layer, GB_TAIL or GB_HEAD): when
+ * armed, its all-reduce goes on the comm stream behind an event on the main stream */
+static void grad_bucket_done(Model* model, int which) {
+    if (!model->reduce_dist) return;
+    const GradBuckets* gb = &model->gb;
+    const int b = model->gb_next;
+    if (b >= gb->n || gb->layer[b] != which) {
+        if (which < 0) return;   /* an empty tail or head has no bucket */
+        tsdc_fail("internal: the backward completed layer %d's gradients, but the next bucket is %d of %d", which, b, gb->n);
+    }
+#ifdef USE_NCCL
+    cudaCheck(cudaEventRecord(model->bucket_ready[b], model->stream));
+    cudaCheck(cudaStreamWaitEvent(model->comm, model->bucket_ready[b], 0));
+    float* g = model->grads + gb->off[b];
+    ncclCheck(ncclAllReduce(g, g, gb->numel[b], ncclFloat, ncclSum, g_nccl, model->comm));
+#endif
+    if (++model->gb_next == gb->n) {
+        cudaCheck(cudaEventRecord(model->comm_done, model->comm));
+        model->grads_reduced = 1;
+        model->reduce_dist = NULL;
+    }
 }
 
 /* --------------------------------------------------------------------------------- backward */
@@ -877,7 +1023,12 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     model->norms_valid = 0;
 
     bf16* dlogits = model->logits;
-    crossentropy_softcap_backward(dlogits, model->logits, model->lse, model->targets, N, V, dloss, (float)c->softcap, s);
+    if (model->dlogits_ready) {   /* the forward's one-pass classifier wrote them, for this dloss */
+        if (dloss != model->ce_dloss) tsdc_fail("internal: the backward's dloss %g is not the %g the forward's classifier used", dloss, model->ce_dloss);
+        model->dlogits_ready = 0;
+    } else {
+        crossentropy_softcap_backward(dlogits, model->logits, model->lse, model->targets, N, V, dloss, (float)c->softcap, s);
+    }
     const bf16* lm_w = c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1);
     float* lm_g = c->tied ? GR(PT_WTE, -1) : GR(PT_LMHEAD, -1);
     exp_profile(model, c->tied ? PT_WTE : PT_LMHEAD, -1, dlogits, (size_t)N * V);
@@ -885,6 +1036,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     linear_backward_dw_acc(lm_g, dlogits, model->final_norm, N, d, V, acc, s);
     rmsnorm_backward_acc(dres, GR(PT_FINAL_NORM, -1), dbuf, model->la[c->n_layer - 1].out, W(PT_FINAL_NORM, -1), model->final_ms,
                      N, d, eps, 0, acc, s);
+    grad_bucket_done(model, GB_TAIL);   /* lm_head and the final norm: written */
     bwd_checks_begin(model, B, T, s);
     const long long syncs0 = host_syncs_now();   /* -stats: none may happen inside the layer loop */
     for (int l = c->n_layer - 1; l >= 0; l--) {
@@ -1022,6 +1174,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         f32_to_bf16(dbuf, dx32, (size_t)N * d, s);
         FAULT_BWD(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
         rmsnorm_backward_acc(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, acc, s);
+        grad_bucket_done(model, l);   /* the layer's last gradient kernel is queued */
     }
     model->loop_syncs += host_syncs_now() - syncs0;
     if (c->embed_norm) {
@@ -1030,6 +1183,8 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     }
     if (!acc && !c->tied) cudaCheck(cudaMemsetAsync(GR(PT_WTE, -1), 0, sizeof(float) * (size_t)V * d, s));
     embedding_backward(GR(PT_WTE, -1), dres, model->inputs, N, d, s);
+    grad_bucket_done(model, GB_HEAD);
+    if (model->reduce_dist) tsdc_fail("internal: the backward completed %d of its %d gradient buckets", model->gb_next, model->gb.n);
     bwd_checks_collect(model, s);
 }
 
@@ -1042,15 +1197,19 @@ static void model_zero_grads(Model* model) {
     model->norms_valid = 0;
 }
 
-#ifdef USE_NCCL
-static ncclComm_t g_nccl;
-static int g_nccl_ready = 0;
-#endif
-
+/* The step's gradients summed over the ranks. After a backward that model_reduce_in_backward armed, every
+ * bucket's all-reduce is already queued on the comm stream: the main stream waits for the last (comm_done)
+ * before anything that follows reads the gradients (the norms, the guards, the update), and the host does
+ * not wait. Otherwise (a backward nobody armed) one all-reduce of the whole buffer on the main stream. */
 static void model_allreduce_grads(Model* model, Dist* dist) {
     if (dist->world == 1) return;
     model->norms_valid = 0;
 #ifdef USE_NCCL
+    if (model->grads_reduced) {
+        cudaCheck(cudaStreamWaitEvent(model->stream, model->comm_done, 0));
+        model->grads_reduced = 0;
+        return;
+    }
     ncclCheck(ncclAllReduce(model->grads, model->grads, model->L.total, ncclFloat, ncclSum, g_nccl, model->stream));
 #else
     (void)model;
@@ -1214,13 +1373,23 @@ __global__ static void argmax_kernel(int* out, const bf16* logits, int V) {
 }
 
 static void model_token_losses(Model* model, int n, float* out) { memcpy(out, model->h_losses, sizeof(float) * n); }
+/* the one-pass classifier (crossentropy_fused) of the next forward with targets: the host loop says so before
+ * a training microbatch whose backward follows with this dloss and nothing reading the logits in between
+ * (not before the propagation trace's forwards, which diff the logits; evaluation, -pred_out's argmax and
+ * sampling never ask, and keep the two-pass path). The logits are then gone after that forward. */
+static void model_classifier_fused_next(Model* model, float dloss) { model->ce_fused_next = 1; model->ce_dloss = dloss; }
+static void logits_intact(const Model* model, const char* who) {
+    if (model->dlogits_ready) tsdc_fail("internal: %s after a forward whose classifier wrote dlogits over the logits", who);
+}
 static void model_argmax(Model* model, int n, int* out) {
+    logits_intact(model, "model_argmax");
     argmax_kernel<<<n, 256, 0, model->stream>>>(model->argmax, model->logits, model->c.vocab_size);
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaMemcpyAsync(out, model->argmax, sizeof(int) * n, cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
 }
 static void model_logits_row(Model* model, int row, float* out) {
+    logits_intact(model, "model_logits_row");
     int V = model->c.vocab_size;
     cudaCheck(cudaMemcpy(model->h_row, model->logits + (size_t)row * V, sizeof(bf16) * V, cudaMemcpyDeviceToHost));
     for (int i = 0; i < V; i++) out[i] = __bfloat162float(model->h_row[i]);
@@ -1248,11 +1417,13 @@ static void model_materialise_attention(Model* model, int l) {
                       model->stream);
 }
 static void model_trace_snapshot(Model* model) {
+    logits_intact(model, "model_trace_snapshot");
     for (int l = 0; l < model->c.n_layer; l++) model_materialise_attention(model, l);
     if (!model->trace_mem) cudaCheck(cudaMalloc(&model->trace_mem, model->act_bytes));
     cudaCheck(cudaMemcpyAsync(model->trace_mem, model->act_mem, model->act_bytes, cudaMemcpyDeviceToDevice, model->stream));
 }
 static void model_trace_diff(Model* model, int site, int l, int B, int T, double* num, double* den) {
+    logits_intact(model, "model_trace_diff");
     size_t n;
     if (site == SITE_ATT_LOGITS || site == SITE_ATT_PROBS) model_materialise_attention(model, l);
     const bf16* x = model_site_tensor(model, site, l, B, T, &n);

@@ -1,7 +1,7 @@
 """The GPU trainer (train_sdc.cu) run on the CUDA emulation (./train_sdc_emu, dev/cuda_emu; `make emu`),
 as a user runs it: its losses against the CPU trainer's emulation of the same AMP (./train_sdc -precision
-bf16) from the reference checkpoints, checkpoints that resume across the two trainers, 2 emulated ranks
-(NCCL over MPI) against 1 rank x 2 microbatches, and the protection tests of scripts/gpu_check.sh's
+bf16) from the reference checkpoints, checkpoints that resume across the two trainers, 2 and 4 emulated ranks
+(NCCL over MPI, the bucketed all-reduce) against 1 rank x 2 / 4 microbatches, and the protection tests of scripts/gpu_check.sh's
 protect phase (Q/K-path faults caught with the replayed run bit-identical to the clean emulated run;
 calibrated clean steps without an alarm).
 
@@ -16,6 +16,7 @@ and 200 calibrated clean steps (make test: tiny-llama, 40 steps). Data: the byte
 shards of tests/test_trainer.py."""
 import json
 import os
+import re
 
 import pytest
 
@@ -104,24 +105,53 @@ def test_checkpoint_resumes_in_the_other_trainer(data, tmp_path, writer):
 
 
 # ---------------------------------------------------------------------- data parallelism (NCCL)
+def bucket_banner(stdout):
+    """the trainer's line on its gradient buckets: their number and sizes (in floats), in the backward's order"""
+    import re
+    line = [l for l in stdout.splitlines() if l.startswith("gradient all-reduce:")]
+    assert len(line) == 1, stdout[-2000:]
+    n = int(re.search(r"(\d+) buckets", line[0]).group(1))
+    sizes = []
+    for count, size in re.findall(r"(?:(\d+) \w+s x |(?:tail|head|layer) )(\d+)", line[0]):
+        sizes += [int(size)] * (int(count) if count else 1)
+    return n, sizes
+
+
 @pytest.mark.skipif(MPIRUN is None, reason=str(MPI_SKIP))
-def test_two_emulated_ranks_equal_one_rank_two_microbatches(data, tmp_path):
-    """mpirun -np 2: gradients summed by ncclAllReduce (the emulation's NCCL over MPI) against one rank
-    accumulating the same two microbatches. Same bf16 math, the fp32 gradient sums in another order:
-    relative 1e-4 per step (measured: below 1e-6). Catches: a gradient all-reduce
-    that averages instead of sums (or misses the 1/(world x accum) scale), ranks reading the same data, an all-reduce
-    over the wrong buffer."""
-    kw = {"-preset": "tiny-llama", "-init": ref_ckpt("tiny-llama"), "-steps": 4}
-    p = emu(small(data, tmp_path / "r2", **kw, **{"-accum": 1}), mpi=2)
-    assert "2 ranks" in p.stdout, p.stdout[-1000:]
-    emu(small(data, tmp_path / "r1", **kw, **{"-accum": 2}))
-    a, b = steps(tmp_path / "r2"), steps(tmp_path / "r1")
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_emulated_ranks_equal_one_rank_accumulating(data, tmp_path, ranks):
+    """mpirun -np R (2, 4): the gradients summed over the ranks by the bucketed ncclAllReduce overlapped with the
+    backward (the emulation's NCCL over MPI, one all-reduce a bucket) against one rank accumulating the same R
+    microbatches. Same bf16 math, the fp32 gradient sums in another order: losses and grad_norm within relative 1e-4
+    per step (measured: loss 0 and grad_norm below 1e-8 at R 2, below 1e-6 at R 4), and every tensor's weights after
+    4 steps within 1e-3 of its update's largest element (measured: below 1e-4). The banner's buckets: one a layer plus
+    the tail (final norm) and the head (the tied embedding), their sizes summing to the parameter count. Catches: a
+    gradient all-reduce that averages instead of sums (or misses the 1/(world x accum) scale), ranks reading the same
+    data, an all-reduce over the wrong buffer, a bucket left out (the ranks' weights part: the run fails its
+    cross-rank check, and the weights differ) or reduced twice (its gradients R x: grad_norm)."""
+    import numpy as np
+    import tsdc_io
+    kw = {"-preset": "tiny-llama", "-init": ref_ckpt("tiny-llama"), "-steps": 4, "-ckpt_every": 4}
+    p = emu(small(data, tmp_path / "rR", **kw, **{"-accum": 1}), mpi=ranks)
+    assert f"{ranks} ranks" in p.stdout and "identical on all ranks" in p.stdout, p.stdout[-1000:]
+    emu(small(data, tmp_path / "r1", **kw, **{"-accum": ranks}))
+    a, b = steps(tmp_path / "rR"), steps(tmp_path / "r1")
     assert sorted(a) == sorted(b) == [1, 2, 3, 4]
     d = rel_diffs(a, b, a)
     gn = {s: abs(a[s]["grad_norm"] - b[s]["grad_norm"]) / abs(b[s]["grad_norm"]) for s in a}
-    print(f"2 ranks x 1 vs 1 rank x 2 microbatches: largest rel loss diff {max(d.values()):.2e}, grad_norm {max(gn.values()):.2e}")
+    # the buckets: tiny-llama has 4 layers, a weighted final norm (the tail) and a tied embedding (the head)
+    n, sizes = bucket_banner(p.stdout)
+    P = int(re.search(r"\| (\d+) parameters \|", p.stdout).group(1))
+    assert n == 4 + 2 and len(sizes) == n and sum(sizes) == P, (n, sizes, P)
+    wR = tsdc_io.read_checkpoint(tmp_path / "rR" / "step_000004.ckpt")[3]
+    w1 = tsdc_io.read_checkpoint(tmp_path / "r1" / "step_000004.ckpt")[3]
+    w0 = tsdc_io.read_checkpoint(ref_ckpt("tiny-llama"))[3]
+    worst = max(float(np.max(np.abs(wR[k] - w1[k])) / np.max(np.abs(w1[k] - w0[k]))) for k in w1)
+    print(f"{ranks} ranks x 1 vs 1 rank x {ranks} microbatches: largest rel loss diff {max(d.values()):.2e}, grad_norm "
+          f"{max(gn.values()):.2e}, weights (vs the update) {worst:.2e}; buckets {sizes}")
     assert max(d.values()) <= 1e-4, d
     assert max(gn.values()) <= 1e-4, gn   # the pre-clip norm: a 2x gradient scale error shows here, not in the losses
+    assert worst <= 1e-3, worst
 
 
 # ------------------------------------------------------------------------------------ protection

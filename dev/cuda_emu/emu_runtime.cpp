@@ -13,7 +13,7 @@
  *
  * Execution model.
  * - A launch runs to completion before it returns (streams execute synchronously and record
- *   nothing). The blocks of a grid run in parallel over OpenMP threads (schedule dynamic), in an order
+ *   nothing; events are complete when recorded, and a stream's wait on one has nothing to wait for). The blocks of a grid run in parallel over OpenMP threads (schedule dynamic), in an order
  *   set by EMU_SCHEDULE.
  * - Within a block every CUDA thread is a fiber with its own stack on the OS thread that runs the
  *   block. Fibers switch with a small context switch written here (x86-64 and aarch64: callee-saved
@@ -35,6 +35,35 @@
  *   same mask. A mask naming a lane that exited, does not exist, or waits at a block barrier, a
  *   lane not in its own mask, lanes of one mask in different operations, and a shuffle reading a lane
  *   outside the mask are errors naming the kernel.
+ * - Tensor-core collectives (the twins of llmc/cuda/ptx.cuh): mma_bf16_16816 (mma.sync m16n8k16 .row.col
+ *   bf16 -> fp32) and ldmatrix (m8n8 .b16, x1/x2/x4, optionally .trans) are warp operations like the
+ *   shuffles, with the full mask: every one of the 32 lanes must wait at the same instruction (same kind,
+ *   same shape, same file and line). A lane that exited, waits at a barrier, waits in another warp
+ *   operation or at another call site, or a warp of fewer than 32 threads: an error naming the kernel and
+ *   the line. Each lane deposits pointers to its operands; when all have arrived one function computes
+ *   the whole warp's result (one collective per instruction, nothing allocated). The fragment layouts
+ *   are the PTX ISA's ("Matrix Fragments for mma.m16n8k16 with floating point type"; "Warp-level matrix
+ *   load instruction: ldmatrix"), written out at mma_collective / ldmatrix_collective. mma arithmetic:
+ *   d = (float)(sum_k a_k b_k + c), the 16 products exact and summed in double in k order, c last, one
+ *   rounding; the hardware's order and internal precision inside an mma are not documented, so a GPU
+ *   agrees to a few fp32 ulps of |c| + sum |a b|, not bitwise. d may alias c (every input is read before
+ *   any output is written). ldmatrix: each row address read (lanes 0 .. 8 x num - 1; the others are
+ *   ignored, as on the GPU) must be 16-byte aligned with its 16 bytes inside the block's dynamic arena or
+ *   inside one __shared__ declaration; otherwise an error naming the lane and the address.
+ * - cp.async (cp_async_16 / commit / wait<N> / wait_all): a per-thread queue. cp_async_16 checks the
+ *   destination (16-byte aligned, 16 bytes in the block's shared memory as for ldmatrix), src_bytes
+ *   (0..16) and the source (16-byte aligned; its src_bytes bytes inside a live device allocation; not
+ *   read at all when src_bytes is 0), reads the source bytes at once and queues the 16 bytes (zero
+ *   filled past src_bytes) with the number of the thread's open group. cp_async_commit closes the group;
+ *   wait<N> writes to shared memory every queued copy of a committed group older than the newest N;
+ *   wait_all commits and waits for everything. The data become visible only at the wait: until then the
+ *   destination keeps its old contents (the poison, for a fresh buffer), and __syncthreads lands nothing
+ *   (as on the GPU, where only the wait orders the copy), so a missing or late wait shows up as poison
+ *   read, or as results that change with the schedule. A thread that exits with queued copies
+ *   (uncommitted, or in committed groups never waited for) is an error naming the kernel and the first
+ *   copy's line; an empty committed group carries nothing and is not reported. (A GPU may land a copy
+ *   before its wait; code that is right here is right there, not the other way round.) cp.async is not a
+ *   warp collective: each thread issues and waits for its own copies.
  * - __shared__: per block, a slot per declaration (keyed by the declaration's static tag), every
  *   thread of the block the same slot, poisoned with 0xFF when the block first reaches it; dynamic
  *   shared memory (extern __shared__) likewise at the start of the block's arena. Static plus dynamic
@@ -86,12 +115,13 @@
  *
  * What the emulator cannot see: timing and performance; the memory model across blocks (blocks run
  * to completion, each block's writes are visible when it ends: missing __threadfence or volatile go
- * unseen); tensor-core rounding and cuBLASLt's algorithm choices and their heuristics on real hardware;
+ * unseen); tensor-core rounding (the emulated mma rounds once, see above) and cuBLASLt's algorithm choices and their heuristics on real hardware;
  * the driver, PCIe/NVLink and NCCL transports; register pressure and occupancy (__launch_bounds__).
  *
  * Environment: EMU_SCHEDULE, EMU_DIGEST, EMU_STATS, EMU_NO_DEVICE, EMU_DEVICE_COUNT, EMU_STACK_KB,
  * OMP_NUM_THREADS. */
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #include "cuda_emu.h"
 /* the runtime names the block's fields itself */
 #undef threadIdx
@@ -400,6 +430,15 @@ enum FState { F_NEW = 0, F_READY, F_RUNNING, F_BARRIER, F_WARP, F_DONE };
 
 struct Stack { char* base; size_t len; char* top; };
 
+/* one pending cp.async: the 16 bytes it will write (read from the source at the issue), where, its group */
+struct CpAsync {
+    unsigned char data[16];
+    char* dst;
+    unsigned group;
+    int line;
+    const char* file;
+};
+
 struct Fiber : emu::ThreadCtx {
     int lin;
     int state;
@@ -413,6 +452,13 @@ struct Fiber : emu::ThreadCtx {
     /* the call site of the warp op or barrier it waits at */
     const char* file;
     int line;
+    /* a tensor-core collective's operands: pointers into the lane's own frame (valid while it waits) */
+    const void* wop[4];
+    /* cp.async: the copies issued and not yet landed (from cp_head on, in issue order) and the number of
+     * groups committed so far (the open group's number) */
+    std::vector<CpAsync> cpq;
+    size_t cp_head;
+    unsigned cp_groups;
 #ifdef EMU_UCONTEXT
     ucontext_t uc;
 #endif
@@ -454,6 +500,9 @@ struct Worker {
     std::vector<int> order;
     char* arena = nullptr;
     Block block;
+    /* the device buffer the last cp.async source lay in (no buffer is freed while a launch runs) */
+    const char* src_lo = nullptr;
+    const char* src_hi = nullptr;
     char* altstack = nullptr;
 };
 __thread Worker* tl_worker = nullptr;
@@ -508,6 +557,8 @@ const char* kind_name(int k) {
     case emu::W_ALL: return "__all_sync";
     case emu::W_BALLOT: return "__ballot_sync";
     case emu::W_SYNCWARP: return "__syncwarp";
+    case emu::W_MMA: return "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (mma_bf16_16816)";
+    case emu::W_LDMATRIX: return "ldmatrix.sync.aligned.m8n8.shared.b16 (ldmatrix_*)";
     }
     return "?";
 }
@@ -523,10 +574,24 @@ const char* kind_name(int k) {
         b->blockIdx.x, b->blockIdx.y, b->blockIdx.z, b->gridDim.x, b->gridDim.y, b->gridDim.z, b->n, buf);
 }
 
+/* a thread that ends with cp.async copies not landed: the wait is missing (on a GPU the copies would
+ * land in the shared memory of a block that no longer exists, or of the next one) */
+void check_cp_async_at_exit(Block* b, Fiber* f) {
+    if (f->cp_head >= f->cpq.size()) return;
+    const CpAsync& e = f->cpq[f->cp_head];
+    const size_t n = f->cpq.size() - f->cp_head;
+    if (e.group == f->cp_groups)
+        kernel_die(b, "thread (%u,%u,%u) exits with %zu cp.async copies never committed nor waited for (the first issued at %s:%d): "
+                   "cp_async_commit and cp_async_wait<N> / cp_async_wait_all are missing", f->idx.x, f->idx.y, f->idx.z, n, e.file, e.line);
+    kernel_die(b, "thread (%u,%u,%u) exits with %zu cp.async copies in %u committed group(s) not waited for (the first issued at %s:%d): "
+               "a cp_async_wait<N> / cp_async_wait_all is missing", f->idx.x, f->idx.y, f->idx.z, n, f->cp_groups - e.group, e.file, e.line);
+}
+
 void fiber_entry() {
     Worker* w = tl_worker;
     Fiber* f = static_cast<Fiber*>(emu_tl_thread);
     w->block.L->body(w->block.L->ctx);
+    check_cp_async_at_exit(&w->block, f);
     f->state = F_DONE;
     w->block.ndone++;
 #ifdef EMU_UCONTEXT
@@ -585,6 +650,96 @@ inline Fiber* current_fiber(const char* what, const char* file, int line) {
     return f;
 }
 
+/* ------------------------------------------------------------------ tensor-core collectives */
+const char* tensor_shape(int kind, int arg) {
+    static const char* names[] = {"", " x1", " x2", "", " x4", "", "", "", "", " x1.trans", " x2.trans", "", " x4.trans"};
+    return kind == emu::W_LDMATRIX && arg >= 0 && arg < 13 ? names[arg] : "";
+}
+
+/* [p, p + n) inside the block's shared memory: the dynamic arena, or one __shared__ declaration reached
+ * so far. Null when it is; otherwise what it is instead (for the message). */
+const char* smem_range_problem(const Worker* w, const Block* b, const void* p, size_t n) {
+    const char* c = (const char*)p;
+    const char* a = w->arena;
+    if (c >= a && c + n <= a + b->L->smem) return nullptr;
+    for (const SharedSite& s : b->sites)
+        if (c >= a + s.off && c + n <= a + s.off + s.bytes) return nullptr;
+    if (c >= a && c < a + SMEM_OPTIN + 256) return "shared memory outside the dynamic arena and every __shared__ declaration (or across the end of one)";
+    return "not shared memory (generic address outside the block's shared memory window)";
+}
+
+inline float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+inline float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+/* mma.m16n8k16 .row.col bf16 -> fp32 over the 32 lanes of warp `base`. Fragment layouts: PTX ISA,
+ * "Matrix Fragments for mma.m16n8k16 with floating point type" (g = lane >> 2, t = lane & 3):
+ *   A (16 x 16): register r of lane holds A[g + 8 (r & 1)][2t + 8 (r >> 1) + h], h = 0 low half, 1 high
+ *   B (16 x 8):  register r holds B[2t + 8 r + h][g]
+ *   C, D (16 x 8): element i holds [g + 8 (i >> 1)][2t + (i & 1)]
+ * Arithmetic: d = (float)(sum_k A[m][k] B[k][n] + c), the products exact (bf16 x bf16 fits a double
+ * exactly) and summed in double in k order 0..15, c added last, one rounding to fp32. All lanes' inputs
+ * are read before any d is written (d may alias c). */
+void mma_collective(std::vector<Fiber>& fib, int base) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int lane = 0; lane < 32; lane++) {
+        const Fiber& f = fib[base + lane];
+        const uint32_t* a = (const uint32_t*)f.wop[1];
+        const uint32_t* bb = (const uint32_t*)f.wop[2];
+        const float* c = (const float*)f.wop[3];
+        const int g = lane >> 2, t = lane & 3;
+        for (int r = 0; r < 4; r++) {
+            const int row = g + 8 * (r & 1), col = 2 * t + 8 * (r >> 1);
+            A[row][col] = bf16_lo(a[r]);
+            A[row][col + 1] = bf16_hi(a[r]);
+        }
+        for (int r = 0; r < 2; r++) {
+            const int k = 2 * t + 8 * r;
+            B[k][g] = bf16_lo(bb[r]);
+            B[k + 1][g] = bf16_hi(bb[r]);
+        }
+        for (int i = 0; i < 4; i++) C[g + 8 * (i >> 1)][2 * t + (i & 1)] = c[i];
+    }
+    float D[16][8];
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) {
+            double s = 0.0;
+            for (int k = 0; k < 16; k++) s += (double)A[m][k] * (double)B[k][n];
+            D[m][n] = (float)(s + (double)C[m][n]);
+        }
+    for (int lane = 0; lane < 32; lane++) {
+        float* d = (float*)fib[base + lane].wop[0];
+        const int g = lane >> 2, t = lane & 3;
+        for (int i = 0; i < 4; i++) d[i] = D[g + 8 * (i >> 1)][2 * t + (i & 1)];
+    }
+}
+
+/* ldmatrix.m8n8.x{1,2,4}[.trans].b16 over the 32 lanes of warp `base` (PTX ISA, "Warp-level matrix load
+ * instruction: ldmatrix"): lanes 8i .. 8i+7 give the row addresses of matrix i; lane l receives in
+ * register i the elements [l >> 2][2 (l & 3) + h] of matrix i (h = 0 low half), of its transpose with
+ * .trans. Every address read must be 16-byte aligned with its 16 bytes in the block's shared memory. */
+void ldmatrix_collective(Worker* w, Block* b, std::vector<Fiber>& fib, int base, int num, bool trans) {
+    uint16_t M[4][8][8];
+    for (int i = 0; i < num; i++)
+        for (int r = 0; r < 8; r++) {
+            const Fiber& f = fib[base + 8 * i + r];
+            const void* p = f.wop[0];
+            if ((uintptr_t)p & 15)
+                kernel_die(b, "ldmatrix.x%d%s at %s:%d: lane %d of warp %d (row %d of matrix %d) gives the address %p, not 16-byte aligned", num,
+                           trans ? ".trans" : "", f.file, f.line, 8 * i + r, base / 32, r, i, p);
+            const char* why = smem_range_problem(w, b, p, 16);
+            if (why)
+                kernel_die(b, "ldmatrix.x%d%s at %s:%d: lane %d of warp %d (row %d of matrix %d) gives the address %p: %s", num, trans ? ".trans" : "",
+                           f.file, f.line, 8 * i + r, base / 32, r, i, p, why);
+            memcpy(M[i][r], p, 16);
+        }
+    for (int lane = 0; lane < 32; lane++) {
+        uint32_t* out = (uint32_t*)fib[base + lane].wop[1];
+        const int g = lane >> 2, t = lane & 3;
+        for (int i = 0; i < num; i++)
+            out[i] = trans ? (uint32_t)M[i][2 * t][g] | (uint32_t)M[i][2 * t + 1][g] << 16 : (uint32_t)M[i][g][2 * t] | (uint32_t)M[i][g][2 * t + 1] << 16;
+    }
+}
+
 /* complete every warp operation whose lanes have all arrived; true if any did */
 bool resolve_warps(Block* b, std::vector<Fiber>& fib, std::vector<int>& run) {
     bool any = false;
@@ -599,9 +754,13 @@ bool resolve_warps(Block* b, std::vector<Fiber>& fib, std::vector<int>& run) {
             if (!((M >> l) & 1u))
                 kernel_die(b, "%s at %s:%d: thread (%u,%u,%u) (warp %d lane %d) is not in its own mask 0x%08x", kind_name(kind), f->file,
                            f->line, f->idx.x, f->idx.y, f->idx.z, base / 32, l, M);
+            const bool tensor = kind >= emu::W_MMA;
             bool ready = true;
             for (int j = 0; j < 32; j++) {
                 if (!((M >> j) & 1u)) continue;
+                if (j >= nl && tensor)
+                    kernel_die(b, "%s at %s:%d: warp %d has %d threads (the block has %d): the instruction needs all 32 lanes of the warp",
+                               kind_name(kind), f->file, f->line, base / 32, nl, n);
                 if (j >= nl)
                     kernel_die(b, "%s at %s:%d: mask 0x%08x names lane %d of warp %d, which does not exist (the block has %d threads)",
                                kind_name(kind), f->file, f->line, M, j, base / 32, n);
@@ -613,8 +772,23 @@ bool resolve_warps(Block* b, std::vector<Fiber>& fib, std::vector<int>& run) {
                 if (g->wmask != M || g->wkind != kind)
                     kernel_die(b, "warp %d: lane %d waits in %s at %s:%d with mask 0x%08x, lane %d in %s at %s:%d with mask 0x%08x",
                                base / 32, l, kind_name(kind), f->file, f->line, M, j, kind_name(g->wkind), g->file, g->line, g->wmask);
+                if (tensor && (g->warg != f->warg || g->line != f->line || strcmp(g->file, f->file)))
+                    kernel_die(b, "warp %d: lane %d waits in %s%s at %s:%d, lane %d in %s%s at %s:%d (every lane of the warp must execute the same "
+                               "instruction)", base / 32, l, kind_name(kind), tensor_shape(kind, f->warg), f->file, f->line, j, kind_name(kind),
+                               tensor_shape(kind, g->warg), g->file, g->line);
             }
             if (!ready) continue;
+            if (tensor) {
+                if (kind == emu::W_MMA) mma_collective(fib, base);
+                else ldmatrix_collective(tl_worker, b, fib, base, f->warg & 7, (f->warg >> 3) & 1);
+                for (int j = 0; j < 32; j++) {
+                    fib[base + j].state = F_READY;
+                    b->nwarp--;
+                    run.push_back(base + j);
+                }
+                any = true;
+                continue;
+            }
             /* every lane of M has arrived: compute each lane's result */
             unsigned long long red = 0;
             if (kind == emu::W_ANY || kind == emu::W_ALL || kind == emu::W_BALLOT) {
@@ -708,7 +882,11 @@ void run_block(Worker* w, const Launch* L, uint3 bidx) {
         f->stack = nullptr;
         f->file = nullptr;
         f->line = 0;
+        f->cpq.clear();
+        f->cp_head = 0;
+        f->cp_groups = 0;
     }
+    w->src_lo = w->src_hi = nullptr;
     b->ndone = b->nbar = b->nwarp = 0;
     /* run: the fibers runnable in this round, in thread order; the schedule permutes it */
     std::vector<int>& run = w->order;
@@ -1050,6 +1228,96 @@ void launch_impl(const char* name, const void* fn, const LaunchCfg& cfg, const c
     g_cur_launch = nullptr;
 }
 
+/* the tensor-core collectives: the lane deposits its operands and yields; resolve_warps computes all
+ * 32 lanes' results at once (mma_collective, ldmatrix_collective) when the whole warp has arrived */
+void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b, const float* c, const char* file, int line) {
+    Fiber* f = current_fiber("mma_bf16_16816", file, line);
+    f->wop[0] = d;
+    f->wop[1] = a;
+    f->wop[2] = b;
+    f->wop[3] = c;
+    warp_op(W_MMA, 0xffffffffu, 0, 0, 32, file, line);
+}
+
+void ldmatrix(uint32_t* r, int num, bool trans, const void* smem_row, const char* file, int line) {
+    Fiber* f = current_fiber("ldmatrix", file, line);
+    f->wop[0] = smem_row;
+    f->wop[1] = r;
+    warp_op(W_LDMATRIX, 0xffffffffu, 0, num | (trans ? 8 : 0), 32, file, line);
+}
+
+/* cp.async: checked and its source read at the issue, queued on the thread, written to shared memory only
+ * at the wait that covers its group */
+void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes, const char* file, int line) {
+    Fiber* f = current_fiber("cp_async_16", file, line);
+    Worker* w = tl_worker;
+    Block* b = &w->block;
+    if (src_bytes < 0 || src_bytes > 16)
+        kernel_die(b, "cp_async_16 at %s:%d: thread (%u,%u,%u): src_bytes %d, not in 0..16", file, line, f->idx.x, f->idx.y, f->idx.z, src_bytes);
+    if ((uintptr_t)smem_dst & 15)
+        kernel_die(b, "cp_async_16 at %s:%d: thread (%u,%u,%u): destination %p is not 16-byte aligned", file, line, f->idx.x, f->idx.y, f->idx.z,
+                   smem_dst);
+    const char* why = smem_range_problem(w, b, smem_dst, 16);
+    if (why) kernel_die(b, "cp_async_16 at %s:%d: thread (%u,%u,%u): destination %p: %s", file, line, f->idx.x, f->idx.y, f->idx.z, smem_dst, why);
+    CpAsync e;
+    memset(e.data, 0, 16);
+    if (src_bytes > 0) {
+        const char* src = (const char*)gmem_src;
+        if ((uintptr_t)src & 15)
+            kernel_die(b, "cp_async_16 at %s:%d: thread (%u,%u,%u): source %p is not 16-byte aligned", file, line, f->idx.x, f->idx.y, f->idx.z, src);
+        if (!(src >= w->src_lo && src + src_bytes <= w->src_hi)) {
+            std::lock_guard<std::mutex> lk(g_mu);
+            const Alloc* al = find_alloc(src, 0);
+            if (!al)
+                kernel_die(b, "cp_async_16 at %s:%d: thread (%u,%u,%u): source %p is not device memory (not inside a live cudaMalloc buffer)", file,
+                           line, f->idx.x, f->idx.y, f->idx.z, src);
+            const size_t off = (size_t)(src - al->user);
+            if ((size_t)src_bytes > al->size - off)
+                kernel_die(b, "cp_async_16 at %s:%d: thread (%u,%u,%u): the %d source bytes at offset %zu overrun the %zu-byte device buffer "
+                           "allocated at %s:%d", file, line, f->idx.x, f->idx.y, f->idx.z, src_bytes, off, al->size, al->file, al->line);
+            w->src_lo = al->user;
+            w->src_hi = al->user + al->size;
+        }
+        memcpy(e.data, src, (size_t)src_bytes);
+    }
+    e.dst = (char*)smem_dst;
+    e.group = f->cp_groups;
+    e.file = file;
+    e.line = line;
+    f->cpq.push_back(e);
+}
+
+void cp_async_commit(const char* file, int line) {
+    Fiber* f = current_fiber("cp_async_commit", file, line);
+    f->cp_groups++;
+}
+
+/* land every copy of a committed group older than the newest n */
+void cp_async_wait(int n, const char* file, int line) {
+    Fiber* f = current_fiber("cp_async_wait", file, line);
+    size_t h = f->cp_head;
+    const size_t end = f->cpq.size();
+    while (h < end && f->cpq[h].group + (unsigned)n < f->cp_groups) {
+        memcpy(f->cpq[h].dst, f->cpq[h].data, 16);
+        h++;
+    }
+    if (h == end) {
+        f->cpq.clear();
+        h = 0;
+    }
+    f->cp_head = h;
+}
+
+/* cp.async.wait_all = commit_group + wait_group 0 */
+void cp_async_wait_all(const char* file, int line) {
+    cp_async_commit(file, line);
+    cp_async_wait(0, file, line);
+}
+
+uint32_t pack_bf16x2(float lo, float hi) {
+    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) | (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
+}
+
 }  // namespace emu
 
 /* ================================================================================ host API */
@@ -1160,6 +1428,39 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     if (!s || s->magic != 0x5743) return api_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy(%p): not a live stream", (void*)s);
     s->magic = 0;
     delete s;
+    return cudaSuccess;
+}
+/* Events: streams run synchronously, so an event is complete when it is recorded and a wait on it has
+ * nothing to wait for; the calls check their handles (a destroyed or never-created event, a stream that is
+ * not live: cudaErrorInvalidResourceHandle), as the order they express is what the GPU needs. */
+struct CUevent_st { int magic; };
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+    init_once();
+    if (!e) return set_error(cudaErrorInvalidValue);
+    *e = new CUevent_st{0x4576};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (!e || e->magic != 0x4576) return api_error(cudaErrorInvalidResourceHandle, "cudaEventDestroy(%p): not a live event", (void*)e);
+    e->magic = 0;
+    delete e;
+    return cudaSuccess;
+}
+static bool stream_ok(cudaStream_t s) { return !s || s->magic == 0x5743; }   /* 0: the default stream */
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    if (!e || e->magic != 0x4576) return api_error(cudaErrorInvalidResourceHandle, "cudaEventRecord(%p): not a live event", (void*)e);
+    if (!stream_ok(s)) return api_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: stream %p is not live", (void*)s);
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (!e || e->magic != 0x4576) return api_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize(%p): not a live event", (void*)e);
+    g_counters.host_syncs++;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
+    if (!e || e->magic != 0x4576) return api_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent(%p): not a live event", (void*)e);
+    if (!stream_ok(s)) return api_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: stream %p is not live", (void*)s);
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {

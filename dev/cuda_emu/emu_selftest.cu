@@ -18,7 +18,17 @@
  * a shuffle reading a lane outside its mask, out-of-bounds reads and writes (past the end, before
  * the start) of a cudaMalloc buffer, static shared memory over 48 KiB, and a planted intra-block race
  * (a shared-memory reduction without its __syncthreads) that gives different results and different
- * EMU_DIGEST digests under EMU_SCHEDULE=fwd and rev while the correct reduction does not. */
+ * EMU_DIGEST digests under EMU_SCHEDULE=fwd and rev while the correct reduction does not.
+ * The twins of llmc/cuda/ptx.cuh against tests/ptx_ref.h (the scalar reference written from the PTX ISA's
+ * fragment tables): mma_bf16_16816 on random bf16 A, B and non-zero C in two warps, bitwise the
+ * documented arithmetic, also with d aliasing c; ldmatrix x1/x2/x4, plain and .trans, from static and
+ * dynamic shared memory with permuted row addresses; cp.async groups (wait<1> lands the older group
+ * only, the newer keeps its poison; src_bytes 0..16 with zero fill; __syncthreads lands nothing; wait_all
+ * lands the open group; a missing wait reads poison, differently under fwd and rev); pack_bf16x2's
+ * rounding; and in child processes: an mma with a lane exited, lanes at two call sites, lanes at a
+ * __syncthreads, a 16-thread warp; an ldmatrix address misaligned, in global memory, past the end of the dynamic arena; a thread
+ * exiting with committed-unwaited or uncommitted copies; a cp.async destination in global memory or
+ * misaligned, a source past the end of its buffer or in host memory. */
 #include <cuda_runtime.h>
 #include <cuda_emu.h>
 
@@ -32,6 +42,9 @@
 #include <vector>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "../../llmc/cuda/ptx.cuh"
+#include "../../tests/ptx_ref.h"
 
 static int n_pass = 0, n_fail = 0;
 static void check(bool ok, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -179,6 +192,137 @@ __global__ void big_static_smem_kernel(float* out) {
     out[threadIdx.x] = big[threadIdx.x];
 }
 
+
+/* ------------------------------------------------------------ tensor-core and cp.async (ptx.cuh) */
+/* one mma per warp (warp w uses fragment set w): d1 = A B + C into a fresh d, d2 with d aliasing c */
+__global__ void mma_kernel(float* d1, float* d2, const uint32_t* aw, const uint32_t* bw, const float* cw) {
+    const int t = threadIdx.x;
+    const uint32_t a[4] = {aw[t * 4], aw[t * 4 + 1], aw[t * 4 + 2], aw[t * 4 + 3]};
+    const uint32_t b[2] = {bw[t * 2], bw[t * 2 + 1]};
+    const float c[4] = {cw[t * 4], cw[t * 4 + 1], cw[t * 4 + 2], cw[t * 4 + 3]};
+    float d[4];
+    mma_bf16_16816(d, a, b, c);
+    float x[4] = {c[0], c[1], c[2], c[3]};
+    mma_bf16_16816(x, a, b, x);
+    for (int i = 0; i < 4; i++) { d1[t * 4 + i] = d[i]; d2[t * 4 + i] = x[i]; }
+}
+
+/* 32 rows of 8 b16 in shared memory (static, or the dynamic arena with dyn), lane l gives row perm[l];
+ * out[lane * 4 + i] = register i of ldmatrix_x{num}[_trans] */
+__global__ void ldmatrix_kernel(uint32_t* out, const uint16_t* rows, const int* perm, int num, int trans, int dyn) {
+    __shared__ __align__(16) uint16_t st[32 * 8];
+    extern __shared__ uint16_t dy[];
+    uint16_t* sm = dyn ? dy : st;
+    const int l = threadIdx.x;
+    for (int c = 0; c < 8; c++) sm[l * 8 + c] = rows[l * 8 + c];
+    __syncthreads();
+    const void* p = &sm[perm[l] * 8];
+    uint32_t r[4] = {0xdeadbeefu, 0xdeadbeefu, 0xdeadbeefu, 0xdeadbeefu};
+    if (num == 1 && !trans) { uint32_t q[1]; ldmatrix_x1(q, p); r[0] = q[0]; }
+    if (num == 2 && !trans) { uint32_t q[2]; ldmatrix_x2(q, p); r[0] = q[0]; r[1] = q[1]; }
+    if (num == 4 && !trans) ldmatrix_x4(r, p);
+    if (num == 1 && trans) { uint32_t q[1]; ldmatrix_x1_trans(q, p); r[0] = q[0]; }
+    if (num == 2 && trans) { uint32_t q[2]; ldmatrix_x2_trans(q, p); r[0] = q[0]; r[1] = q[1]; }
+    if (num == 4 && trans) ldmatrix_x4_trans(r, p);
+    for (int i = 0; i < 4; i++) out[l * 4 + i] = r[i];
+}
+
+/* cp.async groups, one warp, rows of 16 bytes: out row blocks (64 rows each)
+ *   0: rows t (group 0, 16 bytes) and 32 + t (group 1, t % 17 bytes) as thread t sees them after wait<1>
+ *   1: the same after wait<0>
+ *   2: row (t + 1) % 32 of the neighbour after wait<0> and a __syncthreads, and row 32 + t seen by its
+ *      writer after a __syncthreads but before its wait_all (a copy issued after the first waits)
+ *   3: after that wait_all: rows t (a zero fill, src_bytes 0 from a null pointer, uncommitted before the
+ *      wait_all) and 32 + t */
+__global__ void cp_async_kernel(uint16_t* out, const uint16_t* src) {
+    __shared__ __align__(16) uint16_t s[64 * 8];
+    const int t = threadIdx.x;
+    cp_async_16(&s[t * 8], src + t * 8, 16);
+    cp_async_commit();
+    cp_async_16(&s[(32 + t) * 8], src + (32 + t) * 8, t % 17);
+    cp_async_commit();
+    cp_async_wait<1>();
+    for (int c = 0; c < 8; c++) { out[t * 8 + c] = s[t * 8 + c]; out[(32 + t) * 8 + c] = s[(32 + t) * 8 + c]; }
+    cp_async_wait<0>();
+    for (int c = 0; c < 8; c++) { out[(64 + t) * 8 + c] = s[t * 8 + c]; out[(96 + t) * 8 + c] = s[(32 + t) * 8 + c]; }
+    __syncthreads();
+    for (int c = 0; c < 8; c++) out[(128 + t) * 8 + c] = s[((t + 1) % 32) * 8 + c];
+    __syncthreads();
+    cp_async_16(&s[(32 + t) * 8], src + t * 8, 16);
+    cp_async_commit();
+    cp_async_16(&s[t * 8], nullptr, 0);
+    __syncthreads();
+    for (int c = 0; c < 8; c++) out[(160 + t) * 8 + c] = s[(32 + t) * 8 + c];
+    cp_async_wait_all();
+    for (int c = 0; c < 8; c++) { out[(192 + t) * 8 + c] = s[t * 8 + c]; out[(224 + t) * 8 + c] = s[(32 + t) * 8 + c]; }
+}
+
+/* a missing wait: thread t copies row t, the block reads every row after a __syncthreads; with `wait`
+ * the copier waits before the barrier (right), without it only after the read (the bug) */
+__global__ void cp_async_nowait_kernel(uint16_t* out, const uint16_t* src, int wait) {
+    __shared__ __align__(16) uint16_t s[32 * 8];
+    const int t = threadIdx.x;
+    cp_async_16(&s[t * 8], src + t * 8, 16);
+    cp_async_commit();
+    if (wait) cp_async_wait<0>();
+    __syncthreads();
+    for (int c = 0; c < 8; c++) out[t * 8 + c] = s[((t + 5) % 32) * 8 + c];
+    if (!wait) cp_async_wait<0>();
+}
+
+__global__ void pack_kernel(uint32_t* out, const float* x, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = pack_bf16x2(x[2 * i], x[2 * i + 1]);
+}
+
+/* failure cases */
+__global__ void mma_missing_lane_kernel(float* out) {
+    if (threadIdx.x >= 16) return;
+    const uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float d[4] = {0, 0, 0, 0};
+    mma_bf16_16816(d, a, b, d);
+    out[threadIdx.x] = d[0];
+}
+__global__ void mma_other_site_kernel(float* out) {
+    const uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float d[4] = {0, 0, 0, 0};
+    if (threadIdx.x < 16) mma_bf16_16816(d, a, b, d);
+    else mma_bf16_16816(d, a, b, d);
+    out[threadIdx.x] = d[0];
+}
+__global__ void mma_barrier_kernel(float* out) {
+    const uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float d[4] = {0, 0, 0, 0};
+    if (threadIdx.x < 16) mma_bf16_16816(d, a, b, d);   /* the other half waits at the barrier */
+    __syncthreads();
+    out[threadIdx.x] = d[0];
+}
+__global__ void ldmatrix_bad_kernel(uint32_t* out, const uint16_t* global, int how) {
+    __shared__ __align__(16) uint16_t s[32 * 8];
+    extern __shared__ uint16_t dy[];
+    const int l = threadIdx.x;
+    for (int c = 0; c < 8; c++) s[l * 8 + c] = (uint16_t)c;
+    __syncthreads();
+    const void* p = &s[l * 8];
+    if (how == 0) p = &s[l * 8 + 4];            /* 8 bytes off: misaligned */
+    if (how == 1 && l == 3) p = global + 8;     /* a device buffer, not shared memory */
+    if (how == 2) p = &dy[16 + (l & 7) * 0];    /* dynamic arena of 40 bytes: [32, 48) runs past its end */
+    uint32_t r[4];
+    ldmatrix_x4(r, p);
+    out[l] = r[0];
+}
+__global__ void cp_async_bad_kernel(uint16_t* out, const uint16_t* src, const uint16_t* host, int how) {
+    __shared__ __align__(16) uint16_t s[32 * 8];
+    const int t = threadIdx.x;
+    if (how == 0) { cp_async_16(&s[t * 8], src + t * 8, 16); cp_async_commit(); }             /* exits, committed, never waited */
+    if (how == 1) cp_async_16(&s[t * 8], src + t * 8, 16);                                      /* exits, never committed */
+    if (how == 2) { cp_async_16(out + t * 8, src + t * 8, 16); cp_async_wait_all(); }           /* destination in global memory */
+    if (how == 3) { cp_async_16(&s[t * 8], src + 248, 16); cp_async_wait_all(); }              /* a 504-byte buffer: 8 bytes past its end */
+    if (how == 4) { cp_async_16(&s[t * 8], host, 16); cp_async_wait_all(); }                     /* host memory */
+    if (how == 5) { cp_async_16(&s[t * 8 + 4], src, 16); cp_async_wait_all(); }                  /* misaligned destination */
+    out[t] = s[t * 8];
+}
+
 /* ------------------------------------------------------------------------------ child runner */
 struct Child { int status; std::string out, err; };
 static Child run_child(const char* const* args, const char* env_assign) {
@@ -259,6 +403,45 @@ static int run_case(const char* name) {
         oob_before_kernel<<<1, 32>>>(out, 32);
     } else if (!strcmp(name, "static_smem_48k")) {
         big_static_smem_kernel<<<1, 64>>>(d);
+    } else if (!strcmp(name, "mma_missing_lane")) {
+        mma_missing_lane_kernel<<<1, 32>>>(d);
+    } else if (!strcmp(name, "mma_other_site")) {
+        mma_other_site_kernel<<<1, 32>>>(d);
+    } else if (!strcmp(name, "mma_barrier")) {
+        mma_barrier_kernel<<<1, 32>>>(d);
+    } else if (!strcmp(name, "mma_partial_warp")) {
+        mma_other_site_kernel<<<1, 16>>>(d);
+    } else if (!strncmp(name, "ldmatrix_", 9)) {
+        const int how = !strcmp(name, "ldmatrix_misaligned") ? 0 : !strcmp(name, "ldmatrix_global") ? 1 : 2;
+        uint16_t* g = nullptr;
+        cudaMalloc(&g, 256 * sizeof(uint16_t));
+        ldmatrix_bad_kernel<<<1, 32, 40>>>((uint32_t*)d, g, how);
+    } else if (!strcmp(name, "cp_async_nowait") || !strcmp(name, "cp_async_waited")) {
+        uint16_t src[32 * 8];
+        for (int i = 0; i < 32 * 8; i++) src[i] = (uint16_t)(i * 7 + 1);
+        uint16_t *ds = nullptr, *dout = nullptr;
+        cudaMalloc(&ds, sizeof(src));
+        cudaMalloc(&dout, sizeof(src));
+        cudaMemcpy(ds, src, sizeof(src), cudaMemcpyHostToDevice);
+        cp_async_nowait_kernel<<<1, 32>>>(dout, ds, !strcmp(name, "cp_async_waited"));
+        uint16_t o[32 * 8];
+        cudaMemcpy(o, dout, sizeof(o), cudaMemcpyDeviceToHost);
+        int right = 0, poison = 0;
+        for (int t = 0; t < 32; t++)
+            for (int c = 0; c < 8; c++) { right += o[t * 8 + c] == src[((t + 5) % 32) * 8 + c]; poison += o[t * 8 + c] == 0xFFFF; }
+        printf("poison %d right %d\n", poison, right);
+        return 0;
+    } else if (!strncmp(name, "cp_async_", 9)) {
+        static const char* names[] = {"cp_async_exit_unwaited", "cp_async_exit_uncommitted", "cp_async_dst_global", "cp_async_src_overrun",
+                                      "cp_async_src_host", "cp_async_dst_misaligned"};
+        int how = -1;
+        for (int i = 0; i < 6; i++) if (!strcmp(name, names[i])) how = i;
+        if (how < 0) { fprintf(stderr, "no such case: %s\n", name); return 2; }
+        uint16_t *src = nullptr, *out = nullptr;
+        cudaMalloc(&src, (how == 3 ? 252 : 256) * sizeof(uint16_t));
+        cudaMalloc(&out, 32 * 8 * sizeof(uint16_t));
+        static uint16_t host[64] __attribute__((aligned(16)));
+        cp_async_bad_kernel<<<1, 32>>>(out, src, host, how);
     } else if (!strncmp(name, "race", 4)) {
         /* print the block sums of the racy (race_racy) or correct (race_ok) tree reduction */
         const int nb = 8;
@@ -521,6 +704,201 @@ static void test_failures(void) {
     expect_failure("static_smem_48k", "big_static_smem_kernel", "over the 48 KiB");
 }
 
+
+/* ------------------------------------------------------------ tensor-core and cp.async (ptx.cuh) */
+static uint64_t g_lcg = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd32(void) {
+    g_lcg = g_lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(g_lcg >> 32);
+}
+/* a random finite bf16 of magnitude about 2^-4 .. 2^4 */
+static uint16_t rnd_bf16(void) {
+    const uint32_t r = rnd32();
+    const uint32_t sign = (r >> 31) << 15, exp = 123 + (r >> 8) % 9, man = r & 0x7f;
+    return (uint16_t)(sign | exp << 7 | man);
+}
+
+static void test_mma(void) {
+    printf("mma_bf16_16816 against the ISA's fragment tables (tests/ptx_ref.h): 2 warps, random bf16 A, B, non-zero C\n");
+    const int nw = 2;
+    uint16_t A[nw][256], B[nw][128];
+    float C[nw][128], D[nw][128];
+    uint32_t aw[nw * 32][4], bw[nw * 32][2];
+    float cw[nw * 32][4];
+    for (int w = 0; w < nw; w++) {
+        for (int i = 0; i < 256; i++) A[w][i] = rnd_bf16();
+        for (int i = 0; i < 128; i++) { B[w][i] = rnd_bf16(); C[w][i] = ptx_ref_bf16(rnd_bf16()) * 3.0f; }
+        ptx_ref_fragments(A[w], B[w], C[w], aw + 32 * w, bw + 32 * w, cw + 32 * w);
+        ptx_ref_mma(A[w], B[w], C[w], D[w], nullptr);
+    }
+    uint32_t *daw, *dbw;
+    float *dcw, *d1, *d2;
+    cudaMalloc(&daw, sizeof(aw)); cudaMalloc(&dbw, sizeof(bw)); cudaMalloc(&dcw, sizeof(cw));
+    cudaMalloc(&d1, sizeof(cw)); cudaMalloc(&d2, sizeof(cw));
+    cudaMemcpy(daw, aw, sizeof(aw), cudaMemcpyHostToDevice);
+    cudaMemcpy(dbw, bw, sizeof(bw), cudaMemcpyHostToDevice);
+    cudaMemcpy(dcw, cw, sizeof(cw), cudaMemcpyHostToDevice);
+    mma_kernel<<<1, 32 * nw>>>(d1, d2, daw, dbw, dcw);
+    float h1[nw * 32][4], h2[nw * 32][4];
+    cudaMemcpy(h1, d1, sizeof(h1), cudaMemcpyDeviceToHost);
+    cudaMemcpy(h2, d2, sizeof(h2), cudaMemcpyDeviceToHost);
+    int bad = 0, bad_alias = 0;
+    for (int w = 0; w < nw; w++)
+        for (int lane = 0; lane < 32; lane++)
+            for (int i = 0; i < 4; i++) {
+                int r, c;
+                ptx_ref_c_elem(lane, i, &r, &c);
+                const float want = D[w][r * 8 + c], got = h1[32 * w + lane][i];
+                if (memcmp(&want, &got, 4)) {
+                    if (bad < 4) printf("      warp %d lane %d d[%d] (row %d col %d): got %.9g want %.9g\n", w, lane, i, r, c, got, want);
+                    bad++;
+                }
+                bad_alias += memcmp(&h1[32 * w + lane][i], &h2[32 * w + lane][i], 4) != 0;
+            }
+    check(bad == 0, "every lane's d[0..3] equals the reference bitwise (exact products summed in double, + c, one rounding): %d wrong", bad);
+    check(bad_alias == 0, "d aliasing c gives the same bits: %d differ", bad_alias);
+    cudaFree(daw); cudaFree(dbw); cudaFree(dcw); cudaFree(d1); cudaFree(d2);
+}
+
+static void test_ldmatrix(void) {
+    printf("ldmatrix x1/x2/x4, plain and .trans, static and dynamic shared memory, permuted row addresses\n");
+    uint16_t rows[32 * 8];
+    for (int i = 0; i < 32 * 8; i++) rows[i] = (uint16_t)rnd32();
+    int perm[32];
+    for (int l = 0; l < 32; l++) perm[l] = (l * 11 + 5) % 32;   /* lane l gives row perm[l] */
+    uint16_t *drows;
+    int* dperm;
+    uint32_t* dout;
+    cudaMalloc(&drows, sizeof(rows)); cudaMalloc(&dperm, sizeof(perm)); cudaMalloc(&dout, 32 * 4 * sizeof(uint32_t));
+    cudaMemcpy(drows, rows, sizeof(rows), cudaMemcpyHostToDevice);
+    cudaMemcpy(dperm, perm, sizeof(perm), cudaMemcpyHostToDevice);
+    /* matrix j row r = the row lane 8j + r points at */
+    uint16_t mats[4][8][8];
+    for (int j = 0; j < 4; j++) for (int r = 0; r < 8; r++) for (int c = 0; c < 8; c++) mats[j][r][c] = rows[perm[8 * j + r] * 8 + c];
+    const int nums[3] = {1, 2, 4};
+    for (int dyn = 0; dyn < 2; dyn++)
+        for (int trans = 0; trans < 2; trans++)
+            for (int k = 0; k < 3; k++) {
+                const int num = nums[k];
+                ldmatrix_kernel<<<1, 32, dyn ? 32 * 8 * sizeof(uint16_t) : 0>>>(dout, drows, dperm, num, trans, dyn);
+                uint32_t h[32 * 4];
+                cudaMemcpy(h, dout, sizeof(h), cudaMemcpyDeviceToHost);
+                int bad = 0;
+                for (int l = 0; l < 32; l++)
+                    for (int i = 0; i < 4; i++) {
+                        const uint32_t want = i < num ? ptx_ref_ldmatrix(mats, i, l, trans) : 0xdeadbeefu;
+                        if (h[l * 4 + i] != want) {
+                            if (bad < 3) printf("      lane %d r[%d]: got 0x%08x want 0x%08x\n", l, i, h[l * 4 + i], want);
+                            bad++;
+                        }
+                    }
+                check(bad == 0, "ldmatrix_x%d%s (%s shared memory): every lane's registers as the ISA's table: %d wrong", num, trans ? "_trans" : "",
+                      dyn ? "dynamic" : "static", bad);
+            }
+    cudaFree(drows); cudaFree(dperm); cudaFree(dout);
+}
+
+static void test_cp_async(void) {
+    printf("cp.async: groups, wait_group N, wait_all, zero fill; the data visible only at the wait\n");
+    uint16_t src[64 * 8];
+    for (int i = 0; i < 64 * 8; i++) src[i] = (uint16_t)(rnd32() & 0x7fff);   /* never the poison 0xFFFF */
+    uint16_t *dsrc, *dout;
+    cudaMalloc(&dsrc, sizeof(src));
+    cudaMalloc(&dout, 256 * 8 * sizeof(uint16_t));
+    cudaMemcpy(dsrc, src, sizeof(src), cudaMemcpyHostToDevice);
+    cp_async_kernel<<<1, 32>>>(dout, dsrc);
+    uint16_t h[256 * 8];
+    cudaMemcpy(h, dout, sizeof(h), cudaMemcpyDeviceToHost);
+    /* the landed value of a row copied with n source bytes: n bytes of the source, then zeros */
+    auto landed = [&](int row, int srow, int nbytes, int c) -> uint16_t {
+        uint16_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        memcpy(v, &src[srow * 8], (size_t)nbytes);
+        (void)row;
+        return v[c];
+    };
+    int bad_g0 = 0, bad_g1_early = 0, bad_g1 = 0, bad_nb = 0, bad_sync = 0, bad_zero = 0, bad_all = 0;
+    for (int t = 0; t < 32; t++)
+        for (int c = 0; c < 8; c++) {
+            bad_g0 += h[t * 8 + c] != src[t * 8 + c];
+            bad_g1_early += h[(32 + t) * 8 + c] != 0xFFFF;
+            bad_g0 += h[(64 + t) * 8 + c] != src[t * 8 + c];
+            bad_g1 += h[(96 + t) * 8 + c] != landed(32 + t, 32 + t, t % 17, c);
+            bad_nb += h[(128 + t) * 8 + c] != src[((t + 1) % 32) * 8 + c];
+            bad_sync += h[(160 + t) * 8 + c] != landed(32 + t, 32 + t, t % 17, c);
+            bad_zero += h[(192 + t) * 8 + c] != 0;
+            bad_all += h[(224 + t) * 8 + c] != src[t * 8 + c];
+        }
+    check(bad_g0 == 0, "group 0 landed at wait<1> and still there after wait<0>: %d wrong", bad_g0);
+    check(bad_g1_early == 0, "group 1 (the newest) not landed at wait<1>: the destination keeps its poison: %d elements not poison", bad_g1_early);
+    check(bad_g1 == 0, "group 1 landed at wait<0> with src_bytes t %% 17 (0..16) read and the rest zero: %d wrong", bad_g1);
+    check(bad_nb == 0, "another thread's copies visible after its wait and a __syncthreads: %d wrong", bad_nb);
+    check(bad_sync == 0, "__syncthreads lands nothing: a copy issued before it is not visible after it (the old contents): %d wrong", bad_sync);
+    check(bad_zero == 0 && bad_all == 0, "wait_all lands the uncommitted group: zero fill (src_bytes 0, null source) %d wrong, copy %d wrong", bad_zero,
+          bad_all);
+    /* a missing wait, in child processes under the schedules fwd and rev (the reads of a row whose writer
+     * runs later in the schedule see poison, those whose writer already passed its late wait the data) */
+    for (int wait = 1; wait >= 0; wait--) {
+        const char* args[] = {"--case", wait ? "cp_async_waited" : "cp_async_nowait", nullptr};
+        setenv("EMU_SCHEDULE", "fwd", 1);
+        Child a = run_child(args, nullptr);
+        setenv("EMU_SCHEDULE", "rev", 1);
+        Child b = run_child(args, nullptr);
+        unsetenv("EMU_SCHEDULE");
+        int pa = -1, ra = -1, pb = -1, rb = -1;
+        sscanf(a.out.c_str(), "poison %d right %d", &pa, &ra);
+        sscanf(b.out.c_str(), "poison %d right %d", &pb, &rb);
+        const bool ok = a.status == 0 && b.status == 0 && (wait ? ra == 256 && rb == 256 : pa > 0 && pb > 0 && pa + ra == 256 && pb + rb == 256 && a.out != b.out);
+        if (wait) check(ok, "wait<0> before the __syncthreads: the block reads the copied rows: fwd %d, rev %d of 256 right", ra, rb);
+        else check(ok, "the wait after the read (a missing wait): poison seen (fwd %d, rev %d of 256 elements), the rest depends on the schedule (fwd %d, "
+                   "rev %d right)", pa, pb, ra, rb);
+    }
+    cudaFree(dsrc); cudaFree(dout);
+}
+
+static void test_pack(void) {
+    printf("pack_bf16x2 (cvt.rn.bf16x2.f32): round to nearest even, lo in the low half\n");
+    std::vector<float> x;
+    const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3f807fffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0x00000001u,
+                                0x80008000u, 0x00018000u, 0x7fc00001u, 0xffa00000u, 0x00000000u, 0x80000000u, 0x3effffffu, 0x42f6e979u};
+    for (uint32_t u : special) x.push_back(__uint_as_float(u));
+    while (x.size() < 2048) x.push_back(__uint_as_float(rnd32()));
+    const int n = (int)x.size() / 2;
+    float* dx;
+    uint32_t* dout;
+    cudaMalloc(&dx, x.size() * sizeof(float));
+    cudaMalloc(&dout, n * sizeof(uint32_t));
+    cudaMemcpy(dx, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice);
+    pack_kernel<<<(n + 127) / 128, 128>>>(dout, dx, n);
+    std::vector<uint32_t> h(n);
+    cudaMemcpy(h.data(), dout, n * sizeof(uint32_t), cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        for (int half = 0; half < 2; half++) {
+            const uint16_t got = (uint16_t)(h[i] >> (16 * half)), want = ptx_ref_bf16_rn(x[2 * i + half]);
+            const bool ok = ptx_ref_bf16_is_nan(want) ? ptx_ref_bf16_is_nan(got) : got == want;
+            if (!ok) { if (bad < 3) printf("      %a: got 0x%04x want 0x%04x\n", x[2 * i + half], got, want); bad++; }
+        }
+    check(bad == 0, "%d pairs (ties, overflow to inf, subnormals, NaN, random bits) as the reference rounding: %d halves wrong", n, bad);
+    cudaFree(dx); cudaFree(dout);
+}
+
+static void test_ptx_failures(void) {
+    printf("tensor-core and cp.async misuse, each in a child process: exit status 1 and a message naming the kernel\n");
+    expect_failure("mma_missing_lane", "mma_missing_lane_kernel", "which has exited");
+    expect_failure("mma_other_site", "mma_other_site_kernel", "every lane of the warp must execute the same instruction");
+    expect_failure("mma_barrier", "mma_barrier_kernel", "which waits at __syncthreads");
+    expect_failure("mma_partial_warp", "mma_other_site_kernel", "needs all 32 lanes");
+    expect_failure("ldmatrix_misaligned", "ldmatrix_bad_kernel", "not 16-byte aligned");
+    expect_failure("ldmatrix_global", "ldmatrix_bad_kernel", "not shared memory");
+    expect_failure("ldmatrix_past_end", "ldmatrix_bad_kernel", "across the end of one");
+    expect_failure("cp_async_exit_unwaited", "cp_async_bad_kernel", "committed group(s) not waited for");
+    expect_failure("cp_async_exit_uncommitted", "cp_async_bad_kernel", "never committed nor waited for");
+    expect_failure("cp_async_dst_global", "cp_async_bad_kernel", "destination");
+    expect_failure("cp_async_src_overrun", "cp_async_bad_kernel", "overrun the 504-byte device buffer");
+    expect_failure("cp_async_src_host", "cp_async_bad_kernel", "is not device memory");
+    expect_failure("cp_async_dst_misaligned", "cp_async_bad_kernel", "is not 16-byte aligned");
+}
+
 static std::string digest_of(const char* file) {
     FILE* f = fopen(file, "r");
     if (!f) return "(no digest file)";
@@ -571,6 +949,11 @@ int main(int argc, char** argv) {
     test_memcpy_checks();
     test_counters();
     test_failures();
+    test_mma();
+    test_ldmatrix();
+    test_cp_async();
+    test_pack();
+    test_ptx_failures();
     test_race();
     printf("emu_selftest: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -1,4 +1,5 @@
-/* classifier.cuh: logit softcap, cross-entropy forward, and the fused cross-entropy + softcap backward.
+/* classifier.cuh: logit softcap, cross-entropy forward, the fused cross-entropy + softcap backward, and the
+ * one-pass classifier that does the forward's and the backward's work in one kernel (crossentropy_fused, below).
  *
  * Math (per row n of the logits [N, V]; z = raw lm_head output, zc = the model's logits):
  *   softcap:   zc = cap * tanhf(z / cap)                 (in place; cap <= 0: no-op, zc = z)
@@ -141,6 +142,106 @@ static void crossentropy_softcap_backward(bf16* dlogits, const bf16* logits, con
     crossentropy_softcap_backward_kernel<<<N, CE_BLOCK, 0, stream>>>(dlogits, logits, lse, targets, V, dloss, cap, vec);
     cudaCheck(cudaGetLastError());
     ew_account((size_t)N * V * 2 + (size_t)N * 8, (size_t)N * V * 2);   /* logits, lse, targets in; dlogits out */
+}
+
+/* ------------------------------------------------------------------ the one-pass classifier
+ * crossentropy_fused: the forward's losses and lse and the backward's dlogits of a training microbatch in one
+ * kernel, dlogits written in place over the logits (as llm.c's fused classifier). The two-pass path reads
+ * the logits in crossentropy_forward (its max and its sum loop) and again in crossentropy_softcap_backward;
+ * this one reads each row once from HBM for an online softmax and a second time to write dlogits.
+ * Math per row (zc = the logits as stored, capped or not):
+ *   per thread, over its packs in order: pm = max of the pack; if pm > m: s = s * expf(m - pm), m = pm;
+ *   then s += expf(zc_i - m) for each element of the pack in order (m starts at -inf, s at 0);
+ *   M = max_t m_t (exact); S = block_reduce_sum(s_t * expf(m_t - M)); lse = (float)(log((double)S) + M);
+ *   loss = lse - zc[target] (0 where target < 0); dlogits as crossentropy_softcap_backward from this lse.
+ * The online sum rounds differently from the two-pass sum (the rescalings), so lse and losses agree with
+ * crossentropy_forward's to fp32 rounding, not bitwise; the same inputs give the same bits every run.
+ * Parallelism: CE_FUSED_BLOCK (1024) threads a block and min(N, number of SMs) blocks, each taking rows
+ * blockIdx.x, blockIdx.x + gridDim.x, ...; thread t owns the 8-element packs t, t + CE_FUSED_BLOCK, ... of a
+ * row in both of its passes. One block a row at a time per SM keeps the rows in flight to about one per SM
+ * (132 x 256 KB = 34 MB at V 128256 on an H100/H200, under their 50 MB of L2), so the second read of a row
+ * finds it in L2 rather than HBM; the row does not fit in shared memory (256 KB > 227 KB). That L2 hit is a
+ * prediction (no GPU measured it). The target's logit is read by thread 0 before the block's first barrier,
+ * so before any thread overwrites it; every other element is read and then written by its owner only.
+ * When the host loop uses it: a training microbatch whose backward follows with nothing reading the logits
+ * in between (train_sdc.cu model_classifier_fused_next, docs/cuda_kernels.md). */
+#define CE_FUSED_BLOCK 1024
+
+__global__ static void __launch_bounds__(CE_FUSED_BLOCK)
+crossentropy_fused_kernel(float* losses, float* lse, bf16* logits, const int* targets, int N, int V, float dloss, float cap, bool vec) {
+    const bool capped = cap > 0.0f;
+    const float inv = capped ? 1.0f / cap : 0.0f;
+    for (int row = blockIdx.x; row < N; row += gridDim.x) {
+        bf16* z = logits + (size_t)row * V;
+        const int tg = targets[row];
+        const float ztg = threadIdx.x == 0 && tg >= 0 ? __bfloat162float(z[tg]) : 0.0f;
+        float m = -INFINITY, acc = 0.0f;
+        for (int c0 = threadIdx.x * 8; c0 < V; c0 += CE_FUSED_BLOCK * 8) {
+            const int cnt = min(8, V - c0);
+            float f[8];
+            load8_f32(f, z + c0, cnt, vec, -INFINITY);
+            float pm = f[0];
+#pragma unroll
+            for (int j = 1; j < 8; j++) pm = fmaxf(pm, f[j]);
+            if (pm == -INFINITY) continue;   /* nothing to add (and m - pm would be -inf - -inf) */
+            if (pm > m) { acc *= expf(m - pm); m = pm; }
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (j < cnt) acc += expf(f[j] - m);
+        }
+        const float M = ce_block_max(m);
+        const float S = block_reduce_sum(m == -INFINITY ? 0.0f : acc * expf(m - M));
+        const float l = (float)(log((double)S) + (double)M);
+        if (threadIdx.x == 0) {
+            lse[row] = l;
+            losses[row] = tg >= 0 ? l - ztg : 0.0f;
+        }
+        for (int c0 = threadIdx.x * 8; c0 < V; c0 += CE_FUSED_BLOCK * 8) {
+            const int cnt = min(8, V - c0);
+            float f[8];
+            load8_f32(f, z + c0, cnt, vec, 0.0f);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float v;
+                if (tg < 0) v = 0.0f;
+                else if (capped) {
+                    const float t = f[j] * inv;
+                    v = expf(f[j] - l) * dloss * (1.0f - t * t);
+                    if (c0 + j == tg) v -= dloss * (1.0f - t * t);
+                } else {
+                    v = expf(f[j] - l) * dloss;
+                    if (c0 + j == tg) v -= dloss;
+                }
+                f[j] = v;
+            }
+            store8_bf16(z + c0, f, cnt, vec);
+        }
+        __syncthreads();   /* the next row's ce_block_max reuses its shared partials */
+    }
+}
+
+static int ce_fused_grid(int N) {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        cudaDeviceProp prop;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaGetDeviceProperties(&prop, dev));
+        sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    }
+    return N < sms ? N : sms;
+}
+
+/* per row: lse, loss (0 where target < 0) and, in place over the logits, dlogits = dloss * (softmax(zc) -
+ * onehot) * (1 - (zc/cap)^2 if cap > 0); targets must not be NULL. Afterwards the logits are gone. */
+static void crossentropy_fused(float* losses, float* lse, bf16* logits, const int* targets, int N, int V, float dloss, float cap,
+                               cudaStream_t stream) {
+    if (N <= 0 || V <= 0) return;
+    const bool vec = V % 8 == 0 && ptr_aligned(logits, 16);
+    crossentropy_fused_kernel<<<ce_fused_grid(N), CE_FUSED_BLOCK, 0, stream>>>(losses, lse, logits, targets, N, V, dloss, cap, vec);
+    cudaCheck(cudaGetLastError());
+    /* logits and targets in, dlogits, losses and lse out; the second read of a row (L2) is not compulsory traffic */
+    ew_account((size_t)N * V * 2 + (size_t)N * 4, (size_t)N * V * 2 + (size_t)N * 8);
 }
 
 #endif

@@ -31,10 +31,15 @@ static void model_backward_step(Model* model, int B, int T, float dloss);
 static void model_token_losses(Model* model, int n, float* out);
 static void model_argmax(Model* model, int n, int* out);
 static void model_logits_row(Model* model, int row, float* out);
+/* the next forward with targets is a training microbatch's, followed by model_backward_step(dloss) with nothing
+ * reading the logits in between: the trainer may compute the backward's dlogits in the same pass (the GPU's
+ * one-pass classifier; the CPU ignores it) */
+static void model_classifier_fused_next(Model* model, float dloss);
 
 /* the step: gradients, their reduction, the update (returns the gradient norm before clipping) */
 static void model_zero_grads(Model* model);
-static void model_allreduce_grads(Model* model, Dist* dist);
+static void model_reduce_in_backward(Model* model, Dist* dist);   /* the next backward is the step's last: it may start the reduction */
+static void model_allreduce_grads(Model* model, Dist* dist);      /* the gradients summed over the ranks (completes that) */
 static double model_update(Model* model, const AdamW* opt, long long t, double clip);
 static int model_unscale_check(Model* model, float s);          /* grads *= s; 1 if a gradient is non-finite */
 static double model_grad_norm(Model* model);

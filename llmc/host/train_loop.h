@@ -49,11 +49,13 @@ static void step_microbatches(Run* run, Step* st, int* inp, int* tgt) {
         int tracing = run->trace.fp && run->fx.ev.pass == PASS_FWD && fault_due(&run->fx, run->fx.ev.site, run->fx.ev.layer, PASS_FWD);
         if (tracing) trace_clean(run, a->B, T);
         model_qk_reset(model);
+        if (!tracing) model_classifier_fused_next(model, dloss * kscale);   /* the trace diffs the logits */
         st->loss_sum += model_forward_step(model, a->B, T, 1);
         if (tracing) trace_write(run, a->B, T);
         if (run->gains)
             model_rgg_gains(model, a->B, T, run->rgg.layers, run->rgg.n_mon,
                             run->gains + ((size_t)(rank * a->accum + mb) * run->rgg.n_mon) * 2);
+        if (mb == a->accum - 1) model_reduce_in_backward(model, &run->dist);   /* only the last backward reduces */
         model_backward_step(model, a->B, T, dloss * kscale);
         for (int k = 0; k < CHECK_KINDS; k++) {
             int cl, cn = model_check_alarms(model, k, &cl);

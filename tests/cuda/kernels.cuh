@@ -387,11 +387,13 @@ static void test_elementwise(void) {
 }
 
 /* Catches: a softcap or cross-entropy formula error, ignored targets (-1) counted, a large vocabulary (128256,
- * 151936) reduced with the wrong block stride. */
+ * 151936) reduced with the wrong block stride; in the one-pass classifier (crossentropy_fused) also an online-softmax
+ * rescaling error, a row loop that skips or repeats rows, a target logit read after its owner overwrote it. */
 static void test_classifier(void) {
-    printf("classifier (llmc/cuda/classifier.cuh) vs softcap_forward / crossentropy_forward / crossentropy_softcap_backward\n");
+    printf("classifier (llmc/cuda/classifier.cuh) vs softcap_forward / crossentropy_forward / crossentropy_softcap_backward; crossentropy_fused\n");
+    /* 300 x 1003: more rows than SMs (the fused kernel's blocks take several rows each), V odd (no 16-byte loads) */
     struct { int N, V; float cap; } cases[] = {{96, 1000, 0.0f}, {96, 1000, 15.0f}, {32, 50257, 0.0f}, {32, 50257, 15.0f}, {64, 8192, 30.0f},
-        {6, 128256, 0.0f}, {6, 151936, 15.0f}};   /* llama3.2-1b's and qwen3-0.6b's vocabularies */
+        {300, 1003, 15.0f}, {6, 128256, 0.0f}, {6, 151936, 15.0f}};   /* llama3.2-1b's and qwen3-0.6b's vocabularies */
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         int N = cases[ci].N, V = cases[ci].V;
         float cap = cases[ci].cap;
@@ -445,7 +447,34 @@ static void test_classifier(void) {
         crossentropy_softcap_backward(dz2, dz2, dlse_in, dtg, N, V, dloss, cap, g_s);
         float* gd2 = dl_bf16(dz2, n, &w);
         compare("backward in place == out of place", gd2, gd, n, tol_bitwise(0), &w);
-        FREE_ALL(z, tg, zc, rzc, loss, lse, rloss, rlse, gd, rd, gd2);
+        /* the one-pass classifier (crossentropy_fused), in place over a copy of the capped logits */
+        bf16* dz3 = d_bf16_poison(n);
+        cudaCheck(cudaMemcpy(dz3, dz, n * 2, cudaMemcpyDeviceToDevice));
+        float *fl = d_f32_poison(N), *flse = d_f32_poison(N);
+        crossentropy_fused(fl, flse, dz3, dtg, N, V, dloss, cap, g_s);
+        Written w3, w4, w5;
+        float* floss = dl_f32(fl, N, &w3);
+        float* fse = dl_f32(flse, N, &w4);
+        float* fd = dl_bf16(dz3, n, &w5);
+        /* the online sum: per thread ~V/1024 terms and at most one rescaling (a product, an expf) per 8-element pack,
+         * then the 10-level tree and one scaling per thread: (V/1024 + 3 V/8192 + 13) u ~ 1.3e-5 at V 151936, the
+         * two-pass sum's bound; the same tolerance */
+        compare("fused losses (fp32) vs the CPU forward", floss, rloss, N, tol_f32(NULL, 0, 2e-5, 1e-6), &w3);
+        compare("fused lse (fp32) vs the CPU forward", fse, rlse, N, tol_f32(NULL, 0, 2e-5, 1e-6), &w4);
+        ign_ok = 1;
+        for (int i = 0; i < N; i++) if (tg[i] < 0 && f32_bits(floss[i]) != 0) ign_ok = 0;
+        check(ign_ok, "    %-46s", "fused: ignored targets (-1) give loss exactly 0");
+        /* dlogits: the two-pass backward's formula from the fused lse, so bitwise that backward given that lse; and
+         * the CPU backward given it, within the bound above */
+        float* dfse = d_f32(fse, N);
+        bf16* dd4 = d_bf16_poison(n);
+        crossentropy_softcap_backward(dd4, dz, dfse, dtg, N, V, dloss, cap, g_s);
+        float* gd4 = dl_bf16(dd4, n, &w);
+        compare("fused dlogits == backward from its lse", fd, gd4, n, tol_bitwise(0), &w5);
+        float* rd2 = h_alloc(n);
+        crossentropy_softcap_backward(rd2, zc, fse, tg, N, V, dloss, cap);
+        compare("fused dlogits vs the CPU backward", fd, rd2, n, tb, &w5);
+        FREE_ALL(z, tg, zc, rzc, loss, lse, rloss, rlse, gd, rd, gd2, floss, fse, fd, gd4, rd2);
         dfree_all();
     }
 }

@@ -279,3 +279,51 @@ static void test_init(void) {
     if (diff) printf("    element %zu: GPU %08x host %08x\n", first, f32_bits(g[first]), f32_bits(h[first]));
     free(g); free(h); free(L);
 }
+
+/* (h) grad_buckets: the plan of the overlapped gradient reduction (train_sdc.cu grad_bucket_plan) for every preset
+ * and a 1-layer model: the buckets tile [0, P) exactly once from the end down (each ends where the one before it
+ * starts), in the order the backward completes them (the tail, layers n_layer-1 .. 0, the head), each tensor lies
+ * whole in its own bucket (a layer's tensors in that layer's, wte / the embedding norm in the head, the final norm
+ * and lm_head in the tail), and the tail is left out where it is empty. Catches: a bucket that drops or doubles a
+ * range (an off-by-one at a layer boundary, the head or tail missed), buckets in an order the backward would
+ * deadlock or race on (a layer's all-reduce before its gradients are written). Host only. */
+static void test_grad_buckets(void) {
+    printf("grad_buckets: the gradient buckets of the overlapped all-reduce (train_sdc.cu grad_bucket_plan)\n");
+    ParamLayout* L = (ParamLayout*)mallocCheck(sizeof(ParamLayout));
+    GradBuckets* gb = (GradBuckets*)mallocCheck(sizeof(GradBuckets));
+    for (int pi = 0; pi <= N_PRESETS + 1; pi++) {   /* the presets; a 1-layer untied llama; a tied nanochat (no tail) */
+        Config c = PRESETS[pi < N_PRESETS ? pi : 0].c;
+        if (pi == N_PRESETS) { c.n_layer = 1; c.tied = 0; snprintf(c.preset, sizeof(c.preset), "llama, 1 layer, untied"); }
+        if (pi == N_PRESETS + 1) { c = *preset_find("tiny-nanochat"); c.tied = 1; snprintf(c.preset, sizeof(c.preset), "nanochat, tied"); }
+        param_layout_build(&c, L);
+        grad_bucket_plan(L, c.n_layer, gb);
+        int ok = gb->n >= c.n_layer + 1 && gb->n <= c.n_layer + 2;
+        size_t end = L->total;   /* the buckets, in order, tile [0, P) from the end down */
+        for (int b = 0; ok && b < gb->n; b++) {
+            ok = gb->numel[b] > 0 && gb->off[b] + gb->numel[b] == end;
+            end = gb->off[b];
+        }
+        ok = ok && end == 0;
+        /* the backward's order: the tail (if any), the layers from the last down, the head */
+        int b0 = gb->n == c.n_layer + 2 ? 1 : 0;
+        if (ok && b0) ok = gb->layer[0] == GB_TAIL;
+        for (int l = 0; ok && l < c.n_layer; l++) ok = gb->layer[b0 + c.n_layer - 1 - l] == l;
+        ok = ok && gb->layer[gb->n - 1] == GB_HEAD;
+        /* every tensor whole inside the bucket of its layer (globals: before the layers the head, after them the tail) */
+        int bad = -1;
+        for (int i = 0; ok && i < L->n; i++) {
+            const TensorInfo* t = &L->t[i];
+            int want = t->layer >= 0 ? t->layer : (t->type == PT_WTE || t->type == PT_EMBED_NORM ? GB_HEAD : GB_TAIL), in = 0;
+            for (int b = 0; b < gb->n; b++)
+                if (gb->layer[b] == want && t->offset >= gb->off[b] && t->offset + t->numel <= gb->off[b] + gb->numel[b]) in++;
+            if (in != 1) { ok = 0; bad = i; }
+        }
+        size_t tail = 0;
+        for (int i = 0; i < L->n; i++) if (L->t[i].type == PT_FINAL_NORM || L->t[i].type == PT_LMHEAD) tail += L->t[i].numel;
+        ok = ok && (tail > 0) == (b0 == 1) && (!b0 || gb->numel[0] == tail);
+        check(ok, "  %-24s %2d buckets (tail %zu, %d layers of %zu, head %zu floats) tile the %zu gradients once, in the backward's order%s",
+              c.preset, gb->n, b0 ? gb->numel[0] : (size_t)0, c.n_layer, gb->numel[b0], gb->numel[gb->n - 1], L->total,
+              bad >= 0 ? " (a tensor outside its bucket)" : "");
+    }
+    free(L); free(gb);
+}

@@ -90,6 +90,8 @@ typedef enum cudaFuncAttribute {
 
 #define cudaStreamDefault 0x00
 #define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
+#define cudaEventDisableTiming 0x02
 #define cudaHostAllocDefault 0x00
 
 struct cudaDeviceProp {
@@ -137,6 +139,12 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaDeviceReset(void);
 cudaError_t cudaGetLastError(void);
@@ -177,7 +185,8 @@ extern __thread emu::BlockCtx* emu_tl_block;
 #define warpSize 32
 
 namespace emu {
-enum WarpKind { W_SHFL_IDX = 0, W_SHFL_XOR, W_SHFL_DOWN, W_SHFL_UP, W_ANY, W_ALL, W_BALLOT, W_SYNCWARP };
+enum WarpKind { W_SHFL_IDX = 0, W_SHFL_XOR, W_SHFL_DOWN, W_SHFL_UP, W_ANY, W_ALL, W_BALLOT, W_SYNCWARP,
+                W_MMA, W_LDMATRIX /* the tensor-core collectives (all 32 lanes, one call site) */ };
 /* the scheduler's entry points (emu_runtime.cpp) */
 void syncthreads(const char* file, int line);
 unsigned long long warp_op(int kind, unsigned mask, unsigned long long bits, int arg, int width, const char* file, int line);
@@ -205,6 +214,17 @@ struct SyncWarp {   /* __syncwarp() / __syncwarp(mask) with the call site */
     int l;
     void operator()(unsigned mask = 0xffffffffu) const { warp_op(W_SYNCWARP, mask, 0, 0, 32, f, l); }
 };
+
+/* the twins of llmc/cuda/ptx.cuh's wrappers (emu_runtime.cpp; semantics and checks described there).
+ * mma_bf16_16816 and ldmatrix are warp collectives (every lane of the warp at the same call site);
+ * cp_async_* act on the calling thread's queue of pending copies. */
+void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b, const float* c, const char* file, int line);
+void ldmatrix(uint32_t* r, int num, bool trans, const void* smem_row, const char* file, int line);
+void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes, const char* file, int line);
+void cp_async_commit(const char* file, int line);
+void cp_async_wait(int n, const char* file, int line);
+void cp_async_wait_all(const char* file, int line);
+uint32_t pack_bf16x2(float lo, float hi);
 
 /* kernel launch (the rewritten form of k<<<grid, block, smem, stream>>>(args)) */
 struct LaunchCfg {
