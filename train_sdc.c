@@ -299,6 +299,8 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const floa
     int bad = recompute_differs(model, dq_used, qk_bwd_path(model, l, B, T, H, 0, sq, model->datt), (size_t)N * qd, 0) ||
               recompute_differs(model, dk_used, qk_bwd_path(model, l, B, T, KV, 1, sk, model->datt), (size_t)N * kd, 0);
     if (bad) check_alarm(model, CHECK_QK_BWD, l, 1);
+    if (check_dump_file())   /* test-only (llmc/sdc/checks.h) */
+        fprintf(check_dump_file(), "{\"kind\":\"qkb\",\"bwd\":%lld,\"layer\":%d,\"qkb\":%d}\n", check_dump_bwd, l, bad);
 }
 
 /* ---------------------------------------------------------------- element-wise recomputation (ours, -protect ew)
@@ -532,13 +534,20 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         FAULT_BWD(SITE_ATT_PROBS, l, model->dlog, natt);
         FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
         int width = model->precision ? 16 : 32;
+        int attb_n[3] = {0, 0, 0};   /* dprobs, dlogits, dV failed heads (the GPU's ATTB_* order) */
         if (model->prot.on[PK_ATT_BWD]) {
-            check_alarm(model, CHECK_ATT_BWD, l, att_dprobs_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
-            check_alarm(model, CHECK_ATT_BWD, l, att_dv_colcheck(model->dv, model->datt, B, T, H, KV, hd, width));
+            check_alarm(model, CHECK_ATT_BWD, l, attb_n[0] = att_dprobs_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
+            check_alarm(model, CHECK_ATT_BWD, l, attb_n[2] = att_dv_colcheck(model->dv, model->datt, B, T, H, KV, hd, width));
         }
         attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T);                 STORE_GRAD(SITE_ATT_LOGITS, l, model->dlog, natt);
         if (model->prot.on[PK_ATT_BWD])
-            check_alarm(model, CHECK_ATT_BWD, l, att_dlogits_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
+            check_alarm(model, CHECK_ATT_BWD, l, attb_n[1] = att_dlogits_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
+        if (model->prot.on[PK_ATT_BWD] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
+            double tb[3];
+            att_bwd_bound_sums(model->datt, a->v, B, T, H, KV, hd, width, tb);
+            fprintf(check_dump_file(), "{\"kind\":\"att\",\"bwd\":%lld,\"layer\":%d,\"att\":[%d,%d,%d],\"tol\":[%.17g,%.17g,%.17g]}\n",
+                    check_dump_bwd, l, attb_n[0], attb_n[1], attb_n[2], tb[0], tb[1], tb[2]);
+        }
         attention_logits_backward(model->dq, model->dk, model->dlog, qc, kc, B, T, H, KV, hd);
         BF16_STORE(model, model->dq, (size_t)N * qd); BF16_STORE(model, model->dk, (size_t)N * kd);
         float *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
@@ -654,7 +663,10 @@ static void model_set_tokens(Model* model, const int* inputs, const int* targets
 static float model_forward_step(Model* model, int B, int T, int with_targets) {
     return model_forward(model, B, T, with_targets ? model->targets : NULL);
 }
-static void model_backward_step(Model* model, int B, int T, float dloss) { model_backward(model, B, T, model->targets, dloss); }
+static void model_backward_step(Model* model, int B, int T, float dloss) {
+    check_dump_bwd++;   /* the test-only dump's backward count (llmc/sdc/checks.h) */
+    model_backward(model, B, T, model->targets, dloss);
+}
 static void model_zero_grads(Model* model) { memset(model->grads, 0, sizeof(float) * model->L.total); }
 /* one MPI all-reduce after the backward; nothing is started inside it, and the classifier has no one-pass form here */
 static void model_reduce_in_backward(Model* model, Dist* dist) { (void)model; (void)dist; }

@@ -187,17 +187,25 @@ typedef struct {
     int* chk_dev;                        /* attention checks: flags [n_layer][ATTC_NCHECK][B*H] (device, zeroed per
                                             forward; the counts are in the report), NULL until used */
     double* chk_scratch;                 /* attcheck_scratch_doubles(B, H, T) (device) */
+    int* chkb_dev;                       /* the backward's attention checks (-protect att_bwd): flags [n_layer][ATTB_NCHECK]
+                                            [B*H] (device, zeroed per backward), NULL until used */
+    bf16* qkb_scratch;                   /* -protect qk_bwd's recomputation: [2 N qd + 3 N kd] (device), NULL until used */
     size_t* upd_seg_end;                 /* model_update_norm: end offset and decay flag per tensor (device), */
     int* upd_seg_decay;                  /*   NULL until used */
     /* The report: what the host reads after a forward, in one pinned asynchronous copy per microbatch
      *, laid out as: rgg_ss, rgg_bad double [2L+1] (llmc/sdc/rgg.cuh; vector 2l = layer l's
      * attn_ms, 2l+1 its mlp_ms, 2L the final norm's), qk int [L] (1: the layer's Q/K fingerprints
      * differ), attc int [L][ATTC_NCHECK] (the attention checks' failed heads), ew int [L][EW_FWD_SLOTS] (the
-     * forward's element-wise checks, llmc/sdc/ewcheck.cuh), ewb int [L][EW_BWD_SLOTS] (the backward's: they come
-     * back in a copy of their own at the backward's end, model_backward_step), losses float [B*T]. Byte
+     * forward's element-wise checks, llmc/sdc/ewcheck.cuh), losses float [B*T]; then the backward's part (rep_bwd,
+     * below: its own copy at the backward's end, model_backward_step). Byte
      * offsets rep_*; the copy covers everything up to the losses, and the losses when there are targets. */
     char *rep_dev, *rep_host;
     size_t rep_bad, rep_qk, rep_attc, rep_ew, rep_ewb, rep_loss;
+    /* the backward's report, after the losses, in its own pinned copy at the end of the backward (only when a
+     * backward check is on): qkb int [L] (1: the layer's recomputed dq/dk fingerprints differ), attb int [L]
+     * [ATTB_NCHECK] (the backward attention checks' failed heads), ewb int [L][EW_BWD_SLOTS] (ew's backward flags,
+     * at rep_ewb); rep_bwd_bytes long */
+    size_t rep_bwd, rep_bwd_bytes;
     const float** ms_table;              /* device [2L+1]: the mean-square vectors in the report's order */
     unsigned long long* fp_part;         /* device [4][FP_PART_U64]: partials of the forward's Q, K fingerprints and
                                             of their recomputation's (fingerprint.cuh) */
@@ -293,13 +301,15 @@ static void attention_forward_faults(Model* model, LayerActs* a, int l, int B, i
 
 /* Fused attention (llmc/cuda/flash_attention.cuh: no [B,H,T,T] tensor written) at layer l, unless something
  * needs the materialised logits and probs there: the attention checks (-detect abft, -protect att read them
- * at every layer), an att_logits / att_probs fault due at this layer in this microbatch (either pass: the
+ * at every layer; -protect att_bwd reads the split backward's dprobs and dlogits, which need the stored probs), an att_logits / att_probs fault due at this layer in this microbatch (either pass: the
  * backward injection needs the stored probs), model_set_attention_materialised, or a head_dim the fused
  * kernels lack. The forward records the choice in the layer (a->fused); the backward follows it. A layer
  * that switches for a fault event differs from the fused run at the bf16 rounding level (see the README). */
 static int attention_fused(const Model* model, int l) {
     const FaultCtx* fx = model->prot.fx;
-    if (model->att_materialised || model->prot.abft || model->prot.on[PK_ATT] || !flash_attention_supported(model->c.head_dim)) return 0;
+    if (model->att_materialised || model->prot.abft || model->prot.on[PK_ATT] || model->prot.on[PK_ATT_BWD] ||
+        !flash_attention_supported(model->c.head_dim))
+        return 0;
     return !(fault_due(fx, SITE_ATT_LOGITS, l, PASS_FWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_FWD) ||
              fault_due(fx, SITE_ATT_LOGITS, l, PASS_BWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_BWD));
 }
@@ -475,9 +485,13 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
         model->rep_qk = 2 * nv * sizeof(double);
         model->rep_attc = model->rep_qk + (size_t)c->n_layer * sizeof(int);
         model->rep_ew = model->rep_attc + (size_t)c->n_layer * ATTC_NCHECK * sizeof(int);
-        model->rep_ewb = model->rep_ew + (size_t)c->n_layer * EW_FWD_SLOTS * sizeof(int);
-        model->rep_loss = (model->rep_ewb + (size_t)c->n_layer * EW_BWD_SLOTS * sizeof(int) + 15) / 16 * 16;
-        const size_t rb = model->rep_loss + N * sizeof(float);
+        model->rep_loss = (model->rep_ew + (size_t)c->n_layer * EW_FWD_SLOTS * sizeof(int) + 15) / 16 * 16;
+        /* the backward's part after the losses: qk_bwd flags, att_bwd counts, then ew's backward flags (rep_ewb),
+         * all in the backward's one copy */
+        model->rep_bwd = (model->rep_loss + N * sizeof(float) + 15) / 16 * 16;
+        model->rep_ewb = model->rep_bwd + (size_t)c->n_layer * (1 + ATTB_NCHECK) * sizeof(int);
+        model->rep_bwd_bytes = (size_t)c->n_layer * (1 + ATTB_NCHECK + EW_BWD_SLOTS) * sizeof(int);
+        const size_t rb = model->rep_bwd + model->rep_bwd_bytes;
         cudaCheck(cudaMalloc(&model->rep_dev, rb));
         cudaCheck(cudaMemset(model->rep_dev, 0, rb));
         cudaCheck(cudaMallocHost(&model->rep_host, rb));
@@ -508,6 +522,8 @@ static void model_free(Model* model) {
     if (model->att_scratch) cudaCheck(cudaFree(model->att_scratch));
     if (model->att_out_clean) cudaCheck(cudaFree(model->att_out_clean));
     if (model->chk_dev) cudaCheck(cudaFree(model->chk_dev));
+    if (model->chkb_dev) cudaCheck(cudaFree(model->chkb_dev));
+    if (model->qkb_scratch) cudaCheck(cudaFree(model->qkb_scratch));
     cudaCheck(cudaFree(model->rep_dev)); cudaCheck(cudaFreeHost(model->rep_host));
     cudaCheck(cudaFree(model->ms_table)); cudaCheck(cudaFree(model->fp_part));
     if (model->chk_scratch) cudaCheck(cudaFree(model->chk_scratch));
@@ -677,6 +693,157 @@ static void ew_collect(Model* model, int backward) {
         int n = 0;
         for (int k = 0; k < slots; k++) n += f[(size_t)l * slots + k] != 0;
         gpu_alarm(model, CHECK_EW, l, n);
+    }
+}
+
+/* ---------------------------------------------------------------- the backward's checks (-protect qk_bwd, att_bwd)
+ * Backward Q/K path recomputation (qk_bwd; the CPU's qk_bwd_recompute_check in train_sdc.c). Once the layer's dq and
+ * dk (the gradients of the q and k projections' outputs, after their injection points) are stored, the path that
+ * produced them runs a second time into scratch from the same stored inputs, and the two are compared bitwise
+ * through 128-bit fingerprints (llmc/sdc/fingerprint.cuh: qk_fingerprint_rows_part on the stored tensors and on the
+ * recomputation, fp_compare into the backward's report), on the device. What is recomputed:
+ *   - the attention's gradient of the tensors attention consumed (q_rope/k_rope, or nanochat's q_norm/k_norm), by
+ *     the same kernels the layer ran: on the fused path flash_attention_backward again (it keeps dS in registers, so
+ *     the whole dq/dk/dv computation reruns from dout, the forward's out and lse, q, k, v: a second, independent
+ *     execution of the same arithmetic); on the split path (-protect att_bwd, or a backward attention fault)
+ *     attention_split_logits_backward from the stored dlogits, as the CPU; on the materialised non-split path
+ *     attention_backward again from dout and the stored probs;
+ *   - then the QK norm backward (dx only: the weight gradient is not accumulated again) and RoPE backward, the
+ *     same kernels on the same saved statistics.
+ * A fault anywhere on the path (q_proj, k_proj, q_norm, k_norm, q_rope, k_rope gradients, or inside the attention
+ * backward's dq/dk) changes the stored tensor's bits and not the recomputation's. Faults in the stored dlogits (split
+ * path) or in dout are consistent input to both, as on the CPU: those are checked by invariants instead (att_bwd:
+ * the dprobs row checksums, dlogits' zero row sums, dV's column sums, attcheck.cuh). No injection points in the rerun.
+ * Cost a layer (docs/protection.md): fused path, one more flash backward (7 causal T x T x hd products a head, about
+ * +6% of the layer backward's FLOPs at llama3.2-1b T 1024, more in time while those kernels use CUDA cores); split
+ * path, the two dQ/dK products; then the norm/RoPE reruns and two fingerprint passes over N (qd + kd) bf16; scratch
+ * 2 N qd + 3 N kd bf16. */
+enum { QKB_FLASH, QKB_MATERIALISED, QKB_SPLIT };
+static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, const bf16* o, const bf16* probs, bf16* dlogits,
+                                   const bf16* qc, const bf16* kc, const bf16* dq_used, const bf16* dk_used, int ldu) {
+    const Config* c = &model->c;
+    cudaStream_t s = model->stream;
+    LayerActs* a = &model->la[l];
+    const int N = B * T, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd, ld = model->ldqkv;
+    const float eps = (float)c->norm_eps;
+    /* scratch: q1, q2 [N, qd], k1, k2 [N, kd] contiguous, and one [N, ldqkv] buffer shaped as the fused gradient,
+     * which takes the rerun's d(v) (the attention kernels write dv with v's row stride) and, with a weighted QK
+     * norm, the norm backward's dq, dk (its dx has x's row stride) */
+    const size_t per = 2 * (size_t)model->B * model->T * (size_t)(qd + kd) + (size_t)model->B * model->T * ld;
+    if (!model->qkb_scratch) {
+        cudaError_t e = cudaMalloc(&model->qkb_scratch, per * sizeof(bf16));
+        if (e != cudaSuccess) tsdc_fail("cannot allocate %.3f GiB for -protect qk_bwd: %s", per * 2 / 1073741824.0, cudaGetErrorString(e));
+    }
+    bf16 *q1 = model->qkb_scratch, *q2 = q1 + (size_t)N * qd, *k1 = q2 + (size_t)N * qd, *k2 = k1 + (size_t)N * kd, *f = k2 + (size_t)N * kd, *t;
+    if (path == QKB_FLASH) flash_attention_backward(q1, k1, f + qd + kd, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, ld, s);
+    else if (path == QKB_SPLIT) attention_split_logits_backward(q1, k1, dlogits, qc, kc, B, T, H, KV, hd, s);
+    else attention_backward(q1, k1, f + qd + kd, model->datt, probs, qc, kc, a->v, B, T, H, KV, hd, ld, s);
+    if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
+        rmsnorm_backward(q2, NULL, q1, a->qr, NULL, a->qf_ms, N * H, hd, eps, 0, s);
+        rmsnorm_backward(k2, NULL, k1, a->kr, NULL, a->kf_ms, N * KV, hd, eps, 0, s);
+        t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
+    }
+    const bf16 *rq, *rk;   /* the recomputed gradients of q_proj, k_proj, with row stride ldr */
+    int ldr, ldrk;
+    if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
+        rope_backward(q2, qd, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        rope_backward(k2, kd, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        rmsnorm_backward_ld(f, NULL, q2, a->q, ld, W(PT_QNORM, l), a->qn_ms, N, H, hd, eps, 0, 0, s);
+        rmsnorm_backward_ld(f + qd, NULL, k2, a->k, ld, W(PT_KNORM, l), a->kn_ms, N, KV, hd, eps, 0, 0, s);
+        rq = f; rk = f + qd; ldr = ldrk = ld;
+    } else {
+        rope_backward(q2, qd, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        rope_backward(k2, kd, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        rq = q2; rk = k2; ldr = qd; ldrk = kd;
+    }
+    /* the forward's fingerprint slots are free: its comparison ran before this backward */
+    unsigned long long *pq = model->fp_part, *pk = pq + FP_PART_U64, *prq = pk + FP_PART_U64, *prk = prq + FP_PART_U64;
+    const int bq = qk_fingerprint_rows_part(pq, dq_used, N, qd, ldu, s), bk = qk_fingerprint_rows_part(pk, dk_used, N, kd, ldu, s);
+    const int brq = qk_fingerprint_rows_part(prq, rq, N, qd, ldr, s), brk = qk_fingerprint_rows_part(prk, rk, N, kd, ldrk, s);
+    fp_compare((int*)(model->rep_dev + model->rep_bwd) + l, pq, bq, pk, bk, prq, brq, prk, brk, s);
+    if (check_dump_file()) {   /* test-only (llmc/sdc/checks.h): synchronises */
+        int flag = 0;
+        cudaCheck(cudaMemcpyAsync(&flag, (int*)(model->rep_dev + model->rep_bwd) + l, sizeof(int), cudaMemcpyDeviceToHost, s));
+        const Fingerprint fq = fingerprint_collect(pq, bq, s), fk = fingerprint_collect(pk, bk, s);
+        const size_t nq = (size_t)N * qd, nk = (size_t)N * kd;
+        uint16_t* hb = (uint16_t*)mallocCheck(sizeof(uint16_t) * nq);
+        float* hf = (float*)mallocCheck(sizeof(float) * nq);
+        Fingerprint h[2];
+        for (int w = 0; w < 2; w++) {
+            const size_t n = w ? nk : nq;
+            const size_t cols = w ? kd : qd;
+            for (int r = 0; r < N; r++)
+                cudaCheck(cudaMemcpy(hb + (size_t)r * cols, (w ? dk_used : dq_used) + (size_t)r * ldu, sizeof(uint16_t) * cols, cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < n; i++) hf[i] = bits_f32((uint32_t)hb[i] << 16);
+            h[w] = qk_fingerprint(hf, n, 16);
+        }
+        free(hb); free(hf);
+        fprintf(check_dump_file(), "{\"kind\":\"qkb\",\"bwd\":%lld,\"layer\":%d,\"qkb\":%d,\"fp_dev\":\"%016llx%016llx %016llx%016llx\","
+                "\"fp_host\":\"%016llx%016llx %016llx%016llx\"}\n", check_dump_bwd, l, flag, (unsigned long long)fq.raw, (unsigned long long)fq.idx,
+                (unsigned long long)fk.raw, (unsigned long long)fk.idx, (unsigned long long)h[0].raw, (unsigned long long)h[0].idx,
+                (unsigned long long)h[1].raw, (unsigned long long)h[1].idx);
+    }
+}
+
+/* the backward attention checks of layer l write their failed heads here (report) and flag heads here (device) */
+static int* attb_counts(Model* model, int l) { return (int*)(model->rep_dev + model->rep_bwd) + model->c.n_layer + (size_t)l * ATTB_NCHECK; }
+static int* attb_flags(Model* model, int l) { return model->chkb_dev + (size_t)l * ATTB_NCHECK * ((size_t)model->B * model->c.n_head); }
+static int bwd_checks_on(const Model* model) { return model->prot.on[PK_QK_BWD] || model->prot.on[PK_ATT_BWD]; }
+/* test-only (TSDC_CHECK_DUMP, llmc/sdc/checks.h): the dV check's bounds go here (NULL without the dump); attb_dump
+ * writes layer l's failed heads per check and the sums of the three checks' bounds, as the CPU trainer does. It
+ * synchronises inside the layer loop. */
+static double* attb_dump_bound(Model* model) {
+    static double* bound = NULL;
+    if (!check_dump_file()) return NULL;
+    if (!bound) cudaCheck(cudaMalloc(&bound, sizeof(double) * (size_t)model->B * model->c.n_kv_head * model->c.head_dim));
+    return bound;
+}
+static void attb_dump(Model* model, int l, int B, int T, cudaStream_t s) {
+    if (!check_dump_file()) return;
+    const int H = model->c.n_head, KV = model->c.n_kv_head, hd = model->c.head_dim;
+    const size_t n = (size_t)B * H * T, nv = (size_t)B * KV * hd;
+    double* h = (double*)mallocCheck(sizeof(double) * (3 * n + nv));
+    int cnt[ATTB_NCHECK];
+    cudaCheck(cudaMemcpyAsync(cnt, attb_counts(model, l), sizeof(cnt), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaMemcpyAsync(h, model->chk_scratch, sizeof(double) * 3 * n, cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaMemcpyAsync(h + 3 * n, attb_dump_bound(model), sizeof(double) * nv, cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    double tb[3] = {0, 0, 0};
+    for (size_t i = 0; i < n; i++) { tb[0] += h[n + i]; tb[1] += h[2 * n + i]; }
+    for (size_t i = 0; i < nv; i++) tb[2] += h[3 * n + i];
+    free(h);
+    fprintf(check_dump_file(), "{\"kind\":\"att\",\"bwd\":%lld,\"layer\":%d,\"att\":[%d,%d,%d],\"tol\":[%.17g,%.17g,%.17g]}\n",
+            check_dump_bwd, l, cnt[ATTB_DPROBS], cnt[ATTB_DLOGITS], cnt[ATTB_DV], tb[0], tb[1], tb[2]);
+}
+/* before the backward's layer loop: the report's backward part and the flags from zero, buffers on first use */
+static void bwd_checks_begin(Model* model, int B, int T, cudaStream_t s) {
+    if (!bwd_checks_on(model)) return;
+    if (B > model->B || T > model->T) tsdc_fail("model_backward_step: B %d T %d exceed the model's %d %d", B, T, model->B, model->T);
+    cudaCheck(cudaMemsetAsync(model->rep_dev + model->rep_bwd, 0, model->rep_bwd_bytes, s));
+    if (model->prot.on[PK_ATT_BWD]) {
+        attcheck_buffers(model);   /* chk_scratch: attbwd_scratch_doubles <= attcheck_scratch_doubles */
+        const size_t nf = (size_t)model->c.n_layer * ATTB_NCHECK * ((size_t)model->B * model->c.n_head);
+        if (!model->chkb_dev) cudaCheck(cudaMalloc(&model->chkb_dev, sizeof(int) * nf));
+        cudaCheck(cudaMemsetAsync(model->chkb_dev, 0, sizeof(int) * nf, s));
+    }
+}
+/* after the layer loop: the backward's report in one pinned copy and one synchronisation (the next microbatch's
+ * token upload and the step's norms wait for the backward anyway), its counts into the alarms in the CPU's order
+ * (layers from the top down, as its backward raises them) */
+static void bwd_checks_collect(Model* model, cudaStream_t s) {
+    const int ew = model->prot.on[PK_EW], other = bwd_checks_on(model);
+    if (!ew && !other) return;
+    const int L = model->c.n_layer;
+    cudaCheck(cudaMemcpyAsync(model->rep_host + model->rep_bwd, model->rep_dev + model->rep_bwd, model->rep_bwd_bytes,
+                              cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    if (ew) ew_collect(model, 1);
+    if (!other) return;
+    const int* qkb = (const int*)(model->rep_host + model->rep_bwd);
+    for (int l = L - 1; l >= 0; l--) {
+        const int* n = qkb + L + (size_t)l * ATTB_NCHECK;
+        if (model->prot.on[PK_ATT_BWD]) gpu_alarm(model, CHECK_ATT_BWD, l, n[ATTB_DPROBS] + n[ATTB_DV] + n[ATTB_DLOGITS]);
+        if (model->prot.on[PK_QK_BWD]) gpu_alarm(model, CHECK_QK_BWD, l, qkb[l]);
     }
 }
 
@@ -1024,6 +1191,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
      * [wq; wk; wv] and [w_gate; w_up] gradients are one tensor range each, written by their one dW GEMM. */
     const int acc = !model->grads_fresh;
     model->grads_fresh = 0;
+    check_dump_bwd++;   /* the test-only dump's backward count (llmc/sdc/checks.h) */
     model->norms_valid = 0;
     const int ew = model->prot.on[PK_EW];
     const size_t ewb_bytes = (size_t)c->n_layer * EW_BWD_SLOTS * sizeof(int);
@@ -1044,6 +1212,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     rmsnorm_backward_acc(dres, GR(PT_FINAL_NORM, -1), dbuf, model->la[c->n_layer - 1].out, W(PT_FINAL_NORM, -1), model->final_ms,
                      N, d, eps, 0, acc, s);
     grad_bucket_done(model, GB_TAIL);   /* lm_head and the final norm: written */
+    bwd_checks_begin(model, B, T, s);
     const long long syncs0 = host_syncs_now();   /* -stats: none may happen inside the layer loop */
     for (int l = c->n_layer - 1; l >= 0; l--) {
         LayerActs* a = &model->la[l];
@@ -1114,11 +1283,18 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         /* att_logits / att_probs: see attention_forward_faults. A forward fault in the probs may have put a
          * value at s > t, which the CPU never reads: the backward gets a masked copy. A backward fault runs
          * the split backward, which stores dprobs (the gradient of att_probs) and then, in place, dlogits
-         * (of att_logits) as bf16 [B,H,T,T] tensors to inject into. */
+         * (of att_logits) as bf16 [B,H,T,T] tensors to inject into. -protect att_bwd runs the split backward at
+         * every layer and checks dprobs, dlogits (and dV below) where the CPU does, after their injection points;
+         * its dprobs/dlogits go into the layer's logits tensor (the backward never reads it), so they never share
+         * the scratch with a masked copy of the probs. */
+        int qkb_path = QKB_FLASH;
+        const bf16 *qkb_o = NULL, *qkb_probs = NULL;
+        bf16* qkb_dl = NULL;
         if (a->fused) {
             /* fused backward: P recomputed from q, k and the saved lse; D from the clean out */
             const bf16* o = fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD) ? model->att_out_clean : a->att_out;
             flash_attention_backward(model->dq, model->dk, dvv, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s);
+            qkb_o = o;
         } else {
             const bf16* probs = a->probs;
             if (fault_due(model->prot.fx, SITE_ATT_PROBS, l, PASS_FWD)) {
@@ -1126,19 +1302,33 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
                 attention_causal_mask(pm, a->probs, B, H, T, s);
                 probs = pm;
             }
-            if (fault_due(model->prot.fx, SITE_ATT_PROBS, l, PASS_BWD) || fault_due(model->prot.fx, SITE_ATT_LOGITS, l, PASS_BWD)) {
+            const int attb = model->prot.on[PK_ATT_BWD];
+            if (attb || fault_due(model->prot.fx, SITE_ATT_PROBS, l, PASS_BWD) || fault_due(model->prot.fx, SITE_ATT_LOGITS, l, PASS_BWD)) {
                 const size_t natt = (size_t)B * H * T * T;
-                bf16* dpl = model_att_scratch(model); /* not the masked probs: that needs a forward event */
+                /* without att_bwd, not the masked probs: that needs a forward event */
+                bf16* dpl = attb ? a->logits : model_att_scratch(model);
                 attention_split_av_backward(dpl, dvv, model->datt, probs, a->v, B, T, H, KV, hd, ldqkv, s);
                 FAULT_BWD(SITE_ATT_PROBS, l, dpl, natt);
+                if (attb) attcheck_backward_dprobs(attb_counts(model, l), attb_flags(model, l), model->chk_scratch, dpl, model->datt, qd, a->v, ldqkv,
+                                                   B, T, H, KV, hd, s);
                 attention_split_softmax_backward(dpl, dpl, probs, B, H, T, s);
                 FAULT_BWD(SITE_ATT_LOGITS, l, dpl, natt);
+                if (attb) attcheck_backward_dlogits(attb_counts(model, l), attb_flags(model, l), model->chk_scratch, dpl, B, T, H, s);
                 attention_split_logits_backward(model->dq, model->dk, dpl, qc, kc, B, T, H, KV, hd, s);
+                qkb_path = QKB_SPLIT;
+                qkb_dl = dpl;
             } else {
                 attention_backward(model->dq, model->dk, dvv, model->datt, probs, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s);
+                qkb_path = QKB_MATERIALISED;
+                qkb_probs = probs;
             }
         }
         FAULT_BWD_LD(SITE_V_PROJ, l, dvv, N, kd, ldqkv);
+        if (model->prot.on[PK_ATT_BWD]) {
+            attcheck_backward_dv(attb_counts(model, l), attb_flags(model, l), attb_dump_bound(model), dvv, ldqkv, model->datt, qd, B, T, H,
+                                 KV, hd, s);
+            attb_dump(model, l, B, T, s);
+        }
         bf16 *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
@@ -1163,6 +1353,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         }
         FAULT_BWD_LD(SITE_Q_PROJ, l, dqv, N, qd, ldqkv);
         FAULT_BWD_LD(SITE_K_PROJ, l, dkv, N, kd, ldqkv);
+        if (model->prot.on[PK_QK_BWD]) qk_bwd_recompute_check(model, l, B, T, qkb_path, qkb_o, qkb_probs, qkb_dl, qc, kc, dqv, dkv, ldqkv);
         exp_profile_ld(model, PT_WQ, l, dqv, (size_t)N * qd, qd, ldqkv);
         exp_profile_ld(model, PT_WK, l, dkv, (size_t)N * kd, kd, ldqkv);
         exp_profile_ld(model, PT_WV, l, dvv, (size_t)N * kd, kd, ldqkv);
@@ -1182,11 +1373,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     embedding_backward(GR(PT_WTE, -1), dres, model->inputs, N, d, s);
     grad_bucket_done(model, GB_HEAD);
     if (model->reduce_dist) tsdc_fail("internal: the backward completed %d of its %d gradient buckets", model->gb_next, model->gb.n);
-    if (ew) {   /* the backward's check flags: one pinned copy, after its layer loop */
-        cudaCheck(cudaMemcpyAsync(model->rep_host + model->rep_ewb, model->rep_dev + model->rep_ewb, ewb_bytes, cudaMemcpyDeviceToHost, s));
-        cudaCheck(cudaStreamSynchronize(s));
-        ew_collect(model, 1);
-    }
+    bwd_checks_collect(model, s);   /* the backward's reports (ew's flags, qk_bwd, att_bwd): one synchronisation */
 }
 
 /* --------------------------------------------------------------------------------- optimizer */

@@ -43,8 +43,8 @@ GPU_MISSING = [n for n, _, a, g in prot_kinds() if a and not g]
 GPU_ALL = "all" if not GPU_MISSING else ",".join(n for n in ALL_KINDS if n not in GPU_MISSING)
 
 
-def run_bin(binary, args, mpi=0, check=True, timeout=1800, threads=1):
-    return run(args, check=check, env={"OMP_NUM_THREADS": str(threads)}, mpi=mpi, timeout=timeout, binary=binary)
+def run_bin(binary, args, mpi=0, check=True, timeout=1800, threads=1, env_extra=None):
+    return run(args, check=check, env={"OMP_NUM_THREADS": str(threads), **(env_extra or {})}, mpi=mpi, timeout=timeout, binary=binary)
 
 
 def emu(args, **kw):
@@ -272,6 +272,130 @@ def test_ew_clean_run_raises_no_alarm(data, tmp_path):
         assert len(st) == n and sum(r["alarms"] for r in st.values()) == 0, [(r["step"], r["alarm"]) for r in st.values() if r["alarms"]]
         fin = [re.search(r"final weights ([0-9a-f]{16})", x.stdout) for x in (p, q)]
         assert all(fin) and fin[0].group(1) == fin[1].group(1), (preset, p.stdout[-300:], q.stdout[-300:])
+def fault_events(out):
+    """(step, microbatch, layer, site, pass) of every injected event of a run"""
+    return [(r["step"], r["microbatch"], r["layer"], r["site"], r["pass"]) for r in map(json.loads, open(os.path.join(out, "faults.jsonl")))]
+
+
+def caught_by(out):
+    """per step: replayed and the kinds that alarmed"""
+    return {s: (r["replayed"], r["by"]) for s, r in steps(out).items()}
+
+
+# the three attention paths of the GPU backward that -protect qk_bwd recomputes: the fused (flash) backward rerun,
+# the materialised one rerun (-protect att selects it), the split one from the stored dlogits (att_bwd selects it)
+QKB_PATHS = {"flash": "qk_bwd", "materialised": "qk_bwd,att", "split": "qk_bwd,att_bwd"}
+QKB_CASES = [(p, path) for p in (QK_PRESETS if FULL else ["tiny-llama"]) for path in QKB_PATHS] if FULL else \
+    [("tiny-llama", "flash"), ("tiny-llama", "split"), ("tiny-qwen3", "flash"), ("tiny-nanochat", "materialised")]
+
+
+@pytest.mark.parametrize("preset,path", QKB_CASES)
+def test_qk_bwd_catches_mantissa_faults_on_the_backward_qk_path(data, tmp_path, preset, path):
+    """-protect qk_bwd on the GPU trainer: one mantissa-only flip of one element of a backward Q/K-path gradient a
+    step (q_proj, k_proj, q_rope, k_rope, and q_norm, k_norm where the preset has them; microbatch drawn) is caught
+    at every step, the step replayed, and the final weights are the bytes of the clean run under the same protection
+    (the same attention path); the CPU trainer (-precision bf16) on the same plan injects the same events and
+    catches the same steps by the same kinds. Catches: a recomputation that reads the stored (faulty) gradient instead
+    of recomputing it (misses everything), one that is not bitwise (the clean run's replays differ), a site on the path
+    outside the comparison, a fingerprint of the wrong length (the last rows unseen)."""
+    prot = QKB_PATHS[path]
+    base = {"-preset": preset, "-steps": 4, "-accum": 2, "-warmup": 2, "-protect": prot}
+    fault = {"-fault_mode": "campaign", "-fault_sites": "qk", "-fault_pass": "bwd", "-fault_field": "mantissa",
+             "-fault_m": 1, "-fault_seed": 5, "-fault_mb": -1}
+    emu(small(data, tmp_path / "clean", **base))
+    assert not any(r["alarms"] for r in steps(tmp_path / "clean").values())
+    emu(small(data, tmp_path / "g", **base, **fault))
+    st = steps(tmp_path / "g")
+    assert sorted(st) == [1, 2, 3, 4]
+    assert all(r["injections"] == 1 and r["replayed"] == 1 and "qk_bwd" in r["by"].split(",") for r in st.values()), st
+    assert ckpt(tmp_path / "g", 4) == ckpt(tmp_path / "clean", 4), "final checkpoint differs from the clean emulated run"
+    cpu(small(data, tmp_path / "c", **base, **fault))
+    assert fault_events(tmp_path / "g") == fault_events(tmp_path / "c")
+    assert caught_by(tmp_path / "g") == caught_by(tmp_path / "c"), (caught_by(tmp_path / "g"), caught_by(tmp_path / "c"))
+
+
+def test_att_bwd_catches_faults_in_dprobs_dlogits_and_dv(data, tmp_path):
+    """-protect att_bwd on the GPU trainer (the materialised attention with the split backward at every layer):
+    exponent flips in 1000 elements of the gradient of the probabilities, the logits or V, and mantissa-only flips in
+    the gradient of the probabilities (which leave dlogits' rows summing to zero: only the dprobs checksum sees them),
+    one event a step, are caught at every step and replayed to the clean run's final weights; the CPU trainer on the
+    same plans catches the same steps by the same kinds. Catches: a check that is never called, one placed before
+    its injection point (the dprobs checksum: the mantissa plan passes), the dV check before the v_proj injection."""
+    base = {"-preset": "tiny-llama", "-steps": 4, "-accum": 2, "-warmup": 2, "-protect": "att_bwd"}
+    emu(small(data, tmp_path / "clean", **base))
+    plans = {"exp": {"-fault_sites": "att_probs,att_logits,v_proj", "-fault_field": "exponent", "-fault_m": 1000},
+             "man": {"-fault_sites": "att_probs", "-fault_field": "mantissa", "-fault_m": 1000}}
+    for name, plan in plans.items():
+        fault = {"-fault_mode": "campaign", "-fault_pass": "bwd", "-fault_seed": 3, "-fault_mb": -1, **plan}
+        emu(small(data, tmp_path / name, **base, **fault))
+        st = steps(tmp_path / name)
+        assert sorted(st) == [1, 2, 3, 4]
+        assert all(r["injections"] == 1 and r["replayed"] == 1 and r["by"] == "att_bwd" for r in st.values()), (name, st)
+        assert ckpt(tmp_path / name, 4) == ckpt(tmp_path / "clean", 4), name
+        cpu(small(data, tmp_path / f"{name}_cpu", **base, **fault))
+        assert fault_events(tmp_path / name) == fault_events(tmp_path / f"{name}_cpu"), name
+        assert caught_by(tmp_path / name) == caught_by(tmp_path / f"{name}_cpu"), name
+    assert {e[3] for e in fault_events(tmp_path / "exp")} >= {"att_probs", "v_proj"}
+
+
+def test_backward_check_statistics_match_the_cpu_trainer(data, tmp_path):
+    """The statistics the backward checks read on the device, dumped by both trainers (TSDC_CHECK_DUMP, test-only:
+    llmc/sdc/checks.h) for the same backward, layer and microbatch of the same plan (3 steps from the reference
+    checkpoint, exponent flips in 3 elements of a dprobs or dV a step): the failed heads per check equal the CPU
+    trainer's; the sums of the three checks' bounds (the prefix sums and maxima of |v|, |dout|, the dV bounds) within
+    5e-3 relative of the CPU's (the two trainers' tensors differ by bf16 rounding, and their weights by that after
+    an update: measured at most 1.5e-3 at step 3, 4e-4 at step 1); the qk_bwd flags equal; the stored dq/dk fingerprints as the device reduced them equal the
+    CPU's qk_fingerprint of the downloaded tensors. Catches: a scan whose prefix is off by one (a bound sum moves
+    by about 1/T = 3%), a check that skips a row the fault hit, a fingerprint reduction that drops blocks."""
+    base = {"-preset": "tiny-llama", "-init": ref_ckpt("tiny-llama"), "-steps": 3, "-accum": 2, "-protect": "qk_bwd,att_bwd",
+            "-fault_mode": "campaign", "-fault_sites": "att_probs,v_proj", "-fault_pass": "bwd", "-fault_field": "exponent",
+            "-fault_m": 3, "-fault_seed": 7, "-fault_mb": -1}
+    dumps = {}
+    for name, fn in (("gpu", emu), ("cpu", cpu)):
+        dump = tmp_path / f"{name}.jsonl"
+        fn(small(data, tmp_path / name, **base), env_extra={"TSDC_CHECK_DUMP": str(dump)})
+        dumps[name] = {(r["kind"], r["bwd"], r["layer"]): r for r in map(json.loads, open(dump))}
+    g, c = dumps["gpu"], dumps["cpu"]
+    assert sorted(g) == sorted(c) and len(g) > 0, (sorted(g)[:8], sorted(c)[:8])
+    assert fault_events(tmp_path / "gpu") == fault_events(tmp_path / "cpu")
+    # the backward calls in order: each step's microbatches, again when it was replayed; below a fault's layer in the
+    # call it hit, the two trainers' gradients carry the same flip of values that differ by bf16 rounding (a flipped
+    # exponent can differ by 2x): their bounds are compared above it only
+    below, call = {}, 0
+    events = {(e[0], e[1]): e[2] for e in fault_events(tmp_path / "gpu")}
+    for s_, r in sorted(steps(tmp_path / "gpu").items()):
+        if (s_, 0) in events or (s_, 1) in events:
+            for mb in range(2):
+                if (s_, mb) in events:
+                    below[call + 1 + mb] = events[(s_, mb)]
+        call += 2 * (1 + r["replayed"])
+    assert call == max(k[1] for k in g), (call, max(k[1] for k in g))
+    worst = 0.0
+    for key, rg in g.items():
+        rc = c[key]
+        if key[0] == "att":
+            assert rg["att"] == rc["att"], (key, rg, rc)
+            if key[2] < below.get(key[1], -1):
+                continue
+            for a, b in zip(rg["tol"], rc["tol"]):
+                worst = max(worst, abs(a - b) / abs(b))
+        else:
+            assert rg["qkb"] == rc["qkb"] == 0, (key, rg, rc)
+            assert rg["fp_dev"] == rg["fp_host"], (key, rg)
+    print(f"bound sums: worst relative difference GPU vs CPU {worst:.2e}")
+    assert worst < 5e-3, worst
+    assert any(sum(r["att"]) for k, r in g.items() if k[0] == "att"), "no layer with a failed head: the plan injected nothing"
+
+
+def test_backward_checks_clean_runs_are_quiet(data, tmp_path):
+    """50 clean bf16 steps under -protect qk_bwd,att_bwd (the split backward, its three attention checks at their
+    bounds, the Q/K recomputation from the stored dlogits) and 50 under -protect qk_bwd (the fused backward rerun):
+    no alarm. Catches: a bound tighter than the GPU's bf16 rounding, a recomputation that is not bitwise."""
+    for prot in ("qk_bwd,att_bwd", "qk_bwd"):
+        out = tmp_path / prot.replace(",", "_")
+        emu(small(data, out, **{"-preset": "tiny-llama", "-steps": 50, "-warmup": 5, "-protect": prot, "-save": "none"}))
+        st = steps(out)
+        assert len(st) == 50 and sum(r["alarms"] for r in st.values()) == 0, [(s, r["alarm"]) for s, r in st.items() if r["alarms"]]
 
 
 def test_calibrated_clean_steps_raise_no_alarm(data, tmp_path):
@@ -327,7 +451,7 @@ def test_no_host_sync_inside_the_layer_loops(data, tmp_path):
     nowhere inside the forward's and backward's layer loops; the forward's checks add no synchronisation (the Q/K
     fingerprints compared on the device, the RGG sums reduced there, the attention and element-wise flags: all come
     back with the losses in the forward's one copy: -protect qk,rgg,att,bwd,exp syncs as -protect none); the backward's
-    checks (ew's gradient comparisons) add one copy and one synchronisation per microbatch, after the backward's
+    checks (ew's gradient comparisons, the qk_bwd fingerprints, the att_bwd counts) add one copy and one synchronisation per microbatch, after the backward's
     layer loop; and none of it grows with the layers (2 vs 4). A host round-trip planted in the layer loop (a stream
     synchronisation, a pageable copy) fails all of it."""
     geo = {"-preset": "tiny-llama", "-accum": 4}

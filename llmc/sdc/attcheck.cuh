@@ -280,4 +280,198 @@ static void attcheck_forward(int* counts, int* flags, double* scratch, const bf1
     }
 }
 
+/* ---------------------------------------------------------------------------------- backward (-protect att_bwd)
+ * The three backward checks of attcheck.h (att_dprobs_rowcheck, att_dlogits_rowcheck, att_dv_colcheck) on the
+ * split backward's stored bf16 tensors (llmc/cuda/attention.cuh: attention_split_av_backward writes dprobs,
+ * attention_split_softmax_backward dlogits, unscaled, both [B,H,T,T], s <= t read). Bounds from the clean side, as
+ * the CPU's: dout (att_out's gradient) and v, never the checked tensor.
+ * Row strides: dout, v and dv are read with an explicit row stride (ld_o, ld_v, ld_dv: elements between token
+ * rows; the contiguous width H*hd, KV*hd today), so strided views of a fused projection buffer work unchanged.
+ * Counters (added to counts[c], flags [ATTB_NCHECK][B*H] as the forward's: each failing head counted once):
+ * ATTB_DPROBS, ATTB_DLOGITS per (b, h); ATTB_DV per (b, kv head) (flag index b*KV + kh).
+ * Kernels (sums in double, from the bf16 values):
+ *  attbwd_scan_kernel   grid B*H, ATTC_WARPS warps: the forward scan's chunked inclusive scan (dir 0) with
+ *      the scanned operand v (kv head h/g) and the dotted one dout (query head h), scale 1, plus the prefix maximum
+ *      of |v_s| (chunk maxima through shared memory, combined in warp order; a NaN norm stays NaN):
+ *        ref[t] = dout_t . sum_{s<=t} v_s,  tol_dp[t] = rel |dout_t| sum_{s<=t} |v_s| + 1e-30,
+ *        tol_dl[t] = 2 rel 2 |dout_t| max_{s<=t} |v_s| + 1e-30                (rel = ATT_TOL_REL(16))
+ *  attbwd_rows_kernel   one warp per row (b,h,t), lanes stride s <= t, warp butterfly: sum_{s<=t} M[t,s] vs ref[t]
+ *      (NULL: 0) within tol[t]; the dprobs check (ref, tol_dp) and the dlogits check (NULL, tol_dl).
+ *  attbwd_dv_kernel     grid (B*KV, ceil(hd/32)), block 32 x ATTC_AV_ROWS: per dim i of kv head kh, thread row ty
+ *      sums t = ty, ty + ATTC_AV_ROWS, ... of dv[t,i] and of dout[t,h,i], |dout[t,h,i]| over the group's heads h
+ *      in order; the rows combined in ty order: |sum dv - sum dout| <= 2 rel sum |dout| + 1e-30.
+ * Cost per layer: the rows kernels read dprobs and dlogits once each (B H T^2/2 live bf16 elements each: the
+ * split backward writes and reads both anyway), the scan reads dout and v once (O(B T (H + KV) hd)), the dV
+ * kernel dv and dout once; scratch 3 B*H*T doubles (attbwd_scratch_doubles, within the forward's). */
+enum { ATTB_DPROBS = 0, ATTB_DLOGITS = 1, ATTB_DV = 2, ATTB_NCHECK = 3 };
+
+__device__ __forceinline__ double attc_max_nan(double a, double b) { return (a != a || b != b) ? (a + b) : (b > a ? b : a); }
+
+/* ref, tol_dp, tol_dl [B*H][T] */
+__global__ void __launch_bounds__(ATTC_WARPS * 32)
+attbwd_scan_kernel(double* __restrict__ ref, double* __restrict__ tol_dp, double* __restrict__ tol_dl, const bf16* __restrict__ dout,
+                   int ld_o, const bf16* __restrict__ v, int ld_v, int T, int H, int KV, int hd, double rel) {
+    __shared__ double part[ATTC_WARPS][ATTC_MAX_HD];
+    __shared__ double partn[ATTC_WARPS], partm[ATTC_WARPS];
+    const int bh = (int)blockIdx.x, b = bh / H, h = bh % H, j = h / (H / KV);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const bf16* x = v + (size_t)b * T * ld_v + (size_t)j * hd;      /* scanned: v of kv head j */
+    const bf16* y = dout + (size_t)b * T * ld_o + (size_t)h * hd;   /* dotted: dout of head h */
+    double* R = ref + (size_t)bh * T;
+    double* E = tol_dp + (size_t)bh * T;
+    double* M = tol_dl + (size_t)bh * T;
+    const int chunk = (T + ATTC_WARPS - 1) / ATTC_WARPS;
+    const int p0 = min(T, warp * chunk), p1 = min(T, p0 + chunk);
+    double acc[ATTC_DPL];
+    double nacc = 0.0, mx = 0.0;
+#pragma unroll
+    for (int r = 0; r < ATTC_DPL; r++) acc[r] = 0.0;
+    for (int p = p0; p < p1; p++) {            /* this warp's chunk: sum, sum of norms, max of norms */
+        const bf16* xt = x + (size_t)p * ld_v;
+        double ss = 0.0;
+#pragma unroll
+        for (int r = 0; r < ATTC_DPL; r++) {
+            const int i = lane + 32 * r;
+            if (i < hd) {
+                const double xv = (double)__bfloat162float(xt[i]);
+                acc[r] += xv;
+                ss += xv * xv;
+            }
+        }
+        const double nv = sqrt(attc_warp_sum(ss));
+        nacc += nv;
+        mx = attc_max_nan(mx, nv);
+    }
+#pragma unroll
+    for (int r = 0; r < ATTC_DPL; r++) {
+        const int i = lane + 32 * r;
+        if (i < hd) part[warp][i] = acc[r];
+    }
+    if (lane == 0) { partn[warp] = nacc; partm[warp] = mx; }
+    __syncthreads();
+    nacc = 0.0; mx = 0.0;
+#pragma unroll
+    for (int r = 0; r < ATTC_DPL; r++) acc[r] = 0.0;
+    for (int w = 0; w < warp; w++) {           /* the chunks before this one, in order */
+#pragma unroll
+        for (int r = 0; r < ATTC_DPL; r++) {
+            const int i = lane + 32 * r;
+            if (i < hd) acc[r] += part[w][i];
+        }
+        nacc += partn[w];
+        mx = attc_max_nan(mx, partm[w]);
+    }
+    for (int t = p0; t < p1; t++) {
+        const bf16* xt = x + (size_t)t * ld_v;
+        const bf16* yt = y + (size_t)t * ld_o;
+        double ss = 0.0, dot = 0.0, yy = 0.0;
+#pragma unroll
+        for (int r = 0; r < ATTC_DPL; r++) {
+            const int i = lane + 32 * r;
+            if (i < hd) {
+                const double xv = (double)__bfloat162float(xt[i]), yv = (double)__bfloat162float(yt[i]);
+                acc[r] += xv;
+                ss += xv * xv;
+                dot += yv * acc[r];
+                yy += yv * yv;
+            }
+        }
+        ss = attc_warp_sum(ss);
+        dot = attc_warp_sum(dot);
+        yy = attc_warp_sum(yy);
+        const double nv = sqrt(ss), ny = sqrt(yy);
+        nacc += nv;
+        mx = attc_max_nan(mx, nv);
+        if (lane == 0) {
+            R[t] = dot;
+            E[t] = rel * ny * nacc + 1e-30;
+            M[t] = 2.0 * rel * 2.0 * ny * mx + 1e-30;
+        }
+    }
+}
+
+/* one warp per row of [B*H*T, T]: sum_{s<=t} m[t,s] vs ref[row] (NULL: 0) within tol[row], check c */
+__global__ void __launch_bounds__(ATTC_WARPS * 32)
+attbwd_rows_kernel(int* counts, int* flags, const bf16* __restrict__ m, const double* __restrict__ ref, const double* __restrict__ tol,
+                   size_t rows, int T, int nbh, int c) {
+    const size_t row = (size_t)blockIdx.x * ATTC_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return; /* the whole warp leaves together */
+    const int t = (int)(row % (size_t)T), bh = (int)(row / (size_t)T);
+    const bf16* mr = m + row * T;
+    double sm = 0.0;
+    for (int s = lane; s <= t; s += 32) sm += (double)__bfloat162float(mr[s]);
+    sm = attc_warp_sum(sm);
+    if (lane == 0 && !(fabs(sm - (ref ? ref[row] : 0.0)) <= tol[row])) attc_fail(counts, flags, c, nbh, bh);
+}
+
+/* dV column sums of kv head kh against dout's over kh's query heads */
+__global__ void __launch_bounds__(32 * ATTC_AV_ROWS)
+attbwd_dv_kernel(int* counts, int* flags, double* bound, const bf16* __restrict__ dv, int ld_dv, const bf16* __restrict__ dout, int ld_o,
+                 int T, int H, int KV, int hd, double rel2, int nbh) {
+    __shared__ double red[3][ATTC_AV_ROWS][32];
+    const int bk = (int)blockIdx.x, b = bk / KV, kh = bk % KV, g = H / KV;
+    const int tx = threadIdx.x, ty = threadIdx.y, i = (int)blockIdx.y * 32 + tx;
+    const bf16* dvh = dv + (size_t)b * T * ld_dv + (size_t)kh * hd;
+    const bf16* oh = dout + (size_t)b * T * ld_o + (size_t)kh * g * hd;
+    double sv = 0.0, so = 0.0, sa = 0.0;
+    if (i < hd)
+        for (int t = ty; t < T; t += ATTC_AV_ROWS) {
+            sv += (double)__bfloat162float(dvh[(size_t)t * ld_dv + i]);
+            for (int hh = 0; hh < g; hh++) {
+                const double o = (double)__bfloat162float(oh[(size_t)t * ld_o + (size_t)hh * hd + i]);
+                so += o;
+                sa += fabs(o);
+            }
+        }
+    red[0][ty][tx] = sv; red[1][ty][tx] = so; red[2][ty][tx] = sa;
+    __syncthreads();
+    if (ty == 0 && i < hd) {
+        sv = 0.0; so = 0.0; sa = 0.0;
+        for (int r = 0; r < ATTC_AV_ROWS; r++) { sv += red[0][r][tx]; so += red[1][r][tx]; sa += red[2][r][tx]; }
+        if (!(fabs(sv - so) <= rel2 * sa + 1e-30)) attc_fail(counts, flags, ATTB_DV, nbh, bk);
+        if (bound) bound[(size_t)bk * hd + i] = rel2 * sa + 1e-30;
+    }
+}
+
+static inline size_t attbwd_scratch_doubles(int B, int H, int T) { return (size_t)3 * B * H * T; }
+
+static void attbwd_check_args(const char* who, int B, int T, int H, int KV, int hd) {
+    if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || hd <= 0 || H % KV != 0 || hd > ATTC_MAX_HD)
+        tsdc_fail("%s: bad shape B %d T %d H %d KV %d hd %d (H a multiple of KV, hd <= %d)", who, B, T, H, KV, hd, ATTC_MAX_HD);
+}
+/* the dprobs row check (ATTB_DPROBS); leaves in scratch the bounds attcheck_backward_dlogits reads, so it runs first,
+ * on the same dout and v. counts [ATTB_NCHECK], flags [ATTB_NCHECK * B*H] (zero for this layer), scratch
+ * attbwd_scratch_doubles(B, H, T) doubles, all device. Reads only; asynchronous on `stream`. */
+static void attcheck_backward_dprobs(int* counts, int* flags, double* scratch, const bf16* dprobs, const bf16* dout, int ld_o,
+                                     const bf16* v, int ld_v, int B, int T, int H, int KV, int hd, cudaStream_t stream) {
+    attbwd_check_args("attcheck_backward_dprobs", B, T, H, KV, hd);
+    const int nbh = B * H;
+    const size_t n = (size_t)nbh * T;
+    attbwd_scan_kernel<<<(unsigned)nbh, ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + n, scratch + 2 * n, dout, ld_o, v, ld_v, T, H, KV,
+                                                                      hd, ATT_TOL_REL(16));
+    cudaCheck(cudaGetLastError());
+    attbwd_rows_kernel<<<(unsigned)CEIL_DIV(n, (size_t)ATTC_WARPS), ATTC_WARPS * 32, 0, stream>>>(counts, flags, dprobs, scratch,
+                                                                                                  scratch + n, n, T, nbh, ATTB_DPROBS);
+    cudaCheck(cudaGetLastError());
+}
+/* the dlogits rows sum to zero (ATTB_DLOGITS), within the bounds attcheck_backward_dprobs left in scratch */
+static void attcheck_backward_dlogits(int* counts, int* flags, const double* scratch, const bf16* dlogits, int B, int T, int H,
+                                      cudaStream_t stream) {
+    const int nbh = B * H;
+    const size_t n = (size_t)nbh * T;
+    attbwd_rows_kernel<<<(unsigned)CEIL_DIV(n, (size_t)ATTC_WARPS), ATTC_WARPS * 32, 0, stream>>>(counts, flags, dlogits, NULL,
+                                                                                                  scratch + 2 * n, n, T, nbh, ATTB_DLOGITS);
+    cudaCheck(cudaGetLastError());
+}
+/* the dV column sums (ATTB_DV): dv [B,T,KV*hd] (row stride ld_dv) against dout [B,T,H*hd] (row stride ld_o). bound
+ * (NULL: not written; the trainer's test-only dump): [B*KV][hd] doubles, each column's bound */
+static void attcheck_backward_dv(int* counts, int* flags, double* bound, const bf16* dv, int ld_dv, const bf16* dout, int ld_o, int B,
+                                 int T, int H, int KV, int hd, cudaStream_t stream) {
+    attbwd_check_args("attcheck_backward_dv", B, T, H, KV, hd);
+    attbwd_dv_kernel<<<dim3((unsigned)(B * KV), (unsigned)CEIL_DIV(hd, 32)), dim3(32, ATTC_AV_ROWS), 0, stream>>>(
+        counts, flags, bound, dv, ld_dv, dout, ld_o, T, H, KV, hd, 2.0 * ATT_TOL_REL(16), B * H);
+    cudaCheck(cudaGetLastError());
+}
+
 #endif

@@ -275,4 +275,34 @@ static int att_dv_colcheck(const float* dv, const float* dout, int B, int T, int
     return att_heads_failed(&c, KV, att_dv_col_head);
 }
 
+/* the sums of the backward checks' bounds, as they compute them: [0] over every row of the dprobs check, [1] of the
+ * dlogits check, [2] over every (b, kv head, dim) of the dV check. Test-only statistics (the trainers' TSDC_CHECK_DUMP):
+ * an off-by-one in a prefix sum or maximum moves them by about 1/T, far more than the two trainers' bf16 differences. */
+static void att_bwd_bound_sums(const float* dout, const float* v, int B, int T, int H, int KV, int hd, int width, double out[3]) {
+    const double rel = ATT_TOL_REL(width);
+    const int g = H / KV;
+    AttHeads c = att_heads(NULL, dout, v, B, T, H, KV, hd, rel, 1.0);
+    out[0] = out[1] = out[2] = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            double npre = 0, vmax = 0;
+            for (int t = 0; t < T; t++) {
+                double vn = att_norm(att_row(&c, v, KV, b, t, h / g), hd);
+                npre += vn;
+                if (vn > vmax || vn != vn) vmax = vn;
+                double on = att_norm(att_row(&c, dout, H, b, t, h), hd);
+                out[0] += rel * on * npre + 1e-30;
+                out[1] += 2.0 * rel * 2.0 * on * vmax + 1e-30;
+            }
+        }
+    for (int b = 0; b < B; b++)
+        for (int kh = 0; kh < KV; kh++)
+            for (int i = 0; i < hd; i++) {
+                double sa = 0;
+                for (int t = 0; t < T; t++)
+                    for (int h = kh * g; h < kh * g + g; h++) sa += fabs(att_row(&c, dout, H, b, t, h)[i]);
+                out[2] += 2.0 * rel * sa + 1e-30;
+            }
+}
+
 #endif

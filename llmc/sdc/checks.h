@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include "attcheck.h"   /* CHECK_* */
 #include "fault.h"      /* FaultCtx */
 #include "../host/rng.h"
@@ -40,8 +41,8 @@ static const ProtKind PROT_KINDS[PK_COUNT] __attribute__((unused)) = {
     {"qk", CHECK_QK, "mismatch", "mismatches", 1, 1, 1, "Q/K path recomputed, compared through 128-bit fingerprints"},
     {"rgg", -1, NULL, NULL, 1, 1, 1, "Residual Gain Guard: RMS gain of each residual writeback against its peers and history"},
     {"att", CHECK_ATT, "head failed", "heads failed", 0, 1, 1, "logits row checksums, probability rows sum to one"},
-    {"qk_bwd", CHECK_QK_BWD, "mismatch", "mismatches", 0, 1, 0, "the backward's Q/K path recomputed and compared"},
-    {"att_bwd", CHECK_ATT_BWD, "head failed", "heads failed", 0, 1, 0, "dprobs row checksums, dlogits rows sum to zero, dV column sums"},
+    {"qk_bwd", CHECK_QK_BWD, "mismatch", "mismatches", 0, 1, 1, "the backward's Q/K path recomputed and compared"},
+    {"att_bwd", CHECK_ATT_BWD, "head failed", "heads failed", 0, 1, 1, "dprobs row checksums, dlogits rows sum to zero, dV column sums"},
     {"ew", CHECK_EW, "mismatch", "mismatches", 0, 1, 1, "element-wise kernels recomputed from their stored inputs"},
     {"bwd", -1, NULL, NULL, 0, 1, 1, "backward guard: non-finite gradients, gradient-norm blow-ups"},
     {"exp", -1, NULL, NULL, 1, 1, 1, "exponent scaling of the loss by 2^k (no alarm)"},
@@ -107,6 +108,27 @@ static inline void protect_alarm(Protect* p, int kind, int l, int n) {
     if (n <= 0) return;
     if (!p->alarms[kind]) p->first_layer[kind] = l;
     p->alarms[kind] += n;
+}
+
+/* Test-only: TSDC_CHECK_DUMP=FILE makes both trainers append, per backward and layer, the statistics their backward
+ * checks read (-protect att_bwd: failed heads per check and the sums of the checks' bounds; -protect qk_bwd: the
+ * layer's flag, and on the GPU the stored dq/dk fingerprints as the device reduced them and as the CPU's
+ * qk_fingerprint computes them from a download), one JSON line each, so that tests/test_emu.py compares the trainers
+ * for the same backward (check_dump_bwd counts them from 1, replays included), layer and microbatch. The GPU trainer
+ * synchronises inside its layer loop to write them: never set outside tests. */
+static long long check_dump_bwd;
+static FILE* check_dump_file(void) {
+    static int init = 0;
+    static FILE* f = NULL;
+    if (!init) {
+        init = 1;
+        const char* p = getenv("TSDC_CHECK_DUMP");
+        if (p && *p && !(f = fopen(p, "a"))) {
+            fprintf(stderr, "error: TSDC_CHECK_DUMP %s: cannot open for appending\n", p);
+            exit(1);
+        }
+    }
+    return f;
 }
 
 #endif

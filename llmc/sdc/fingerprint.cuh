@@ -106,4 +106,29 @@ static Fingerprint qk_fingerprint_dev(const bf16* z, size_t n, cudaStream_t stre
     return fingerprint_collect(part, qk_fingerprint_part(part, z, n, stream), stream);
 }
 
+/* fingerprint of a row-strided bf16 view: rows x cols elements, row r at z + r*ld (ld >= cols). Element (r, c) is
+ * folded at its logical index r*cols + c, so a contiguous view (ld = cols) gives the bits of qk_fingerprint_part
+ * and of the CPU's qk_fingerprint (width 16) of the same values, and a strided view those of its contiguous copy.
+ * -protect qk_bwd fingerprints the backward's dq, dk (views of a fused q/k/v gradient buffer once the projections
+ * share one) and their recomputation with it. Grid-stride over the logical index, at most 256 blocks of 256. */
+__global__ static void fingerprint_rows_kernel(unsigned long long* part, const bf16* z, size_t rows, size_t cols, size_t ld) {
+    Fingerprint f = {0, 0};
+    const size_t n = rows * cols;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / cols, c = i - r * cols;
+        fp_add(&f, i, (uint64_t)__bfloat16_as_ushort(z[r * ld + c]), 16);
+    }
+    fp_block_reduce(f, part);
+}
+/* into part (FP_PART_U64 words); returns the block count, does not wait */
+static int qk_fingerprint_rows_part(unsigned long long* part, const bf16* z, size_t rows, size_t cols, size_t ld, cudaStream_t stream) {
+    if (ld < cols) tsdc_fail("qk_fingerprint_rows_part: row stride %zu < row width %zu", ld, cols);
+    const size_t n = rows * cols;
+    int blocks = (int)(n < (size_t)256 * 256 ? (n + 255) / 256 : 256);
+    if (blocks < 1) blocks = 1;
+    fingerprint_rows_kernel<<<blocks, 256, 0, stream>>>(part, z, rows, cols, ld);
+    cudaCheck(cudaGetLastError());
+    return blocks;
+}
+
 #endif

@@ -774,3 +774,137 @@ static void test_attcheck(void) {
         dfree_all();
     }
 }
+
+/* ------------------------------------------------------- backward attention checks (attcheck.cuh, att_bwd) */
+/* the three GPU checks on device tensors, in the ATTB_* order: failed heads (dV: failed (b, kv head)) per check.
+ * ld_o, ld_v: the row strides of dout and v/dv (the contiguous widths, or wider: views of a padded buffer) */
+static void gpu_attbwd(int cnt[ATTB_NCHECK], int* dbuf, double* scratch, const bf16* dp, const bf16* dl, const bf16* dv, const bf16* dout,
+                       int ld_o, const bf16* v, int ld_v, int B, int T, int H, int KV, int hd) {
+    cudaCheck(cudaMemset(dbuf, 0, sizeof(int) * ATTB_NCHECK * (1 + (size_t)B * H)));
+    attcheck_backward_dprobs(dbuf, dbuf + ATTB_NCHECK, scratch, dp, dout, ld_o, v, ld_v, B, T, H, KV, hd, g_s);
+    attcheck_backward_dlogits(dbuf, dbuf + ATTB_NCHECK, scratch, dl, B, T, H, g_s);
+    attcheck_backward_dv(dbuf, dbuf + ATTB_NCHECK, NULL, dv, ld_v, dout, ld_o, B, T, H, KV, hd, g_s);
+    cudaCheck(cudaStreamSynchronize(g_s));
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaMemcpy(cnt, dbuf, sizeof(int) * ATTB_NCHECK, cudaMemcpyDeviceToHost));
+}
+static void cpu_attbwd(int cnt[ATTB_NCHECK], const float* dp, const float* dl, const float* dv, const float* dout, const float* v, int B,
+                       int T, int H, int KV, int hd) {
+    cnt[ATTB_DPROBS] = att_dprobs_rowcheck(dp, dout, v, B, T, H, KV, hd, 16);
+    cnt[ATTB_DLOGITS] = att_dlogits_rowcheck(dl, dout, v, B, T, H, KV, hd, 16);
+    cnt[ATTB_DV] = att_dv_colcheck(dv, dout, B, T, H, KV, hd, 16);
+}
+static void attbwd_line(const char* what, const int* gc, const int* cc, const int* want) {
+    int ok = 1;
+    for (int c = 0; c < ATTB_NCHECK; c++) ok &= gc[c] == cc[c] && gc[c] == want[c];
+    check(ok, "    %-46s failed dprobs/dlogits/dv: gpu %d %d %d, cpu %d %d %d (want %d %d %d)", what, gc[0], gc[1], gc[2], cc[0], cc[1], cc[2],
+          want[0], want[1], want[2]);
+}
+/* a [rows, w] host tensor as bf16 rows of stride ld >= w on the device (the padding holds 2^100: never read) */
+static bf16* d_bf16_strided(const float* h, size_t rows, int w, int ld) {
+    float* p = h_alloc(rows * (size_t)ld);
+    for (size_t r = 0; r < rows; r++)
+        for (int c = 0; c < ld; c++) p[r * ld + c] = c < w ? h[r * w + c] : ldexpf(1.0f, 100);
+    bf16* d = d_bf16(p, rows * (size_t)ld);
+    free(p);
+    return d;
+}
+/* a fault no bound absorbs: the top exponent bit of a value in [2^-20, 1) (pick_live / pick_any), else + 4096 */
+static float attbwd_fault(float x) {
+    return fabsf(x) >= ldexpf(1.0f, -20) && fabsf(x) < 1.0f ? flip_top_exponent(x) : bf16_round(x + 4096.0f);
+}
+
+/* Catches: a backward attention check whose GPU sums or bounds differ from the CPU's (att_dprobs_rowcheck,
+ * att_dlogits_rowcheck, att_dv_colcheck), one that skips the last row, the diagonal entry or the last token, a
+ * wrong row stride, alarms on clean tensors or on garbage in the masked triangle. */
+static void test_attcheck_bwd(void) {
+    printf("backward attention checks (attcheck.cuh: dprobs rows, dlogits rows, dV columns) vs att_dprobs_rowcheck /\n"
+           "  att_dlogits_rowcheck / att_dv_colcheck (attcheck.h, width 16) on the CPU's attention backward rounded to bf16\n");
+    struct { int B, T, H, KV, hd, pad; } cases[] = {
+        {2, 37, 4, 2, 32, 0}, {2, 130, 4, 2, 64, 8}, {1, 64, 4, 1, 48, 0}, {2, 50, 2, 2, 128, 0}, {3, 200, 6, 3, 64, 16}, {1, 9, 2, 1, 32, 0}};
+    const int none[ATTB_NCHECK] = {0, 0, 0};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int B = cases[ci].B, T = cases[ci].T, H = cases[ci].H, KV = cases[ci].KV, hd = cases[ci].hd, nbh = B * H;
+        int qd = H * hd, kd = KV * hd, ldo = qd + cases[ci].pad, ldv = kd + cases[ci].pad;
+        size_t nq = (size_t)B * T * qd, nk = (size_t)B * T * kd, na = (size_t)B * H * T * T;
+        printf("  B %d T %d H %d KV %d hd %d, row strides %d %d\n", B, T, H, KV, hd, ldo, ldv);
+        float* q = h_normal(nq, 1.5, 0.0, 1);
+        float* k = h_normal(nk, 1.0, 0.0, 1);
+        float* v = h_normal(nk, 1.0, 0.0, 1);
+        float* go = h_normal(nq, 0.1, 0.0, 1);   /* dout */
+        float *out = h_alloc(nq), *lg = h_alloc(na), *pr = h_alloc(na), *dp = h_alloc(na), *dl = h_alloc(na), *dv = h_alloc(nk);
+        attention_forward(out, lg, pr, q, k, v, B, T, H, KV, hd);
+        for (size_t i = 0; i < na; i++) pr[i] = bf16_round(pr[i]);
+        attention_av_backward(dp, dv, go, pr, v, B, T, H, KV, hd);
+        for (size_t i = 0; i < na; i++) dp[i] = bf16_round(dp[i]);
+        for (size_t i = 0; i < nk; i++) dv[i] = bf16_round(dv[i]);
+        attention_softmax_backward(dl, dp, pr, B, H, T);
+        for (size_t i = 0; i < na; i++) dl[i] = bf16_round(dl[i]);
+        bf16 *gdp = d_bf16(dp, na), *gdl = d_bf16(dl, na), *gdv = d_bf16_strided(dv, (size_t)B * T, kd, ldv);
+        bf16 *gv = d_bf16_strided(v, (size_t)B * T, kd, ldv), *ggo = d_bf16_strided(go, (size_t)B * T, qd, ldo);
+        int* dbuf = (int*)dalloc_raw(ATTB_NCHECK * (1 + (size_t)nbh), 4);
+        double* scr = (double*)dalloc_raw(attbwd_scratch_doubles(B, H, T), 8);
+        int gc[ATTB_NCHECK], cc[ATTB_NCHECK];
+        gpu_attbwd(gc, dbuf, scr, gdp, gdl, gdv, ggo, ldo, gv, ldv, B, T, H, KV, hd);
+        cpu_attbwd(cc, dp, dl, dv, go, v, B, T, H, KV, hd);
+        attbwd_line("clean", gc, cc, none);
+        /* the masked triangle is never read */
+        float *dpm = h_copy(dp, na), *dlm = h_copy(dl, na);
+        for (size_t r = 0; r < (size_t)nbh * T; r++)
+            for (int s = (int)(r % T) + 1; s < T; s++) { dpm[r * T + s] = NAN; dlm[r * T + s] = ldexpf(1.0f, 100); }
+        bf16 *gdpm = d_bf16(dpm, na), *gdlm = d_bf16(dlm, na);
+        gpu_attbwd(gc, dbuf, scr, gdpm, gdlm, gdv, ggo, ldo, gv, ldv, B, T, H, KV, hd);
+        cpu_attbwd(cc, dpm, dlm, dv, go, v, B, T, H, KV, hd);
+        attbwd_line("clean, garbage in the masked triangle", gc, cc, none);
+        /* one live element of dprobs / dlogits: a random one, the last head's last row at its diagonal (t = s = T-1),
+         * that row's first entry */
+        for (int which = 0; which < 2; which++) {
+            const float* src = which ? dl : dp;
+            const size_t last = (size_t)(nbh - 1) * T + (T - 1);
+            size_t picks[3] = {pick_live(src, B, H, T, -1), last * T + (T - 1), last * T};
+            const char* where[3] = {"random live element", "last row, diagonal", "last row, s = 0"};
+            for (int pi = 0; pi < 3; pi++) {
+                size_t i = picks[pi];
+                if (i == (size_t)-1) { check(0, "    no live element with 2^-20 <= |x| < 1 to flip"); continue; }
+                float* x = h_copy(src, na);
+                x[i] = attbwd_fault(x[i]);
+                bf16* gx = d_bf16(x, na);
+                int want[ATTB_NCHECK] = {which ? 0 : 1, which ? 1 : 0, 0};
+                gpu_attbwd(gc, dbuf, scr, which ? gdp : gx, which ? gx : gdl, gdv, ggo, ldo, gv, ldv, B, T, H, KV, hd);
+                cpu_attbwd(cc, which ? dp : x, which ? x : dl, dv, go, v, B, T, H, KV, hd);
+                char what[96];
+                snprintf(what, sizeof(what), "%s: %s", which ? "dlogits" : "dprobs", where[pi]);
+                attbwd_line(what, gc, cc, want);
+                free(x);
+            }
+        }
+        /* dV: a random element, the last token's last dim of the last kv head */
+        size_t vpicks[2] = {pick_any(dv, nk), nk - 1};
+        for (int pi = 0; pi < 2; pi++) {
+            size_t i = vpicks[pi];
+            if (i == (size_t)-1) { check(0, "    no dv element with 2^-20 <= |x| < 1 to flip"); continue; }
+            float* x = h_copy(dv, nk);
+            x[i] = attbwd_fault(x[i]);
+            bf16* gx = d_bf16_strided(x, (size_t)B * T, kd, ldv);
+            int want[ATTB_NCHECK] = {0, 0, 1};
+            gpu_attbwd(gc, dbuf, scr, gdp, gdl, gx, ggo, ldo, gv, ldv, B, T, H, KV, hd);
+            cpu_attbwd(cc, dp, dl, x, go, v, B, T, H, KV, hd);
+            attbwd_line(pi ? "dv: last token, last dim" : "dv: random element", gc, cc, want);
+            free(x);
+        }
+        /* a NaN in v at the last token of the last kv head: the bounds of the rows that read it are NaN, so the last
+         * row of each of that kv head's query heads fails both row checks */
+        {
+            float* x = h_copy(v, nk);
+            x[nk - 1] = NAN;
+            bf16* gx = d_bf16_strided(x, (size_t)B * T, kd, ldv);
+            gpu_attbwd(gc, dbuf, scr, gdp, gdl, gdv, ggo, ldo, gx, ldv, B, T, H, KV, hd);
+            cpu_attbwd(cc, dp, dl, dv, go, x, B, T, H, KV, hd);
+            int want[ATTB_NCHECK] = {H / KV, H / KV, 0};
+            attbwd_line("v: one NaN (last token, last kv head)", gc, cc, want);
+            free(x);
+        }
+        FREE_ALL(q, k, v, go, out, lg, pr, dp, dl, dv, dpm, dlm);
+        dfree_all();
+    }
+}

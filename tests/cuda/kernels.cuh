@@ -669,6 +669,52 @@ static void test_fingerprint(void) {
     }
 }
 
+/* the row-strided fingerprint (qk_fingerprint_rows_part, -protect qk_bwd) on views of a padded buffer: equal to the
+ * CPU's qk_fingerprint (width 16) of the contiguous copy and to qk_fingerprint_part on it; a change in the padding
+ * leaves it alone; a single-bit change at the first and at the last element of the view, and at every element of
+ * the last row, changes it.
+ * Catches: a strided fingerprint that reads the padding, skips the last row or element (a recomputation whose
+ * mismatch there passes), folds the storage index instead of the logical one (differs from the contiguous one). */
+static void test_fingerprint_rows(void) {
+    printf("row-strided fingerprints: GPU == CPU on the contiguous copy; padding ignored; last row and element seen\n");
+    struct { size_t rows, cols, ld; } cases[] = {{1, 1, 1}, {5, 37, 50}, {64, 96, 96}, {300, 224, 256}, {3, 257, 300}};
+    for (int ci = 0; ci < 5; ci++) {
+        const size_t rows = cases[ci].rows, cols = cases[ci].cols, ld = cases[ci].ld, n = rows * cols;
+        float* h = h_normal(n, 1.0, 0.0, 1);
+        float* p = h_alloc(rows * ld);
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < ld; c++) p[r * ld + c] = c < cols ? h[r * cols + c] : 3.0f;
+        bf16 *dp = d_bf16(p, rows * ld), *dc = d_bf16(h, n);
+        unsigned long long* part = fingerprint_partials();
+        Fingerprint g = fingerprint_collect(part, qk_fingerprint_rows_part(part, dp, rows, cols, ld, g_s), g_s);
+        Fingerprint gc = qk_fingerprint_dev(dc, n, g_s), c0 = qk_fingerprint(h, n, 16);
+        int same = fp_equal(g, c0) && fp_equal(gc, c0);
+        int pad_changes = 0, missed = 0, tried = 0;
+        if (ld > cols) {   /* the padding of the last row */
+            uint16_t x = 0x7f80u;
+            cudaCheck(cudaMemcpy((uint16_t*)dp + (rows - 1) * ld + cols, &x, 2, cudaMemcpyHostToDevice));
+            pad_changes = !fp_equal(fingerprint_collect(part, qk_fingerprint_rows_part(part, dp, rows, cols, ld, g_s), g_s), g);
+        }
+        for (size_t c = 0; c < cols; c++) {   /* every element of the last row, and the first element */
+            for (int e = 0; e < 2; e++) {
+                size_t off = e ? 0 : (rows - 1) * ld + c;
+                if (e && c) continue;
+                uint16_t b0, b1;
+                cudaCheck(cudaMemcpy(&b0, (uint16_t*)dp + off, 2, cudaMemcpyDeviceToHost));
+                b1 = (uint16_t)(b0 ^ (1u << (c % 16)));
+                cudaCheck(cudaMemcpy((uint16_t*)dp + off, &b1, 2, cudaMemcpyHostToDevice));
+                missed += fp_equal(fingerprint_collect(part, qk_fingerprint_rows_part(part, dp, rows, cols, ld, g_s), g_s), g);
+                tried++;
+                cudaCheck(cudaMemcpy((uint16_t*)dp + off, &b0, 2, cudaMemcpyHostToDevice));
+            }
+        }
+        check(same && !pad_changes && !missed, "    rows %-3zu cols %-3zu ld %-3zu GPU == CPU %s; padding changed it: %s; %d/%d single-bit flips missed",
+              rows, cols, ld, same ? "yes" : "NO", pad_changes ? "YES" : "no", missed, tried);
+        FREE_ALL(h, p);
+        dfree_all();
+    }
+}
+
 /* ------------------------------------------------------------------ GEMM plan cache (matmul.cuh) */
 /* more distinct GEMM shapes than the plan cache holds (as -sample_every makes, one per prefix length):
  * every product still right (fp32 C of exact bf16 products, k 8: exact sums of 8 terms with small
