@@ -721,6 +721,7 @@ static void ew_collect(Model* model, int backward) {
 enum { QKB_FLASH, QKB_MATERIALISED, QKB_SPLIT };
 static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, const bf16* o, const bf16* probs, bf16* dlogits,
                                    const bf16* qc, const bf16* kc, const bf16* dq_used, const bf16* dk_used, int ldu) {
+    CostScope cost_scope("qk_bwd");   /* every launch here exists for -protect qk_bwd */
     const Config* c = &model->c;
     cudaStream_t s = model->stream;
     LayerActs* a = &model->la[l];

@@ -451,9 +451,11 @@ static void attcheck_backward_dprobs(int* counts, int* flags, double* scratch, c
     attbwd_scan_kernel<<<(unsigned)nbh, ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + n, scratch + 2 * n, dout, ld_o, v, ld_v, T, H, KV,
                                                                       hd, ATT_TOL_REL(16));
     cudaCheck(cudaGetLastError());
+    launch_account("att_bwd", "attbwd_scan_kernel", COST_FP64, (unsigned)nbh, 4.0 * n * hd, (double)B * T * (H + KV) * hd * 2, (double)n * 24);   /* dout, v in; 3 bounds out */
     attbwd_rows_kernel<<<(unsigned)CEIL_DIV(n, (size_t)ATTC_WARPS), ATTC_WARPS * 32, 0, stream>>>(counts, flags, dprobs, scratch,
                                                                                                   scratch + n, n, T, nbh, ATTB_DPROBS);
     cudaCheck(cudaGetLastError());
+    launch_account("att_bwd", "attbwd_rows_kernel", COST_FP64, (unsigned)CEIL_DIV(n, (size_t)ATTC_WARPS), (double)n * T, (double)n * T + (double)n * 16, 0.0);   /* the causal rows (half of [T,T]) in */
 }
 /* the dlogits rows sum to zero (ATTB_DLOGITS), within the bounds attcheck_backward_dprobs left in scratch */
 static void attcheck_backward_dlogits(int* counts, int* flags, const double* scratch, const bf16* dlogits, int B, int T, int H,
@@ -463,6 +465,7 @@ static void attcheck_backward_dlogits(int* counts, int* flags, const double* scr
     attbwd_rows_kernel<<<(unsigned)CEIL_DIV(n, (size_t)ATTC_WARPS), ATTC_WARPS * 32, 0, stream>>>(counts, flags, dlogits, NULL,
                                                                                                   scratch + 2 * n, n, T, nbh, ATTB_DLOGITS);
     cudaCheck(cudaGetLastError());
+    launch_account("att_bwd", "attbwd_rows_kernel", COST_FP64, (unsigned)CEIL_DIV(n, (size_t)ATTC_WARPS), (double)n * T, (double)n * T + (double)n * 8, 0.0);
 }
 /* the dV column sums (ATTB_DV): dv [B,T,KV*hd] (row stride ld_dv) against dout [B,T,H*hd] (row stride ld_o). bound
  * (NULL: not written; the trainer's test-only dump): [B*KV][hd] doubles, each column's bound */
@@ -472,6 +475,8 @@ static void attcheck_backward_dv(int* counts, int* flags, double* bound, const b
     attbwd_dv_kernel<<<dim3((unsigned)(B * KV), (unsigned)CEIL_DIV(hd, 32)), dim3(32, ATTC_AV_ROWS), 0, stream>>>(
         counts, flags, bound, dv, ld_dv, dout, ld_o, T, H, KV, hd, 2.0 * ATT_TOL_REL(16), B * H);
     cudaCheck(cudaGetLastError());
+    launch_account("att_bwd", "attbwd_dv_kernel", COST_FP64, dim3((unsigned)(B * KV), (unsigned)CEIL_DIV(hd, 32)), 2.0 * B * T * (H + KV) * hd,
+                   (double)B * T * (H + KV) * hd * 2, 0.0);   /* dv, dout in */
 }
 
 #endif

@@ -156,7 +156,8 @@ static void ew_check_norm(int* flag_res, int* flag_norm, const bf16* resid, cons
                                                                               L, vec);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
-    ew_account(n * 2 + (a ? n * 4 : 0) + (out ? n * 2 + (ms ? (size_t)rows * 4 : 0) + (w ? (size_t)C * 2 : 0) : 0), 0);
+    ew_account("ew", "ew_check_norm_kernel", rmsnorm_grid(rows, L), 7.0 * n,
+               n * 2 + (a ? n * 4 : 0) + (out ? n * 2 + (ms ? (size_t)rows * 4 : 0) + (w ? (size_t)C * 2 : 0) : 0), 0);
 }
 
 /* ------------------------------------------------------------------------------ the MLP's element-wise kernels
@@ -260,7 +261,7 @@ __global__ static void ew_check_rows_kernel(E e, int* f0, int* f1, int* f2, int 
     if ((bad & 4u) && f2) atomicOr(f2, 1);
 }
 template <typename E>
-static void ew_check_rows(const E& e, bool vec, int* f0, int* f1, int* f2, int rows, int F, cudaStream_t stream) {
+static dim3 ew_check_rows(const E& e, bool vec, int* f0, int* f1, int* f2, int rows, int F, cudaStream_t stream) {
     const int V = vec ? EWC_VEC : 1;
     const int packs = F / V;
     int gx = CEIL_DIV(packs, EWC_BLOCK), gy = rows < 65535 ? rows : 65535;
@@ -268,6 +269,7 @@ static void ew_check_rows(const E& e, bool vec, int* f0, int* f1, int* f2, int r
     if (vec) ew_check_rows_kernel<EWC_VEC, E><<<dim3(gx, gy), EWC_BLOCK, 0, stream>>>(e, f0, f1, f2, rows, F);
     else ew_check_rows_kernel<1, E><<<dim3(gx, gy), EWC_BLOCK, 0, stream>>>(e, f0, f1, f2, rows, F);
     cudaCheck(cudaGetLastError());
+    return dim3(gx, gy);
 }
 static bool ewc_vec(int F, int ld, const void* p0, const void* p1, const void* p2, const void* p3, const void* p4, const void* p5,
                     const void* p6) {
@@ -282,8 +284,8 @@ static void ew_check_mlp_forward(int* flag_act, int* flag_prod, const bf16* act,
                                  int rows, int F, int ld, cudaStream_t stream) {
     if (rows <= 0 || F <= 0) return;
     EwcMlpFwd e = {act, prod, gate, up, F, ld};
-    ew_check_rows(e, ewc_vec(F, ld, act, prod, gate, up, NULL, NULL, NULL), flag_act, flag_prod, NULL, rows, F, stream);
-    ew_account((size_t)rows * F * (up ? 8 : 4), 0);   /* gate, act (up, prod) */
+    const dim3 g = ew_check_rows(e, ewc_vec(F, ld, act, prod, gate, up, NULL, NULL, NULL), flag_act, flag_prod, NULL, rows, F, stream);
+    ew_account("ew", "ew_check_rows_kernel", g, (double)rows * F * (up ? 6 : 3), (size_t)rows * F * (up ? 8 : 4), 0);   /* gate, act (up, prod) */
 }
 /* SwiGLU's backward: dact NULL: the fused swiglu_backward (dup, dgate from dprod); else mul_backward's dact, dup
  * (dup not NULL) and silu_backward's dgate (dgate not NULL); does not wait */
@@ -292,17 +294,17 @@ static void ew_check_swiglu_backward(int* flag_dact, int* flag_dup, int* flag_dg
                                      cudaStream_t stream) {
     if (rows <= 0 || F <= 0) return;
     EwcSwigluBwd e = {dgate, dup, dact, dprod, act, gate, up, F, ld};
-    ew_check_rows(e, ewc_vec(F, ld, dgate, dup, dact, dprod, act, gate, up), flag_dact, flag_dup, flag_dgate, rows, F, stream);
+    const dim3 g = ew_check_rows(e, ewc_vec(F, ld, dgate, dup, dact, dprod, act, gate, up), flag_dact, flag_dup, flag_dgate, rows, F, stream);
     const size_t n = (size_t)rows * F;
-    ew_account(!dact ? n * 12 : (dup ? n * 10 : 0) + (dgate ? n * 6 : 0), 0);   /* the tensors each part reads */
+    ew_account("ew", "ew_check_rows_kernel", g, 8.0 * n, !dact ? n * 12 : (dup ? n * 10 : 0) + (dgate ? n * 6 : 0), 0);   /* the tensors each part reads */
 }
 /* ReLU^2's backward: dgate against dact and gate; does not wait */
 static void ew_check_relu2_backward(int* flag_dgate, const bf16* dgate, const bf16* dact, const bf16* gate, int rows, int F, int ld,
                                     cudaStream_t stream) {
     if (rows <= 0 || F <= 0) return;
     EwcRelu2Bwd e = {dgate, dact, gate, F, ld};
-    ew_check_rows(e, ewc_vec(F, ld, dgate, dact, gate, NULL, NULL, NULL, NULL), NULL, NULL, flag_dgate, rows, F, stream);
-    ew_account((size_t)rows * F * 6, 0);
+    const dim3 g = ew_check_rows(e, ewc_vec(F, ld, dgate, dact, gate, NULL, NULL, NULL, NULL), NULL, NULL, flag_dgate, rows, F, stream);
+    ew_account("ew", "ew_check_rows_kernel", g, 3.0 * rows * F, (size_t)rows * F * 6, 0);
 }
 
 #endif

@@ -128,6 +128,7 @@ static int qk_fingerprint_rows_part(unsigned long long* part, const bf16* z, siz
     if (blocks < 1) blocks = 1;
     fingerprint_rows_kernel<<<blocks, 256, 0, stream>>>(part, z, rows, cols, ld);
     cudaCheck(cudaGetLastError());
+    launch_account("qk", "fingerprint_rows_kernel", COST_FP32, blocks, 4.0 * n, (double)n * 2, (double)blocks * 16);   /* a scope relabels it (qk_bwd) */
     return blocks;
 }
 

@@ -132,8 +132,8 @@ static void ewt_mlp(int rows, int F, int ld, int swiglu) {
     const char* kind = swiglu ? "swiglu" : "relu2";
     const char* lay = packed ? "packed" : "separate";
     /* forward */
-    if (swiglu) swiglu_forward(act, prod, gc, uc, n, g_s);
-    else relu2_forward(act, gc, n, g_s);
+    if (swiglu) swiglu_forward(act, prod, gc, uc, rows, F, F, g_s);
+    else relu2_forward(act, gc, rows, F, F, g_s);
     snprintf(what, sizeof(what), "%s forward %dx%d ld %d %s", kind, rows, F, ld, lay);
     {
         EwtOut outs[2] = {{"act", act, rows, F, F, 0}, {"prod", prod, rows, F, F, 1}};
@@ -146,8 +146,8 @@ static void ewt_mlp(int rows, int F, int ld, int swiglu) {
     if (swiglu) {
         const int strict[2] = {1, 1};
         for (int split = 0; split < 2; split++) {
-            if (!split) swiglu_backward(dgc, duc, dprod, act, gc, uc, n, g_s);
-            else { mul_backward(dact, duc, dprod, act, uc, n, g_s); silu_backward(dgc, dact, gc, n, g_s); }
+            if (!split) swiglu_backward(dgc, duc, dprod, act, gc, uc, rows, F, F, g_s);
+            else { mul_backward(dact, duc, dprod, act, uc, rows, F, F, g_s); silu_backward(dgc, dact, gc, rows, F, F, g_s); }
             float *hdg = dl_bf16(dgc, n, NULL), *hdu = dl_bf16(duc, n, NULL);
             ewt_scatter(hD, hdg, rows, F, ld, 0);
             ewt_scatter(hDU, hdu, rows, F, ld, uoff);
@@ -170,7 +170,7 @@ static void ewt_mlp(int rows, int F, int ld, int swiglu) {
             FREE_ALL(hdg, hdu);
         }
     } else {
-        relu2_backward(dgc, dprod, gc, n, g_s);   /* d act: dprod's values */
+        relu2_backward(dgc, dprod, gc, rows, F, F, g_s);   /* d act: dprod's values */
         float* hdg = dl_bf16(dgc, n, NULL);
         ewt_scatter(hD, hdg, rows, F, ld, 0);
         bf16* D = d_bf16(hD, nl);
