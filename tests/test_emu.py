@@ -137,15 +137,19 @@ def test_emulated_ranks_equal_one_rank_accumulating(data, tmp_path, ranks):
     """mpirun -np R (2, 4): the gradients summed over the ranks by the bucketed ncclAllReduce overlapped with the
     backward (the emulation's NCCL over MPI, one all-reduce a bucket) against one rank accumulating the same R
     microbatches. Same bf16 math, the fp32 gradient sums in another order: losses and grad_norm within relative 1e-4
-    per step (measured: loss 0 and grad_norm below 1e-8 at R 2, below 1e-6 at R 4), and every tensor's weights after
-    4 steps within 1e-3 of its update's largest element (measured: below 1e-4). The banner's buckets: one a layer plus
+    per step (measured: loss 0 and grad_norm below 1e-8 at R 2, below 1e-4 at R 4), and every tensor's gradient of
+    step 1 (the AdamW m of the step-1 checkpoint, (1 - beta1) g) within 1e-5 of its largest element (measured: 1.3e-7,
+    fp32 rounding). Not the weights after several steps: AdamW normalises each element by its own sqrt(v), so an
+    element whose gradient is near zero moves by up to lr either way from a rounding-level difference of its
+    gradient, and those differences compound (measured at R 4 after 4 steps: 14% of the update's largest element,
+    with losses within 2e-5; at R 2 below 1e-3). The banner's buckets: one a layer plus
     the tail (final norm) and the head (the tied embedding), their sizes summing to the parameter count. Catches: a
     gradient all-reduce that averages instead of sums (or misses the 1/(world x accum) scale), ranks reading the same
     data, an all-reduce over the wrong buffer, a bucket left out (the ranks' weights part: the run fails its
     cross-rank check, and the weights differ) or reduced twice (its gradients R x: grad_norm)."""
     import numpy as np
     import tsdc_io
-    kw = {"-preset": "tiny-llama", "-init": ref_ckpt("tiny-llama"), "-steps": 4, "-ckpt_every": 4}
+    kw = {"-preset": "tiny-llama", "-init": ref_ckpt("tiny-llama"), "-steps": 4, "-ckpt_every": 1}
     p = emu(small(data, tmp_path / "rR", **kw, **{"-accum": 1}), mpi=ranks)
     assert f"{ranks} ranks" in p.stdout and "identical on all ranks" in p.stdout, p.stdout[-1000:]
     emu(small(data, tmp_path / "r1", **kw, **{"-accum": ranks}))
@@ -157,15 +161,14 @@ def test_emulated_ranks_equal_one_rank_accumulating(data, tmp_path, ranks):
     n, sizes = bucket_banner(p.stdout)
     P = int(re.search(r"\| (\d+) parameters \|", p.stdout).group(1))
     assert n == 4 + 2 and len(sizes) == n and sum(sizes) == P, (n, sizes, P)
-    wR = tsdc_io.read_checkpoint(tmp_path / "rR" / "step_000004.ckpt")[3]
-    w1 = tsdc_io.read_checkpoint(tmp_path / "r1" / "step_000004.ckpt")[3]
-    w0 = tsdc_io.read_checkpoint(ref_ckpt("tiny-llama"))[3]
-    worst = max(float(np.max(np.abs(wR[k] - w1[k])) / np.max(np.abs(w1[k] - w0[k]))) for k in w1)
+    mR = tsdc_io.read_checkpoint(tmp_path / "rR" / "step_000001.ckpt")[4]   # AdamW m after step 1: (1 - beta1) g
+    m1 = tsdc_io.read_checkpoint(tmp_path / "r1" / "step_000001.ckpt")[4]
+    worst = max(float(np.max(np.abs(mR[k] - m1[k])) / np.max(np.abs(m1[k]))) for k in m1)
     print(f"{ranks} ranks x 1 vs 1 rank x {ranks} microbatches: largest rel loss diff {max(d.values()):.2e}, grad_norm "
-          f"{max(gn.values()):.2e}, weights (vs the update) {worst:.2e}; buckets {sizes}")
+          f"{max(gn.values()):.2e}, step-1 gradients {worst:.2e}; buckets {sizes}")
     assert max(d.values()) <= 1e-4, d
     assert max(gn.values()) <= 1e-4, gn   # the pre-clip norm: a 2x gradient scale error shows here, not in the losses
-    assert worst <= 1e-3, worst
+    assert worst <= 1e-5, worst
 
 
 # ------------------------------------------------------------------------------------ protection
