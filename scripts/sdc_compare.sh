@@ -9,7 +9,12 @@
 #
 #   scripts/sdc_compare.sh [--preset tiny-llama] [--out DIR] [--pre N] [--window N] [--m M] [--pass both]
 #                          [--sites all] [--precision bf16] [--input FILE] [--ranks R] [--accum A]
-#                          [--seed S] [--jobs J] [--smoke] [--plot-only]
+#                          [--seed S] [--jobs J] [--smoke] [--plot-only] [--trainer cpu|gpu|emu]
+#
+# --trainer picks the binary every stage runs: cpu (default) ./train_sdc; gpu ./train_sdc_cu (nvcc, a
+# GPU); emu ./train_sdc_emu, the GPU trainer's code under the CUDA emulation (dev/cuda_emu) on the CPU,
+# about 2.5 s a tiny-llama step on 2 cores: --smoke on it takes about ten minutes. The GPU trainer runs
+# one thread of host code, so -threads is not passed to it.
 #
 # Steps (each skipped when its output is already there, so an interrupted job resumes):
 #   1. data: tinyshakespeare tokenised with an 8192-token byte-level BPE (data/tinyshakespeare)
@@ -53,6 +58,7 @@ ACCUM=3
 SEED=2026
 JOBS=2
 PLOT_ONLY=0
+TRAINER_KIND=cpu
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) PRESET="$2"; shift 2 ;;
@@ -70,6 +76,7 @@ while [ $# -gt 0 ]; do
     --jobs) JOBS="$2"; shift 2 ;;
     --smoke) PRE=130; WINDOW=12; shift ;;
     --plot-only) PLOT_ONLY=1; shift ;;
+    --trainer) TRAINER_KIND="$2"; shift 2 ;;
     -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "error: unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
@@ -77,6 +84,12 @@ done
 if [ "$PRE" -lt 165 ] && [ "$PRE" -ne 130 ]; then echo "error: --pre must be >= 165 (100 calibration steps after 64+ clean ones)" >&2; exit 1; fi
 if [ "$WINDOW" -lt 2 ]; then echo "error: --window must be >= 2" >&2; exit 1; fi
 case "$JOBS" in ''|*[!0-9]*|0) echo "error: --jobs must be a positive integer" >&2; exit 1 ;; esac
+case "$TRAINER_KIND" in
+  cpu) BIN=train_sdc ;;
+  gpu) BIN=train_sdc_cu ;;
+  emu) BIN=train_sdc_emu ;;
+  *) echo "error: --trainer must be cpu, gpu or emu (got '$TRAINER_KIND')" >&2; exit 1 ;;
+esac
 if [ -z "$INPUT" ] && [ -f ../shared/data/tinyshakespeare.txt ]; then INPUT=../shared/data/tinyshakespeare.txt; fi
 T0=$(date +%s)
 say() { printf '[%4ds] %s\n' $(( $(date +%s) - T0 )) "$*"; }
@@ -92,13 +105,19 @@ figure() {
 }
 if [ "$PLOT_ONLY" = 1 ]; then figure; exit 0; fi
 
-say "build"
-make -s train_sdc venv
+say "build ($BIN)"
+make -s "$BIN" venv
+if [ ! -x "$BIN" ]; then echo "error: --trainer $TRAINER_KIND: make did not build ./$BIN (train_sdc_cu needs nvcc)" >&2; exit 1; fi
 PY=.venv/bin/python
 # the runs use a private copy of the trainer: a rebuild while the job runs cannot mix two binaries
 mkdir -p "$OUT/bin"
-cp -p train_sdc "$OUT/bin/train_sdc"
-TRAINER="$OUT/bin/train_sdc"
+cp -p "$BIN" "$OUT/bin/$BIN"
+TRAINER="$OUT/bin/$BIN"
+# a job's runs all come from one trainer: an OUT made by another is refused, not mixed into one table
+if [ -f "$OUT/trainer" ] && [ "$(cat "$OUT/trainer")" != "$TRAINER_KIND" ]; then
+  echo "error: --out $OUT holds runs of --trainer $(cat "$OUT/trainer"), not $TRAINER_KIND: use another --out" >&2; exit 1
+fi
+echo "$TRAINER_KIND" > "$OUT/trainer"
 DATA=data/tinyshakespeare
 if [ ! -f "$DATA/meta.json" ]; then
   say "prepare $DATA"
@@ -108,11 +127,15 @@ mkdir -p "$OUT"
 TOTAL=$((PRE + WINDOW))
 LAUNCH=()
 THREADS=(-threads 1)
-if [ "$JOBS" = 1 ]; then THREADS=(); fi
+if [ "$JOBS" = 1 ] || [ "$TRAINER_KIND" != cpu ]; then THREADS=(); fi
+# the emulator runs blocks on OpenMP threads (its bits do not depend on their number): all of them in the
+# pre-training, one each in the waves when JOBS runs share the cores
+WAVE_OMP=""
+if [ "$TRAINER_KIND" = emu ] && [ "$JOBS" -gt 1 ]; then WAVE_OMP=1; fi
 if [ "$RANKS" -gt 1 ]; then
   LAUNCH=(mpirun -np "$RANKS" --oversubscribe)
   [ "$(id -u)" = 0 ] && LAUNCH+=(--allow-run-as-root)
-  THREADS=(-threads 1)
+  [ "$TRAINER_KIND" = cpu ] && THREADS=(-threads 1)
 fi
 COMMON=(-preset "$PRESET" -train "$DATA/train.bin" -val "$DATA/val.bin" -B 4 -accum "$ACCUM" -seq 128
         -steps "$TOTAL" -lr 2e-3 -warmup 30 -precision "$PRECISION" -eval_every 0 -eval_tokens 8192 -quiet)
@@ -174,7 +197,8 @@ run_wave() {
     rm -rf "$dir"
     # shellcheck disable=SC2046
     say "$name: steps $((PRE + 1))..$TOTAL $(run_args "$name")"
-    train "$dir" "$TOTAL" "${COMMON[@]}" "${THREADS[@]}" -resume "$CKPT" -pred_out "$dir/pred.bin" $(run_args "$name") &
+    { if [ -n "$WAVE_OMP" ]; then export OMP_NUM_THREADS="$WAVE_OMP"; fi
+      train "$dir" "$TOTAL" "${COMMON[@]}" "${THREADS[@]}" -resume "$CKPT" -pred_out "$dir/pred.bin" $(run_args "$name"); } &
     pids+=($!); names+=("$name"); n=$((n + 1))
     if [ "$n" -ge "$JOBS" ]; then
       wait "${pids[0]}" || { echo "error: run ${names[0]} failed" >&2; failed=1; }

@@ -2,10 +2,15 @@
 rows and the figure (OUT/loss_deviation.png, a valid PNG); every trainer run reached its last step (its log's
 end record there); the campaign is the same in every faulty run and spares the last step (-fault_end);
 -protect all loses no update and raises no false alarm; the control skips exactly the faulty run's lost updates.
-A trainer run that fails stops the job loudly (exit 1, the run named), never a table with n/a in it."""
+A trainer run that fails stops the job loudly (exit 1, the run named), never a table with n/a in it.
+The same smoke job on the GPU trainer under the CUDA emulation (--trainer emu, about ten minutes) must give a
+table with the same rows and columns, and the two trainers must catch the same fault events."""
 import json
 import os
 import subprocess
+import sys
+
+import pytest
 
 from test_plot import png_size
 from test_trainer import ROOT
@@ -18,18 +23,43 @@ def records(d):
     return [json.loads(l) for l in open(os.path.join(d, "log.jsonl"))]
 
 
-def test_sdc_compare_smoke(tmp_path):
+def run_smoke(out, trainer):
+    p = subprocess.run(["bash", SCRIPT, "--smoke", "--trainer", trainer, "--out", str(out)], capture_output=True,
+                       text=True, timeout=2400, env=dict(os.environ, OMP_WAIT_POLICY="passive"))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return p
+
+
+def table(out):
+    lines = [l for l in (out / "table.md").read_text().splitlines() if l.startswith("| ")]
+    head = [c.strip() for c in lines[0].split("|")[1:-1]]
+    rows = {c[0]: dict(zip(head, c)) for c in ([x.strip() for x in l.split("|")[1:-1]] for l in lines[1:])}
+    return head, rows
+
+
+def goal_rows(out):
+    """the table's goal lines (their names, without the measured values)"""
+    return [l.split(":")[0] for l in (out / "table.md").read_text().splitlines() if l.startswith("Goal")]
+
+
+@pytest.fixture(scope="module")
+def cpu_smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cmp_cpu") / "cmp"
+    return out, run_smoke(out, "cpu")
+
+
+@pytest.fixture(scope="module")
+def emu_smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cmp_emu") / "cmp"
+    return out, run_smoke(out, "emu")
+
+
+def check_smoke(out, p):
     """Catches: a crashed or early-ended run behind a table (no end record at step 142), a job without its figure
     (or a file that is not a PNG), a fault on the last step,
     faulty runs with different campaigns, -protect all losing updates or raising false alarms, a forward Q/K-path
     event missed, a control that skips other steps than the faulty run's lost updates."""
-    out = tmp_path / "cmp"
-    p = subprocess.run(["bash", SCRIPT, "--smoke", "--out", str(out)], capture_output=True, text=True, timeout=2400,
-                       env=dict(os.environ, OMP_WAIT_POLICY="passive"))
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    lines = [l for l in (out / "table.md").read_text().splitlines() if l.startswith("| ")]
-    head = [c.strip() for c in lines[0].split("|")[1:-1]]
-    rows = {c[0]: dict(zip(head, c)) for c in ([x.strip() for x in l.split("|")[1:-1]] for l in lines[1:])}
+    head, rows = table(out)
     assert set(rows) == {"clean", "clean_prot", "faulty", "protected_paper", "protected_all", "control"}, rows
     # every run reached its last step: the end record at step 142 (130 + 12), after a step record of 142
     for name in RUNS:
@@ -57,6 +87,67 @@ def test_sdc_compare_smoke(tmp_path):
     w, h = png_size(png)
     size = png.stat().st_size
     assert 600 <= w <= 3000 and 400 <= h <= 2000 and 20_000 <= size <= 1_000_000, (w, h, size)
+
+
+def test_sdc_compare_smoke(cpu_smoke):
+    check_smoke(*cpu_smoke)
+    assert (cpu_smoke[0] / "trainer").read_text().strip() == "cpu"
+    assert (cpu_smoke[0] / "bin" / "train_sdc").is_file()
+
+
+def caught_events(out, run):
+    """(step, site, pass, layer) of each fault event of RUN (faults.jsonl), with whether the run caught it (its
+    step replayed: scripts/sdc_metrics.py's detection())"""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import sdc_metrics
+    st = sdc_metrics.read_log(str(out / run)).steps
+    return {(int(f["step"]), f.get("site"), f.get("pass"), f.get("layer")):
+            bool(st.get(int(f["step"]), {}).get("replayed", 0)) for f in sdc_metrics.read_faults(str(out / run))}
+
+
+# events the GPU trainer (emulated) and the CPU trainer may judge differently, with the reason; empty: none
+CROSS_TRAINER_DIFFERENCES = {}
+
+
+def test_sdc_compare_smoke_emu(emu_smoke, cpu_smoke):
+    """--trainer emu: every stage ran ./train_sdc_emu (its private copy in OUT/bin), the table has the CPU
+    trainer's rows, columns and goal lines, and on the same campaign the two trainers saw the same fault events
+    and caught the same ones under -protect paper and -protect all.
+    Catches: a --trainer that is ignored (the CPU binary run), a GPU-trainer flag the job passes but the trainer
+    refuses (a failed stage), a table column missing on the GPU trainer, a protection kind that catches on one
+    trainer and not on the other."""
+    out, p = emu_smoke
+    check_smoke(out, p)
+    assert (out / "trainer").read_text().strip() == "emu"
+    assert (out / "bin" / "train_sdc_emu").is_file() and not (out / "bin" / "train_sdc").exists()
+    assert "build (train_sdc_emu)" in p.stdout
+    cout = cpu_smoke[0]
+    (h_e, r_e), (h_c, r_c) = table(out), table(cout)
+    assert h_e == h_c and set(r_e) == set(r_c), (h_e, h_c)
+    assert goal_rows(out) == goal_rows(cout) and goal_rows(out), goal_rows(out)
+    for run in ("faulty", "protected_paper", "protected_all"):
+        e, c = caught_events(out, run), caught_events(cout, run)
+        assert set(e) == set(c), (run, sorted(set(e) ^ set(c)))      # the same campaign on both trainers
+    for run in ("protected_paper", "protected_all"):
+        e, c = caught_events(out, run), caught_events(cout, run)
+        differ = {k for k in e if e[k] != c[k] and k not in CROSS_TRAINER_DIFFERENCES}
+        assert not differ, (run, sorted(differ))
+
+
+def test_sdc_compare_rejects_a_bad_trainer_and_a_mixed_out(tmp_path):
+    """--trainer other than cpu, gpu, emu is a one-line error; an OUT holding runs of another trainer is refused
+    (one table never mixes two trainers' runs).
+    Catches: a typo silently running the CPU trainer; a GPU job resuming into a CPU job's directory."""
+    p = subprocess.run(["bash", SCRIPT, "--smoke", "--trainer", "tpu", "--out", str(tmp_path / "x")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "--trainer must be cpu, gpu or emu" in p.stderr, p.stderr
+    out = tmp_path / "cmp"
+    out.mkdir()
+    (out / "trainer").write_text("cpu\n")
+    p = subprocess.run(["bash", SCRIPT, "--smoke", "--trainer", "emu", "--out", str(out)], capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 1 and "holds runs of --trainer cpu, not emu" in p.stderr, p.stderr[-2000:]
+    assert not (out / "pre").exists()
 
 
 def test_sdc_compare_fails_loudly_when_a_run_fails(tmp_path):
