@@ -65,6 +65,8 @@ def main():
     env = sm.envelope_all([clean] + reps, window_start=a.window_start) if reps else None
     E = env or {}
     rows = []
+    tfile = os.path.join(a.out, "trainer")      # written by scripts/sdc_compare.sh --trainer
+    emulated = os.path.isfile(tfile) and open(tfile).read().strip() == "emu"
     for name in ROWS:
         if not os.path.isdir(d[name]):
             continue
@@ -78,7 +80,8 @@ def main():
         r["det"] = sm.detection(d[name])
         r["loss"] = log.steps[last]["loss"]
         r["k"] = log.steps[min(log.steps)].get("k")
-        r["overhead"] = cpu_overhead(d[name], clean, a.window_start + 10) if name == "clean_prot" else None
+        # the emulated GPU trainer's wall time is the emulator's, not a GPU's: no overhead from it
+        r["overhead"] = cpu_overhead(d[name], clean, a.window_start + 10) if name == "clean_prot" and not emulated else None
         rows.append((name, r))
     print("| run | final loss | D_final | D_max | mean D, last 50 | held-out loss diff | delta-PPL | Top-1 | W_L2 % | "
           "faults | read events caught | Q/K events caught: fwd, bwd | lost updates | replayed | false alarms | found_inf | k | "
