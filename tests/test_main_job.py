@@ -3,7 +3,7 @@ rows and the figure (OUT/loss_deviation.png, a valid PNG); every trainer run rea
 end record there); the campaign is the same in every faulty run and spares the last step (-fault_end);
 -protect all loses no update and raises no false alarm; the control skips exactly the faulty run's lost updates.
 A trainer run that fails stops the job loudly (exit 1, the run named), never a table with n/a in it.
-The same smoke job on the GPU trainer under the CUDA emulation (--trainer emu, about ten minutes) must give a
+The same smoke job on the GPU trainer under the CUDA emulation (--trainer emu, about 12 minutes) must give a
 table with the same rows and columns, and the two trainers must catch the same fault events."""
 import json
 import os
