@@ -3,7 +3,7 @@
  *   ./test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]
  *
  * LIST (comma-separated): init, grad_buckets, kernels, reference, determinism, att_faults, update_norm, att_checks,
- * fused_faults, or one kernel test: convert embedding rmsnorm rope attention attention_split flash attcheck attcheck_bwd ewcheck elementwise
+ * fused_faults, or one kernel test: convert embedding rmsnorm rope attention attention_split flash attcheck attcheck_bwd flash_attcheck ewcheck elementwise
  * classifier adamw global_norm matmul fingerprint fingerprint_rows matmul_cache fault_flip argmax unscale attention_chunked ptx strided.
  * Default: everything.
  *
@@ -149,7 +149,7 @@ static int want(const char* name, const char* group) {
 
 #define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
     "  LIST: comma-separated, of kernels reference determinism att_faults update_norm att_checks fused_faults convert\n" \
-    "        embedding rmsnorm rope attention attention_split flash attcheck attcheck_bwd ewcheck elementwise classifier adamw global_norm\n" \
+    "        embedding rmsnorm rope attention attention_split flash attcheck attcheck_bwd flash_attcheck ewcheck elementwise classifier adamw global_norm\n" \
     "        matmul fingerprint fingerprint_rows matmul_cache fault_flip argmax unscale attention_chunked ptx strided init grad_buckets\n"
 
 int main(int argc, char** argv) {
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
     struct { const char* name; void (*fn)(void); } kernels[] = {
         {"convert", test_convert}, {"embedding", test_embedding}, {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
         {"attention", test_attention}, {"attention_split", test_attention_split}, {"flash", test_flash_attention},
-        {"attcheck", test_attcheck}, {"attcheck_bwd", test_attcheck_bwd}, {"ewcheck", test_ewcheck},
+        {"attcheck", test_attcheck}, {"attcheck_bwd", test_attcheck_bwd}, {"flash_attcheck", test_flash_attcheck}, {"ewcheck", test_ewcheck},
         {"elementwise", test_elementwise}, {"classifier", test_classifier},
         {"adamw", test_adamw}, {"multi_tensor", test_multi_tensor}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"fingerprint_rows", test_fingerprint_rows}, {"matmul", test_matmul},
         {"matmul_cache", test_matmul_cache}, {"fault_flip", test_fault_flip}, {"argmax", test_argmax}, {"unscale", test_unscale},

@@ -300,22 +300,21 @@ static void attention_forward_faults(Model* model, LayerActs* a, int l, int B, i
 }
 
 /* Fused attention (llmc/cuda/flash_attention.cuh: no [B,H,T,T] tensor written) at layer l, unless something
- * needs the materialised logits and probs there: the attention checks (-detect abft, -protect att read them
- * at every layer; -protect att_bwd reads the split backward's dprobs and dlogits, which need the stored probs), an att_logits / att_probs fault due at this layer in this microbatch (either pass: the
+ * needs the materialised logits and probs there: -detect abft (ATTNChecker's column checksums of the stored
+ * tensors; -protect att and att_bwd run inside the fused kernels, llmc/sdc/attcheck.cuh), an att_logits / att_probs fault due at this layer in this microbatch (either pass: the
  * backward injection needs the stored probs), model_set_attention_materialised, or a head_dim the fused
  * kernels lack. The forward records the choice in the layer (a->fused); the backward follows it. A layer
  * that switches for a fault event differs from the fused run at the bf16 rounding level (see the README). */
 static int attention_fused(const Model* model, int l) {
     const FaultCtx* fx = model->prot.fx;
-    if (model->att_materialised || model->prot.abft || model->prot.on[PK_ATT] || model->prot.on[PK_ATT_BWD] ||
-        !flash_attention_supported(model->c.head_dim))
+    if (model->att_materialised || model->prot.abft || !flash_attention_supported(model->c.head_dim))
         return 0;
     return !(fault_due(fx, SITE_ATT_LOGITS, l, PASS_FWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_FWD) ||
              fault_due(fx, SITE_ATT_LOGITS, l, PASS_BWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_BWD));
 }
 /* The materialised path's logits and probs, bf16 [B,H,T,T] each for every layer (2 L B H T^2 elements, the
  * model's B and T), in one allocation outside the activations, made the first time something needs them: a
- * forward with a layer on the materialised path (attention_fused: -protect att, -detect abft, an att_logits /
+ * forward with a layer on the materialised path (attention_fused: -detect abft, an att_logits /
  * att_probs fault due, model_set_attention_materialised, a head_dim the fused kernels lack; allocated before
  * the layer loop, so no allocation happens inside it) or the propagation trace (model_trace_snapshot). A run
  * that never needs them never allocates them. `why` names the need in the error when the allocation fails. */
@@ -342,7 +341,6 @@ static void model_att_buffers(Model* model, const char* why) {
 static const char* model_materialised_reason(const Model* model) {
     if (model->att_materialised) return "model_set_attention_materialised";
     if (model->prot.abft) return "-detect abft";
-    if (model->prot.on[PK_ATT]) return "-protect att";
     if (!flash_attention_supported(model->c.head_dim)) return "this head_dim (no fused attention kernel)";
     return "an att_logits / att_probs fault event";
 }
@@ -993,7 +991,10 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, bq, bk);
         a->fused = P.flash;
         if (P.flash) {
-            flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s);
+            /* -protect att: the kernel's row sums of the logits and probabilities, checked below */
+            float* rows = model->prot.on[PK_ATT] ? attcheck_fused_rows(model->chk_scratch, B, H, T) : NULL;
+            const FlashCheck fc = {rows, rows ? rows + (size_t)B * H * T : NULL, flash_plant_of(NULL)};
+            flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s, rows ? &fc : NULL);
             if (fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD))   /* the fused backward reads the clean out */
                 cudaCheck(cudaMemcpyAsync(model_att_out_clean(model), a->att_out, sizeof(bf16) * N * qd, cudaMemcpyDeviceToDevice, s));
         } else {
@@ -1001,7 +1002,11 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             attention_forward_faults(model, a, l, B, T, s);
         }
         FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
-        if (checks) {
+        if (checks && P.flash) {   /* -protect att alone: -detect abft takes the materialised path */
+            const size_t nbh_max = (size_t)model->B * H;
+            attcheck_fused_forward((int*)(model->rep_dev + model->rep_attc) + (size_t)l * ATTC_NCHECK,
+                                   model->chk_dev + (size_t)l * ATTC_NCHECK * nbh_max, model->chk_scratch, qc, kc, B, T, H, KV, hd, s);
+        } else if (checks) {
             const size_t nbh_max = (size_t)model->B * H;
             attcheck_forward((int*)(model->rep_dev + model->rep_attc) + (size_t)l * ATTC_NCHECK,
                              model->chk_dev + (size_t)l * ATTC_NCHECK * nbh_max, model->chk_scratch,
@@ -1294,7 +1299,14 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         if (a->fused) {
             /* fused backward: P recomputed from q, k and the saved lse; D from the clean out */
             const bf16* o = fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD) ? model->att_out_clean : a->att_out;
-            flash_attention_backward(model->dq, model->dk, dvv, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s);
+            /* -protect att_bwd: the dq kernel's row sums of dprobs and dlogits, checked against the CPU's bounds */
+            float* rows = model->prot.on[PK_ATT_BWD] ? attcheck_fused_rows(model->chk_scratch, B, H, T) : NULL;
+            const FlashCheck fc = {rows, rows ? rows + (size_t)B * H * T : NULL, flash_plant_of(NULL)};
+            flash_attention_backward(model->dq, model->dk, dvv, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s,
+                                     rows ? &fc : NULL);
+            if (rows)
+                attcheck_fused_backward(attb_counts(model, l), attb_flags(model, l), model->chk_scratch, model->datt, qd, a->v, ldqkv, B, T, H,
+                                        KV, hd, s);
             qkb_o = o;
         } else {
             const bf16* probs = a->probs;

@@ -289,8 +289,8 @@ def render(res, gpus, before, mem_bs, caps):
         L.append(f"| {r['preset']} | {r['B']} x {r['accum']} | {r['protect']} | {r['launches']} | " +
                  " | ".join(f"{p['comp_ms'].get(c, 0.0):.2f}" for c in used) + f" | {p['ms']:.1f} |")
     L += ["", f"Protection on {g}: each kind's own launches, and the whole step against -protect none (which also "
-          "holds what protection changes in the model's own launches: e.g. -protect att runs the materialised attention "
-          "instead of the fused one):", ""]
+          "holds what protection changes in the model's own launches: e.g. -protect att and att_bwd run the fused attention "
+          "kernels' row-sum variants):", ""]
     L.append("| preset | B x accum | -protect | " + " | ".join(PROTECTION[:7]) + " | step vs none |")
     L.append("|---|---|---|" + "---|" * 7 + "---|")
     base = {(r["preset"], r["B"], r["accum"]): r for r in res["rows"] if r["protect"] == "none" and "pred" in r}

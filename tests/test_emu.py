@@ -286,8 +286,10 @@ def caught_by(out):
 
 
 # the three attention paths of the GPU backward that -protect qk_bwd recomputes: the fused (flash) backward rerun,
-# the materialised one rerun (-protect att selects it), the split one from the stored dlogits (att_bwd selects it)
-QKB_PATHS = {"flash": "qk_bwd", "materialised": "qk_bwd,att", "split": "qk_bwd,att_bwd"}
+# the materialised one rerun (-detect abft selects it: ATTNChecker's checksums read the stored tensors), the split one
+# from the stored dlogits (att_bwd on the materialised path selects it; -protect att and att_bwd alone stay fused)
+QKB_PATHS = {"flash": {"-protect": "qk_bwd"}, "materialised": {"-protect": "qk_bwd", "-detect": "abft"},
+             "split": {"-protect": "qk_bwd,att_bwd", "-detect": "abft"}}
 QKB_CASES = [(p, path) for p in (QK_PRESETS if FULL else ["tiny-llama"]) for path in QKB_PATHS] if FULL else \
     [("tiny-llama", "flash"), ("tiny-llama", "split"), ("tiny-qwen3", "flash"), ("tiny-nanochat", "materialised")]
 
@@ -301,8 +303,7 @@ def test_qk_bwd_catches_mantissa_faults_on_the_backward_qk_path(data, tmp_path, 
     catches the same steps by the same kinds. Catches: a recomputation that reads the stored (faulty) gradient instead
     of recomputing it (misses everything), one that is not bitwise (the clean run's replays differ), a site on the path
     outside the comparison, a fingerprint of the wrong length (the last rows unseen)."""
-    prot = QKB_PATHS[path]
-    base = {"-preset": preset, "-steps": 4, "-accum": 2, "-warmup": 2, "-protect": prot}
+    base = {"-preset": preset, "-steps": 4, "-accum": 2, "-warmup": 2, **QKB_PATHS[path]}
     fault = {"-fault_mode": "campaign", "-fault_sites": "qk", "-fault_pass": "bwd", "-fault_field": "mantissa",
              "-fault_m": 1, "-fault_seed": 5, "-fault_mb": -1}
     emu(small(data, tmp_path / "clean", **base))
@@ -318,7 +319,8 @@ def test_qk_bwd_catches_mantissa_faults_on_the_backward_qk_path(data, tmp_path, 
 
 
 def test_att_bwd_catches_faults_in_dprobs_dlogits_and_dv(data, tmp_path):
-    """-protect att_bwd on the GPU trainer (the materialised attention with the split backward at every layer):
+    """-protect att_bwd on the GPU trainer (the fused attention's dq kernel row sums and the dV column check, and at a
+    layer where an att_probs / att_logits event is due the split backward's stored tensors):
     exponent flips in 1000 elements of the gradient of the probabilities, the logits or V, and mantissa-only flips in
     the gradient of the probabilities (which leave dlogits' rows summing to zero: only the dprobs checksum sees them),
     one event a step, are caught at every step and replayed to the clean run's final weights; the CPU trainer on the
@@ -391,12 +393,15 @@ def test_backward_check_statistics_match_the_cpu_trainer(data, tmp_path):
 
 
 def test_backward_checks_clean_runs_are_quiet(data, tmp_path):
-    """50 clean bf16 steps under -protect qk_bwd,att_bwd (the split backward, its three attention checks at their
-    bounds, the Q/K recomputation from the stored dlogits) and 50 under -protect qk_bwd (the fused backward rerun):
-    no alarm. Catches: a bound tighter than the GPU's bf16 rounding, a recomputation that is not bitwise."""
-    for prot in ("qk_bwd,att_bwd", "qk_bwd"):
-        out = tmp_path / prot.replace(",", "_")
-        emu(small(data, out, **{"-preset": "tiny-llama", "-steps": 50, "-warmup": 5, "-protect": prot, "-save": "none"}))
+    """50 clean bf16 steps under -protect qk_bwd,att_bwd (the fused backward: its dq kernel's row sums and the dV
+    column check at their bounds, the Q/K recomputation rerunning it) and 50 with -detect abft beside (the
+    materialised attention and its split backward: the three checks on the stored tensors, the Q/K recomputation from
+    the stored dlogits): no alarm. Catches: a bound tighter than the GPU's bf16 rounding, a recomputation that is
+    not bitwise."""
+    for name, extra in (("fused", {}), ("split", {"-detect": "abft"})):
+        out = tmp_path / name
+        emu(small(data, out, **{"-preset": "tiny-llama", "-steps": 50, "-warmup": 5, "-protect": "qk_bwd,att_bwd", "-save": "none",
+                                **extra}))
         st = steps(out)
         assert len(st) == 50 and sum(r["alarms"] for r in st.values()) == 0, [(s, r["alarm"]) for s, r in st.items() if r["alarms"]]
 

@@ -106,8 +106,13 @@
  * are never stored; keys s > t add exact zeros. Non-finite inputs: a NaN/inf in q, k or v reaches only the
  * rows that read it (s <= t), as on the CPU.
  *
- * What the fused path does not provide: the stored att_logits / att_probs tensors (fault injection
- * into them, the attention checks of -protect att and -detect abft, the propagation trace read them):
+ * The attention checks (-protect att, att_bwd) run inside: with a FlashCheck the forward and dq kernels (template
+ * CHK) also accumulate, per row, the sums the checks compare (z and the rounded P; dP and the rounded dZ; see
+ * FlashCheck below), from the registers the products use, a few fp32 adds a live entry and no extra memory traffic
+ * but 2 floats a row; llmc/sdc/attcheck.cuh compares them with the CPU's references and bounds. A FlashPlant
+ * (test-only) changes one intermediate element where a hardware fault would (tests/cuda/attention.cuh,
+ * test_flash_attcheck). What the fused path does not provide: the stored att_logits / att_probs tensors (fault
+ * injection into them, ATTNChecker's column checksums of -detect abft, the propagation trace read them):
  * train_sdc.cu keeps the materialised path for those (see attention_fused there and the README).
  *
  * Speed (a prediction until a GPU is lent; nothing here was timed): llama3.2-1b at B 8, T 1024 does
@@ -161,6 +166,46 @@ struct alignas(16) flash_f4 {
 struct alignas(8) flash_f2 {
     float x, y;
 };
+
+/* The attention checks' row sums (-protect att, att_bwd; llmc/sdc/attcheck.cuh compares them), computed by the
+ * fused kernels from the values they hold, in fp32, over the live keys s <= t of each stored row t
+ * ([B*H*T], row (b*H + h)*T + t; each lane its own columns over the tiles ascending, then the quad xor 1, xor 2):
+ *   forward  rows_a[t] = sum_s z[t,s]                    (the scaled logits, as S leaves the mma)
+ *            rows_b[t] = (sum_s bf16(P[t,s])) / l[t]     (the rounded P that P V consumes, unpacked from its A
+ *                        fragments, rescaled with l by each tile's alpha: the normalised probabilities' row sum)
+ *   dq       rows_a[t] = sum_s dP[t,s]                   (dP = dO V^T as it leaves the mma)
+ *            rows_b[t] = sum_s bf16(dZ[t,s])             (the rounded dZ that dZ K consumes)
+ * A plant (test-only, FlashPlant) changes one element of one intermediate x -> x * mul + add, inside the kernel,
+ * where a hardware fault would: S before the mask and the softmax, P after l took it (the operand of P V alone,
+ * as the CPU's stored probs after the softmax), dP before dZ, dZ before its rounding; in the dk/dv kernel P^T after
+ * dZ^T took it (dv's operand alone), dP^T before dZ^T, dZ^T before its rounding. where = FLASH_PLANT_NONE in every
+ * trainer launch: one warp-uniform comparison a tile. */
+enum { FLASH_PLANT_NONE = 0, FLASH_PLANT_S, FLASH_PLANT_P, FLASH_PLANT_DP, FLASH_PLANT_DZ, FLASH_PLANT_DKV_P, FLASH_PLANT_DKV_DP,
+       FLASH_PLANT_DKV_DZ };
+struct FlashPlant {
+    int where, b, h, t, s;   /* the intermediate, batch, query head, query row, key */
+    float mul, add;
+};
+struct FlashCheck {
+    float* rows_a;   /* [B*H*T] (NULL: the kernel computes no row sums) */
+    float* rows_b;
+    FlashPlant plant;
+};
+/* x * mul + add where (where, b, h, t, s) is the planted element */
+__device__ __forceinline__ float flash_plant(const FlashPlant& pl, int where, int b, int h, int t, int s, float x) {
+    return pl.where == where && pl.b == b && pl.h == h && pl.t == t && pl.s == s ? x * pl.mul + pl.add : x;
+}
+/* the two bf16 halves of a packed pair (pack_bf16x2: lo in bits 0..15) as fp32, exactly */
+__device__ __forceinline__ float flash_bf16_lo(uint32_t x) { return __uint_as_float(x << 16); }
+__device__ __forceinline__ float flash_bf16_hi(uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
+/* the row sums of the bf16 A fragments pa (rows g: a[0], a[2]; g + 8: a[1], a[3]) added to r[0], r[1] */
+template <int KS> __device__ __forceinline__ void flash_a_rowsum(float (&r)[2], const uint32_t (&pa)[KS][4]) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        r[0] += flash_bf16_lo(pa[ks][0]) + flash_bf16_hi(pa[ks][0]) + flash_bf16_lo(pa[ks][2]) + flash_bf16_hi(pa[ks][2]);
+        r[1] += flash_bf16_lo(pa[ks][1]) + flash_bf16_hi(pa[ks][1]) + flash_bf16_lo(pa[ks][3]) + flash_bf16_hi(pa[ks][3]);
+    }
+}
 
 /* a shared tile row: HD bf16 plus 8 bf16 (16 bytes) of padding; the row stride is 16 mod 128 bytes */
 #define FLASH_LDS(HD) ((HD) + 8)
@@ -261,10 +306,11 @@ __device__ __forceinline__ float flash_quad_sum(float v) {
 
 /* ------------------------------------------------------------------------------------ kernels */
 /* grid: one block per (query tile, b, h), 1-D, the query tile slowest and the last (heaviest) first */
-template <int HD>
+template <int HD, bool CHK>
 __global__ void __launch_bounds__(FLASH_THREADS)
 flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q, const bf16* __restrict__ k,
-                               const bf16* __restrict__ v, int B, int T, int H, int KV, int ldv, float scale) {
+                               const bf16* __restrict__ v, int B, int T, int H, int KV, int ldv, float scale, float* __restrict__ rows_a,
+                               float* __restrict__ rows_b, FlashPlant pl) {
     constexpr int BQ = FlashTiles<HD>::FWD_BQ, BK = FlashTiles<HD>::FWD_BK, LDS = FLASH_LDS(HD);
     constexpr int NB = BK / 8, KS = BK / 16, ND = HD / 8;
     static_assert(BQ == 16 * FLASH_WARPS && BK % 16 == 0, "forward: tile shape");
@@ -289,6 +335,8 @@ flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, 
     const int r0 = t0 + 16 * warp;            /* the warp's first row */
     const int trow[2] = {r0 + gq, r0 + gq + 8}; /* this lane's two rows (C fragment rows g, g + 8) */
     float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float zs[2] = {0.0f, 0.0f}, pb[2] = {0.0f, 0.0f}; /* CHK: the row sums of z and of bf16(P) (FlashCheck) */
+    const bool plant_bh = pl.where != FLASH_PLANT_NONE && pl.b == b && pl.h == h && pl.t >= r0 && pl.t < r0 + 16;
 #pragma unroll
     for (int nd = 0; nd < ND; nd++)
 #pragma unroll
@@ -320,7 +368,9 @@ flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, 
             for (int e = 0; e < 4; e++) {
                 const int col = s0 + 8 * nb + 2 * tq + (e & 1), row = trow[e >> 1];
                 float z = s[nb][e] * scale;
+                if (plant_bh) z = flash_plant(pl, FLASH_PLANT_S, b, h, row, col, z);
                 if (masked && (col > row || col >= T)) z = -INFINITY;
+                else if (CHK) zs[e >> 1] += z;
                 s[nb][e] = z;
                 mx[e >> 1] = fmaxf(mx[e >> 1], z);
             }
@@ -332,6 +382,7 @@ flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, 
             alpha[r] = expf(m[r] - mn); /* 0 on the first tile (m = -inf) */
             m[r] = mn;
             l[r] *= alpha[r];
+            if (CHK) pb[r] *= alpha[r];
         }
 #pragma unroll
         for (int nd = 0; nd < ND; nd++) {
@@ -346,16 +397,18 @@ flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, 
             for (int e = 0; e < 4; e++) {
                 const float p = expf(s[nb][e] - m[e >> 1]); /* 0 where masked */
                 l[e >> 1] += p;                              /* the lane's columns, fp32 */
-                s[nb][e] = p;
+                s[nb][e] = plant_bh ? flash_plant(pl, FLASH_PLANT_P, b, h, trow[e >> 1], s0 + 8 * nb + 2 * tq + (e & 1), p) : p;
             }
         uint32_t pa[KS][4];
         flash_c_to_a<KS>(pa, s);                      /* P rounded to bf16: the A operand of P V */
+        if (CHK) flash_a_rowsum<KS>(pb, pa);
         flash_mma_nn<KS, HD>(o, pa, sV + buf * BK * LDS, lane);
         __syncthreads(); /* every warp is done with this buffer before the next iteration refills it */
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const float sum = flash_quad_sum(l[r]); /* the four lanes' partial sums of the row */
+        const float zsum = CHK ? flash_quad_sum(zs[r]) : 0.0f, pbsum = CHK ? flash_quad_sum(pb[r]) : 0.0f;
         const int t = trow[r];
         if (t < T) {
             const float inv = 1.0f / sum;
@@ -363,6 +416,7 @@ flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, 
 #pragma unroll
             for (int nd = 0; nd < ND; nd++) dst[4 * nd] = pack_bf16x2(o[nd][2 * r] * inv, o[nd][2 * r + 1] * inv);
             if (tq == 0) lse[((size_t)b * H + h) * T + t] = m[r] + logf(sum);
+            if (CHK && tq == 0) { rows_a[((size_t)b * H + h) * T + t] = zsum; rows_b[((size_t)b * H + h) * T + t] = pbsum * inv; }
         }
     }
 }
@@ -389,11 +443,12 @@ __global__ void flash_attention_rowdot_kernel(float* __restrict__ D, const bf16*
 }
 
 /* grid as the forward's: one block per (query tile, b, h), the last query tile first */
-template <int HD>
+template <int HD, bool CHK>
 __global__ void __launch_bounds__(FLASH_THREADS)
 flash_attention_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const float* __restrict__ lse,
                                    const float* __restrict__ D, const bf16* __restrict__ q, const bf16* __restrict__ k,
-                                   const bf16* __restrict__ v, int B, int T, int H, int KV, int ldv, float scale) {
+                                   const bf16* __restrict__ v, int B, int T, int H, int KV, int ldv, float scale, float* __restrict__ rows_a,
+                                   float* __restrict__ rows_b, FlashPlant pl) {
     constexpr int BQ = FlashTiles<HD>::DQ_BQ, BK = FlashTiles<HD>::DQ_BK, LDS = FLASH_LDS(HD);
     constexpr int NB = BK / 8, KS = BK / 16, ND = HD / 8;
     static_assert(BQ == 16 * FLASH_WARPS && BK % 16 == 0, "dq: tile shape");
@@ -420,6 +475,8 @@ flash_attention_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict
     const int r0 = t0 + 16 * warp;
     const int trow[2] = {r0 + gq, r0 + gq + 8};
     float L[2], Dt[2], acc[ND][4];
+    float dps[2] = {0.0f, 0.0f}, dzs[2] = {0.0f, 0.0f}; /* CHK: the row sums of dP and of bf16(dZ) (FlashCheck) */
+    const bool plant_bh = pl.where != FLASH_PLANT_NONE && pl.b == b && pl.h == h && pl.t >= r0 && pl.t < r0 + 16;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         L[r] = trow[r] < T ? lse[((size_t)b * H + h) * T + trow[r]] : 0.0f;
@@ -454,22 +511,28 @@ flash_attention_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict
             for (int e = 0; e < 4; e++) {
                 const int col = s0 + 8 * nb + 2 * tq + (e & 1), row = trow[e >> 1];
                 const float p = expf(s[nb][e] * scale - L[e >> 1]);
-                float dz = p * (dp[nb][e] - Dt[e >> 1]);
+                const float dpe = plant_bh ? flash_plant(pl, FLASH_PLANT_DP, b, h, row, col, dp[nb][e]) : dp[nb][e];
+                float dz = p * (dpe - Dt[e >> 1]);
+                if (plant_bh) dz = flash_plant(pl, FLASH_PLANT_DZ, b, h, row, col, dz);
                 if (masked && col > row) dz = 0.0f; /* keys s >= T are > every stored row: masked too */
+                else if (CHK) dps[e >> 1] += dpe;
                 s[nb][e] = dz;
             }
         uint32_t pa[KS][4];
         flash_c_to_a<KS>(pa, s); /* dZ rounded to bf16: the A operand of dZ K */
+        if (CHK) flash_a_rowsum<KS>(dzs, pa);
         flash_mma_nn<KS, HD>(acc, pa, sK + buf * BK * LDS, lane);
         __syncthreads();
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int t = trow[r];
+        const float dpsum = CHK ? flash_quad_sum(dps[r]) : 0.0f, dzsum = CHK ? flash_quad_sum(dzs[r]) : 0.0f;
         if (t < T) {
             uint32_t* dst = reinterpret_cast<uint32_t*>(dq + ((size_t)b * T + t) * ldq + (size_t)h * HD) + tq;
 #pragma unroll
             for (int nd = 0; nd < ND; nd++) dst[4 * nd] = pack_bf16x2(acc[nd][2 * r] * scale, acc[nd][2 * r + 1] * scale);
+            if (CHK && tq == 0) { rows_a[((size_t)b * H + h) * T + t] = dpsum; rows_b[((size_t)b * H + h) * T + t] = dzsum; }
         }
     }
 }
@@ -499,7 +562,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
 flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, float* __restrict__ part,
                                      const bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ D,
                                      const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v, int B, int T,
-                                     int H, int KV, int ldv, int nsplit, float scale) {
+                                     int H, int KV, int ldv, int nsplit, float scale, FlashPlant pl) {
     constexpr int BK = FlashTiles<HD>::DKV_BK, BQ = FlashTiles<HD>::DKV_BQ, LDS = FLASH_LDS(HD);
     constexpr int NB = BQ / 8, KS = BQ / 16, ND = HD / 8;
     static_assert(BK == 16 * FLASH_WARPS && BQ % 16 == 0, "dk/dv: tile shape");
@@ -552,13 +615,20 @@ flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ d
         flash_mma_nt<NB, HD>(s, sK + 16 * warp * LDS, q_, lane);  /* S^T = K Q^T [key][query] */
         flash_mma_nt<NB, HD>(dp, sV + 16 * warp * LDS, o_, lane); /* dP^T = V dO^T */
         const bool masked = t0 < k0 + 15 || t0 + BQ > T;
+        const int hh = h0 + it / ntq;
+        const bool plant_bh = pl.where != FLASH_PLANT_NONE && pl.b == b && pl.h == hh && pl.s >= k0 && pl.s < k0 + 16;
 #pragma unroll
         for (int nb = 0; nb < NB; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int c = 8 * nb + 2 * tq + (e & 1), t = t0 + c, srw = srow[e >> 1];
                 float p = expf(s[nb][e] * scale - L[c]);
-                float dz = p * (dp[nb][e] - Dq[c]);
+                const float dpe = plant_bh ? flash_plant(pl, FLASH_PLANT_DKV_DP, b, hh, t, srw, dp[nb][e]) : dp[nb][e];
+                float dz = p * (dpe - Dq[c]);
+                if (plant_bh) {
+                    dz = flash_plant(pl, FLASH_PLANT_DKV_DZ, b, hh, t, srw, dz);
+                    p = flash_plant(pl, FLASH_PLANT_DKV_P, b, hh, t, srw, p);
+                }
                 if (masked && (t < srw || t >= T)) { p = 0.0f; dz = 0.0f; }
                 s[nb][e] = p;
                 dp[nb][e] = dz;
@@ -659,14 +729,28 @@ static int flash_dkdv_splits(int B, int T, int KV, int g, int bk) {
     return g;
 }
 
+/* the plant of chk (none without chk) */
+static inline FlashPlant flash_plant_of(const FlashCheck* chk) {
+    FlashPlant none = {FLASH_PLANT_NONE, 0, 0, 0, 0, 1.0f, 0.0f};
+    return chk ? chk->plant : none;
+}
+
 template <int HD>
 static void flash_attention_forward_hd(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV,
-                                       int ldv, cudaStream_t stream) {
-    static int optin = 0;
+                                       int ldv, const FlashCheck* chk, cudaStream_t stream) {
+    static int optin = 0, optin_chk = 0;
     const int smem = flash_fwd_smem<HD>();
-    flash_smem_optin(flash_attention_forward_kernel<HD>, smem, &optin);
     const unsigned grid = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::FWD_BQ) * B * H);
-    flash_attention_forward_kernel<HD><<<grid, FLASH_THREADS, smem, stream>>>(out, lse, q, k, v, B, T, H, KV, ldv, 1.0f / sqrtf((float)HD));
+    const float scale = 1.0f / sqrtf((float)HD);
+    if (chk && chk->rows_a) {
+        flash_smem_optin(flash_attention_forward_kernel<HD, true>, smem, &optin_chk);
+        flash_attention_forward_kernel<HD, true><<<grid, FLASH_THREADS, smem, stream>>>(out, lse, q, k, v, B, T, H, KV, ldv, scale, chk->rows_a,
+                                                                                      chk->rows_b, chk->plant);
+    } else {
+        flash_smem_optin(flash_attention_forward_kernel<HD, false>, smem, &optin);
+        flash_attention_forward_kernel<HD, false><<<grid, FLASH_THREADS, smem, stream>>>(out, lse, q, k, v, B, T, H, KV, ldv, scale, NULL, NULL,
+                                                                                       flash_plant_of(chk));
+    }
     cudaCheck(cudaGetLastError());
     launch_account(COST_ATTENTION, "flash_attention_forward_kernel", COST_TC, grid,
                    4.0 * HD * B * H * flash_pairs_rows(T, FlashTiles<HD>::FWD_BQ, FlashTiles<HD>::FWD_BK), (double)B * T * (H + 2 * KV) * HD * 2,
@@ -675,24 +759,33 @@ static void flash_attention_forward_hd(bf16* out, float* lse, const bf16* q, con
 
 template <int HD>
 static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const float* lse, float* ws, const bf16* q,
-                                        const bf16* k, const bf16* v, int B, int T, int H, int KV, int ldv, int nsplit, cudaStream_t stream) {
-    static int optin_dq = 0, optin_dkv = 0;
+                                        const bf16* k, const bf16* v, int B, int T, int H, int KV, int ldv, int nsplit, const FlashCheck* chk,
+                                        cudaStream_t stream) {
+    static int optin_dq = 0, optin_dq_chk = 0, optin_dkv = 0;
     const float scale = 1.0f / sqrtf((float)HD);
     const size_t rows = (size_t)B * T * H, nel = (size_t)B * T * KV * HD;
     const float* D = ws;
     float* part = ws + CEIL_DIV(rows, (size_t)4) * 4;
     const int smq = flash_dq_smem<HD>(), smk = flash_dkv_smem<HD>();
-    flash_smem_optin(flash_attention_backward_dq_kernel<HD>, smq, &optin_dq);
     flash_smem_optin(flash_attention_backward_dkdv_kernel<HD>, smk, &optin_dkv);
     const unsigned gq = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::DQ_BQ) * B * H);
-    flash_attention_backward_dq_kernel<HD><<<gq, FLASH_THREADS, smq, stream>>>(dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale);
+    const FlashPlant pl = flash_plant_of(chk);
+    if (chk && chk->rows_a) {
+        flash_smem_optin(flash_attention_backward_dq_kernel<HD, true>, smq, &optin_dq_chk);
+        flash_attention_backward_dq_kernel<HD, true><<<gq, FLASH_THREADS, smq, stream>>>(dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale,
+                                                                                       chk->rows_a, chk->rows_b, pl);
+    } else {
+        flash_smem_optin(flash_attention_backward_dq_kernel<HD, false>, smq, &optin_dq);
+        flash_attention_backward_dq_kernel<HD, false><<<gq, FLASH_THREADS, smq, stream>>>(dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale,
+                                                                                        NULL, NULL, pl);
+    }
     cudaCheck(cudaGetLastError());
     launch_account(COST_ATTENTION, "flash_attention_backward_dq_kernel", COST_TC, gq,
                    6.0 * HD * B * H * flash_pairs_rows(T, FlashTiles<HD>::DQ_BQ, FlashTiles<HD>::DQ_BK),
                    (double)B * T * ((2 * H + 2 * KV) * HD * 2 + H * 8), (double)B * T * H * HD * 2);   /* q, dout, k, v, lse, D in; dq out */
     const unsigned gk = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::DKV_BK) * B * KV * nsplit);
     flash_attention_backward_dkdv_kernel<HD><<<gk, FLASH_THREADS, smk, stream>>>(dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV, ldv,
-                                                                                 nsplit, scale);
+                                                                                 nsplit, scale, pl);
     cudaCheck(cudaGetLastError());
     launch_account(COST_ATTENTION, "flash_attention_backward_dkdv_kernel", COST_TC, gk,
                    8.0 * HD * B * H * flash_pairs_cols(T, FlashTiles<HD>::DKV_BK, FlashTiles<HD>::DKV_BQ),
@@ -709,18 +802,18 @@ static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16
 
 /* out [B,T,H*hd] bf16 and lse [B,H,T] fp32 from q [B,T,H*hd], k [B,T,KV*hd] and v (token stride ldv) */
 static void flash_attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV,
-                                    int hd, int ldv, cudaStream_t stream) {
+                                    int hd, int ldv, cudaStream_t stream, const FlashCheck* chk = NULL) {
     const void* ptrs[] = {out, q, k, v};
     flash_attention_check_args("flash_attention_forward", B, T, H, KV, hd, ldv, ptrs, 4);
-    if (hd == 32) flash_attention_forward_hd<32>(out, lse, q, k, v, B, T, H, KV, ldv, stream);
-    else if (hd == 64) flash_attention_forward_hd<64>(out, lse, q, k, v, B, T, H, KV, ldv, stream);
-    else flash_attention_forward_hd<128>(out, lse, q, k, v, B, T, H, KV, ldv, stream);
+    if (hd == 32) flash_attention_forward_hd<32>(out, lse, q, k, v, B, T, H, KV, ldv, chk, stream);
+    else if (hd == 64) flash_attention_forward_hd<64>(out, lse, q, k, v, B, T, H, KV, ldv, chk, stream);
+    else flash_attention_forward_hd<128>(out, lse, q, k, v, B, T, H, KV, ldv, chk, stream);
 }
 
 /* dq [B,T,H*hd], dk [B,T,KV*hd], dv (token stride ldv) overwritten, from dout and the forward's out and lse */
 static void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* out, const float* lse,
                                      const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int ldv,
-                                     cudaStream_t stream) {
+                                     cudaStream_t stream, const FlashCheck* chk = NULL) {
     const void* ptrs[] = {dq, dk, dv, dout, q, k, v};
     flash_attention_check_args("flash_attention_backward", B, T, H, KV, hd, ldv, ptrs, 7);
     const size_t rows = (size_t)B * T * H, nel = (size_t)B * T * KV * hd;
@@ -730,9 +823,9 @@ static void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* d
     cudaCheck(cudaGetLastError());
     launch_account(COST_ATTENTION, "flash_attention_rowdot_kernel", COST_FP32, (unsigned)CEIL_DIV(rows, (size_t)8), 2.0 * rows * hd,
                    (double)rows * hd * 4, (double)rows * 4);   /* dout, out in; D out */
-    if (hd == 32) flash_attention_backward_hd<32>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, stream);
-    else if (hd == 64) flash_attention_backward_hd<64>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, stream);
-    else flash_attention_backward_hd<128>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, stream);
+    if (hd == 32) flash_attention_backward_hd<32>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream);
+    else if (hd == 64) flash_attention_backward_hd<64>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream);
+    else flash_attention_backward_hd<128>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream);
 }
 
 #endif

@@ -280,6 +280,59 @@ static void attcheck_forward(int* counts, int* flags, double* scratch, const bf1
     }
 }
 
+/* ---------------------------------------------------------------------------------- the fused path's checks
+ * The same checks on the fused attention (llmc/cuda/flash_attention.cuh), which never stores a [T,T] tensor: its
+ * kernels hand over the row sums they accumulate from the values they hold (FlashCheck), and these compare them
+ * with the same references and bounds as above (the scans, from the clean side):
+ *   forward (ATTC_ATT_LOGITS, ATTC_ATT_PROBS): the fp32 row sum of the logits z against ref_row[t] within tol_row[t];
+ *     the row sum of the rounded P that P V consumes, over the row's l, against 1 within ATT_TOL_ROWSUM(16, T)
+ *   backward (ATTB_DPROBS, ATTB_DLOGITS; the dq kernel): the row sum of dP against ref[t] within tol_dp[t]; the row
+ *     sum of the rounded dZ that dZ K consumes against 0 within tol_dl[t]
+ * The bounds hold with more room than on the stored bf16 tensors: z and dP are fp32 (not rounded to bf16), P and dZ
+ * carry one bf16 rounding each (2^-9 relative, round to nearest), and the backward's D comes from the bf16 out,
+ * |D - sum_s P dP| <= 2^-9 |dO_t| |out_t| <= 2^-9 |dO_t| max_s |v_s|, a quarter of what tol_dl allows for it.
+ * The dV column check reads the fused kernels' output as it reads the split backward's (attcheck_backward_dv).
+ * What the fused checks see that the stored tensors' checks see: a fault in the logits as they leave the mma (the
+ * checksum), in the probabilities P V consumes (the row sum; a fault in the exp before l takes it is a consistent,
+ * renormalised row, as a fault in the CPU's exp before its normalisation), in dP, in dZ. The dk/dv kernel
+ * recomputes P, dP and dZ for dk and dv: its P reaches only dv (the dV column check), its dP and dZ only dk, which
+ * the Q/K backward recomputation (-protect qk_bwd) compares; att_bwd alone does not check them. */
+/* where the kernels write their row sums: 2 B*H*T floats after the scans' doubles (within attcheck_scratch_doubles) */
+static inline float* attcheck_fused_rows(double* scratch, int B, int H, int T) { return (float*)(scratch + (size_t)4 * B * H * T); }
+
+/* one thread per row: |x[row] - (ref ? ref[row] : cref)| <= (tol ? tol[row] : ctol), else head row / T fails check c */
+__global__ void attcheck_fused_rows_kernel(int* counts, int* flags, const float* __restrict__ x, const double* __restrict__ ref, double cref,
+                                           const double* __restrict__ tol, double ctol, size_t rows, int T, int nbh, int c) {
+    const size_t row = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const double want = ref ? ref[row] : cref, bound = tol ? tol[row] : ctol;
+    if (!(fabs((double)x[row] - want) <= bound)) attc_fail(counts, flags, c, nbh, (int)(row / (size_t)T));
+}
+static void attcheck_fused_rows_launch(const char* cat, int* counts, int* flags, const float* x, const double* ref, double cref,
+                                       const double* tol, double ctol, size_t n, int T, int nbh, int c, cudaStream_t stream) {
+    attcheck_fused_rows_kernel<<<(unsigned)CEIL_DIV(n, (size_t)256), 256, 0, stream>>>(counts, flags, x, ref, cref, tol, ctol, n, T, nbh, c);
+    cudaCheck(cudaGetLastError());
+    launch_account(cat, "attcheck_fused_rows_kernel", COST_FP64, (unsigned)CEIL_DIV(n, (size_t)256), 2.0 * n, (double)n * (4 + (ref ? 8 : 0) + (tol ? 8 : 0)), 0.0);
+}
+
+/* -protect att on the fused forward: rows = attcheck_fused_rows(scratch, ...) as flash_attention_forward's FlashCheck
+ * left them (rows_a = rows, rows_b = rows + B*H*T); q [B,T,H*hd], k [B,T,KV*hd] the tensors it read. Counters as
+ * attcheck_forward's (ATTC_ATT_LOGITS, ATTC_ATT_PROBS). */
+static void attcheck_fused_forward(int* counts, int* flags, double* scratch, const bf16* q, const bf16* k, int B, int T, int H, int KV,
+                                   int hd, cudaStream_t stream) {
+    if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || hd <= 0 || H % KV != 0 || hd > ATTC_MAX_HD)
+        tsdc_fail("attcheck_fused_forward: bad shape B %d T %d H %d KV %d hd %d (H a multiple of KV, hd <= %d)", B, T, H, KV, hd, ATTC_MAX_HD);
+    const int nbh = B * H;
+    const size_t n = (size_t)nbh * T;
+    const float* rows = attcheck_fused_rows(scratch, B, H, T);
+    attcheck_scan_kernel<<<dim3((unsigned)nbh, 1u), ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + 2 * n, q, k, T, H, KV, hd,
+                                                                                 1.0 / sqrt((double)hd), ATT_TOL_REL(16), 0);
+    cudaCheck(cudaGetLastError());
+    launch_account("att", "attcheck_scan_kernel", COST_FP64, dim3((unsigned)nbh, 1u), 4.0 * n * hd, (double)B * T * (H + KV) * hd * 2, (double)n * 16);
+    attcheck_fused_rows_launch("att", counts, flags, rows, scratch, 0.0, scratch + 2 * n, 0.0, n, T, nbh, ATTC_ATT_LOGITS, stream);
+    attcheck_fused_rows_launch("att", counts, flags, rows + n, NULL, 1.0, NULL, ATT_TOL_ROWSUM(16, T), n, T, nbh, ATTC_ATT_PROBS, stream);
+}
+
 /* ---------------------------------------------------------------------------------- backward (-protect att_bwd)
  * The three backward checks of attcheck.h (att_dprobs_rowcheck, att_dlogits_rowcheck, att_dv_colcheck) on the
  * split backward's stored bf16 tensors (llmc/cuda/attention.cuh: attention_split_av_backward writes dprobs,
@@ -477,6 +530,22 @@ static void attcheck_backward_dv(int* counts, int* flags, double* bound, const b
     cudaCheck(cudaGetLastError());
     launch_account("att_bwd", "attbwd_dv_kernel", COST_FP64, dim3((unsigned)(B * KV), (unsigned)CEIL_DIV(hd, 32)), 2.0 * B * T * (H + KV) * hd,
                    (double)B * T * (H + KV) * hd * 2, 0.0);   /* dv, dout in */
+}
+
+/* -protect att_bwd on the fused backward's dq kernel: its rows (attcheck_fused_rows: rows_a dP, rows_b dZ) against
+ * the bounds of attbwd_scan_kernel, left in scratch as attcheck_backward_dprobs leaves them (the dump reads them) */
+static void attcheck_fused_backward(int* counts, int* flags, double* scratch, const bf16* dout, int ld_o, const bf16* v, int ld_v, int B,
+                                    int T, int H, int KV, int hd, cudaStream_t stream) {
+    attbwd_check_args("attcheck_fused_backward", B, T, H, KV, hd);
+    const int nbh = B * H;
+    const size_t n = (size_t)nbh * T;
+    const float* rows = attcheck_fused_rows(scratch, B, H, T);
+    attbwd_scan_kernel<<<(unsigned)nbh, ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + n, scratch + 2 * n, dout, ld_o, v, ld_v, T, H, KV,
+                                                                      hd, ATT_TOL_REL(16));
+    cudaCheck(cudaGetLastError());
+    launch_account("att_bwd", "attbwd_scan_kernel", COST_FP64, (unsigned)nbh, 4.0 * n * hd, (double)B * T * (H + KV) * hd * 2, (double)n * 24);
+    attcheck_fused_rows_launch("att_bwd", counts, flags, rows, scratch, 0.0, scratch + n, 0.0, n, T, nbh, ATTB_DPROBS, stream);
+    attcheck_fused_rows_launch("att_bwd", counts, flags, rows + n, NULL, 0.0, scratch + 2 * n, 0.0, n, T, nbh, ATTB_DLOGITS, stream);
 }
 
 #endif

@@ -908,3 +908,220 @@ static void test_attcheck_bwd(void) {
         dfree_all();
     }
 }
+
+/* ------------------------------------------- the fused path's attention checks (flash kernels + attcheck.cuh) */
+typedef struct {
+    int B, T, H, KV, hd;
+    const bf16 *q, *k, *v, *go, *out;
+    const float* lse;
+    bf16 *gout, *gdq, *gdk, *gdv;
+    float* glse;
+    int* dbuf;
+    double* scr;
+} FusedChk;
+/* the fused forward with its row sums and plant pl, then attcheck_fused_forward: failed heads per ATTC check */
+static void fused_fwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTC_NCHECK]) {
+    const int nbh = f->B * f->H;
+    const size_t n = (size_t)nbh * f->T;
+    float* rows = attcheck_fused_rows(f->scr, f->B, f->H, f->T);
+    const FlashCheck fc = {rows, rows + n, pl};
+    cudaCheck(cudaMemset(f->dbuf, 0, sizeof(int) * ATTC_NCHECK * (1 + (size_t)nbh)));
+    flash_attention_forward(f->gout, f->glse, f->q, f->k, f->v, f->B, f->T, f->H, f->KV, f->hd, f->KV * f->hd, g_s, &fc);
+    attcheck_fused_forward(f->dbuf, f->dbuf + ATTC_NCHECK, f->scr, f->q, f->k, f->B, f->T, f->H, f->KV, f->hd, g_s);
+    cudaCheck(cudaStreamSynchronize(g_s));
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaMemcpy(cnt, f->dbuf, sizeof(int) * ATTC_NCHECK, cudaMemcpyDeviceToHost));
+}
+/* the fused backward (from the clean forward's out, lse) with plant pl, then the dq kernel's row checks and the dV
+ * column check: failed heads per ATTB check */
+static void fused_bwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTB_NCHECK]) {
+    const int nbh = f->B * f->H, qd = f->H * f->hd, kd = f->KV * f->hd;
+    const size_t n = (size_t)nbh * f->T;
+    float* rows = attcheck_fused_rows(f->scr, f->B, f->H, f->T);
+    const FlashCheck fc = {rows, rows + n, pl};
+    cudaCheck(cudaMemset(f->dbuf, 0, sizeof(int) * ATTB_NCHECK * (1 + (size_t)nbh)));
+    flash_attention_backward(f->gdq, f->gdk, f->gdv, f->go, f->out, f->lse, f->q, f->k, f->v, f->B, f->T, f->H, f->KV, f->hd, kd, g_s, &fc);
+    attcheck_fused_backward(f->dbuf, f->dbuf + ATTB_NCHECK, f->scr, f->go, qd, f->v, kd, f->B, f->T, f->H, f->KV, f->hd, g_s);
+    attcheck_backward_dv(f->dbuf, f->dbuf + ATTB_NCHECK, NULL, f->gdv, kd, f->go, qd, f->B, f->T, f->H, f->KV, f->hd, g_s);
+    cudaCheck(cudaStreamSynchronize(g_s));
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaMemcpy(cnt, f->dbuf, sizeof(int) * ATTB_NCHECK, cudaMemcpyDeviceToHost));
+}
+static FlashPlant plant_at(int where, int b, int h, int t, int s, float mul, float add) {
+    FlashPlant p = {where, b, h, t, s, mul, add};
+    return p;
+}
+/* want[c] < 0: any count */
+static void fused_line(const char* what, const int* got, const int* want, int nc, const char* names) {
+    int ok = 1;
+    for (int c = 0; c < nc; c++) ok &= want[c] < 0 || got[c] == want[c];
+    char g[64], w[64];
+    int og = 0, ow = 0;
+    for (int c = 0; c < nc; c++) {
+        og += snprintf(g + og, sizeof(g) - og, "%d ", got[c]);
+        ow += snprintf(w + ow, sizeof(w) - ow, want[c] < 0 ? "any " : "%d ", want[c]);
+    }
+    check(ok, "    %-58s failed %s: %s(want %s)", what, names, g, w);
+}
+
+/* Catches: fused kernels whose row sums cover the wrong keys (the diagonal, the masked tail, a tile twice), a row
+ * sum taken before the plant point of its check (the fault passes), the probability sum of the unrounded P instead
+ * of the operand P V reads, alarms on clean attention, and a bound that misses faults of twice its size or fires on a
+ * quarter of it. The plants go where a hardware fault would hit the fused kernels' registers (FlashPlant). */
+static void test_flash_attcheck(void) {
+    printf("attention checks inside the fused kernels (FlashCheck row sums, attcheck_fused_forward / _backward, the dV column\n"
+           "  check on the fused dv): clean rows against the CPU's sums, planted faults of 2x / 0.25x the CPU's bounds\n");
+    struct { int B, T, H, KV, hd; } cases[] = {{2, 37, 4, 2, 64}, {1, 130, 4, 2, 128}, {1, 70, 4, 1, 32}, {1, 100, 2, 2, 64}};
+    const char* fn = "logits/probs";
+    const char* bn = "dprobs/dlogits/dv";
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const int B = cases[ci].B, T = cases[ci].T, H = cases[ci].H, KV = cases[ci].KV, hd = cases[ci].hd, g = H / KV, nbh = B * H;
+        const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, n = (size_t)nbh * T, na = (size_t)nbh * T * T;
+        const size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+        const double scale = 1.0 / sqrt((double)hd);
+        printf("  B %d T %d H %d KV %d hd %d\n", B, T, H, KV, hd);
+        float* q = h_normal(nq, 1.5, 0.0, 1);
+        float* k = h_normal(nk, 1.0, 0.0, 1);
+        float* v = h_normal(nk, 1.0, 0.0, 1);
+        float* go = h_normal(nq, 0.1, 0.0, 1);
+        FusedChk f;
+        f.B = B; f.T = T; f.H = H; f.KV = KV; f.hd = hd;
+        f.q = d_bf16(q, nq); f.k = d_bf16(k, nk); f.v = d_bf16(v, nk); f.go = d_bf16(go, nq);
+        f.gout = d_bf16_poison(nq); f.glse = d_f32_poison(n);
+        f.gdq = d_bf16_poison(nq); f.gdk = d_bf16_poison(nk); f.gdv = d_bf16_poison(nk);
+        f.dbuf = (int*)dalloc_raw(ATTC_NCHECK * (1 + (size_t)nbh), 4);
+        f.scr = (double*)dalloc_raw(attcheck_scratch_doubles(B, H, T), 8);
+        const FlashPlant none = plant_at(FLASH_PLANT_NONE, 0, 0, 0, 0, 1.0f, 0.0f);
+        int fc[ATTC_NCHECK], bc[ATTB_NCHECK];
+        const int fq[ATTC_NCHECK] = {-1, 0, 0, -1}, bq[ATTB_NCHECK] = {0, 0, 0};
+
+        /* clean forward: the kernel's row sums against the CPU's (double, from the same bf16 inputs) */
+        fused_fwd_checks(&f, none, fc);
+        fused_line("clean forward", fc + 0, fq, ATTC_NCHECK, "abft_logits(unused)/logits/probs/abft_av(unused)");
+        float* rows = dl_f32(attcheck_fused_rows(f.scr, B, H, T), 2 * n, NULL);
+        double* hs = (double*)mallocCheck(sizeof(double) * 4 * n);
+        cudaCheck(cudaMemcpy(hs, f.scr, sizeof(double) * 4 * n, cudaMemcpyDeviceToHost));   /* ref, -, tol, - (rows) */
+        float *rlg = h_alloc(na), *rpr = h_alloc(na), *rout = h_alloc(nq);
+        attention_forward(rout, rlg, rpr, q, k, v, B, T, H, KV, hd);
+        double worst_z = 0, worst_p = 0;
+        for (size_t r = 0; r < n; r++) {
+            const int t = (int)(r % T);
+            double sz = 0;
+            for (int s = 0; s <= t; s++) sz += rlg[r * T + s];
+            worst_z = fmax(worst_z, fabs(rows[r] - sz) / hs[2 * n + r]);
+            worst_p = fmax(worst_p, fabs(rows[n + r] - 1.0) / ATT_TOL_ROWSUM(16, T));
+        }
+        check(worst_z <= 0.01 && worst_p <= 0.25,
+              "    forward row sums: logits within %.2e of their bound from the CPU's sums (want <= 0.01: fp32), probabilities within "
+              "%.2e of theirs from 1 (want <= 0.25: one bf16 rounding a term)", worst_z, worst_p);
+        float* out = dl_bf16(f.gout, nq, NULL);
+        float* lse = dl_f32(f.glse, n, NULL);
+        f.out = d_bf16(out, nq);
+        f.lse = d_f32(lse, n);
+        /* forward plants: a random (b, h) and a live (t, s) */
+        const int b0 = (int)rng_below(&g_rng, B), h0 = (int)rng_below(&g_rng, H), bh0 = b0 * H + h0;
+        const int t0 = T - 1 - (int)rng_below(&g_rng, T / 2), s0 = (int)rng_below(&g_rng, t0 + 1);
+        const size_t r0 = (size_t)bh0 * T + t0;
+        char what[128];
+        {
+            const double tz = hs[2 * n + r0];
+            int w2[ATTC_NCHECK] = {-1, 1, 0, -1}, w4[ATTC_NCHECK] = {-1, 0, 0, -1}, wn[ATTC_NCHECK] = {-1, 1, 1, -1};
+            snprintf(what, sizeof(what), "S + 2 x bound at t %d s %d", t0, s0);
+            fused_fwd_checks(&f, plant_at(FLASH_PLANT_S, b0, h0, t0, s0, 1.0f, (float)(2 * tz)), fc);
+            fused_line(what, fc, w2, ATTC_NCHECK, fn);
+            fused_fwd_checks(&f, plant_at(FLASH_PLANT_S, b0, h0, t0, s0, 1.0f, (float)(0.25 * tz)), fc);
+            fused_line("S + 0.25 x bound (below what the checksum claims)", fc, w4, ATTC_NCHECK, fn);
+            fused_fwd_checks(&f, plant_at(FLASH_PLANT_S, b0, h0, t0, t0, 1.0f, NAN), fc);
+            fused_line("S = NaN on the diagonal (non-finite fails both)", fc, wn, ATTC_NCHECK, fn);
+        }
+        {   /* P: the row's largest probability in an early row (>= 1/(t+1)), scaled so the normalised row sum moves by
+             * 2 x the tolerance (caught) or a quarter of it (not) */
+            const int tp = 3 + (int)rng_below(&g_rng, 5 < T - 3 ? 5 : 1);
+            const size_t rp = (size_t)bh0 * T + tp;
+            int sp = 0;
+            for (int s = 1; s <= tp; s++) if (rpr[rp * T + s] > rpr[rp * T + sp]) sp = s;
+            const double P = rpr[rp * T + sp], tol = ATT_TOL_ROWSUM(16, T);
+            int w2[ATTC_NCHECK] = {-1, 0, 1, -1}, w4[ATTC_NCHECK] = {-1, 0, 0, -1};
+            snprintf(what, sizeof(what), "P x (1 + 2 tol / P) at t %d s %d (P %.3f)", tp, sp, P);
+            fused_fwd_checks(&f, plant_at(FLASH_PLANT_P, b0, h0, tp, sp, (float)(1.0 + 2.0 * tol / P), 0.0f), fc);
+            fused_line(what, fc, w2, ATTC_NCHECK, fn);
+            fused_fwd_checks(&f, plant_at(FLASH_PLANT_P, b0, h0, tp, sp, (float)(1.0 + 0.25 * tol / P), 0.0f), fc);
+            fused_line("P x (1 + 0.25 tol / P)", fc, w4, ATTC_NCHECK, fn);
+            /* the last head's last row (a partial tile where T is not a multiple of 64), its largest probability */
+            const size_t rl = (size_t)(nbh - 1) * T + (T - 1);
+            int sl = 0;
+            for (int s = 1; s < T; s++) if (rpr[rl * T + s] > rpr[rl * T + sl]) sl = s;
+            fused_fwd_checks(&f, plant_at(FLASH_PLANT_P, B - 1, H - 1, T - 1, sl, (float)(1.0 + 2.0 * tol / rpr[rl * T + sl]), 0.0f), fc);
+            int wl[ATTC_NCHECK] = {-1, 0, 1, -1};
+            snprintf(what, sizeof(what), "P x (1 + 2 tol / P) at the last head's last row, s %d", sl);
+            fused_line(what, fc, wl, ATTC_NCHECK, fn);
+        }
+
+        /* clean backward */
+        fused_bwd_checks(&f, none, bc);
+        fused_line("clean backward", bc, bq, ATTB_NCHECK, bn);
+        double* hb = (double*)mallocCheck(sizeof(double) * 3 * n);
+        cudaCheck(cudaMemcpy(hb, f.scr, sizeof(double) * 3 * n, cudaMemcpyDeviceToHost));   /* ref, tol_dp, tol_dl */
+        float* brows = dl_f32(attcheck_fused_rows(f.scr, B, H, T), 2 * n, NULL);
+        double worst_dp = 0, worst_dz = 0;
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < T; t++) {
+                    const size_t r = ((size_t)b * H + h) * T + t;
+                    const float* ot = go + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                    double sdp = 0;
+                    for (int s = 0; s <= t; s++) {
+                        const float* vs = v + ((size_t)b * T + s) * ks + (size_t)(h / g) * hd;
+                        for (int i = 0; i < hd; i++) sdp += (double)ot[i] * vs[i];
+                    }
+                    worst_dp = fmax(worst_dp, fabs(brows[r] - sdp) / hb[n + r]);
+                    worst_dz = fmax(worst_dz, fabs(brows[n + r]) / hb[2 * n + r]);
+                }
+        check(worst_dp <= 0.01 && worst_dz <= 0.25,
+              "    backward row sums: dprobs within %.2e of their bound from the CPU's sums (want <= 0.01: fp32), dlogits within %.2e of "
+              "theirs from 0 (want <= 0.25: the room the bound claims)", worst_dp, worst_dz);
+        {
+            const double tdp = hb[n + r0], tdl = hb[2 * n + r0], P = rpr[r0 * T + s0];
+            /* dP + delta moves the dprobs sum by delta and the dlogits sum by P delta (D comes from out, not from dP) */
+            const double dl2 = P * 2 * tdp;
+            int w2[ATTB_NCHECK] = {1, dl2 > 2 * tdl ? 1 : dl2 < 0.5 * tdl ? 0 : -1, 0};
+            snprintf(what, sizeof(what), "dP + 2 x bound at t %d s %d", t0, s0);
+            fused_bwd_checks(&f, plant_at(FLASH_PLANT_DP, b0, h0, t0, s0, 1.0f, (float)(2 * tdp)), bc);
+            fused_line(what, bc, w2, ATTB_NCHECK, bn);
+            int w4[ATTB_NCHECK] = {0, P * 0.25 * tdp < 0.5 * tdl ? 0 : -1, 0};
+            fused_bwd_checks(&f, plant_at(FLASH_PLANT_DP, b0, h0, t0, s0, 1.0f, (float)(0.25 * tdp)), bc);
+            fused_line("dP + 0.25 x bound", bc, w4, ATTB_NCHECK, bn);
+            int z2[ATTB_NCHECK] = {0, 1, 0}, z4[ATTB_NCHECK] = {0, 0, 0};
+            snprintf(what, sizeof(what), "dZ + 2 x bound at t %d s %d", t0, s0);
+            fused_bwd_checks(&f, plant_at(FLASH_PLANT_DZ, b0, h0, t0, s0, 1.0f, (float)(2 * tdl)), bc);
+            fused_line(what, bc, z2, ATTB_NCHECK, bn);
+            fused_bwd_checks(&f, plant_at(FLASH_PLANT_DZ, b0, h0, t0, s0, 1.0f, (float)(0.25 * tdl)), bc);
+            fused_line("dZ + 0.25 x bound", bc, z4, ATTB_NCHECK, bn);
+            fused_bwd_checks(&f, plant_at(FLASH_PLANT_DZ, B - 1, H - 1, T - 1, T - 1, 1.0f, NAN), bc);
+            int zn[ATTB_NCHECK] = {0, 1, -1};
+            fused_line("dZ = NaN at the last head's last row, diagonal", bc, zn, ATTB_NCHECK, bn);
+        }
+        {   /* the dk/dv kernel's own P^T reaches dv alone (the dV column check); its dZ^T reaches dk alone, which no
+             * att_bwd check reads (the Q/K backward recomputation does): counts zero, dk changed */
+            const int tp = T - 1, hp = h0;
+            int sp = 0;
+            const size_t rp = (size_t)(b0 * H + hp) * T + tp;
+            for (int s = 1; s <= tp; s++) if (rpr[rp * T + s] > rpr[rp * T + sp]) sp = s;
+            int wv[ATTB_NCHECK] = {0, 0, 1};
+            snprintf(what, sizeof(what), "dk/dv kernel: P^T x 2^20 at t %d s %d", tp, sp);
+            fused_bwd_checks(&f, plant_at(FLASH_PLANT_DKV_P, b0, hp, tp, sp, 1048576.0f, 0.0f), bc);
+            fused_line(what, bc, wv, ATTB_NCHECK, bn);
+            fused_bwd_checks(&f, none, bc);
+            float* dk_clean = dl_bf16(f.gdk, nk, NULL);
+            fused_bwd_checks(&f, plant_at(FLASH_PLANT_DKV_DZ, b0, hp, tp, sp, 1.0f, 1024.0f), bc);
+            float* dk_f = dl_bf16(f.gdk, nk, NULL);
+            const size_t dif = bits_differ(dk_clean, dk_f, nk);
+            check(bc[0] == 0 && bc[1] == 0 && bc[2] == 0 && dif > 0,
+                  "    dk/dv kernel: dZ^T + 1024: dk elements changed %zu (want > 0), failed dprobs/dlogits/dv %d %d %d (want 0 0 0: "
+                  "outside att_bwd, the Q/K backward recomputation's)", dif, bc[0], bc[1], bc[2]);
+            FREE_ALL(dk_clean, dk_f);
+        }
+        FREE_ALL(q, k, v, go, rows, hs, rlg, rpr, rout, out, lse, hb, brows);
+        dfree_all();
+    }
+}
