@@ -86,7 +86,9 @@
  * lse, D). Registers (ptxas -v, CUDA 13.0, sm_90; sm_80 the same within 2 except where noted), hd 32 / 64 / 128:
  * forward 105 / 127 / 168; dq 128 / 168 / 166; dk/dv 188 / 199 / 255 with 24 bytes of spill stores at hd 128
  * (sm_80: 200 / 224 / 255, 52 bytes of spills: the two 16 x 128 fp32 accumulators of a warp are 128 registers
- * a lane); the sum and D kernels 40 and 29. No spills elsewhere.
+ * a lane); the sum and D kernels 40 and 29. No spills elsewhere. The CHK variants of the forward and dq kernels
+ * (FlashCheck) hold 4 more fp32 a lane: their ptxas counts are not yet taken. The accounting leaves out their extra
+ * CUDA-core adds (about 2 a live entry) and their 8 bytes a row (the checks' own launches carry their cost).
  *
  * Summation order (bitwise reproducible, no atomics, one order per output): every dot over d in mma
  * k-steps of 16, ascending; o and dq over key tiles ascending, within a tile over its k-steps of 16 keys
