@@ -40,6 +40,9 @@
  *         k-blocks of 16, P and dZ rounded to bf16 as mma operands, the bf16 out its backward reads), see
  *         test_flash_attention; also two runs bitwise equal, a strided v bitwise the contiguous run, the
  *         dk/dv head split's sum pass bitwise the in-order sum, and vs the materialised path.
+ *       - the attention checks inside the fused kernels (flash_attcheck): the kernels' row sums vs the CPU's
+ *         double sums within 1% of the check's bound (fp32), faults planted in their registers caught at
+ *         twice the bound and not at a quarter of it.
  * (b) reference states (dev/reference/states, HF transformers / nanochat in fp32) for tiny-llama,
  *     tiny-qwen3 and tiny-nanochat: the converted checkpoints (build/ref, `make refckpts`) loaded into
  *     the GPU model (vocab 256, T 32, B 2); logits, loss, every parameter gradient and the losses of 10
