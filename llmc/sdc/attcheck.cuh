@@ -493,6 +493,16 @@ static void attbwd_check_args(const char* who, int B, int T, int H, int KV, int 
     if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || hd <= 0 || H % KV != 0 || hd > ATTC_MAX_HD)
         tsdc_fail("%s: bad shape B %d T %d H %d KV %d hd %d (H a multiple of KV, hd <= %d)", who, B, T, H, KV, hd, ATTC_MAX_HD);
 }
+/* the backward checks' references and bounds into scratch: ref, tol_dp, tol_dl [B*H][T] each (attbwd_scan_kernel) */
+static void attbwd_scan(double* scratch, const bf16* dout, int ld_o, const bf16* v, int ld_v, int B, int T, int H, int KV, int hd,
+                        cudaStream_t stream) {
+    const int nbh = B * H;
+    const size_t n = (size_t)nbh * T;
+    attbwd_scan_kernel<<<(unsigned)nbh, ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + n, scratch + 2 * n, dout, ld_o, v, ld_v, T, H, KV,
+                                                                      hd, ATT_TOL_REL(16));
+    cudaCheck(cudaGetLastError());
+    launch_account("att_bwd", "attbwd_scan_kernel", COST_FP64, (unsigned)nbh, 4.0 * n * hd, (double)B * T * (H + KV) * hd * 2, (double)n * 24);   /* dout, v in; 3 bounds out */
+}
 /* the dprobs row check (ATTB_DPROBS); leaves in scratch the bounds attcheck_backward_dlogits reads, so it runs first,
  * on the same dout and v. counts [ATTB_NCHECK], flags [ATTB_NCHECK * B*H] (zero for this layer), scratch
  * attbwd_scratch_doubles(B, H, T) doubles, all device. Reads only; asynchronous on `stream`. */
@@ -501,10 +511,7 @@ static void attcheck_backward_dprobs(int* counts, int* flags, double* scratch, c
     attbwd_check_args("attcheck_backward_dprobs", B, T, H, KV, hd);
     const int nbh = B * H;
     const size_t n = (size_t)nbh * T;
-    attbwd_scan_kernel<<<(unsigned)nbh, ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + n, scratch + 2 * n, dout, ld_o, v, ld_v, T, H, KV,
-                                                                      hd, ATT_TOL_REL(16));
-    cudaCheck(cudaGetLastError());
-    launch_account("att_bwd", "attbwd_scan_kernel", COST_FP64, (unsigned)nbh, 4.0 * n * hd, (double)B * T * (H + KV) * hd * 2, (double)n * 24);   /* dout, v in; 3 bounds out */
+    attbwd_scan(scratch, dout, ld_o, v, ld_v, B, T, H, KV, hd, stream);
     attbwd_rows_kernel<<<(unsigned)CEIL_DIV(n, (size_t)ATTC_WARPS), ATTC_WARPS * 32, 0, stream>>>(counts, flags, dprobs, scratch,
                                                                                                   scratch + n, n, T, nbh, ATTB_DPROBS);
     cudaCheck(cudaGetLastError());
@@ -540,10 +547,7 @@ static void attcheck_fused_backward(int* counts, int* flags, double* scratch, co
     const int nbh = B * H;
     const size_t n = (size_t)nbh * T;
     const float* rows = attcheck_fused_rows(scratch, B, H, T);
-    attbwd_scan_kernel<<<(unsigned)nbh, ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + n, scratch + 2 * n, dout, ld_o, v, ld_v, T, H, KV,
-                                                                      hd, ATT_TOL_REL(16));
-    cudaCheck(cudaGetLastError());
-    launch_account("att_bwd", "attbwd_scan_kernel", COST_FP64, (unsigned)nbh, 4.0 * n * hd, (double)B * T * (H + KV) * hd * 2, (double)n * 24);
+    attbwd_scan(scratch, dout, ld_o, v, ld_v, B, T, H, KV, hd, stream);
     attcheck_fused_rows_launch("att_bwd", counts, flags, rows, scratch, 0.0, scratch + n, 0.0, n, T, nbh, ATTB_DPROBS, stream);
     attcheck_fused_rows_launch("att_bwd", counts, flags, rows + n, NULL, 0.0, scratch + 2 * n, 0.0, n, T, nbh, ATTB_DLOGITS, stream);
 }
