@@ -179,7 +179,7 @@ test-emu: emu
 	./emu_selftest
 	OMP_NUM_THREADS=1 $(PYTHON) $(EMU_DIR)/run_twice.py -- ./test_sdc_emu -states dev/reference/states -ckpts build/ref
 # slower extras: a third schedule (seeded random) for test_sdc_emu, and tests/test_emu.py's long variants (the
-# Q/K-fault test on every tiny preset, 200 calibrated clean steps as scripts/gpu_check.sh)
+# Q/K-fault and backward-path tests on every tiny preset, the longer element-wise clean run)
 test-emu-full: emu venv refckpts
 	./emu_selftest
 	OMP_NUM_THREADS=1 $(PYTHON) $(EMU_DIR)/run_twice.py --schedules fwd,rand:1 -- ./test_sdc_emu -states dev/reference/states -ckpts build/ref

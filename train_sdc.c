@@ -243,6 +243,8 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const float* q
     int bad = !fp_equal(qk_fingerprint(q_used, (size_t)N * qd, width), qk_fingerprint(q1, (size_t)N * qd, width)) ||
               !fp_equal(qk_fingerprint(k_used, (size_t)N * kd, width), qk_fingerprint(k1, (size_t)N * kd, width));
     if (bad) check_alarm(model, CHECK_QK, l, 1);
+    if (check_dump_file())   /* test-only (llmc/sdc/checks.h) */
+        fprintf(check_dump_file(), "{\"kind\":\"qkf\",\"fwd\":%lld,\"layer\":%d,\"qkf\":%d}\n", check_dump_fwd, l, bad);
 }
 
 /* the recomputations of ours (qk_bwd, ew) write their result into scratch on the CPU, so they compare it with
@@ -358,6 +360,14 @@ static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n
         const float* ms_next = l + 1 < L ? model->la[l + 1].attn_ms : model->final_ms;
         out[i * 2 + RGG_ATTN] = residual_gain(model->la[l].attn_ms, model->la[l].mlp_ms, N);
         out[i * 2 + RGG_MLP] = residual_gain(model->la[l].mlp_ms, ms_next, N);
+        if (check_dump_file()) {   /* test-only (llmc/sdc/checks.h): the sums the gains come from */
+            const float* ms[3] = {model->la[l].attn_ms, model->la[l].mlp_ms, ms_next};
+            double ss[3] = {0, 0, 0};
+            for (int j = 0; j < 3; j++)
+                for (int n = 0; n < N; n++) ss[j] += ms[j][n];
+            fprintf(check_dump_file(), "{\"kind\":\"rgg\",\"fwd\":%lld,\"layer\":%d,\"ss\":[%s,%s,%s],\"gain\":[%s,%s]}\n",
+                    check_dump_fwd, l, jnum(ss[0]).s, jnum(ss[1]).s, jnum(ss[2]).s, jnum(out[i * 2 + RGG_ATTN]).s, jnum(out[i * 2 + RGG_MLP]).s);
+        }
     }
 }
 
@@ -406,9 +416,16 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         attention_logits_forward(a->logits, qc, kc, B, T, H, KV, hd);                     STORE(SITE_ATT_LOGITS, l, a->logits, natt);
         int width = model->precision ? 16 : 32;
         if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_logits_check(a->logits, qc, kc, B, T, H, KV, hd, width));
-        if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_logits_rowcheck(a->logits, qc, kc, B, T, H, KV, hd, width));
+        int att_n[2] = {0, 0};   /* failed heads of the logits and the probability checks */
+        if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[0] = att_logits_rowcheck(a->logits, qc, kc, B, T, H, KV, hd, width));
         attention_softmax_forward(a->probs, a->logits, B, H, T);                          STORE(SITE_ATT_PROBS, l, a->probs, natt);
-        if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_probs_rowcheck(a->probs, B, H, T, width));
+        if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[1] = att_probs_rowcheck(a->probs, B, H, T, width));
+        if (model->prot.on[PK_ATT] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
+            double st[4];
+            att_fwd_stats(a->logits, a->probs, qc, kc, B, T, H, KV, hd, width, st);
+            fprintf(check_dump_file(), "{\"kind\":\"attf\",\"fwd\":%lld,\"layer\":%d,\"att\":[%d,%d],\"sums\":[%s,%s,%s,%s]}\n",
+                    check_dump_fwd, l, att_n[0], att_n[1], jnum(st[0]).s, jnum(st[1]).s, jnum(st[2]).s, jnum(st[3]).s);
+        }
         attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd);                STORE(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
         if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
         matmul_forward(a->o, a->att_out, WT(PT_WO, l), N, qd, d);                         STORE(SITE_O_PROJ, l, a->o, (size_t)N * d);
@@ -661,6 +678,7 @@ static void model_set_tokens(Model* model, const int* inputs, const int* targets
     if (targets) memcpy(model->targets, targets, sizeof(int) * n);
 }
 static float model_forward_step(Model* model, int B, int T, int with_targets) {
+    check_dump_fwd++;   /* the test-only dump's forward count (llmc/sdc/checks.h) */
     return model_forward(model, B, T, with_targets ? model->targets : NULL);
 }
 static void model_backward_step(Model* model, int B, int T, float dloss) {

@@ -309,8 +309,17 @@ static int attention_fused(const Model* model, int l) {
     const FaultCtx* fx = model->prot.fx;
     if (model->att_materialised || model->prot.abft || !flash_attention_supported(model->c.head_dim))
         return 0;
-    return !(fault_due(fx, SITE_ATT_LOGITS, l, PASS_FWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_FWD) ||
-             fault_due(fx, SITE_ATT_LOGITS, l, PASS_BWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_BWD));
+    return !(fault_due_flips(fx, SITE_ATT_LOGITS, l, PASS_FWD) || fault_due_flips(fx, SITE_ATT_PROBS, l, PASS_FWD) ||
+             fault_due_flips(fx, SITE_ATT_LOGITS, l, PASS_BWD) || fault_due_flips(fx, SITE_ATT_PROBS, l, PASS_BWD));
+}
+
+/* an att_logits / att_probs event due at layer l in `pass` on the fused path flips nothing (attention_fused keeps
+ * the fused path only for m = 0): logged as the CPU logs it, but with the rms of a [B,H,T,T] tensor the fused
+ * kernels never store as NaN */
+static void attention_fused_log_empty(Model* model, int l, int B, int T, int pass) {
+    FaultCtx* fx = model->prot.fx;
+    const size_t natt = (size_t)B * model->c.n_head * T * T;
+    if (fault_due(fx, SITE_ATT_LOGITS, l, pass) || fault_due(fx, SITE_ATT_PROBS, l, pass)) fault_log_event(fx, natt, 0, 0, NAN, NAN);
 }
 /* The materialised path's logits and probs, bf16 [B,H,T,T] each for every layer (2 L B H T^2 elements, the
  * model's B and T), in one allocation outside the activations, made the first time something needs them: a
@@ -584,6 +593,25 @@ static void model_set_tokens(Model* model, const int* inputs, const int* targets
     cudaCheck(cudaStreamSynchronize(model->stream)); /* the host buffers may be reused at once */
 }
 
+/* test-only (TSDC_CHECK_DUMP, llmc/sdc/checks.h): the CPU's qk_fingerprint of a [rows, cols] bf16 tensor with row
+ * stride ld, downloaded (synchronises) */
+static Fingerprint host_fingerprint_bf16(const bf16* x, int rows, int cols, int ld, cudaStream_t s) {
+    const size_t n = (size_t)rows * cols;
+    uint16_t* hb = (uint16_t*)mallocCheck(sizeof(uint16_t) * n);
+    float* hf = (float*)mallocCheck(sizeof(float) * n);
+    cudaCheck(cudaStreamSynchronize(s));
+    if (ld == cols) cudaCheck(cudaMemcpy(hb, x, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost));
+    else
+        for (int r = 0; r < rows; r++)
+            cudaCheck(cudaMemcpy(hb + (size_t)r * cols, x + (size_t)r * ld, sizeof(uint16_t) * cols, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) hf[i] = bits_f32((uint32_t)hb[i] << 16);
+    const Fingerprint f = qk_fingerprint(hf, n, 16);
+    free(hb); free(hf);
+    return f;
+}
+#define FP_HEX "\"%016llx%016llx %016llx%016llx\""
+#define FP_ARGS(a, b) (unsigned long long)(a).raw, (unsigned long long)(a).idx, (unsigned long long)(b).raw, (unsigned long long)(b).idx
+
 /* ------------------------------------------------------------------ protection (device side)
  * Q/K path recomputation with fused fingerprints (llmc/sdc/fingerprint.cuh): the kernel that produces the
  * Q and K attention consumes (RoPE, or nanochat's norm after RoPE) fingerprints what it writes, in the
@@ -598,8 +626,9 @@ static void model_set_tokens(Model* model, const int* inputs, const int* targets
  * from the stored tensor instead (the fault stands for an error inside that kernel).
  * Nothing goes to the host here: the fingerprints stay as block partials in model->fp_part (slots 0, 1:
  * the forward's Q, K; 2, 3: the recomputation's, bq..brk their block counts) and fp_compare writes the
- * layer's flag into the report, which the host reads after the forward (model_forward_step). */
-static void qk_recompute_check(Model* model, int l, int B, int T, int bq, int bk) {
+ * layer's flag into the report, which the host reads after the forward (model_forward_step). qc, kc: the Q and K
+ * attention consumed (contiguous), read only by the test-only dump. */
+static void qk_recompute_check(Model* model, int l, int B, int T, int bq, int bk, const bf16* qc, const bf16* kc) {
     const Config* c = &model->c;
     cudaStream_t s = model->stream;
     CostScope cost_scope("qk");   /* every launch here exists for -protect qk */
@@ -631,6 +660,15 @@ static void qk_recompute_check(Model* model, int l, int B, int T, int bq, int bk
         brk = rope_forward_fp(NULL, k1, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, prk, s);
     }
     fp_compare((int*)(model->rep_dev + model->rep_qk) + l, pq, bq, pk, bk, prq, brq, prk, brk, s);
+    if (check_dump_file()) {   /* test-only (llmc/sdc/checks.h): synchronises */
+        int flag = 0;
+        cudaCheck(cudaMemcpyAsync(&flag, (int*)(model->rep_dev + model->rep_qk) + l, sizeof(int), cudaMemcpyDeviceToHost, s));
+        const Fingerprint fq = fingerprint_collect(pq, bq, s), fk = fingerprint_collect(pk, bk, s);
+        const Fingerprint rq = fingerprint_collect(prq, brq, s), rk = fingerprint_collect(prk, brk, s);
+        const Fingerprint hq = host_fingerprint_bf16(qc, N, qd, qd, s), hk = host_fingerprint_bf16(kc, N, kd, kd, s);
+        fprintf(check_dump_file(), "{\"kind\":\"qkf\",\"fwd\":%lld,\"layer\":%d,\"qkf\":%d,\"fp_dev\":" FP_HEX ",\"fp_rec\":" FP_HEX
+                ",\"fp_host\":" FP_HEX "}\n", check_dump_fwd, l, flag, FP_ARGS(fq, fk), FP_ARGS(rq, rk), FP_ARGS(hq, hk));
+    }
 }
 
 /* n alarms of a kind raised at layer l (llmc/sdc/checks.h) */
@@ -764,23 +802,9 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, 
         int flag = 0;
         cudaCheck(cudaMemcpyAsync(&flag, (int*)(model->rep_dev + model->rep_bwd) + l, sizeof(int), cudaMemcpyDeviceToHost, s));
         const Fingerprint fq = fingerprint_collect(pq, bq, s), fk = fingerprint_collect(pk, bk, s);
-        const size_t nq = (size_t)N * qd, nk = (size_t)N * kd;
-        uint16_t* hb = (uint16_t*)mallocCheck(sizeof(uint16_t) * nq);
-        float* hf = (float*)mallocCheck(sizeof(float) * nq);
-        Fingerprint h[2];
-        for (int w = 0; w < 2; w++) {
-            const size_t n = w ? nk : nq;
-            const size_t cols = w ? kd : qd;
-            for (int r = 0; r < N; r++)
-                cudaCheck(cudaMemcpy(hb + (size_t)r * cols, (w ? dk_used : dq_used) + (size_t)r * ldu, sizeof(uint16_t) * cols, cudaMemcpyDeviceToHost));
-            for (size_t i = 0; i < n; i++) hf[i] = bits_f32((uint32_t)hb[i] << 16);
-            h[w] = qk_fingerprint(hf, n, 16);
-        }
-        free(hb); free(hf);
-        fprintf(check_dump_file(), "{\"kind\":\"qkb\",\"bwd\":%lld,\"layer\":%d,\"qkb\":%d,\"fp_dev\":\"%016llx%016llx %016llx%016llx\","
-                "\"fp_host\":\"%016llx%016llx %016llx%016llx\"}\n", check_dump_bwd, l, flag, (unsigned long long)fq.raw, (unsigned long long)fq.idx,
-                (unsigned long long)fk.raw, (unsigned long long)fk.idx, (unsigned long long)h[0].raw, (unsigned long long)h[0].idx,
-                (unsigned long long)h[1].raw, (unsigned long long)h[1].idx);
+        const Fingerprint hq = host_fingerprint_bf16(dq_used, N, qd, ldu, s), hk = host_fingerprint_bf16(dk_used, N, kd, ldu, s);
+        fprintf(check_dump_file(), "{\"kind\":\"qkb\",\"bwd\":%lld,\"layer\":%d,\"qkb\":%d,\"fp_dev\":" FP_HEX ",\"fp_host\":" FP_HEX "}\n",
+                check_dump_bwd, l, flag, FP_ARGS(fq, fk), FP_ARGS(hq, hk));
     }
 }
 
@@ -903,6 +927,49 @@ static LayerPlan layer_plan(const Model* model, int l) {
     return p;
 }
 
+/* test-only (TSDC_CHECK_DUMP, llmc/sdc/checks.h): layer l's forward attention checks as they ran, for comparison with
+ * the CPU trainer's att_fwd_stats: the failed heads of the logits and the probability checks (the report's counters),
+ * and sums over the rows of the bounds and |references| the scan wrote into scratch, of |the logits' row sums| and of
+ * the probabilities' row sums: on the fused path the ones the flash kernel accumulated (FlashCheck), on the
+ * materialised path summed here from the stored bf16 logits and probs. Synchronises inside the layer loop. */
+static void attf_dump(Model* model, int l, int B, int T, int fused, const bf16* logits, const bf16* probs, cudaStream_t s) {
+    if (!check_dump_file() || !model->prot.on[PK_ATT]) return;
+    const size_t n = (size_t)B * model->c.n_head * T;
+    int cnt[ATTC_NCHECK];
+    double* ref = (double*)mallocCheck(sizeof(double) * n);
+    double* tol = (double*)mallocCheck(sizeof(double) * n);
+    float* rows = (float*)mallocCheck(sizeof(float) * 2 * n);
+    cudaCheck(cudaStreamSynchronize(s));
+    cudaCheck(cudaMemcpy(cnt, (int*)(model->rep_dev + model->rep_attc) + (size_t)l * ATTC_NCHECK, sizeof(cnt), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(ref, model->chk_scratch, sizeof(double) * n, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(tol, model->chk_scratch + 2 * n, sizeof(double) * n, cudaMemcpyDeviceToHost));
+    if (fused) {
+        cudaCheck(cudaMemcpy(rows, attcheck_fused_rows(model->chk_scratch, B, model->c.n_head, T), sizeof(float) * 2 * n, cudaMemcpyDeviceToHost));
+    } else {
+        uint16_t* h = (uint16_t*)mallocCheck(sizeof(uint16_t) * n * T);
+        for (int w = 0; w < 2; w++) {
+            cudaCheck(cudaMemcpy(h, w ? probs : logits, sizeof(uint16_t) * n * T, cudaMemcpyDeviceToHost));
+            for (size_t r = 0; r < n; r++) {
+                const int t = (int)(r % (size_t)T);
+                double sum = 0.0;
+                for (int j = 0; j <= t; j++) sum += bits_f32((uint32_t)h[r * T + j] << 16);
+                rows[w * n + r] = (float)sum;
+            }
+        }
+        free(h);
+    }
+    double st[4] = {0, 0, 0, 0};
+    for (size_t r = 0; r < n; r++) {
+        st[0] += tol[r];
+        st[1] += fabs(ref[r]);
+        st[2] += fabs((double)rows[r]);
+        st[3] += rows[n + r];
+    }
+    fprintf(check_dump_file(), "{\"kind\":\"attf\",\"fwd\":%lld,\"layer\":%d,\"att\":[%d,%d],\"sums\":[%s,%s,%s,%s]}\n", check_dump_fwd, l,
+            cnt[ATTC_ATT_LOGITS], cnt[ATTC_ATT_PROBS], jnum(st[0]).s, jnum(st[1]).s, jnum(st[2]).s, jnum(st[3]).s);
+    free(ref); free(tol); free(rows);
+}
+
 /* a Q or K tensor that attention consumes, stored: the fault injector's hook, and where its kernel took the
  * fingerprint (fp), the fingerprint taken again over what the fault left, since a fault after the producing
  * kernel is one the recomputation must see */
@@ -913,6 +980,7 @@ static void store_qk(Model* model, int site, int l, bf16* x, size_t n, int fp, u
 }
 
 static float model_forward_step(Model* model, int B, int T, int with_targets) {
+    check_dump_fwd++;   /* the test-only dump's forward count (llmc/sdc/checks.h) */
     const Config* c = &model->c;
     cudaStream_t s = model->stream;
     int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim;
@@ -988,13 +1056,14 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             store_qk(model, SITE_K_NORM, l, a->kf, (size_t)N * kd, P.fp_norm, pk, &bk, s);
             qc = a->qf; kc = a->kf;
         }
-        if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, bq, bk);
+        if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, bq, bk, qc, kc);
         a->fused = P.flash;
         if (P.flash) {
             /* -protect att: the kernel's row sums of the logits and probabilities, checked below */
             float* rows = model->prot.on[PK_ATT] ? attcheck_fused_rows(model->chk_scratch, B, H, T) : NULL;
             const FlashCheck fc = {rows, rows ? rows + (size_t)B * H * T : NULL, flash_plant_of(NULL)};
             flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s, rows ? &fc : NULL);
+            attention_fused_log_empty(model, l, B, T, PASS_FWD);
             if (fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD))   /* the fused backward reads the clean out */
                 cudaCheck(cudaMemcpyAsync(model_att_out_clean(model), a->att_out, sizeof(bf16) * N * qd, cudaMemcpyDeviceToDevice, s));
         } else {
@@ -1013,6 +1082,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
                              a->logits, a->probs, a->att_out, qc, kc, a->v, B, T, H, KV, hd, ldqkv, model->prot.abft,
                              model->prot.on[PK_ATT], s);
         }
+        if (checks) attf_dump(model, l, B, T, P.flash, a->logits, a->probs, s);   /* test-only: nothing without TSDC_CHECK_DUMP */
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
         if (P.resid_norm) {
@@ -1304,6 +1374,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             const FlashCheck fc = {rows, rows ? rows + (size_t)B * H * T : NULL, flash_plant_of(NULL)};
             flash_attention_backward(model->dq, model->dk, dvv, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s,
                                      rows ? &fc : NULL);
+            attention_fused_log_empty(model, l, B, T, PASS_BWD);
             if (rows)
                 attcheck_fused_backward(attb_counts(model, l), attb_flags(model, l), model->chk_scratch, model->datt, qd, a->v, ldqkv, B, T, H,
                                         KV, hd, s);
@@ -1686,6 +1757,9 @@ static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n
         const int j = 2 * layers[i];
         out[i * 2 + RGG_ATTN] = bad[j] || bad[j + 1] ? NAN : residual_gain_sums(ss[j], ss[j + 1], N);
         out[i * 2 + RGG_MLP] = bad[j + 1] || bad[j + 2] ? NAN : residual_gain_sums(ss[j + 1], ss[j + 2], N);
+        if (check_dump_file())   /* test-only (llmc/sdc/checks.h): the device's sums, as the report brought them */
+            fprintf(check_dump_file(), "{\"kind\":\"rgg\",\"fwd\":%lld,\"layer\":%d,\"ss\":[%s,%s,%s],\"gain\":[%s,%s]}\n", check_dump_fwd,
+                    layers[i], jnum(ss[j]).s, jnum(ss[j + 1]).s, jnum(ss[j + 2]).s, jnum(out[i * 2 + RGG_ATTN]).s, jnum(out[i * 2 + RGG_MLP]).s);
     }
 }
 /* exponent scaling's unscale, grads *= s, folded: the gradients are left as they are and every reader

@@ -176,6 +176,7 @@ def main():
     ap.add_argument("--seq", type=int, default=0, help="-seq for every run (default: the preset's, 1024)")
     ap.add_argument("--mem-bs", default="1,2,4,8,16", help="B values whose peak device memory is listed (-protect none, accum 1)")
     ap.add_argument("--mem-caps", default="40,80,141", help="GB (10^9 bytes) for the largest B that fits")
+    ap.add_argument("--no-mem", action="store_true", help="skip the peak-memory search (small presets: their largest B is huge)")
     ap.add_argument("--eff", action="append", default=[], help="UNIT=X replaces an efficiency (tc_bf16, fp32, fp64, hbm, net)")
     ap.add_argument("--md", help="write the markdown tables here (also printed)")
     ap.add_argument("--json", help="write the predictions as JSON here")
@@ -217,7 +218,7 @@ def main():
                 rows.append(row)
     mem = []
     caps = [float(x) for x in a.mem_caps.split(",")]
-    for preset in a.presets.split(","):
+    for preset in ([] if a.no_mem else a.presets.split(",")):
         for prot in ("none", "all"):
             peaks = {}
             def peak(B):

@@ -31,20 +31,44 @@ def faults(out):
     return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
 
 
-@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3", "tiny-nanochat"])
-def test_every_site_reachable_forward_and_backward(data, tmp_path, preset):
-    """each preset, every site forward and backward at layer 1, step 1: one logged event with the asked site, pass,
-    layer, step and m, a changed RMS and a changed checkpoint; a site the family lacks is an error. Catches: a site
-    never reached (its hook missing in the forward or the backward), an injection that changes nothing, a missing
-    site silently ignored, events logged at the wrong step or layer."""
-    run(small(data, tmp_path / "clean", **{"-preset": preset}))
+EMU_BIN = os.path.join(ROOT, "train_sdc_emu")
+# the GPU trainer under the CUDA emulation (dev/cuda_emu): qwen3 has every site (m = 1), nanochat the relu2 MLP and
+# the QK norm after RoPE (m = 10); the CPU trainer every preset at m = 50
+SITE_CASES = [("cpu", p, 50) for p in ("tiny-llama", "tiny-qwen3", "tiny-nanochat")] + \
+    [("emu", "tiny-qwen3", 1), ("emu", "tiny-nanochat", 10)]
+
+
+def trainer(name):
+    if name == "emu" and not os.path.exists(EMU_BIN):
+        pytest.skip("train_sdc_emu not built (make emu)")
+    return BIN if name == "cpu" else EMU_BIN
+
+
+def run_on(name, args, **kw):
+    """the CPU trainer as it is, or the emulated GPU trainer (one OpenMP thread: its bits do not depend on them)"""
+    if name == "cpu":
+        return run(args, **kw)
+    return run(args, binary=trainer(name), env={"OMP_NUM_THREADS": "1"}, **kw)
+
+
+@pytest.mark.parametrize("which,preset,m", SITE_CASES, ids=[f"{w}-{p}-m{m}" for w, p, m in SITE_CASES])
+def test_every_site_reachable_forward_and_backward(data, tmp_path, which, preset, m):
+    """each preset, every site forward and backward at layer 1, step 1, on both trainers: one logged event with the
+    asked site, pass, layer, step and m, a changed RMS where an element the model reads was hit, and a checkpoint
+    that differs from the clean run's exactly when the event hit such an element (the log's live count: with m = 1
+    an attention element above the diagonal is masked out and changes nothing); a site the family lacks is an error.
+    Catches: a site never reached (its hook missing in the forward or the backward), an injection that changes
+    nothing, or that changes the run through a masked element, a missing site silently ignored, events logged at
+    the wrong step or layer."""
+    trainer(which)
+    run_on(which, small(data, tmp_path / "clean", **{"-preset": preset}))
     clean = open(tmp_path / "clean" / "step_000002.ckpt", "rb").read()
     for site in SITES:
         for pas in ("fwd", "bwd"):
             out = tmp_path / f"{site}_{pas}"
-            p = run(small(data, out, **{"-preset": preset, "-fault_mode": "char", "-fault_rate": 1, "-fault_sites": site,
-                                        "-fault_pass": pas, "-fault_layer": 1, "-fault_m": 50, "-fault_start": 1,
-                                        "-fault_end": 1}), check=False)
+            p = run_on(which, small(data, out, **{"-preset": preset, "-fault_mode": "char", "-fault_rate": 1, "-fault_sites": site,
+                                                  "-fault_pass": pas, "-fault_layer": 1, "-fault_m": m, "-fault_start": 1,
+                                                  "-fault_end": 1}), check=False)
             if site in MISSING[preset]:
                 assert p.returncode == 1 and f"site {site} does not exist" in p.stderr, p.stderr
                 continue
@@ -52,21 +76,27 @@ def test_every_site_reachable_forward_and_backward(data, tmp_path, preset):
             ev = faults(out)
             assert len(ev) == 1, (site, pas, ev)
             e = ev[0]
-            assert (e["site"], e["pass"], e["layer"], e["step"], e["m"]) == (site, pas, 1, 1, 50)
-            assert e["rms_before"] == e["rms_before"] and e["rms_after"] != e["rms_before"], e   # step 1: finite before
+            assert (e["site"], e["pass"], e["layer"], e["step"], e["m"]) == (site, pas, 1, 1, m)
             assert steps(out)[1]["injections"] == 1 and steps(out)[2]["injections"] == 0
-            # the fault changed the training run (att_logits above the diagonal are masked; 50 of
-            # the 8192 elements may all fall there only with negligible probability)
-            assert open(out / "step_000002.ckpt", "rb").read() != clean, (site, pas)
+            changed = open(out / "step_000002.ckpt", "rb").read() != clean
+            if site not in ("att_logits", "att_probs"):
+                assert e["live"] == m, e
+            if e["live"] > 0:
+                assert e["rms_before"] == e["rms_before"] and e["rms_after"] != e["rms_before"], e   # step 1: finite before
+                assert changed, (site, pas, e)
+            else:
+                assert not changed, (site, pas, e)     # only masked entries hit: the run is the clean one
 
 
-def test_m_zero_is_bitwise_clean(data, tmp_path):
-    """a campaign with m = 0: 4 events logged, losses and checkpoint bit-identical to the clean run. Catches: the
-    injection path perturbing the run by itself (an extra rounding, a changed operation order) with nothing
-    flipped."""
-    run(small(data, tmp_path / "clean", **{"-preset": "tiny-qwen3", "-steps": 4}))
-    run(small(data, tmp_path / "m0", **{"-preset": "tiny-qwen3", "-steps": 4, "-fault_mode": "campaign", "-fault_m": 0,
-                                        "-fault_pass": "both"}))
+@pytest.mark.parametrize("which", ["cpu", "emu"])
+def test_m_zero_is_bitwise_clean(data, tmp_path, which):
+    """a campaign with m = 0: 4 events logged, losses and checkpoint bit-identical to the clean run, on both
+    trainers. Catches: the injection path perturbing the run by itself (an extra rounding, a changed operation
+    order, another attention path for the faulted layer) with nothing flipped."""
+    trainer(which)
+    run_on(which, small(data, tmp_path / "clean", **{"-preset": "tiny-qwen3", "-steps": 4}))
+    run_on(which, small(data, tmp_path / "m0", **{"-preset": "tiny-qwen3", "-steps": 4, "-fault_mode": "campaign", "-fault_m": 0,
+                                                  "-fault_pass": "both"}))
     assert len(faults(tmp_path / "m0")) == 4  # events happen (and are logged) but flip nothing
     assert loss_bits(tmp_path / "clean") == loss_bits(tmp_path / "m0")
     assert open(tmp_path / "clean" / "step_000004.ckpt", "rb").read() == open(tmp_path / "m0" / "step_000004.ckpt", "rb").read()

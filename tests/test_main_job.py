@@ -3,9 +3,11 @@ rows and the figure (OUT/loss_deviation.png, a valid PNG); every trainer run rea
 end record there); the campaign is the same in every faulty run and spares the last step (-fault_end);
 -protect all loses no update and raises no false alarm; the control skips exactly the faulty run's lost updates.
 A trainer run that fails stops the job loudly (exit 1, the run named), never a table with n/a in it.
-The same smoke job on the GPU trainer under the CUDA emulation (--trainer emu, about 12 minutes) must give a
-table with the same rows and columns, and the two trainers must catch the same fault events."""
+The same smoke job's window on the GPU trainer under the CUDA emulation (--trainer emu, from the CPU job's common
+checkpoint: about 7 minutes) must give a table with the same rows and columns, and the two trainers must catch the
+same fault events."""
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -49,8 +51,15 @@ def cpu_smoke(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def emu_smoke(tmp_path_factory):
+def emu_smoke(tmp_path_factory, cpu_smoke):
+    """the smoke job on the emulated GPU trainer from the CPU smoke job's common checkpoint and calibrations (copied
+    into its OUT: the job finds them and goes straight to the window's runs). Checkpoints are the same format on both
+    trainers (tests/test_emu.py resumes each in the other), so both windows start from the same weights and the
+    comparison of the events caught is of the protection alone; it also saves the emulated pre-training (130 steps,
+    about a third of the job); the emulated trainer's own calibration is tested in tests/test_emu.py."""
     out = tmp_path_factory.mktemp("cmp_emu") / "cmp"
+    out.mkdir()
+    shutil.copytree(cpu_smoke[0] / "pre", out / "pre")
     return out, run_smoke(out, "emu")
 
 
@@ -180,3 +189,85 @@ def test_sdc_compare_figure_fails_loudly(tmp_path):
     assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
     assert "clean: no such run directory" in p.stderr and "error: the figure" in p.stderr, p.stderr[-2000:]
     assert not (out / "loss_deviation.png").exists()
+
+
+def test_sdc_compare_several_intensities(cpu_smoke, tmp_path):
+    """--m 10,1000 (as --paper's 10,100000) over the smoke job's runs: the fault-free runs stay in OUT, each
+    intensity's campaign goes to OUT/mM beside links to them, with its own table of the six rows and its figure;
+    OUT/table.md holds both tables under their headings; the two campaigns differ only in m. The smoke job's
+    common checkpoint, fault-free runs and m = 10 campaign are copied in (the job resumes: only the m = 1000
+    campaign runs).
+    Catches: a second intensity that reruns (or overwrites) the fault-free runs, a campaign run without its m, a
+    table of one intensity missing a row because a fault-free run is not reachable from its directory."""
+    src, out = cpu_smoke[0], tmp_path / "cmp"
+    out.mkdir()
+    for name in ("pre", "clean", "clean_p1", "clean_m1", "clean_prot"):
+        shutil.copytree(src / name, out / name)
+    (out / "m10").mkdir()
+    for name in ("faulty", "protected_paper", "protected_all", "control"):
+        shutil.copytree(src / name, out / "m10" / name)
+    shutil.copy(src / "control.steps", out / "m10" / "control.steps")
+    p = subprocess.run(["bash", SCRIPT, "--smoke", "--m", "10,1000", "--out", str(out)],
+                       capture_output=True, text=True, timeout=900, env=dict(os.environ, OMP_WAIT_POLICY="passive"))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "already there" in p.stdout and p.stdout.count("done already") == 8, p.stdout[-3000:]
+    for name in ("clean", "clean_p1", "clean_m1", "clean_prot"):
+        assert (out / name).is_dir() and not (out / name).is_symlink(), name
+    camp = {}
+    for m in (10, 1000):
+        d = out / f"m{m}"
+        for name in ("clean", "clean_p1", "clean_m1", "clean_prot"):
+            assert (d / name).is_symlink() and (d / name).resolve() == (out / name).resolve(), (m, name)
+        head, rows = table(d)
+        assert set(rows) == {"clean", "clean_prot", "faulty", "protected_paper", "protected_all", "control"}, (m, rows)
+        assert (d / "loss_deviation.png").is_file()
+        for name in ("faulty", "protected_paper", "protected_all"):
+            f = [json.loads(l) for l in open(d / name / "faults.jsonl")]
+            assert [r["step"] for r in f] == list(range(131, 142)), (m, name, f)
+            assert all(r["m"] == min(m, r["numel"]) for r in f) and any(r["m"] == m for r in f), (m, name, f[0])
+            assert max(r["step"] for r in records(d / name) if r["type"] == "step") == 142
+        camp[m] = [(r["site"], r["pass"], r["layer"]) for r in map(json.loads, open(d / "faulty" / "faults.jsonl"))]
+    assert camp[10] == camp[1000], camp     # the same schedule, only the intensity differs
+    assert table(out / "m10")[1]["protected_all"] == table(src)[1]["protected_all"]
+    text = (out / "table.md").read_text()
+    assert text.index("## m = 10 elements") < text.index("## m = 1000 elements"), text[:500]
+    assert text.count("| protected_all |") == 2
+
+
+def test_sdc_compare_paper_setting(tmp_path):
+    """--paper --dry-run: the paper's setting in every command line (6 ranks through mpirun, B 1 x T 1024 x 8
+    microbatches, lr 5e-5 with warmup 100, the common checkpoint at 1221, the window to 2035 with a fault event on
+    every step but the last, m = 10 and 100000 in their own directories, 614,400 held-out positions, llama3.2-1b);
+    a later option overrides it (--preset qwen3-0.6b, --ranks 1 --accum 48: one GPU); --paper with --smoke is an
+    error. Nothing is built or written. Catches: a setting that drops one of the paper's parameters, a campaign
+    directory shared by the two intensities, a dry run that starts a trainer."""
+    out = tmp_path / "paper"
+    p = subprocess.run(["bash", SCRIPT, "--paper", "--trainer", "gpu", "--dry-run", "--out", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    runs = [l for l in p.stdout.splitlines() if l.startswith("run ")]
+    names = [l.split(":")[0][4:] for l in runs]
+    assert names == ["pre", "pre", "clean", "clean_p1", "clean_m1", "clean_prot"] + \
+        ["faulty", "protected_all", "protected_paper", "control"] * 2, names
+    for l in runs:
+        for flag in ("mpirun -np 6 ", "/bin/train_sdc_cu ", "-preset llama3.2-1b ", "-B 1 ", "-accum 8 ", "-seq 1024 ",
+                     "-steps 2035 ", "-lr 5e-5 ", "-warmup 100 ", "-eval_tokens 614400 ", "-precision bf16 "):
+            assert flag in l, (flag, l)
+    assert "-stop_at 1121" in runs[0] and "-stop_at 1221 " in runs[1] and "-rgg_calibrate" in runs[1]
+    for l in runs[6:10]:
+        assert f"{out}/m10/" in l, l
+    for l in runs[10:]:
+        assert f"{out}/m100000/" in l, l
+    for l in runs[6:9] + runs[10:13]:
+        assert "-fault_start 1222 -fault_end 2034" in l and "-resume " + str(out / "pre" / "step_001221.ckpt") in l, l
+    assert all("-fault_m 10 " in l for l in runs[6:9]) and all("-fault_m 100000 " in l for l in runs[10:13])
+    assert not out.exists()
+    p = subprocess.run(["bash", SCRIPT, "--paper", "--preset", "qwen3-0.6b", "--ranks", "1", "--accum", "48", "--dry-run",
+                        "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    runs = [l for l in p.stdout.splitlines() if l.startswith("run ")]
+    assert all("mpirun" not in l and "-preset qwen3-0.6b " in l and "-accum 48 " in l for l in runs), runs[0]
+    p = subprocess.run(["bash", SCRIPT, "--paper", "--smoke", "--dry-run"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "--smoke and --paper exclude each other" in p.stderr, p.stderr
+    p = subprocess.run(["bash", SCRIPT, "--m", "10,x", "--dry-run"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "--m must be a positive integer (got 'x')" in p.stderr, p.stderr

@@ -217,6 +217,39 @@ static int att_probs_rowcheck(const float* probs, int B, int H, int T, int width
     return bad;
 }
 
+/* the statistics the forward checks read, summed over every causal row (b, h, t): out[0] the logits checksum's
+ * bounds rel * scale * |q_t| sum_{s<=t} |k_s|, out[1] |scale * q_t . sum_{s<=t} k_s| (the references), out[2]
+ * |sum_{s<=t} logits[t,s]|, out[3] sum_{s<=t} probs[t,s]. Test-only (the trainers' TSDC_CHECK_DUMP): a prefix or a
+ * row sum off by one entry moves them by about 1/T, far more than the two trainers' bf16 differences. */
+static void att_fwd_stats(const float* logits, const float* probs, const float* q, const float* k, int B, int T, int H, int KV,
+                          int hd, int width, double out[4]) {
+    const double scale = 1.0 / sqrt((double)hd), rel = ATT_TOL_REL(width);
+    AttHeads c = att_heads(logits, q, k, B, T, H, KV, hd, rel, scale);
+    double* pre = (double*)mallocCheck(sizeof(double) * (size_t)hd);
+    out[0] = out[1] = out[2] = out[3] = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            double npre = 0;
+            for (int i = 0; i < hd; i++) pre[i] = 0;
+            const float* Z = att_head(&c, logits, b, h);
+            const float* P = att_head(&c, probs, b, h);
+            for (int t = 0; t < T; t++) {
+                const float* kt = att_row(&c, k, KV, b, t, h / c.g);
+                for (int i = 0; i < hd; i++) pre[i] += kt[i];
+                npre += att_norm(kt, hd);
+                const float* qt = att_row(&c, q, H, b, t, h);
+                double ref = 0, zr = 0, pr = 0;
+                for (int i = 0; i < hd; i++) ref += qt[i] * pre[i];
+                for (int s = 0; s <= t; s++) { zr += Z[(size_t)t * T + s]; pr += P[(size_t)t * T + s]; }
+                out[0] += rel * scale * att_norm(qt, hd) * npre + 1e-30;
+                out[1] += fabs(scale * ref);
+                out[2] += fabs(zr);
+                out[3] += pr;
+            }
+        }
+    free(pre);
+}
+
 /* ours, backward: dprobs = dO V^T row checksums against prefix sums of V. dprobs [B,H,T,T], dout [B*T, H*hd]
  * (att_out's gradient), v [B*T, KV*hd]. Returns failed heads. */
 static int att_dprobs_rowcheck(const float* dprobs, const float* dout, const float* v, int B, int T, int H, int KV, int hd,

@@ -110,13 +110,23 @@ static inline void protect_alarm(Protect* p, int kind, int l, int n) {
     p->alarms[kind] += n;
 }
 
-/* Test-only: TSDC_CHECK_DUMP=FILE makes both trainers append, per backward and layer, the statistics their backward
- * checks read (-protect att_bwd: failed heads per check and the sums of the checks' bounds; -protect qk_bwd: the
- * layer's flag, and on the GPU the stored dq/dk fingerprints as the device reduced them and as the CPU's
- * qk_fingerprint computes them from a download), one JSON line each, so that tests/test_emu.py compares the trainers
- * for the same backward (check_dump_bwd counts them from 1, replays included), layer and microbatch. The GPU trainer
- * synchronises inside its layer loop to write them: never set outside tests. */
-static long long check_dump_bwd;
+/* Test-only: TSDC_CHECK_DUMP=FILE makes both trainers append the statistics their guards read, one JSON line each,
+ * so that tests/test_emu.py compares the trainers for the same forward or backward (check_dump_fwd / check_dump_bwd
+ * count the calls of model_forward_step / model_backward_step from 1, replays included), layer and microbatch:
+ *   "qkf"  per forward and layer (-protect qk): the Q/K recomputation's flag; on the GPU also the fingerprints of the
+ *          Q and K attention consumed and of their recomputation as the device reduced them, and the CPU's
+ *          qk_fingerprint of the downloaded Q and K
+ *   "attf" per forward and layer (-protect att): failed heads of the logits and probability checks, and sums of
+ *          what they read (att_fwd_stats: the bounds, the references, the logits' and the probabilities' row sums)
+ *   "rgg"  per forward and monitored layer (-protect rgg, -rgg_calibrate): the three sums of per-token mean squares
+ *          the layer's two gains come from, and the gains
+ *   "gss"  per backward-guard evaluation (-protect bwd, -bwd_calibrate; check_dump_gss counts them): every tensor's
+ *          sum of squared (all-reduced, unscaled) gradients, in parameter order
+ *   "qkb", "att" per backward and layer (-protect qk_bwd, att_bwd): the layer's flag, and on the GPU the stored
+ *          dq/dk fingerprints as the device reduced them and as qk_fingerprint computes them from a download; the
+ *          failed heads per backward check and the sums of the checks' bounds
+ * The GPU trainer synchronises inside its layer loop to write them: never set outside tests. */
+static long long check_dump_bwd, check_dump_fwd, check_dump_gss;
 static FILE* check_dump_file(void) {
     static int init = 0;
     static FILE* f = NULL;

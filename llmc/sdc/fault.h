@@ -286,6 +286,12 @@ static inline int fault_due(const FaultCtx* fx, int site, int layer, int pass) {
            fx->ev.rank == fx->rank && fx->ev.mb == fx->mb;
 }
 
+/* an event due here that flips something (m or frac > 0): the GPU trainer switches a layer to the materialised
+ * attention only for such an event, so an m = 0 event leaves the run bit for bit the clean one on both trainers */
+static inline int fault_due_flips(const FaultCtx* fx, int site, int layer, int pass) {
+    return fault_due(fx, site, layer, pass) && (fx->ev.m > 0 || fx->ev.frac > 0);
+}
+
 /* how many of the m selected elements the model reads: all of them, except in att_logits/att_probs,
  * whose masked upper triangle (s > t) is never read, so a flip there is harmless */
 static size_t fault_live_count(const FaultCtx* fx, const size_t* idx, size_t m) {

@@ -199,12 +199,16 @@ static void bwd_setup(Run* run) {
 static void bwd_norms(Run* run, double* x) {
     int G = run->bwd.n_groups;
     double* ss = (double*)callocCheck((size_t)G, sizeof(double));
+    FILE* dump = run->dist.rank == 0 ? check_dump_file() : NULL;   /* test-only (llmc/sdc/checks.h) */
+    if (dump) fprintf(dump, "{\"kind\":\"gss\",\"n\":%lld,\"ss\":[", ++check_dump_gss);
     for (int r = 0; r < run->n_ranges; r++) {
         double v = model_grad_sumsq_range(&run->model, run->range_off[r], run->range_n[r]);
         if (run->range_own[r] >= 0) ss[run->range_own[r]] += v;   /* the matrix's own group */
         ss[run->range_group[r]] += v;     /* its layer, or "other" */
         ss[G - 1] += v;
+        if (dump) fprintf(dump, "%s%s", r ? "," : "", jnum(v).s);
     }
+    if (dump) fprintf(dump, "]}\n");
     bwd_log_norms(&run->bwd, ss, x);
     free(ss);
 }
