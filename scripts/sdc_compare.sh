@@ -27,7 +27,8 @@
 #
 # --trainer picks the binary every stage runs: cpu (default) ./train_sdc; gpu ./train_sdc_cu (nvcc, a
 # GPU); emu ./train_sdc_emu, the GPU trainer's code under the CUDA emulation (dev/cuda_emu) on the CPU,
-# about 2 s a tiny-llama step on 2 cores: --smoke on it takes about 12 minutes. -threads (the CPU
+# about 2 s a tiny-llama step on 2 cores (6 s on one thread, 13 s under -protect all): --smoke on it takes
+# about 15 minutes, its window of 12 steps 11 of them. -threads (the CPU
 # trainer's OpenMP threads) is passed to the CPU trainer only.
 #
 # Steps (each skipped when its output is already there, so an interrupted job resumes):
@@ -116,7 +117,7 @@ while [ $# -gt 0 ]; do
     --plot-only) PLOT_ONLY=1; shift ;;
     --dry-run) DRY_RUN=1; shift ;;
     --trainer) TRAINER_KIND="$2"; shift 2 ;;
-    -h|--help) sed -n '2,55p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
     *) echo "error: unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
 done

@@ -120,13 +120,13 @@ static inline void protect_alarm(Protect* p, int kind, int l, int n) {
  *          what they read (att_fwd_stats: the bounds, the references, the logits' and the probabilities' row sums)
  *   "rgg"  per forward and monitored layer (-protect rgg, -rgg_calibrate): the three sums of per-token mean squares
  *          the layer's two gains come from, and the gains
- *   "gss"  per backward-guard evaluation (-protect bwd, -bwd_calibrate; check_dump_gss counts them): every tensor's
+ *   "gss"  per backward-guard evaluation (-protect bwd, -bwd_calibrate; bwd_norms counts them): every tensor's
  *          sum of squared (all-reduced, unscaled) gradients, in parameter order
  *   "qkb", "att" per backward and layer (-protect qk_bwd, att_bwd): the layer's flag, and on the GPU the stored
  *          dq/dk fingerprints as the device reduced them and as qk_fingerprint computes them from a download; the
  *          failed heads per backward check and the sums of the checks' bounds
  * The GPU trainer synchronises inside its layer loop to write them: never set outside tests. */
-static long long check_dump_bwd, check_dump_fwd, check_dump_gss;
+static long long check_dump_bwd, check_dump_fwd;
 static FILE* check_dump_file(void) {
     static int init = 0;
     static FILE* f = NULL;

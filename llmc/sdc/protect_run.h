@@ -199,8 +199,9 @@ static void bwd_setup(Run* run) {
 static void bwd_norms(Run* run, double* x) {
     int G = run->bwd.n_groups;
     double* ss = (double*)callocCheck((size_t)G, sizeof(double));
-    FILE* dump = run->dist.rank == 0 ? check_dump_file() : NULL;   /* test-only (llmc/sdc/checks.h) */
-    if (dump) fprintf(dump, "{\"kind\":\"gss\",\"n\":%lld,\"ss\":[", ++check_dump_gss);
+    static long long n_dump = 0;   /* the evaluations, for the test-only dump (llmc/sdc/checks.h) */
+    FILE* dump = run->dist.rank == 0 ? check_dump_file() : NULL;
+    if (dump) fprintf(dump, "{\"kind\":\"gss\",\"n\":%lld,\"ss\":[", ++n_dump);
     for (int r = 0; r < run->n_ranges; r++) {
         double v = model_grad_sumsq_range(&run->model, run->range_off[r], run->range_n[r]);
         if (run->range_own[r] >= 0) ss[run->range_own[r]] += v;   /* the matrix's own group */
