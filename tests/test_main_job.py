@@ -119,9 +119,10 @@ CROSS_TRAINER_DIFFERENCES = {}
 
 
 def test_sdc_compare_smoke_emu(emu_smoke, cpu_smoke):
-    """--trainer emu: every stage ran ./train_sdc_emu (its private copy in OUT/bin), the table has the CPU
-    trainer's rows, columns and goal lines, and on the same campaign the two trainers saw the same fault events
-    and caught the same ones under -protect paper and -protect all.
+    """--trainer emu (from the CPU job's common checkpoint, emu_smoke): every run of the window ran ./train_sdc_emu
+    (its private copy in OUT/bin), the table has the CPU trainer's rows, columns and goal lines, and on the same
+    campaign from the same weights the two trainers saw the same fault events and caught the same ones under
+    -protect paper and -protect all.
     Catches: a --trainer that is ignored (the CPU binary run), a GPU-trainer flag the job passes but the trainer
     refuses (a failed stage), a table column missing on the GPU trainer, a protection kind that catches on one
     trainer and not on the other."""
