@@ -365,8 +365,7 @@ static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n
             double ss[3] = {0, 0, 0};
             for (int j = 0; j < 3; j++)
                 for (int n = 0; n < N; n++) ss[j] += ms[j][n];
-            fprintf(check_dump_file(), "{\"kind\":\"rgg\",\"fwd\":%lld,\"layer\":%d,\"ss\":[%s,%s,%s],\"gain\":[%s,%s]}\n",
-                    check_dump_fwd, l, jnum(ss[0]).s, jnum(ss[1]).s, jnum(ss[2]).s, jnum(out[i * 2 + RGG_ATTN]).s, jnum(out[i * 2 + RGG_MLP]).s);
+            check_dump_rgg(l, ss, out[i * 2 + RGG_ATTN], out[i * 2 + RGG_MLP]);
         }
     }
 }
@@ -423,8 +422,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         if (model->prot.on[PK_ATT] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
             double st[4];
             att_fwd_stats(a->logits, a->probs, qc, kc, B, T, H, KV, hd, width, st);
-            fprintf(check_dump_file(), "{\"kind\":\"attf\",\"fwd\":%lld,\"layer\":%d,\"att\":[%d,%d],\"sums\":[%s,%s,%s,%s]}\n",
-                    check_dump_fwd, l, att_n[0], att_n[1], jnum(st[0]).s, jnum(st[1]).s, jnum(st[2]).s, jnum(st[3]).s);
+            check_dump_attf(l, att_n[0], att_n[1], st);
         }
         attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd);                STORE(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
         if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));

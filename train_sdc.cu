@@ -965,8 +965,7 @@ static void attf_dump(Model* model, int l, int B, int T, int fused, const bf16* 
         st[2] += fabs((double)rows[r]);
         st[3] += rows[n + r];
     }
-    fprintf(check_dump_file(), "{\"kind\":\"attf\",\"fwd\":%lld,\"layer\":%d,\"att\":[%d,%d],\"sums\":[%s,%s,%s,%s]}\n", check_dump_fwd, l,
-            cnt[ATTC_ATT_LOGITS], cnt[ATTC_ATT_PROBS], jnum(st[0]).s, jnum(st[1]).s, jnum(st[2]).s, jnum(st[3]).s);
+    check_dump_attf(l, cnt[ATTC_ATT_LOGITS], cnt[ATTC_ATT_PROBS], st);
     free(ref); free(tol); free(rows);
 }
 
@@ -1758,8 +1757,7 @@ static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n
         out[i * 2 + RGG_ATTN] = bad[j] || bad[j + 1] ? NAN : residual_gain_sums(ss[j], ss[j + 1], N);
         out[i * 2 + RGG_MLP] = bad[j + 1] || bad[j + 2] ? NAN : residual_gain_sums(ss[j + 1], ss[j + 2], N);
         if (check_dump_file())   /* test-only (llmc/sdc/checks.h): the device's sums, as the report brought them */
-            fprintf(check_dump_file(), "{\"kind\":\"rgg\",\"fwd\":%lld,\"layer\":%d,\"ss\":[%s,%s,%s],\"gain\":[%s,%s]}\n", check_dump_fwd,
-                    layers[i], jnum(ss[j]).s, jnum(ss[j + 1]).s, jnum(ss[j + 2]).s, jnum(out[i * 2 + RGG_ATTN]).s, jnum(out[i * 2 + RGG_MLP]).s);
+            check_dump_rgg(layers[i], ss + j, out[i * 2 + RGG_ATTN], out[i * 2 + RGG_MLP]);
     }
 }
 /* exponent scaling's unscale, grads *= s, folded: the gradients are left as they are and every reader

@@ -288,7 +288,7 @@ control_steps() {
 FREE=(clean clean_p1 clean_m1 clean_prot)
 CAMP=(faulty protected_all protected_paper)
 if [ "${#MS[@]}" -eq 1 ]; then
-  run_wave "$OUT" "${MS[0]}" clean "${CAMP[0]}" "${CAMP[1]}" "${CAMP[2]}" clean_prot clean_p1 clean_m1
+  run_wave "$OUT" "${MS[0]}" clean faulty protected_all protected_paper clean_prot clean_p1 clean_m1
   control_steps "$OUT"
   run_wave "$OUT" "${MS[0]}" control
   if [ "$DRY_RUN" = 1 ]; then exit 0; fi

@@ -22,6 +22,7 @@
 #include "attcheck.h"   /* CHECK_* */
 #include "fault.h"      /* FaultCtx */
 #include "../host/rng.h"
+#include "../host/logger.h"  /* jnum (the test-only dump) */
 
 enum { PK_QK, PK_RGG, PK_ATT, PK_QK_BWD, PK_ATT_BWD, PK_EW, PK_BWD, PK_EXP, PK_DETECT, PK_COUNT };
 
@@ -139,6 +140,17 @@ static FILE* check_dump_file(void) {
         }
     }
     return f;
+}
+
+/* the dump's lines that both trainers write in the same form: a monitored layer's three sums of mean squares and
+ * its two gains ("rgg"); a layer's forward attention checks, failed heads and att_fwd_stats' four sums ("attf") */
+static void check_dump_rgg(int l, const double ss[3], double g_attn, double g_mlp) {
+    fprintf(check_dump_file(), "{\"kind\":\"rgg\",\"fwd\":%lld,\"layer\":%d,\"ss\":[%s,%s,%s],\"gain\":[%s,%s]}\n", check_dump_fwd, l,
+            jnum(ss[0]).s, jnum(ss[1]).s, jnum(ss[2]).s, jnum(g_attn).s, jnum(g_mlp).s);
+}
+static void check_dump_attf(int l, int n_logits, int n_probs, const double st[4]) {
+    fprintf(check_dump_file(), "{\"kind\":\"attf\",\"fwd\":%lld,\"layer\":%d,\"att\":[%d,%d],\"sums\":[%s,%s,%s,%s]}\n", check_dump_fwd, l,
+            n_logits, n_probs, jnum(st[0]).s, jnum(st[1]).s, jnum(st[2]).s, jnum(st[3]).s);
 }
 
 #endif
