@@ -114,6 +114,10 @@ train_sdc: train_sdc.c $(HEADERS) $(C_STAMP)
 test_sdc: test_sdc.c train_sdc.c $(HEADERS) $(TEST_HEADERS) $(C_STAMP)
 	$(CC_PLAIN) $(CFLAGS) -o $@ $< $(LDLIBS)
 
+# the CPU GEMMs against the core's FMA peak (scripts/bench_cpu.sh --table prints it beside the training rows)
+bench_gemm: dev/bench/bench_gemm.c $(HEADERS) $(C_STAMP)
+	$(CC_PLAIN) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+
 train_sdc_cu: train_sdc.cu $(HEADERS) $(CUDA_HEADERS) $(CUDA_STAMP)
 	$(NVCC) $(NVCC_FLAGS) -arch=sm_$(GPU_ARCH) -o $@ $< $(NVCC_LIBS)
 
@@ -208,7 +212,7 @@ test: all cuda-check venv refckpts emu
 	TSDC_DATA_DIR=$(SHARED_DATA) OMP_NUM_THREADS=2 $(VPY) -m pytest -q tests
 
 clean:
-	rm -rf train_sdc test_sdc train_sdc_cu test_sdc_cu test_sdc_emu train_sdc_emu emu_selftest build
+	rm -rf train_sdc test_sdc bench_gemm train_sdc_cu test_sdc_cu test_sdc_emu train_sdc_emu emu_selftest build
 
 # ---------------------------------------------------------------------------------------------------
 # cuBLASLt emulation (dev/cuda_emu): its unit tests, with the host compiler only (no CUDA

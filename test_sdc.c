@@ -4,6 +4,7 @@
  *
  * - parameter counts of the HF presets against docs/design.md exactly;
  * - bf16 round-to-nearest-even on hand-computed cases; checksum properties;
+ * - every GEMM path the CPU offers (gemm.h) against double, bitwise across thread counts;
  * - GEMM and whole-step bitwise independence from the OpenMP thread count;
  * - the reference states of dev/reference (HF LlamaForCausalLM, Qwen3ForCausalLM and the nanochat
  *   model): weights loaded through the user's import path (hf_to_ckpt.py -> checkpoint -> -init
@@ -162,6 +163,104 @@ static void test_schedule(void) {
 static void fill_normal(float* x, size_t n, uint64_t seed, float scale) {
     Rng r; rng_seed(&r, seed);
     for (size_t i = 0; i < n; i++) x[i] = (float)(scale * rng_normal(&r));
+}
+
+/* every GEMM path this machine has (llmc/cpu/gemm.h), fp32 and bf16, against a double-precision product of the
+ * same (bf16-valued) inputs, on shapes with every edge: M, N, K not multiples of any tile, K = 1, odd K, K = 0,
+ * A read transposed, accumulating into C or not. Bound, from the summation order (one fp32 rounding per k
+ * and per pair; bf16 products exact in fp32): |got - exact| <= (K + 2) 2^-24 (|c0| + sum_k |a_k b_k|).
+ * Also per path: 1 vs 3 threads bitwise; B given transposed (W read as W^T) bitwise equal to B row-major; the VDPBF16PS path equal bit for bit to dpbf16_ref (the scalar model
+ * of its rounding, denormal inputs included); on an FMA build (-march=native) the fp32 SIMD paths equal
+ * gemm_portable bit for bit (the same k-ordered FMAs). Catches: a tile edge computed wrong or left unwritten,
+ * a lost K chunk or pair, a packer that swaps the pair halves, accumulate ignored, a thread-dependent
+ * split of K, a change of summation order the header does not document. */
+static void test_gemm_paths(void) {
+    printf("GEMM paths (this CPU offers up to %s)\n", gemm_path_names[gemm_machine_level()]);
+    struct { int M, K, N, tr, acc; } sh[] = {{37, 129, 200, 0, 0}, {1, 1, 1, 0, 1}, {13, 7, 33, 1, 1}, {192, 512, 256, 0, 0},
+                                            {200, 1031, 300, 1, 0}, {64, 64, 64, 0, 1}, {33, 1000, 17, 1, 1}, {5, 0, 9, 0, 0},
+                                            {300, 96, 530, 0, 1}};
+    int nsh = (int)(sizeof(sh) / sizeof(sh[0]));
+    int top = gemm_machine_level(), saved_threads = omp_get_max_threads();
+    for (int lv = 0; lv <= top; lv++) {
+        gemm_set_level(lv);
+        for (int bf = 0; bf < 2; bf++) {
+            double worst = 0; int same_threads = 1, same_portable = 1, same_bt = 1;
+            for (int s = 0; s < nsh; s++) {
+                int M = sh[s].M, K = sh[s].K, N = sh[s].N;
+                long sam = sh[s].tr ? 1 : K, sak = sh[s].tr ? M : 1;
+                size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+                float *A = mallocCheck(sizeof(float) * (na + 1)), *B = mallocCheck(sizeof(float) * (nb + 1));
+                float *C0 = mallocCheck(sizeof(float) * nc), *C1 = mallocCheck(sizeof(float) * nc), *C3 = mallocCheck(sizeof(float) * nc);
+                fill_normal(A, na, 11 + s, 1); fill_normal(B, nb, 31 + s, 1); fill_normal(C0, nc, 51 + s, 1);
+                bf16_round_array(A, (long long)na); bf16_round_array(B, (long long)nb); bf16_round_array(C0, (long long)nc);
+                void (*g)(float*, const float*, long, long, const float*, int, int, int, int) = bf ? gemm_bf16 : gemm_f32;
+                memcpy(C1, C0, sizeof(float) * nc); memcpy(C3, C0, sizeof(float) * nc);
+                omp_set_num_threads(1); g(C1, A, sam, sak, B, M, K, N, sh[s].acc);
+                omp_set_num_threads(3); g(C3, A, sam, sak, B, M, K, N, sh[s].acc);
+                same_threads &= memcmp(C1, C3, sizeof(float) * nc) == 0;
+                /* B given transposed (a weight read as W^T): the same packed panels, so the same bits */
+                float* Bt = mallocCheck(sizeof(float) * (nb + 1));
+                for (int k = 0; k < K; k++)
+                    for (int n = 0; n < N; n++) Bt[(size_t)n * K + k] = B[(size_t)k * N + n];
+                memcpy(C3, C0, sizeof(float) * nc);
+                (bf ? gemm_bf16_x : gemm_f32_x)(C3, A, sam, sak, Bt, 1, M, K, N, sh[s].acc);
+                same_bt &= memcmp(C1, C3, sizeof(float) * nc) == 0;
+                free(Bt);
+                for (int m = 0; m < M; m++)
+                    for (int n = 0; n < N; n++) {
+                        double c0 = sh[s].acc ? C0[(size_t)m * N + n] : 0.0, e = c0, mag = fabs(c0);
+                        for (int k = 0; k < K; k++) {
+                            double p = (double)A[m * sam + k * sak] * B[(size_t)k * N + n];
+                            e += p; mag += fabs(p);
+                        }
+                        double r = fabs(C1[(size_t)m * N + n] - e) / ((K + 2) * ldexp(mag, -24) + 1e-300);
+                        if (!(r <= worst)) worst = r;
+                    }
+#ifdef __FMA__
+                if (!bf && lv <= GEMM_AVX512 && lv > GEMM_PORTABLE) {
+                    memcpy(C3, C0, sizeof(float) * nc);
+                    gemm_portable(C3, A, sam, sak, B, M, K, N, sh[s].acc);
+                    same_portable &= memcmp(C1, C3, sizeof(float) * nc) == 0;
+                }
+#endif
+                free(A); free(B); free(C0); free(C1); free(C3);
+            }
+            const char* path = bf ? gemm_bf16_path() : gemm_f32_path();
+            check(worst <= 1.0, "  %-10s %s: %d shapes, worst error / bound %.3f", path, bf ? "bf16" : "fp32", nsh, worst);
+            check(same_threads, "  %-10s %s: 1 vs 3 threads bitwise", path, bf ? "bf16" : "fp32");
+            check(same_bt, "  %-10s %s: B given transposed = B row-major, bitwise", path, bf ? "bf16" : "fp32");
+#ifdef __FMA__
+            if (!bf && lv <= GEMM_AVX512 && lv > GEMM_PORTABLE) check(same_portable, "  %-10s fp32 = gemm_portable bit for bit (FMA build)", path);
+#endif
+        }
+    }
+    if (top >= GEMM_AVX512BF16) {
+        /* VDPBF16PS against its scalar model, with bf16 denormals and values near the fp32 denormal range */
+        gemm_set_level(GEMM_AVX512BF16);
+        int M = 29, K = 77, N = 45;
+        float *A = mallocCheck(sizeof(float) * M * K), *B = mallocCheck(sizeof(float) * K * N), *C = mallocCheck(sizeof(float) * M * N);
+        fill_normal(A, (size_t)M * K, 7, 1); fill_normal(B, (size_t)K * N, 8, 1);
+        for (int i = 0; i < M * K; i++) A[i] = bf16_round(i % 5 == 0 ? A[i] * 1e-39f : i % 5 == 1 ? A[i] * 1e-20f : A[i]);
+        for (int i = 0; i < K * N; i++) B[i] = bf16_round(i % 7 == 0 ? B[i] * 1e-19f : B[i]);
+        gemm_bf16(C, A, K, 1, B, M, K, N, 0);
+        long bad = 0;
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                float c = 0.0f;
+                for (int q = 0; q < (K + 1) / 2; q++) {
+                    int k0 = 2 * q, k1 = 2 * q + 1;
+                    c = dpbf16_ref(c, f32_to_bf16_bits(A[m * K + k0]), k1 < K ? f32_to_bf16_bits(A[m * K + k1]) : 0,
+                                   f32_to_bf16_bits(B[(size_t)k0 * N + n]), k1 < K ? f32_to_bf16_bits(B[(size_t)k1 * N + n]) : 0);
+                }
+                bad += f32_bits(c) != f32_bits(C[(size_t)m * N + n]);
+            }
+        check(bad == 0, "  avx512bf16 = dpbf16_ref bit for bit (%ld of %d differ; denormal inputs read as zero)", bad, M * N);
+        free(A); free(B); free(C);
+    }
+    gemm_set_level(top);
+    omp_set_num_threads(saved_threads);
+    /* the cap: a level above the machine's is refused */
+    check(gemm_set_level(top + 1) != 0 && gemm_level() == top, "  a level above the machine's (%d) is refused", top + 1);
 }
 
 #ifdef _OPENMP
@@ -726,6 +825,7 @@ int main(int argc, char** argv) {
     test_fault_selection();
     test_att_checks_tolerance();
     test_att_bwd_checks_tolerance();
+    test_gemm_paths();
 #ifdef _OPENMP
     test_thread_independence();
 #endif

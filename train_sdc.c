@@ -8,8 +8,8 @@
  *
  * Emulated AMP (-precision bf16): the GPU keeps fp32 master weights and AdamW state, computes with
  * bf16 copies of the weights, and stores every activation and activation gradient in bf16 with fp32
- * accumulation inside each op. Here: weights are rounded to bf16 once after each update (model->wr,
- * model->wT), and every module output and activation gradient is rounded to bf16 (round-to-nearest-
+ * accumulation inside each op. Here: weights are rounded to bf16 once after each update (model->wr),
+ * the GEMMs take bf16 inputs (llmc/cpu/gemm.h: the CPU's bf16 units where it has them), and every module output and activation gradient is rounded to bf16 (round-to-nearest-
  * even) right after the op that writes it (BF16_STORE). Weight gradients, mean squares, losses and the
  * optimizer stay fp32.
  *
@@ -72,9 +72,10 @@ typedef struct {
     int* tidx;                 /* [n_layer+1][PT_COUNT] tensor index, -1 absent; row n_layer = globals */
     int B, T;                  /* allocated microbatch shape */
     int precision;
+    int ce_fused_next, ce_dlogits_ready;   /* the one-pass classifier (model_classifier_fused_next) */
+    float ce_dloss;
     float *params, *grads, *m, *v;   /* fp32 master weights, gradients, AdamW moments */
     float *wr;                 /* weights used by the math: bf16-rounded copy in bf16 mode, else params */
-    float *wT;                 /* transposed copies of the matrices (same offsets), for the forward GEMM */
     float *rope_cos, *rope_sin;
     /* activations */
     float *emb, *emb_ms, *x0;  /* embedding output, embed-norm mean square, layer-0 input */
@@ -122,7 +123,6 @@ static float* tensor_ptr(const Model* m, float* base, int type, int layer) {
     return i < 0 ? NULL : base + m->L.t[i].offset;
 }
 #define W(type, l) tensor_ptr(model, model->wr, type, l)
-#define WT(type, l) tensor_ptr(model, model->wT, type, l)
 #define GR(type, l) tensor_ptr(model, model->grads, type, l)
 
 static void model_build(Model* model, const Config* c, int B, int T, int precision) {
@@ -137,7 +137,6 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     model->m = (float*)callocCheck(P, sizeof(float));
     model->v = (float*)callocCheck(P, sizeof(float));
     model->wr = precision ? (float*)callocCheck(P, sizeof(float)) : model->params;
-    model->wT = (float*)callocCheck(P, sizeof(float));
     int half = c->head_dim / 2;
     model->rope_cos = (float*)mallocCheck(sizeof(float) * T * half);
     model->rope_sin = (float*)mallocCheck(sizeof(float) * T * half);
@@ -181,7 +180,7 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
 
 static void model_free(Model* model) {
     if (model->wr != model->params) free(model->wr);
-    free(model->params); free(model->grads); free(model->m); free(model->v); free(model->wT);
+    free(model->params); free(model->grads); free(model->m); free(model->v);
     free(model->rope_cos); free(model->rope_sin); free(model->act_mem); free(model->la);
     free(model->inputs); free(model->targets); free(model->tidx); free(model->trace_mem); free(model->prot.exp_hist); free(model->upd);
     free(model->ew_scratch);
@@ -197,16 +196,13 @@ static void model_init_weights(Model* model, uint64_t seed) {
     model_prepare_weights(model);
 }
 
-/* after every change of the master weights: the bf16 copy (bf16 mode) and the transposed copies */
+/* after every change of the master weights: the bf16 copy (bf16 mode). The forward GEMMs read W [out, in]
+ * as W^T in their packing (matmul_forward_w), so no transposed copy is kept. */
 static void model_prepare_weights(Model* model) {
     size_t P = model->L.total;
     if (model->precision) {
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < P; i++) model->wr[i] = bf16_round(model->params[i]);
-    }
-    for (int i = 0; i < model->L.n; i++) {
-        const TensorInfo* t = &model->L.t[i];
-        if (t->rows > 1) transpose(model->wT + t->offset, model->wr + t->offset, t->rows, t->cols);
     }
 }
 
@@ -225,8 +221,8 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const float* q
     float eps = (float)c->norm_eps;
     int width = model->precision ? 16 : 32;
     float *q1 = model->dq, *q2 = model->dq2, *k1 = model->dk, *k2 = model->dk2, *ms = model->dlog, *t;
-    matmul_forward(q1, a->attn_norm, WT(PT_WQ, l), N, d, qd);  BF16_STORE(model, q1, (size_t)N * qd);
-    matmul_forward(k1, a->attn_norm, WT(PT_WK, l), N, d, kd);  BF16_STORE(model, k1, (size_t)N * kd);
+    matmul_forward_w(q1, a->attn_norm, W(PT_WQ, l), N, d, qd, model->precision);  BF16_STORE(model, q1, (size_t)N * qd);
+    matmul_forward_w(k1, a->attn_norm, W(PT_WK, l), N, d, kd, model->precision);  BF16_STORE(model, k1, (size_t)N * kd);
     if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
         rmsnorm_forward(q2, ms, q1, W(PT_QNORM, l), N * H, hd, eps);   BF16_STORE(model, q2, (size_t)N * qd);
         rmsnorm_forward(k2, ms, k1, W(PT_KNORM, l), N * KV, hd, eps);  BF16_STORE(model, k2, (size_t)N * kd);
@@ -393,9 +389,9 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         /* attention block: x + o_proj(attn(rope(qk_norm(q, k)), v)) */
         rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps);   STORE(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, a->attn_norm, x, W(PT_ATTN_NORM, l), N, d);
-        matmul_forward(a->q, a->attn_norm, WT(PT_WQ, l), N, d, qd);                       STORE(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
-        matmul_forward(a->k, a->attn_norm, WT(PT_WK, l), N, d, kd);                       STORE(SITE_K_PROJ, l, a->k, (size_t)N * kd);
-        matmul_forward(a->v, a->attn_norm, WT(PT_WV, l), N, d, kd);                       STORE(SITE_V_PROJ, l, a->v, (size_t)N * kd);
+        matmul_forward_w(a->q, a->attn_norm, W(PT_WQ, l), N, d, qd, model->precision);                       STORE(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
+        matmul_forward_w(a->k, a->attn_norm, W(PT_WK, l), N, d, kd, model->precision);                       STORE(SITE_K_PROJ, l, a->k, (size_t)N * kd);
+        matmul_forward_w(a->v, a->attn_norm, W(PT_WV, l), N, d, kd, model->precision);                       STORE(SITE_V_PROJ, l, a->v, (size_t)N * kd);
         float *qc = a->q, *kc = a->k;
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {                                    /* per head, over hd */
             rmsnorm_forward(a->qn, a->qn_ms, qc, W(PT_QNORM, l), N * H, hd, eps);          STORE(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
@@ -426,7 +422,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         }
         attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd);                STORE(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
         if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
-        matmul_forward(a->o, a->att_out, WT(PT_WO, l), N, qd, d);                         STORE(SITE_O_PROJ, l, a->o, (size_t)N * d);
+        matmul_forward_w(a->o, a->att_out, W(PT_WO, l), N, qd, d, model->precision);                         STORE(SITE_O_PROJ, l, a->o, (size_t)N * d);
         residual_forward(a->resid_mid, x, a->o, (size_t)N * d);                           STORE(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_residual(model, l, a->resid_mid, x, a->o, (size_t)N * d);
         /* MLP block: x + down(silu(gate) * up)  or  x + down(relu(fc)^2) */
@@ -434,8 +430,8 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, a->mlp_norm, a->resid_mid, W(PT_MLP_NORM, l), N, d);
         float* hidden;
         if (c->mlp == MLP_SWIGLU) {
-            matmul_forward(a->gate, a->mlp_norm, WT(PT_WGATE, l), N, d, F);               STORE(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
-            matmul_forward(a->up, a->mlp_norm, WT(PT_WUP, l), N, d, F);                   STORE(SITE_UP_PROJ, l, a->up, (size_t)N * F);
+            matmul_forward_w(a->gate, a->mlp_norm, W(PT_WGATE, l), N, d, F, model->precision);               STORE(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
+            matmul_forward_w(a->up, a->mlp_norm, W(PT_WUP, l), N, d, F, model->precision);                   STORE(SITE_UP_PROJ, l, a->up, (size_t)N * F);
             silu_forward(a->act, a->gate, (size_t)N * F);                                  STORE(SITE_ACT, l, a->act, (size_t)N * F);
             mul_forward(a->prod, a->act, a->up, (size_t)N * F);                            STORE(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
@@ -445,7 +441,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             }
             hidden = a->prod;
         } else {
-            matmul_forward(a->gate, a->mlp_norm, WT(PT_WFC, l), N, d, F);                 STORE(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
+            matmul_forward_w(a->gate, a->mlp_norm, W(PT_WFC, l), N, d, F, model->precision);                 STORE(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             relu2_forward(a->act, a->gate, (size_t)N * F);                                 STORE(SITE_ACT, l, a->act, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
@@ -453,19 +449,26 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             }
             hidden = a->act;
         }
-        matmul_forward(a->down, hidden, WT(PT_WDOWN, l), N, F, d);                        STORE(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
+        matmul_forward_w(a->down, hidden, W(PT_WDOWN, l), N, F, d, model->precision);                        STORE(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
         residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d);                   STORE(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_residual(model, l, a->out, a->resid_mid, a->down, (size_t)N * d);
         x = a->out;
     }
     rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps);
     BF16_STORE(model, model->final_norm, (size_t)N * d);
-    const float* lmT = c->tied ? WT(PT_WTE, -1) : WT(PT_LMHEAD, -1);                     /* [d, V] */
-    matmul_forward(model->logits, model->final_norm, lmT, N, d, V);
+    const float* lm = c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1);                       /* [V, d] */
+    matmul_forward_w(model->logits, model->final_norm, lm, N, d, V, model->precision);
     softcap_forward(model->logits, (size_t)N * V, (float)c->softcap);
     BF16_STORE(model, model->logits, (size_t)N * V);
     if (!targets) return 0.0f;
-    crossentropy_forward(model->losses, model->lse, model->logits, targets, N, V);
+    if (model->ce_fused_next) {   /* the backward follows with nothing reading the logits: its dlogits now */
+        model->ce_fused_next = 0;
+        crossentropy_fused(model->losses, model->lse, model->logits, targets, N, V, model->ce_dloss, (float)c->softcap, model->precision);
+        model->ce_dlogits_ready = 1;
+    } else {
+        crossentropy_forward(model->losses, model->lse, model->logits, targets, N, V);
+        model->ce_dlogits_ready = 0;
+    }
     double s = 0.0; int cnt = 0;
     for (int n = 0; n < N; n++) if (targets[n] >= 0) { s += model->losses[n]; cnt++; }
     return cnt ? (float)(s / cnt) : 0.0f;
@@ -485,11 +488,15 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
 
     /* loss -> logits (in place) -> lm_head -> final norm */
     float* dlogits = model->logits;
-    crossentropy_softcap_backward(dlogits, model->logits, model->lse, targets, N, V, dloss_scale, (float)c->softcap);
-    BF16_STORE(model, dlogits, (size_t)N * V);
+    if (model->ce_dlogits_ready && model->ce_dloss == dloss_scale) model->ce_dlogits_ready = 0;   /* the forward's one pass made them */
+    else {
+        if (model->ce_dlogits_ready) { fprintf(stderr, "internal error: the one-pass classifier ran with another loss scale\n"); exit(1); }
+        crossentropy_softcap_backward(dlogits, model->logits, model->lse, targets, N, V, dloss_scale, (float)c->softcap);
+        BF16_STORE(model, dlogits, (size_t)N * V);
+    }
     exp_profile(model, c->tied ? PT_WTE : PT_LMHEAD, -1, dlogits, (size_t)N * V);
-    if (c->tied) matmul_backward(dbuf, GR(PT_WTE, -1), dlogits, model->final_norm, W(PT_WTE, -1), N, d, V, 0);
-    else matmul_backward(dbuf, GR(PT_LMHEAD, -1), dlogits, model->final_norm, W(PT_LMHEAD, -1), N, d, V, 0);
+    if (c->tied) matmul_backward_p(dbuf, GR(PT_WTE, -1), dlogits, model->final_norm, W(PT_WTE, -1), N, d, V, 0, model->precision);
+    else matmul_backward_p(dbuf, GR(PT_LMHEAD, -1), dlogits, model->final_norm, W(PT_LMHEAD, -1), N, d, V, 0, model->precision);
     BF16_STORE(model, dbuf, (size_t)N * d);
     float* x_last = c->n_layer ? model->la[c->n_layer - 1].out : NULL;
     rmsnorm_backward(dres, GR(PT_FINAL_NORM, -1), dbuf, x_last, W(PT_FINAL_NORM, -1), model->final_ms, N, d, eps, 0);
@@ -504,7 +511,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         const float* ddown = fault_private_grad(model, SITE_DOWN_PROJ, l, dres, dbuf, (size_t)N * d);
         if (c->mlp == MLP_SWIGLU) {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            matmul_backward(model->dF, GR(PT_WDOWN, l), ddown, a->prod, W(PT_WDOWN, l), N, F, d, 0);  STORE_GRAD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
+            matmul_backward_p(model->dF, GR(PT_WDOWN, l), ddown, a->prod, W(PT_WDOWN, l), N, F, d, 0, model->precision);  STORE_GRAD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
             mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F);          /* d act, d up */
             BF16_STORE(model, model->dF2, (size_t)N * F); BF16_STORE(model, model->dF3, (size_t)N * F);
             FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
@@ -522,18 +529,18 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             }
             exp_profile(model, PT_WGATE, l, model->dF, (size_t)N * F);
             exp_profile(model, PT_WUP, l, model->dF3, (size_t)N * F);
-            matmul_backward(dbuf, GR(PT_WGATE, l), model->dF, a->mlp_norm, W(PT_WGATE, l), N, d, F, 0);
-            matmul_backward(dbuf, GR(PT_WUP, l), model->dF3, a->mlp_norm, W(PT_WUP, l), N, d, F, 1);
+            matmul_backward_p(dbuf, GR(PT_WGATE, l), model->dF, a->mlp_norm, W(PT_WGATE, l), N, d, F, 0, model->precision);
+            matmul_backward_p(dbuf, GR(PT_WUP, l), model->dF3, a->mlp_norm, W(PT_WUP, l), N, d, F, 1, model->precision);
         } else {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            matmul_backward(model->dF, GR(PT_WDOWN, l), ddown, a->act, W(PT_WDOWN, l), N, F, d, 0);   STORE_GRAD(SITE_ACT, l, model->dF, (size_t)N * F);
+            matmul_backward_p(model->dF, GR(PT_WDOWN, l), ddown, a->act, W(PT_WDOWN, l), N, F, d, 0, model->precision);   STORE_GRAD(SITE_ACT, l, model->dF, (size_t)N * F);
             relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F);                            STORE_GRAD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
                 relu2_backward(r, model->dF, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF2, r, (size_t)N * F);
             }
             exp_profile(model, PT_WFC, l, model->dF2, (size_t)N * F);
-            matmul_backward(dbuf, GR(PT_WFC, l), model->dF2, a->mlp_norm, W(PT_WFC, l), N, d, F, 0);
+            matmul_backward_p(dbuf, GR(PT_WFC, l), model->dF2, a->mlp_norm, W(PT_WFC, l), N, d, F, 0, model->precision);
         }
         STORE_GRAD(SITE_MLP_NORM, l, dbuf, (size_t)N * d);
         rmsnorm_backward(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1);
@@ -541,7 +548,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         /* attention block: dres is d(resid_mid) = d(x_in) (skip) = d(o) */
         const float* dout_o = fault_private_grad(model, SITE_O_PROJ, l, dres, dbuf, (size_t)N * d);
         exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
-        matmul_backward(model->datt, GR(PT_WO, l), dout_o, a->att_out, W(PT_WO, l), N, qd, d, 0);      STORE_GRAD(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
+        matmul_backward_p(model->datt, GR(PT_WO, l), dout_o, a->att_out, W(PT_WO, l), N, qd, d, 0, model->precision);      STORE_GRAD(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
         const float* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
         const float* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
         attention_av_backward(model->dlog, model->dv, model->datt, a->probs, a->v, B, T, H, KV, hd);
@@ -591,9 +598,9 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         exp_profile(model, PT_WQ, l, dq, (size_t)N * qd);
         exp_profile(model, PT_WK, l, dk, (size_t)N * kd);
         exp_profile(model, PT_WV, l, model->dv, (size_t)N * kd);
-        matmul_backward(dbuf, GR(PT_WQ, l), dq, a->attn_norm, W(PT_WQ, l), N, d, qd, 0);
-        matmul_backward(dbuf, GR(PT_WK, l), dk, a->attn_norm, W(PT_WK, l), N, d, kd, 1);
-        matmul_backward(dbuf, GR(PT_WV, l), model->dv, a->attn_norm, W(PT_WV, l), N, d, kd, 1);
+        matmul_backward_p(dbuf, GR(PT_WQ, l), dq, a->attn_norm, W(PT_WQ, l), N, d, qd, 0, model->precision);
+        matmul_backward_p(dbuf, GR(PT_WK, l), dk, a->attn_norm, W(PT_WK, l), N, d, kd, 1, model->precision);
+        matmul_backward_p(dbuf, GR(PT_WV, l), model->dv, a->attn_norm, W(PT_WV, l), N, d, kd, 1, model->precision);
         STORE_GRAD(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
         rmsnorm_backward(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1);
         BF16_STORE(model, dres, (size_t)N * d);
@@ -684,9 +691,10 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     model_backward(model, B, T, model->targets, dloss);
 }
 static void model_zero_grads(Model* model) { memset(model->grads, 0, sizeof(float) * model->L.total); }
-/* one MPI all-reduce after the backward; nothing is started inside it, and the classifier has no one-pass form here */
+/* one MPI all-reduce after the backward; nothing is started inside it */
 static void model_reduce_in_backward(Model* model, Dist* dist) { (void)model; (void)dist; }
-static void model_classifier_fused_next(Model* model, float dloss) { (void)model; (void)dloss; }
+/* the one-pass classifier: the next training forward computes the dlogits in its cross-entropy pass */
+static void model_classifier_fused_next(Model* model, float dloss) { model->ce_fused_next = 1; model->ce_dloss = dloss; }
 static void model_allreduce_grads(Model* model, Dist* dist) { dist_allreduce_sum_f32(dist, model->grads, model->L.total); }
 /* clip, AdamW update t (1-based), refresh the weight copies; returns the pre-clip gradient norm */
 static double model_update(Model* model, const AdamW* opt, long long t, double clip) {
@@ -783,6 +791,14 @@ static void model_trace_diff(Model* model, int site, int l, int B, int T, double
 #define TRAINER_HAS_FP32 1
 #define TRAINER_GPU 0
 #define TRAINER_BF16_NAME "bf16 (emulated AMP)"
+/* the GEMM path llmc/cpu/gemm.h chose from the CPU's flags */
+static const char* cpu_kernels_desc(int precision) {
+    static char s[160];
+    if (precision) snprintf(s, sizeof(s), "GEMM %s (bf16 inputs, fp32 accumulation; TSDC_CPU_GEMM caps the path)", gemm_bf16_path());
+    else snprintf(s, sizeof(s), "GEMM %s (fp32; TSDC_CPU_GEMM caps the path)", gemm_f32_path());
+    return s;
+}
+#define TRAINER_KERNELS(precision) cpu_kernels_desc(precision)
 #include "llmc/host/train_loop.h"
 int main(int argc, char** argv) { return train_main(argc, argv); }
 #endif

@@ -11,7 +11,12 @@ order (B consecutive windows of T+1 tokens per step, advancing B*T tokens a step
 
     python dev/bench/bench_torch.py --train SHARD [--preset tiny-llama] [--B 8] [--T 128]
                                     [--threads N] [--warmup 3] [--steps 10] [--attn sdpa|eager]
-                                    [--parallel-info]
+                                    [--n-layer L] [--vocab V] [--precision fp32|bf16] [--parallel-info]
+
+--n-layer and --vocab override the preset's (the wide row of scripts/bench_cpu.sh: smollm2-135m at 4
+layers and vocabulary 8192, as train_sdc's -n_layer / -vocab). --precision bf16 runs the forward and the
+loss under torch.autocast("cpu", dtype=torch.bfloat16) (bf16 matmuls on oneDNN, fp32 master weights and
+AdamW), the counterpart of train_sdc's -precision bf16.
 
 Runs --warmup untimed steps, then --steps timed steps, and prints one JSON line:
     {"impl": "pytorch", "tok_s": ..., "ms_step": ..., "threads": ..., "B": ..., "T": ..., ...}
@@ -40,6 +45,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    ap.add_argument("--n-layer", type=int, default=0, help="override the preset's layer count")
+    ap.add_argument("--vocab", type=int, default=0, help="override the preset's vocabulary")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--lr", type=float, default=5e-5)
     ap.add_argument("--seed", type=int, default=8)
     ap.add_argument("--parallel-info", action="store_true",
@@ -58,7 +66,11 @@ def main():
     # exceeds max_position_embeddings: the preset is defined that way (llmc/host/config.h)
     transformers.logging.set_verbosity_error()
 
-    cfg = PRESETS[args.preset]
+    cfg = dict(PRESETS[args.preset])
+    if args.n_layer > 0:
+        cfg["n_layer"] = args.n_layer
+    if args.vocab > 0:
+        cfg["vocab_size"] = args.vocab
     tokens, shard_vocab = tsdc_io.read_shard(args.train)
     if tokens.size and int(tokens.max()) >= cfg["vocab_size"]:
         raise SystemExit(f"{args.train}: token id {int(tokens.max())} >= vocab {cfg['vocab_size']}")
@@ -78,10 +90,14 @@ def main():
 
     next_batch = batch_reader(data, B, T)
 
+    import contextlib
+    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.precision == "bf16" else contextlib.nullcontext
+
     def step():
         x, y = next_batch()
-        logits = model(input_ids=x, use_cache=False).logits
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+        with amp():
+            logits = model(input_ids=x, use_cache=False).logits
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)).float(), y.view(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -99,7 +115,8 @@ def main():
     ms = 1000.0 * sum(times) / len(times)
     print(json.dumps({"impl": "pytorch", "tok_s": round(B * T / (ms / 1000.0), 1), "ms_step": round(ms, 3),
                       "threads": torch.get_num_threads(), "B": B, "T": T, "preset": args.preset,
-                      "attn": args.attn, "params": n_params, "steps": args.steps, "warmup": args.warmup,
+                      "attn": args.attn, "precision": args.precision, "n_layer": cfg["n_layer"],
+                      "vocab": cfg["vocab_size"], "params": n_params, "steps": args.steps, "warmup": args.warmup,
                       "loss": round(loss, 5), "torch": torch.__version__}), flush=True)
 
 

@@ -10,6 +10,8 @@ PRESETS = {
                         rope_factor=32.0, rope_low=1.0, rope_high=4.0, rope_orig=8192),
     "qwen3-0.6b": dict(kind="qwen3", n_layer=28, d_model=1024, n_head=16, n_kv_head=8, head_dim=128, ffn_dim=3072,
                        vocab_size=151936, seq_len=1024, rope_theta=1e6, norm_eps=1e-6, tied=1),
+    "smollm2-135m": dict(kind="llama", n_layer=30, d_model=576, n_head=9, n_kv_head=3, head_dim=64, ffn_dim=1536,
+                         vocab_size=49152, seq_len=1024, rope_theta=100000.0, norm_eps=1e-5, tied=1),
     "tiny-llama": dict(kind="llama", n_layer=4, d_model=128, n_head=4, n_kv_head=2, head_dim=32, ffn_dim=384,
                        vocab_size=8192, seq_len=128, rope_theta=500000.0, norm_eps=1e-5, tied=1,
                        rope_factor=32.0, rope_low=1.0, rope_high=4.0, rope_orig=8192),
@@ -27,6 +29,9 @@ def hf_config(cfg, T, attn):
                   max_position_embeddings=max(T, cfg["seq_len"]), rms_norm_eps=cfg["norm_eps"],
                   tie_word_embeddings=bool(cfg["tied"]), attention_bias=False, attention_dropout=0.0,
                   bos_token_id=None, eos_token_id=None, pad_token_id=None, use_cache=False)
+    if cfg["kind"] == "llama" and "rope_factor" not in cfg:   # plain RoPE (SmolLM2)
+        return LlamaConfig(**common, mlp_bias=False, rope_parameters={"rope_type": "default", "rope_theta": cfg["rope_theta"]},
+                           attn_implementation=attn)
     if cfg["kind"] == "llama":
         rope = {"rope_type": "llama3", "rope_theta": cfg["rope_theta"], "factor": cfg["rope_factor"],
                 "low_freq_factor": cfg["rope_low"], "high_freq_factor": cfg["rope_high"],

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <string.h>
 #include "rope.h"
+#include "bf16.h"
 
 #ifndef MIN
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -48,6 +49,7 @@ static inline float rowmax(const float* z, int n) {
 }
 
 /* ------------------------------------------------------------------------------------------ GEMM
+ * gemm_portable, the path every machine has (llmc/cpu/gemm.h adds the SIMD ones and chooses at run time):
  * C[M,N] (+)= A[M,K] B[K,N], A element (m,k) at A[m*sam + k*sak] (so A may be read transposed),
  * B row-major [K,N]. Parallel tasks are tiles of GEMM_MT rows x GEMM_NB columns of C; inside a
  * tile, K is walked in chunks of GEMM_KC so the chunk of B (GEMM_KC x GEMM_NB) stays in cache while
@@ -57,7 +59,7 @@ static inline float rowmax(const float* z, int n) {
 #define GEMM_NB 64
 #define GEMM_MT 64
 #define GEMM_KC 256
-static void gemm_nn(float* C, const float* A, long sam, long sak, const float* B, int M, int K, int N, int accumulate) {
+static void gemm_portable(float* C, const float* A, long sam, long sak, const float* B, int M, int K, int N, int accumulate) {
     int nmt = (M + GEMM_MT - 1) / GEMM_MT, nnb = (N + GEMM_NB - 1) / GEMM_NB;
 #pragma omp parallel for schedule(static)
     for (long task = 0; task < (long)nmt * nnb; task++) {
@@ -113,15 +115,45 @@ static void transpose(float* outT, const float* in, int rows, int cols) {
         for (int r = 0; r < rows; r++) outT[(size_t)c * rows + r] = in[(size_t)r * cols + c];
 }
 
-/* linear: out[N,O] = inp[N,I] W^T with wT = W^T [I,O] (the trainer keeps transposed weight copies) */
+/* The GEMMs the model calls: in C, llmc/cpu/gemm.h's run-time choice of SIMD and matrix-unit paths (gemm_f32,
+ * and gemm_bf16 for -precision bf16); in C++ (the CUDA tests' host references) gemm_portable for both. */
+#ifndef __cplusplus
+#include "gemm.h"
+#define gemm_nn gemm_f32
+#define gemm_nn_bf16 gemm_bf16
+/* linear with the weight as stored, W [O, I] (read as W^T by the GEMM's packing: no transposed copy) */
+static void matmul_forward_w(float* out, const float* inp, const float* W, int N, int I, int O, int bf16) {
+    (bf16 ? gemm_bf16_x : gemm_f32_x)(out, inp, I, 1, W, 1, N, I, O, 0);
+}
+#else
+#define gemm_nn gemm_portable
+#define gemm_nn_bf16 gemm_portable
+static void matmul_forward_w(float* out, const float* inp, const float* W, int N, int I, int O, int bf16) {
+    (void)bf16;   /* gemm_portable reads B row-major: W^T once */
+    float* wT = (float*)mallocCheck(sizeof(float) * (size_t)I * O);
+    transpose(wT, W, O, I);
+    gemm_portable(out, inp, I, 1, wT, N, I, O, 0);
+    free(wT);
+}
+#endif
+
+/* linear: out[N,O] = inp[N,I] W^T with wT = W^T [I,O] (the trainer keeps transposed weight copies);
+ * bf16 = 1: the inputs are bf16 values (-precision bf16) and the product runs on gemm_bf16 */
+static void matmul_forward_p(float* out, const float* inp, const float* wT, int N, int I, int O, int bf16) {
+    (bf16 ? gemm_nn_bf16 : gemm_nn)(out, inp, I, 1, wT, N, I, O, 0);
+}
 static void matmul_forward(float* out, const float* inp, const float* wT, int N, int I, int O) {
-    gemm_nn(out, inp, I, 1, wT, N, I, O, 0);
+    matmul_forward_p(out, inp, wT, N, I, O, 0);
 }
 /* dinp[N,I] (+)= dout[N,O] W[O,I];  dW[O,I] += dout^T inp */
+static void matmul_backward_p(float* dinp, float* dW, const float* dout, const float* inp, const float* W,
+                              int N, int I, int O, int accumulate_dinp, int bf16) {
+    if (dinp) (bf16 ? gemm_nn_bf16 : gemm_nn)(dinp, dout, O, 1, W, N, O, I, accumulate_dinp);
+    (bf16 ? gemm_nn_bf16 : gemm_nn)(dW, dout, 1, O, inp, O, N, I, 1);
+}
 static void matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, const float* W,
                             int N, int I, int O, int accumulate_dinp) {
-    if (dinp) gemm_nn(dinp, dout, O, 1, W, N, O, I, accumulate_dinp);
-    gemm_nn(dW, dout, 1, O, inp, O, N, I, 1);
+    matmul_backward_p(dinp, dW, dout, inp, W, N, I, O, accumulate_dinp, 0);
 }
 
 /* --------------------------------------------------------------------------- deterministic sums */
@@ -431,46 +463,58 @@ static inline float fast_expf(float x) {
     return p * scale;
 }
 
-/* per row: lse[n] = logsumexp(zc_n) and losses[n] = lse - zc_n[target] (sum of exps in double). */
-static void crossentropy_forward(float* losses, float* lse, const float* logits, const int* targets, int N, int V) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float* z = logits + (size_t)n * V;
-        float mx = rowmax(z, V);
-        /* 16 float lanes (vectorised), each lane's partial flushed into a double every 1024 terms */
-        double s = 0.0;
-        for (int c0 = 0; c0 < V; c0 += 1024) {
-            int c1 = MIN(V, c0 + 1024), i = c0;
-            float lane[16] = {0};
-            for (; i + 16 <= c1; i += 16)
-                for (int j = 0; j < 16; j++) lane[j] += fast_expf(z[i + j] - mx);
-            for (; i < c1; i++) lane[0] += fast_expf(z[i] - mx);
-            for (int j = 0; j < 16; j++) s += lane[j];
-        }
-        lse[n] = (float)(log(s) + mx);
-        losses[n] = targets && targets[n] >= 0 ? lse[n] - z[targets[n]] : 0.0f;
+/* per row: lse = logsumexp(zc) and the loss lse - zc[target] (sum of exps in double) */
+static inline void ce_row_forward(const float* z, int V, int target, float* lse, float* loss) {
+    float mx = rowmax(z, V);
+    /* 16 float lanes (vectorised), each lane's partial flushed into a double every 1024 terms */
+    double s = 0.0;
+    for (int c0 = 0; c0 < V; c0 += 1024) {
+        int c1 = MIN(V, c0 + 1024), i = c0;
+        float lane[16] = {0};
+        for (; i + 16 <= c1; i += 16)
+            for (int j = 0; j < 16; j++) lane[j] += fast_expf(z[i + j] - mx);
+        for (; i < c1; i++) lane[0] += fast_expf(z[i] - mx);
+        for (int j = 0; j < 16; j++) s += lane[j];
+    }
+    *lse = (float)(log(s) + mx);
+    *loss = target >= 0 ? *lse - z[target] : 0.0f;
+}
+/* d (may alias z) = dloss * (softmax(zc) - onehot) * dcap, softmax = exp(zc - lse), dcap = 1 - (zc/cap)^2 */
+static inline void ce_row_backward(float* d, const float* z, int V, float l, int target, float dloss, float cap) {
+    if (target < 0) { memset(d, 0, sizeof(float) * V); return; }
+    float zy = z[target];
+    if (cap > 0.0f) {
+        float inv = 1.0f / cap;
+        for (int i = 0; i < V; i++) { float t = z[i] * inv; d[i] = fast_expf(z[i] - l) * dloss * (1.0f - t * t); }
+        float t = zy * inv;
+        d[target] -= dloss * (1.0f - t * t);
+    } else {
+        for (int i = 0; i < V; i++) d[i] = fast_expf(z[i] - l) * dloss;
+        d[target] -= dloss;
     }
 }
-/* dlogits (may alias the model logits zc) = dloss * (softmax(zc) - onehot) * dcap, with
- * softmax = exp(zc - lse) and dcap = 1 - (zc/cap)^2, the tanh derivative from the stored zc. */
+/* per row: lse[n] = logsumexp(zc_n) and losses[n] = lse - zc_n[target] */
+static void crossentropy_forward(float* losses, float* lse, const float* logits, const int* targets, int N, int V) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) ce_row_forward(logits + (size_t)n * V, V, targets ? targets[n] : -1, &lse[n], &losses[n]);
+}
+/* dlogits (may alias the model logits zc) = dloss * (softmax(zc) - onehot) * dcap */
 static void crossentropy_softcap_backward(float* dlogits, const float* logits, const float* lse, const int* targets,
                                           int N, int V, float dloss, float cap) {
 #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) ce_row_backward(dlogits + (size_t)n * V, logits + (size_t)n * V, V, lse[n], targets[n], dloss, cap);
+}
+/* the one-pass classifier: the forward's losses and lse and, in place of the logits, the backward's dlogits
+ * (rounded to bf16 when round_bf16), each row read from memory once and written once while it is in cache.
+ * The same row functions as the two passes above, so the same bits. */
+static void crossentropy_fused(float* losses, float* lse, float* logits, const int* targets, int N, int V, float dloss, float cap,
+                               int round_bf16) {
+#pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float* z = logits + (size_t)n * V;
-        float* d = dlogits + (size_t)n * V;
-        if (targets[n] < 0) { memset(d, 0, sizeof(float) * V); continue; }
-        float l = lse[n];
-        float zy = z[targets[n]];
-        if (cap > 0.0f) {
-            float inv = 1.0f / cap;
-            for (int i = 0; i < V; i++) { float t = z[i] * inv; d[i] = fast_expf(z[i] - l) * dloss * (1.0f - t * t); }
-            float t = zy * inv;
-            d[targets[n]] -= dloss * (1.0f - t * t);
-        } else {
-            for (int i = 0; i < V; i++) d[i] = fast_expf(z[i] - l) * dloss;
-            d[targets[n]] -= dloss;
-        }
+        float* z = logits + (size_t)n * V;
+        ce_row_forward(z, V, targets[n], &lse[n], &losses[n]);
+        ce_row_backward(z, z, V, lse[n], targets[n], dloss, cap);
+        if (round_bf16) for (int i = 0; i < V; i++) z[i] = bf16_round(z[i]);
     }
 }
 

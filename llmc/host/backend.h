@@ -11,7 +11,8 @@
  * A trainer also defines, before it includes llmc/host/train_loop.h: TRAINER_NAME (a string), TRAINER_GPU (1 for
  * the CUDA trainer: the check kinds it provides are the `gpu` column of PROT_KINDS), TRAINER_DEFAULT_PRECISION
  * (0 fp32, 1 bf16), TRAINER_HAS_FP32 (0/1), TRAINER_BF16_NAME (how its bf16 is described), and optionally
- * TRAINER_SETUP(dist) / TRAINER_TEARDOWN() (device selection, NCCL). */
+ * TRAINER_SETUP(dist) / TRAINER_TEARDOWN() (device selection, NCCL) and TRAINER_KERNELS(precision) (a string naming
+ * the compute paths chosen at run time, printed at the start and logged; empty by default). */
 
 /* building, the weights and the optimizer state (host fp32 arrays; m, v NULL: zero) */
 static void model_build(Model* model, const Config* c, int B, int T, int precision);

@@ -167,6 +167,9 @@ static void setup_model(Run* run, const char* ckpath, const CkptInfo* ck) {
 }
 
 /* rank 0: the JSONL log (appended to on -resume) and its run record */
+#ifndef TRAINER_KERNELS
+#define TRAINER_KERNELS(precision) ""
+#endif
 static void setup_log(Run* run) {
     const Args* a = &run->a;
     if (run->dist.rank != 0) return;
@@ -175,10 +178,10 @@ static void setup_log(Run* run) {
     logger_open(&run->log, logpath, a->resume[0] != 0);
     logger_line(&run->log, "{\"type\":\"run\",\"trainer\":\"" TRAINER_NAME "\",\"preset\":\"%s\",\"params\":%zu,\"n_layer\":%d,\"d_model\":%d,"
                 "\"vocab\":%d,\"seq\":%d,\"B\":%d,\"accum\":%d,\"world\":%d,\"threads\":%d,\"precision\":\"%s\",\"steps\":%d,"
-                "\"lr\":%.9g,\"warmup\":%d,\"seed\":%llu,\"start_step\":%lld}",
+                "\"lr\":%.9g,\"warmup\":%d,\"seed\":%llu,\"start_step\":%lld,\"kernels\":\"%s\"}",
                 run->c.preset, model_num_params(&run->model), run->c.n_layer, run->c.d_model, run->c.vocab_size, run->c.seq_len, a->B,
                 a->accum, run->dist.world, run->threads, a->precision ? "bf16" : "fp32", a->steps, a->lr, a->warmup, a->seed,
-                (long long)run->ts.step);
+                (long long)run->ts.step, TRAINER_KERNELS(a->precision));
 }
 
 /* everything before the first step; returns 1 when the run is only -version */
@@ -216,6 +219,7 @@ static int run_setup(Run* run, int argc, char** argv) {
                run->c.preset, config_num_params(&run->c), a->precision ? TRAINER_BF16_NAME : "fp32", world,
                world == 1 ? "" : "s", dist_built_with_mpi() ? "" : " (built without MPI: single process)",
                run->threads, run->threads == 1 ? "" : "s", a->B, run->c.seq_len, a->accum);
+    if (rank == 0 && TRAINER_KERNELS(a->precision)[0]) printf("kernels: %s\n", TRAINER_KERNELS(a->precision));
     setup_data(run);
     setup_model(run, ckpath, &ck);
     fault_setup(run);

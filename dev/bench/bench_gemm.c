@@ -1,0 +1,142 @@
+/* bench_gemm.c: the CPU GEMMs (llmc/cpu/gemm.h) against the core's measured FMA peak, on the shapes of a model.
+ *
+ *   ./bench_gemm [-d 576] [-ffn 1536] [-kv 192] [-vocab 8192] [-tokens 1024] [-threads 1] [-reps 3]
+ *
+ * Peak: one thread runs 24 independent chains of fused multiply-adds on the widest vector unit the CPU
+ * has (zmm with AVX-512, else ymm with FMA), long enough to reach its steady clock; FLOP/s = 2 x lanes x
+ * FMAs / s. That is the ceiling a GEMM at this clock can reach on one core (threads x it for several).
+ * Shapes: the linear layers of one transformer layer and the classifier at N tokens, each as the trainer
+ * calls it: forward (N x I times W^T), dx (N x O times W) and dW (dout^T x inp, A read transposed),
+ * timed as the best of -reps calls after one warm-up; every fp32 path the machine has, and the bf16 path
+ * chosen for -precision bf16. Prints GFLOP/s and the fraction of the fp32 peak x threads. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <omp.h>
+#include "llmc/host/utils.h"
+#include "llmc/cpu/cpu_kernels.h"
+
+static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+
+#if TSDC_GEMM_X86
+#define CHAINS 24
+__attribute__((target("avx512f"), noinline)) static float peak_avx512(long iters) {
+    __m512 a[CHAINS], x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.9999999f);
+    for (int i = 0; i < CHAINS; i++) a[i] = _mm512_set1_ps((float)i);
+    for (long n = 0; n < iters; n++) {
+#pragma GCC unroll 24
+        for (int i = 0; i < CHAINS; i++) a[i] = _mm512_fmadd_ps(a[i], x, y);
+    }
+    __m512 s = a[0];
+    for (int i = 1; i < CHAINS; i++) s = _mm512_add_ps(s, a[i]);
+    return _mm512_reduce_add_ps(s);
+}
+__attribute__((target("avx2,fma"), noinline)) static float peak_avx2(long iters) {
+    __m256 a[12], x = _mm256_set1_ps(1.0000001f), y = _mm256_set1_ps(0.9999999f);
+    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
+    for (long n = 0; n < iters; n++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], x, y);
+    }
+    __m256 s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, a[i]);
+    float r[8];
+    _mm256_storeu_ps(r, s);
+    return r[0] + r[7];
+}
+#endif
+
+/* GFLOP/s of one core's FMA peak, and which unit */
+static double fma_peak(const char** unit) {
+    *unit = "scalar (no FMA vector unit detected)";
+#if TSDC_GEMM_X86
+    int lv = gemm_machine_level();
+    volatile float sink = 0;
+    for (int w = 0; w < 2; w++) {   /* a warm-up pass, then the timed one */
+        long iters = 40000000;
+        double t0 = now_s();
+        if (lv >= GEMM_AVX512) sink += peak_avx512(iters);
+        else if (lv >= GEMM_AVX2) sink += peak_avx2(iters);
+        else return 0;
+        double dt = now_s() - t0;
+        if (w == 1) {
+            *unit = lv >= GEMM_AVX512 ? "zmm FMA (AVX-512), 24 chains" : "ymm FMA (AVX2), 12 chains";
+            return (lv >= GEMM_AVX512 ? iters * CHAINS * 32.0 : iters * 12 * 16.0) / dt / 1e9;
+        }
+    }
+    (void)sink;
+#endif
+    return 0;
+}
+
+static double time_gemm(int bf16, float* C, const float* A, long sam, long sak, const float* B, int M, int K, int N, int acc, int reps) {
+    double best = 1e30;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = now_s();
+        (bf16 ? gemm_bf16 : gemm_f32)(C, A, sam, sak, B, M, K, N, acc);
+        double dt = now_s() - t0;
+        if (r > 0 && dt < best) best = dt;
+    }
+    return best;
+}
+
+int main(int argc, char** argv) {
+    int d = 576, F = 1536, kv = 192, V = 8192, Nt = 1024, threads = 1, reps = 3;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 >= argc) { fprintf(stderr, "bench_gemm: %s needs a value\n", argv[i]); return 2; }
+        int v = atoi(argv[i + 1]);
+        if (v <= 0) { fprintf(stderr, "bench_gemm: %s must be a positive integer\n", argv[i]); return 2; }
+        if (!strcmp(argv[i], "-d")) d = v;
+        else if (!strcmp(argv[i], "-ffn")) F = v;
+        else if (!strcmp(argv[i], "-kv")) kv = v;
+        else if (!strcmp(argv[i], "-vocab")) V = v;
+        else if (!strcmp(argv[i], "-tokens")) Nt = v;
+        else if (!strcmp(argv[i], "-threads")) threads = v;
+        else if (!strcmp(argv[i], "-reps")) reps = v;
+        else { fprintf(stderr, "bench_gemm: unknown flag %s\n", argv[i]); return 2; }
+        i++;
+    }
+    omp_set_num_threads(threads);
+    const char* unit;
+    double peak = fma_peak(&unit);
+    printf("fp32 FMA peak of one core: %.1f GFLOP/s (%s); x %d thread%s = %.1f\n", peak, unit, threads, threads == 1 ? "" : "s", peak * threads);
+    struct { const char* name; int I, O; } lin[] = {{"q/o", d, d}, {"k/v", d, kv}, {"gate/up", d, F}, {"down", F, d}, {"classifier", d, V}};
+    int top = gemm_machine_level();
+    printf("%-11s %-5s %-5s", "layer", "I", "O");
+    for (int lv = 1; lv <= (top < GEMM_AVX512 ? top : GEMM_AVX512); lv++) printf("  %-22s", gemm_path_names[lv]);
+    gemm_set_level(top);
+    printf("  bf16 %-17s\n", gemm_bf16_path());
+    double tflop[8] = {0}, tsec[8] = {0};
+    for (int s = 0; s < 5; s++) {
+        int I = lin[s].I, O = lin[s].O;
+        float *x = mallocCheck(sizeof(float) * Nt * I), *w = mallocCheck(sizeof(float) * I * O), *wT = mallocCheck(sizeof(float) * I * O);
+        float *y = mallocCheck(sizeof(float) * Nt * O), *dx = mallocCheck(sizeof(float) * Nt * I), *dw = mallocCheck(sizeof(float) * I * O);
+        for (long i = 0; i < (long)Nt * I; i++) x[i] = bf16_round((float)((i * 37 % 101) - 50) * 0.01f);
+        for (long i = 0; i < (long)I * O; i++) w[i] = wT[i] = bf16_round((float)((i * 53 % 89) - 44) * 0.01f);
+        for (long i = 0; i < (long)Nt * O; i++) y[i] = bf16_round((float)((i * 29 % 83) - 41) * 0.001f);
+        memset(dw, 0, sizeof(float) * I * O);
+        printf("%-11s %-5d %-5d", lin[s].name, I, O);
+        double f = 2.0 * Nt * I * O;
+        int col = 0;
+        for (int lv = 1; lv <= top + 1; lv++) {
+            int bf = lv == top + 1;
+            if (!bf && lv > GEMM_AVX512) continue;
+            gemm_set_level(bf ? top : lv);
+            double t = time_gemm(bf, y, x, I, 1, wT, Nt, I, O, 0, reps) + time_gemm(bf, dx, y, O, 1, w, Nt, O, I, 0, reps) +
+                       time_gemm(bf, dw, y, 1, O, x, O, Nt, I, 1, reps);
+            double g = 3 * f / t / 1e9;
+            printf("  %6.0f GFLOP/s (%3.0f%%)  ", g, peak > 0 ? 100 * g / (peak * threads) : 0);
+            tflop[col] += 3 * f; tsec[col] += t; col++;
+        }
+        printf("\n");
+        free(x); free(w); free(wT); free(y); free(dx); free(dw);
+    }
+    printf("%-23s", "all (FLOP-weighted)");
+    for (int c = 0; c < 8 && tsec[c] > 0; c++) {
+        double g = tflop[c] / tsec[c] / 1e9;
+        printf("  %6.0f GFLOP/s (%3.0f%%)  ", g, peak > 0 ? 100 * g / (peak * threads) : 0);
+    }
+    printf("\n(forward + dx + dW of each layer at %d tokens; %% of the fp32 FMA peak x threads; bf16 can exceed 100%%)\n", Nt);
+    return 0;
+}

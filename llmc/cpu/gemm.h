@@ -1,0 +1,610 @@
+/* gemm.h: the CPU trainer's GEMMs on the machine's SIMD and matrix units, chosen at run time.
+ *
+ *   C[M,N] (+)= A[M,K] B[K,N];  A element (m,k) at A[m*sam + k*sak] (sam = 1 reads A transposed),
+ *   B row-major [K,N] or, in the _x entry points with btr = 1, given transposed as Bt [N,K] (a weight
+ *   W [out, in] used as W^T, so the trainer keeps no transposed copy), C row-major [M,N];
+ *   accumulate = 0 overwrites C.
+ *
+ *   gemm_f32   fp32 inputs, fp32 accumulation.
+ *   gemm_bf16  bf16 inputs (the -precision bf16 tensors, fp32 arrays that hold bf16 values; a value that
+ *              is not one is rounded to nearest even when packed, as the GPU's GEMMs read bf16), fp32
+ *              accumulation, the products on the CPU's bf16 units where it has them.
+ *
+ * Paths, picked once per process from what CPUID and the OS report (__builtin_cpu_supports; AMX also
+ * needs the kernel's permission for the tile state, asked with arch_prctl):
+ *   fp32:  avx512      12 x 32 micro-tile, 24 zmm accumulators, VFMADD231PS
+ *          avx2        6 x 16 micro-tile, 12 ymm accumulators, VFMADD231PS
+ *          portable    gemm_portable (cpu_kernels.h): C loops the compiler vectorises
+ *   bf16:  amx         TDPBF16PS on 16 x 16 fp32 tiles, C blocks of 32 x 32 (4 tiles), K steps of 32
+ *          avx512bf16  VDPBF16PS, 12 x 32 micro-tile (k in pairs)
+ *          otherwise   the fp32 path (the values are bf16, the products exact in fp32)
+ * TSDC_CPU_GEMM=portable|avx2|avx512|avx512bf16|amx caps the choice at that level (portable < avx2 <
+ * avx512 < avx512bf16 < amx; the fp32 product takes the best fp32 path at or below the cap), so a test
+ * can run every path the machine has; a level the machine lacks is a one-line error.
+ *
+ * Blocking (every SIMD path): A is packed whole into MR-row panels (k-major strips over all of K) and B
+ * into NR-column panels, each element converted once, zero-padded at the edges (padded rows and columns
+ * are computed and dropped); the packing is split over the threads by panel. Then tasks, blocks of GM_MB
+ * rows x GM_NB columns of C taken by the threads in any order, walk K in chunks (512, AMX 1024) so that
+ * the task's chunk of A and B stays in L2, and run the micro-kernel on every micro-tile for each chunk:
+ * accumulators in registers (AMX: tiles), loaded from C (zero at the first chunk unless accumulating)
+ * and stored back after it. fp32 partial sums survive the store exactly, so the chunking changes no bit.
+ * Summation order of each element, fixed by K alone (not by M, N, the thread count, the task or the
+ * panel an element falls in), so results are bitwise identical run after run and across thread counts:
+ *   avx512, avx2: c = fma(a_k, b_k, c) for k = 0, 1, ..., K-1 (one rounding each). gemm_portable under
+ *      -march=native contracts its loop to the same FMAs, so on such a build the three agree bit for bit.
+ *   avx512bf16: k in pairs p = 0, 1, ..., ceil(K/2)-1 (an odd K padded with a zero), one VDPBF16PS each:
+ *      c = (c + a_{2p+1} b_{2p+1}) + a_{2p} b_{2p}, each addition rounded to fp32 (round to nearest even),
+ *      bf16 denormal inputs read as zero, denormal results flushed to zero (the instruction's fixed
+ *      DAZ/FTZ). dpbf16_ref below is this as scalar C, and the tests hold the kernel to it bit for bit.
+ *   amx: K in steps of 32 (zero-padded), one TDPBF16PS each, its 16 pairs summed inside the unit in an
+ *      order Intel does not document bit-exactly; fixed for a given CPU. Tested against double by bound.
+ * Another path gives other bits: a machine with other units, or TSDC_CPU_GEMM, changes the last bits of
+ * every GEMM. Tests that compare runs with each other by hash run them on one machine in one build; tests
+ * against the PyTorch references and between the trainers compare by tolerance. */
+#ifndef TSDC_CPU_GEMM_H
+#define TSDC_CPU_GEMM_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) && !defined(__CUDACC__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define TSDC_GEMM_X86 1
+#else
+#define TSDC_GEMM_X86 0
+#endif
+#include "bf16.h"
+
+enum { GEMM_PORTABLE = 0, GEMM_AVX2 = 1, GEMM_AVX512 = 2, GEMM_AVX512BF16 = 3, GEMM_AMX = 4 };
+static const char* const gemm_path_names[] = {"portable", "avx2", "avx512", "avx512bf16", "amx"};
+
+/* the block of C a task computes (multiples of every micro-tile below: 12 x 32, 6 x 16, 32 x 32) */
+#define GM_MB 192
+#define GM_NB 256
+
+/* one rounding of fp32 like VDPBF16PS: denormal results flushed to zero (sign kept) */
+static inline float gemm_ftz(float x) {
+    uint32_t u = f32_bits(x);
+    return (u & 0x7f800000u) == 0 ? bits_f32(u & 0x80000000u) : x;
+}
+/* a bf16 input as VDPBF16PS reads it: denormals as zero */
+static inline float gemm_daz(uint16_t h) { return (h & 0x7f80u) == 0 ? bits_f32((uint32_t)(h & 0x8000u) << 16) : bf16_bits_to_f32(h); }
+/* scalar model of one VDPBF16PS lane: c + a1 b1 (rounded, FTZ), then + a0 b0 (rounded, FTZ). The bf16
+ * products are exact in fp32 (8 x 8 significant bits); volatile keeps the compiler from fusing. */
+static inline float dpbf16_ref(float c, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1) {
+    volatile float p1 = gemm_daz(a1) * gemm_daz(b1), p0 = gemm_daz(a0) * gemm_daz(b0);
+    volatile float t = gemm_ftz(c + p1);
+    return gemm_ftz(t + p0);
+}
+
+#if TSDC_GEMM_X86
+/* --------------------------------------------------------------------------- packing (fp32) */
+/* dst[k][0..11] = src[k * stride + 0..w-1], zeros past w (masked zmm moves) */
+__attribute__((target("avx512f"))) static void gm_copy12_strided(float* dst, const float* src, long stride, int kc, int w) {
+    __mmask16 m = (__mmask16)((1u << w) - 1);
+    for (int k = 0; k < kc; k++)
+        _mm512_mask_storeu_ps(dst + (size_t)k * 12, 0x0fff, _mm512_maskz_loadu_ps(m, src + (size_t)k * stride));
+}
+/* rows m0..m0+mr-1, k0..k0+kc-1 of A into panels of MR rows: ap[panel][k][MR], zero rows past mr */
+static void gm_pack_a_f32(float* ap, const float* A, long sam, long sak, int m0, int mr, int k0, int kc, int MR) {
+    int np = (mr + MR - 1) / MR;
+    for (int p = 0; p < np; p++) {
+        float* dst = ap + (size_t)p * kc * MR;
+        int w = mr - p * MR < MR ? mr - p * MR : MR;
+        if (sam == 1) {   /* k-major source (A read transposed): MR contiguous values a k */
+            const float* src = A + (size_t)(m0 + p * MR) + (size_t)k0 * sak;
+            if (MR == 12) gm_copy12_strided(dst, src, sak, kc, w);
+            else
+                for (int k = 0; k < kc; k++)
+                    for (int r = 0; r < MR; r++) dst[(size_t)k * MR + r] = r < w ? src[(size_t)k * sak + r] : 0.0f;
+            continue;
+        }
+        for (int r = 0; r < MR; r++) {
+            if (r < w) {
+                const float* src = A + (size_t)(m0 + p * MR + r) * sam + (size_t)k0 * sak;
+                for (int k = 0; k < kc; k++) dst[(size_t)k * MR + r] = src[(size_t)k * sak];
+            } else
+                for (int k = 0; k < kc; k++) dst[(size_t)k * MR + r] = 0.0f;
+        }
+    }
+}
+/* columns n0..n0+nr-1, rows k0..k0+kc-1 of B into panels of NR columns: bp[panel][k][NR] */
+static void gm_pack_b_f32(float* bp, const float* B, int N, int n0, int nr, int k0, int kc, int NR) {
+    int np = (nr + NR - 1) / NR;
+    for (int p = 0; p < np; p++) {
+        float* dst = bp + (size_t)p * kc * NR;
+        int w = nr - p * NR < NR ? nr - p * NR : NR;
+        for (int k = 0; k < kc; k++) {
+            const float* src = B + (size_t)(k0 + k) * N + n0 + p * NR;
+            memcpy(dst + (size_t)k * NR, src, sizeof(float) * w);
+            if (w < NR) memset(dst + (size_t)k * NR + w, 0, sizeof(float) * (NR - w));
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------- micro-kernels (fp32) */
+/* c[MR x NR] (ldc) = (zero ? 0 : c) + A B over kc, k in order, one FMA per k. A element (r, k) at
+ * a[r * ars + k * aks]: a packed panel (ars 1, aks MR), or A itself, in place: rows (ars = sam, aks 1)
+ * or read transposed (ars 1, aks = sak); the wrappers below fix one stride so the compiler folds it. */
+__attribute__((target("avx512f"), always_inline)) static inline void gm_mk_avx512_body(int kc, const float* a, long ars, long aks,
+                                                                                    const float* bp, float* c, long ldc, int zero) {
+    __m512 acc[12][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        acc[r][0] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc);
+        acc[r][1] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc + 16);
+    }
+    for (int k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_loadu_ps(bp + (size_t)k * 32), b1 = _mm512_loadu_ps(bp + (size_t)k * 32 + 16);
+        const float* ak = a + (size_t)k * aks;
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++) {
+            __m512 x = _mm512_set1_ps(ak[r * ars]);
+            acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) { _mm512_storeu_ps(c + r * ldc, acc[r][0]); _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]); }
+}
+__attribute__((target("avx512f"))) static void gm_mk_avx512_kmajor(int kc, const float* a, long aks, const float* bp, float* c, long ldc, int zero) {
+    gm_mk_avx512_body(kc, a, 1, aks, bp, c, ldc, zero);
+}
+__attribute__((target("avx512f"))) static void gm_mk_avx512_rows(int kc, const float* a, long ars, const float* bp, float* c, long ldc, int zero) {
+    gm_mk_avx512_body(kc, a, ars, 1, bp, c, ldc, zero);
+}
+__attribute__((target("avx2,fma"), always_inline)) static inline void gm_mk_avx2_body(int kc, const float* a, long ars, long aks,
+                                                                                   const float* bp, float* c, long ldc, int zero) {
+    __m256 acc[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) {
+        acc[r][0] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc);
+        acc[r][1] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + 8);
+    }
+    for (int k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_loadu_ps(bp + (size_t)k * 16), b1 = _mm256_loadu_ps(bp + (size_t)k * 16 + 8);
+        const float* ak = a + (size_t)k * aks;
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++) {
+            __m256 x = _mm256_broadcast_ss(ak + r * ars);
+            acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) { _mm256_storeu_ps(c + r * ldc, acc[r][0]); _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]); }
+}
+__attribute__((target("avx2,fma"))) static void gm_mk_avx2_kmajor(int kc, const float* a, long aks, const float* bp, float* c, long ldc, int zero) {
+    gm_mk_avx2_body(kc, a, 1, aks, bp, c, ldc, zero);
+}
+__attribute__((target("avx2,fma"))) static void gm_mk_avx2_rows(int kc, const float* a, long ars, const float* bp, float* c, long ldc, int zero) {
+    gm_mk_avx2_body(kc, a, ars, 1, bp, c, ldc, zero);
+}
+
+/* ------------------------------------------------------------------------ packing (bf16 pairs) */
+static inline uint16_t gm_bf(float x) { return f32_to_bf16_bits(x); }
+/* A panels of MR rows, k in pairs: ap[panel][kp][MR][2] (uint16), zero past mr and past kc */
+static void gm_pack_a_bf16(uint16_t* ap, const float* A, long sam, long sak, int m0, int mr, int k0, int kc, int MR) {
+    int np = (mr + MR - 1) / MR, kp = (kc + 1) / 2;
+    for (int p = 0; p < np; p++) {
+        uint16_t* dst = ap + (size_t)p * kp * MR * 2;
+        for (int r = 0; r < MR; r++) {
+            int m = p * MR + r;
+            const float* src = A + (size_t)(m0 + m) * sam + (size_t)k0 * sak;
+            for (int k = 0; k < 2 * kp; k++)
+                dst[((size_t)(k >> 1) * MR + r) * 2 + (k & 1)] = (m < mr && k < kc) ? gm_bf(src[(size_t)k * sak]) : 0;
+        }
+    }
+}
+/* B panels of NR columns, k in pairs: bp[panel][kp][NR][2] */
+static void gm_pack_b_bf16(uint16_t* bp, const float* B, int N, int n0, int nr, int k0, int kc, int NR) {
+    int np = (nr + NR - 1) / NR, kp = (kc + 1) / 2;
+    for (int p = 0; p < np; p++) {
+        uint16_t* dst = bp + (size_t)p * kp * NR * 2;
+        int w = nr - p * NR < NR ? nr - p * NR : NR;
+        for (int q = 0; q < kp; q++)
+            for (int h = 0; h < 2; h++) {
+                int k = 2 * q + h;
+                const float* src = B + (size_t)(k0 + k) * N + n0 + p * NR;
+                uint16_t* d = dst + (size_t)q * NR * 2 + h;
+                for (int j = 0; j < NR; j++) d[2 * j] = (k < kc && j < w) ? gm_bf(src[j]) : 0;
+            }
+    }
+}
+__attribute__((target("avx512f,avx512bf16"))) static void gm_mk_avx512bf16(int kc, const uint16_t* ap, const uint16_t* bp, float* c, long ldc, int zero) {
+    __m512 acc[12][2];
+    int kp = (kc + 1) / 2;
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        acc[r][0] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc);
+        acc[r][1] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc + 16);
+    }
+    for (int q = 0; q < kp; q++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + (size_t)q * 64), b1 = (__m512bh)_mm512_loadu_si512(bp + (size_t)q * 64 + 32);
+        const uint32_t* a = (const uint32_t*)(ap + (size_t)q * 24);
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++) {
+            __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[r]);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) { _mm512_storeu_ps(c + r * ldc, acc[r][0]); _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]); }
+}
+
+/* ------------------------------------------------------------------------------ AMX (bf16) */
+/* tiles: 0..3 the C block (2 x 2 tiles of 16 x 16 fp32), 4, 5 two A tiles (16 rows x 32 bf16), 6, 7 two
+ * B tiles (16 k pairs x 16 columns x 2 bf16). A is packed [tile row block][k step][16][32], B
+ * [tile column block][k step][16 pairs][16][2]: each tile is 1 KiB contiguous, loaded with stride 64. */
+typedef struct { uint8_t palette, start_row, rsvd[14]; uint16_t colsb[16]; uint8_t rows[16]; } GmTileCfg;
+__attribute__((target("amx-tile"))) static void gm_amx_config(void) {
+    GmTileCfg cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    _tile_loadconfig(&cfg);
+}
+__attribute__((target("amx-tile"))) static void gm_amx_release(void) { _tile_release(); }
+/* packed A of MR = 16 rows for k steps of 32: ap[panel][ks][16][32] */
+static void gm_pack_a_amx(uint16_t* ap, const float* A, long sam, long sak, int m0, int mr, int k0, int kc) {
+    int np = (mr + 15) / 16, ks = (kc + 31) / 32;
+    for (int p = 0; p < np; p++)
+        for (int r = 0; r < 16; r++) {
+            int m = p * 16 + r;
+            const float* src = A + (size_t)(m0 + m) * sam + (size_t)k0 * sak;
+            for (int k = 0; k < ks * 32; k++)
+                ap[(((size_t)p * ks + (k >> 5)) * 16 + r) * 32 + (k & 31)] = (m < mr && k < kc) ? gm_bf(src[(size_t)k * sak]) : 0;
+        }
+}
+/* packed B of NR = 16 columns: bp[panel][ks][16 pairs][16][2] */
+static void gm_pack_b_amx(uint16_t* bp, const float* B, int N, int n0, int nr, int k0, int kc) {
+    int np = (nr + 15) / 16, ks = (kc + 31) / 32;
+    for (int p = 0; p < np; p++) {
+        int w = nr - p * 16 < 16 ? nr - p * 16 : 16;
+        for (int k = 0; k < ks * 32; k++) {
+            const float* src = B + (size_t)(k0 + k) * N + n0 + p * 16;
+            uint16_t* d = bp + (((size_t)p * ks + (k >> 5)) * 16 + ((k & 31) >> 1)) * 32 + (k & 1);
+            for (int j = 0; j < 16; j++) d[2 * j] = (k < kc && j < w) ? gm_bf(src[j]) : 0;
+        }
+    }
+}
+/* the C block at c (2 x 2 tiles, ldc floats; a partial block goes through a 32 x 32 buffer first) */
+__attribute__((target("amx-tile,amx-bf16"))) static void gm_mk_amx(int ks, const uint16_t* a0, const uint16_t* a1,
+                                                                  const uint16_t* b0, const uint16_t* b1, float* c, long ldc, int zero) {
+    long st = ldc * 4;
+    if (zero) { _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); }
+    else {
+        _tile_loadd(0, c, st); _tile_loadd(1, c + 16, st);
+        _tile_loadd(2, c + 16 * ldc, st); _tile_loadd(3, c + 16 * ldc + 16, st);
+    }
+    for (int s = 0; s < ks; s++) {
+        _tile_loadd(4, a0 + (size_t)s * 512, 64);
+        _tile_loadd(5, a1 + (size_t)s * 512, 64);
+        _tile_loadd(6, b0 + (size_t)s * 512, 64);
+        _tile_loadd(7, b1 + (size_t)s * 512, 64);
+        _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, st); _tile_stored(1, c + 16, st);
+    _tile_stored(2, c + 16 * ldc, st); _tile_stored(3, c + 16 * ldc + 16, st);
+}
+#endif /* TSDC_GEMM_X86 */
+
+/* ------------------------------------------------------------------------------ path selection */
+static int gemm_amx_permitted(void) {
+#if TSDC_GEMM_X86 && defined(SYS_arch_prctl)
+    /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18): Linux >= 5.16 hands out the tile state on request */
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return 0;
+#endif
+}
+/* what the CPU (and OS) offers: the highest level */
+static int gemm_machine_level(void) {
+    static int level = -1;
+    if (level >= 0) return level;
+    level = GEMM_PORTABLE;
+#if TSDC_GEMM_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) level = GEMM_AVX2;
+    if (__builtin_cpu_supports("avx512f")) level = GEMM_AVX512;
+    if (level == GEMM_AVX512 && __builtin_cpu_supports("avx512bf16")) level = GEMM_AVX512BF16;
+    if (level == GEMM_AVX512BF16 && __builtin_cpu_supports("amx-bf16") && __builtin_cpu_supports("amx-tile") && gemm_amx_permitted())
+        level = GEMM_AMX;
+#endif
+    return level;
+}
+/* the level in use: the machine's, capped by TSDC_CPU_GEMM (read once; gemm_set_level overrides, for tests) */
+static int gemm_level_cached = -1;
+static int gemm_parse_level(const char* s) {
+    for (int i = 0; i <= GEMM_AMX; i++) if (!strcmp(s, gemm_path_names[i])) return i;
+    return -1;
+}
+static int gemm_level(void) {
+    if (gemm_level_cached >= 0) return gemm_level_cached;
+    int lv = gemm_machine_level();
+    const char* env = getenv("TSDC_CPU_GEMM");
+    if (env && *env) {
+        int want = gemm_parse_level(env);
+        if (want < 0) { fprintf(stderr, "error: TSDC_CPU_GEMM=%s: expected portable, avx2, avx512, avx512bf16 or amx\n", env); exit(2); }
+        if (want > lv) { fprintf(stderr, "error: TSDC_CPU_GEMM=%s: this CPU offers at most %s\n", env, gemm_path_names[lv]); exit(2); }
+        lv = want;
+    }
+    gemm_level_cached = lv;
+    return lv;
+}
+/* 0 on success; -1 when the machine lacks that level */
+static int gemm_set_level(int lv) {
+    if (lv < 0 || lv > gemm_machine_level()) return -1;
+    gemm_level_cached = lv;
+    return 0;
+}
+static const char* gemm_f32_path(void) { int lv = gemm_level(); return gemm_path_names[lv > GEMM_AVX512 ? GEMM_AVX512 : lv]; }
+static const char* gemm_bf16_path(void) { int lv = gemm_level(); return lv >= GEMM_AVX512BF16 ? gemm_path_names[lv] : gemm_f32_path(); }
+
+static void gemm_portable(float* C, const float* A, long sam, long sak, const float* B, int M, int K, int N, int accumulate);
+
+#if TSDC_GEMM_X86
+/* vectorised AMX packers (AVX512-BF16 conversion, round to nearest even, exact for bf16 values) */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static inline __m512i gm_pair16(__m512 lo, __m512 hi) {
+    /* [lo_j, hi_j] pairs of bf16 for j = 0..15: cvtne2ps puts lo in elements 0..15 and hi in 16..31 */
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+}
+static inline __mmask16 gm_mask(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+/* A tiles of 16 rows (panel p): [ks][16][32] */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_a_amx_vec(uint16_t* ap, const float* A, long sam, long sak, int M, int K, int p) {
+    int ks = (K + 31) / 32, m0 = p * 16;
+    uint16_t* dst = ap + (size_t)p * ks * 512;
+    if (sak == 1) {
+        for (int r = 0; r < 16; r++) {
+            int m = m0 + r;
+            for (int s = 0; s < ks; s++) {
+                __m512i v = _mm512_setzero_si512();
+                if (m < M) {
+                    const float* src = A + (size_t)m * sam + (size_t)s * 32;
+                    __m512 lo = _mm512_maskz_loadu_ps(gm_mask(K - s * 32), src), hi = _mm512_maskz_loadu_ps(gm_mask(K - s * 32 - 16), src + 16);
+                    v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+                }
+                _mm512_storeu_si512(dst + ((size_t)s * 16 + r) * 32, v);
+            }
+        }
+    } else if (sam == 1) {
+        /* k-major source: pairs of rows k, k+1 give 16 dwords (one per m), a column of the tile; transposed */
+        uint32_t t[16][16];
+        __mmask16 mm = gm_mask(M - m0);
+        for (int s = 0; s < ks; s++) {
+            for (int q = 0; q < 16; q++) {
+                int k = s * 32 + 2 * q;
+                __m512 v0 = k < K ? _mm512_maskz_loadu_ps(mm, A + m0 + (size_t)k * sak) : _mm512_setzero_ps();
+                __m512 v1 = k + 1 < K ? _mm512_maskz_loadu_ps(mm, A + m0 + (size_t)(k + 1) * sak) : _mm512_setzero_ps();
+                _mm512_storeu_si512(t[q], gm_pair16(v0, v1));
+            }
+            uint32_t* d = (uint32_t*)(dst + (size_t)s * 512);
+            for (int r = 0; r < 16; r++)
+                for (int q = 0; q < 16; q++) d[r * 16 + q] = t[q][r];
+        }
+    } else
+        gm_pack_a_amx(dst, A, sam, sak, m0, M - m0 < 16 ? M - m0 : 16, 0, K);
+}
+/* B tiles of 16 columns (panel p): [ks][16 pairs][16][2] */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_b_amx_vec(uint16_t* bp, const float* B, int N, int K, int p) {
+    int ks = (K + 31) / 32, n0 = p * 16;
+    __mmask16 mn = gm_mask(N - n0);
+    uint16_t* dst = bp + (size_t)p * ks * 512;
+    for (int s = 0; s < ks; s++)
+        for (int q = 0; q < 16; q++) {
+            int k = s * 32 + 2 * q;
+            __m512 v0 = k < K ? _mm512_maskz_loadu_ps(mn, B + (size_t)k * N + n0) : _mm512_setzero_ps();
+            __m512 v1 = k + 1 < K ? _mm512_maskz_loadu_ps(mn, B + (size_t)(k + 1) * N + n0) : _mm512_setzero_ps();
+            _mm512_storeu_si512(dst + ((size_t)s * 16 + q) * 32, gm_pair16(v0, v1));
+        }
+}
+
+/* B given transposed: element (k, n) at Bt[n * K + k] (a weight W [out, in] read as W^T). The same panel
+ * layouts as above; each source row (one column n of B) is read contiguously. */
+static void gm_pack_bt_f32(float* bp, const float* Bt, int K, int n0, int nr, int NR) {
+    int np = (nr + NR - 1) / NR;
+    for (int p = 0; p < np; p++) {
+        float* dst = bp + (size_t)p * K * NR;
+        for (int j = 0; j < NR; j++) {
+            int n = p * NR + j;
+            if (n < nr) {
+                const float* src = Bt + (size_t)(n0 + n) * K;
+                for (int k = 0; k < K; k++) dst[(size_t)k * NR + j] = src[k];
+            } else
+                for (int k = 0; k < K; k++) dst[(size_t)k * NR + j] = 0.0f;
+        }
+    }
+}
+static void gm_pack_bt_bf16(uint16_t* bp, const float* Bt, int K, int n0, int nr, int NR) {
+    int np = (nr + NR - 1) / NR, kp = (K + 1) / 2;
+    for (int p = 0; p < np; p++) {
+        uint16_t* dst = bp + (size_t)p * kp * NR * 2;
+        for (int j = 0; j < NR; j++) {
+            int n = p * NR + j;
+            const float* src = Bt + (size_t)(n0 + n) * K;
+            for (int k = 0; k < 2 * kp; k++) dst[((size_t)(k >> 1) * NR + j) * 2 + (k & 1)] = (n < nr && k < K) ? gm_bf(src[k]) : 0;
+        }
+    }
+}
+/* AMX B tiles from Bt: one source row gives the 16 pairs of one tile column; a 16 x 16 dword transpose */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_bt_amx_vec(uint16_t* bp, const float* Bt, int N, int K, int p) {
+    int ks = (K + 31) / 32, n0 = p * 16;
+    uint16_t* dst = bp + (size_t)p * ks * 512;
+    uint32_t t[16][16];
+    for (int s = 0; s < ks; s++) {
+        for (int j = 0; j < 16; j++) {
+            __m512i v = _mm512_setzero_si512();
+            if (n0 + j < N) {
+                const float* src = Bt + (size_t)(n0 + j) * K + (size_t)s * 32;
+                __m512 lo = _mm512_maskz_loadu_ps(gm_mask(K - s * 32), src), hi = _mm512_maskz_loadu_ps(gm_mask(K - s * 32 - 16), src + 16);
+                v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);   /* k order: dword q = (k 2q, k 2q+1) */
+            }
+            _mm512_storeu_si512(t[j], v);
+        }
+        uint32_t* d = (uint32_t*)(dst + (size_t)s * 512);
+        for (int q = 0; q < 16; q++)
+            for (int j = 0; j < 16; j++) d[q * 16 + j] = t[j][q];
+    }
+}
+
+/* grow-only packing buffers (the GEMMs are called from one thread; their packing and tasks are parallel) */
+static void* gm_buf[2];
+static size_t gm_cap[2];
+static void* gm_scratch(int which, size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64;
+    if (bytes > gm_cap[which]) {
+        free(gm_buf[which]);
+        gm_buf[which] = aligned_alloc(64, bytes);
+        if (!gm_buf[which]) { fprintf(stderr, "error: gemm: out of memory for %zu bytes of packed operands\n", bytes); exit(1); }
+        gm_cap[which] = bytes;
+    }
+    return gm_buf[which];
+}
+
+/* the SIMD paths: kind 0 fp32 avx512, 1 fp32 avx2, 2 bf16 avx512bf16, 3 bf16 amx. A and B are packed whole
+ * (A into MR-row panels over all of K, B into NR-column panels), each operand element converted once; then
+ * the tasks, blocks of C, run each micro-tile over all of K in one call: its accumulators live in registers
+ * (tiles) from k = 0 to K-1, and C is read and written once. */
+static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate) {
+    static const int MRs[4] = {12, 6, 12, 16}, NRs[4] = {32, 16, 32, 16};
+    const int MR = MRs[kind], NR = NRs[kind];
+    if (M <= 0 || N <= 0) return;
+    if (K == 0) {
+        if (!accumulate) memset(C, 0, sizeof(float) * (size_t)M * N);
+        return;
+    }
+    int npa = (M + MR - 1) / MR, npb = (N + NR - 1) / NR;
+    int Kp = kind == 3 ? (K + 31) / 32 * 32 : kind == 2 ? (K + 1) / 2 * 2 : K;   /* K padded with zeros */
+    size_t esz = kind >= 2 ? 2 : 4;
+    size_t pa = (size_t)Kp * MR, pb = (size_t)Kp * NR;   /* elements a panel */
+    /* K is walked in chunks (a multiple of 32, so of every layout's k step) so that a task's A and B chunks stay
+     * in L2; C holds the fp32 partial sums between chunks, exactly, so the chunks do not change a bit */
+    const int KC = kind == 3 ? 1024 : 512;
+    /* an AMX block takes two panels of each: one zero panel past the last, for an odd count */
+    /* fp32: A stored by rows (sak 1) is read in place, only a partial last panel packed, per task and chunk;
+     * A read transposed (sam 1) is packed whole, reading each of its rows once: in place, the micro-kernel
+     * would take a new cache line every k, and again for every B panel */
+    int apack = kind >= 2 || sak != 1;
+    void* abuf = apack ? gm_scratch(0, (size_t)(npa + 1) * pa * esz) : NULL;
+    void* bbuf = gm_scratch(1, (size_t)(npb + 1) * pb * esz);
+#pragma omp parallel
+    {
+#pragma omp for schedule(static) nowait
+        for (int p = 0; p <= npa; p++) {
+            int m0 = p * MR, mr = M - m0 < MR ? M - m0 : MR;
+            if (!apack) continue;
+            if (p == npa) { memset((char*)abuf + (size_t)p * pa * esz, 0, pa * esz); continue; }
+            if (kind == 3) gm_pack_a_amx_vec((uint16_t*)abuf, A, sam, sak, M, K, p);
+            else if (kind == 2) gm_pack_a_bf16((uint16_t*)abuf + (size_t)p * pa, A, sam, sak, m0, mr, 0, K, MR);
+            else gm_pack_a_f32((float*)abuf + (size_t)p * pa, A, sam, sak, m0, mr, 0, K, MR);
+        }
+#pragma omp for schedule(static)
+        for (int p = 0; p <= npb; p++) {
+            int n0 = p * NR, nr = N - n0 < NR ? N - n0 : NR;
+            if (p == npb) { memset((char*)bbuf + (size_t)p * pb * esz, 0, pb * esz); continue; }
+            if (btr) {
+                if (kind == 3) gm_pack_bt_amx_vec((uint16_t*)bbuf, B, N, K, p);
+                else if (kind == 2) gm_pack_bt_bf16((uint16_t*)bbuf + (size_t)p * pb, B, K, n0, nr, NR);
+                else gm_pack_bt_f32((float*)bbuf + (size_t)p * pb, B, K, n0, nr, NR);
+            } else if (kind == 3) gm_pack_b_amx_vec((uint16_t*)bbuf, B, N, K, p);
+            else if (kind == 2) gm_pack_b_bf16((uint16_t*)bbuf + (size_t)p * pb, B, N, n0, nr, 0, K, NR);
+            else gm_pack_b_f32((float*)bbuf + (size_t)p * pb, B, N, n0, nr, 0, K, NR);
+        }
+        /* the tasks: blocks of GM_MB rows x GM_NB columns of C (whole micro-tiles) */
+        if (kind == 3) gm_amx_config();
+        float tmp[32 * 32] __attribute__((aligned(64)));
+        float* edge = kind < 2 ? (float*)aligned_alloc(64, sizeof(float) * 12 * KC) : NULL;   /* a partial A panel */
+        if (kind < 2 && !edge) { fprintf(stderr, "error: gemm: out of memory\n"); exit(1); }
+        int mt = kind == 3 ? 32 : MR, nt = kind == 3 ? 32 : NR;   /* the micro-tile */
+        int nmb = (M + GM_MB - 1) / GM_MB, nnb = (N + GM_NB - 1) / GM_NB;
+#pragma omp for schedule(static)
+        for (long task = 0; task < (long)nmb * nnb; task++) {
+            int mb0 = (int)(task / nnb) * GM_MB, nb0 = (int)(task % nnb) * GM_NB;
+            int mb1 = M < mb0 + GM_MB ? M : mb0 + GM_MB, nb1 = N < nb0 + GM_NB ? N : nb0 + GM_NB;
+            for (int k0 = 0; k0 < Kp; k0 += KC) {
+                int kc = Kp - k0 < KC ? Kp - k0 : KC, first = k0 == 0 && !accumulate;
+                int medge = apack ? mb1 : mb1 - (mb1 - mb0) % MR;   /* rows from here on: a partial panel */
+                if (!apack && medge < mb1) gm_pack_a_f32(edge, A, sam, sak, medge, mb1 - medge, k0, kc, MR);
+                for (int n0 = nb0; n0 < nb1; n0 += nt)
+                    for (int m0 = mb0; m0 < mb1; m0 += mt) {
+                        int rows = mb1 - m0 < mt ? mb1 - m0 : mt, cols = nb1 - n0 < nt ? nb1 - n0 : nt;
+                        float* c = C + (size_t)m0 * N + n0;
+                        int full = rows == mt && cols == nt;
+                        float* cc = full ? c : tmp;
+                        long ldc = full ? N : nt;
+                        if (!full && !first)
+                            for (int r = 0; r < rows; r++) memcpy(tmp + r * nt, c + (size_t)r * N, sizeof(float) * cols);
+                        /* panel i, rows k0.. of the chunk: every layout keeps MR (NR) elements a k */
+                        size_t ia = (size_t)(m0 / MR) * pa + (size_t)k0 * MR, jb = (size_t)(n0 / NR) * pb + (size_t)k0 * NR;
+                        if (kind == 3) {
+                            const uint16_t *ua = (const uint16_t*)abuf, *ub = (const uint16_t*)bbuf;
+                            gm_mk_amx(kc / 32, ua + ia, ua + ia + pa, ub + jb, ub + jb + pb, cc, ldc, first);
+                        } else if (kind == 2)
+                            gm_mk_avx512bf16(kc, (const uint16_t*)abuf + ia, (const uint16_t*)bbuf + jb, cc, ldc, first);
+                        else {
+                            const float* fb = (const float*)bbuf + jb;
+                            const float* fa = A + (size_t)m0 * sam + (size_t)k0 * sak;
+                            if (apack || m0 >= medge) {   /* a packed panel */
+                                const float* pk = apack ? (const float*)abuf + ia : edge;
+                                if (kind == 1) gm_mk_avx2_kmajor(kc, pk, MR, fb, cc, ldc, first);
+                                else gm_mk_avx512_kmajor(kc, pk, MR, fb, cc, ldc, first);
+                            } else {
+                                if (kind == 1) gm_mk_avx2_rows(kc, fa, sam, fb, cc, ldc, first);
+                                else gm_mk_avx512_rows(kc, fa, sam, fb, cc, ldc, first);
+                            }
+                        }
+                        if (!full)
+                            for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * N, tmp + r * nt, sizeof(float) * cols);
+                    }
+            }
+        }
+        if (kind == 3) gm_amx_release();
+        free(edge);
+    }
+}
+#endif
+
+/* the entry points: B row-major [K, N] (btr 0) or given transposed, Bt [N, K] row-major (btr 1) */
+static void gemm_f32_x(float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate) {
+    int lv = gemm_level();
+#if TSDC_GEMM_X86
+    if (sam != 1 && sak != 1) lv = GEMM_PORTABLE;   /* the SIMD paths read A in place by rows or by columns */
+    if (lv >= GEMM_AVX512) { gemm_blocked(0, C, A, sam, sak, B, btr, M, K, N, accumulate); return; }
+    if (lv >= GEMM_AVX2) { gemm_blocked(1, C, A, sam, sak, B, btr, M, K, N, accumulate); return; }
+#endif
+    (void)lv;
+    if (!btr) { gemm_portable(C, A, sam, sak, B, M, K, N, accumulate); return; }
+    /* the portable path reads B row-major: transpose Bt once */
+    float* Bn = (float*)gm_scratch(1, sizeof(float) * (size_t)K * N);
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) Bn[(size_t)k * N + n] = B[(size_t)n * K + k];
+    gemm_portable(C, A, sam, sak, Bn, M, K, N, accumulate);
+}
+static void gemm_bf16_x(float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate) {
+    int lv = gemm_level();
+#if TSDC_GEMM_X86
+    if (sam == 1 || sak == 1) {
+        if (lv == GEMM_AMX) { gemm_blocked(3, C, A, sam, sak, B, btr, M, K, N, accumulate); return; }
+        if (lv == GEMM_AVX512BF16) { gemm_blocked(2, C, A, sam, sak, B, btr, M, K, N, accumulate); return; }
+    }
+#endif
+    gemm_f32_x(C, A, sam, sak, B, btr, M, K, N, accumulate);
+}
+/* fp32 inputs, fp32 accumulation, on the best fp32 path at or below the level in use */
+static void gemm_f32(float* C, const float* A, long sam, long sak, const float* B, int M, int K, int N, int accumulate) {
+    gemm_f32_x(C, A, sam, sak, B, 0, M, K, N, accumulate);
+}
+/* bf16 inputs (rounded to nearest even when packed), fp32 accumulation */
+static void gemm_bf16(float* C, const float* A, long sam, long sak, const float* B, int M, int K, int N, int accumulate) {
+    gemm_bf16_x(C, A, sam, sak, B, 0, M, K, N, accumulate);
+}
+
+#endif
