@@ -5,6 +5,7 @@
  * - parameter counts of the HF presets against docs/design.md exactly;
  * - bf16 round-to-nearest-even on hand-computed cases; checksum properties;
  * - every GEMM path the CPU offers (gemm.h) against double, bitwise across thread counts;
+ * - the register-blocked attention products bit for bit equal to their reference loops;
  * - GEMM and whole-step bitwise independence from the OpenMP thread count;
  * - the reference states of dev/reference (HF LlamaForCausalLM, Qwen3ForCausalLM and the nanochat
  *   model): weights loaded through the user's import path (hf_to_ckpt.py -> checkpoint -> -init
@@ -71,6 +72,23 @@ static void test_bf16(void) {
     check(ok, "  %zu hand-computed cases", sizeof(cases) / sizeof(cases[0]));
     uint16_t nan = f32_to_bf16_bits(bits_f32(0x7FC00001u));
     check((nan & 0x7F80) == 0x7F80 && (nan & 0x7F), "  NaN stays NaN (%04x)", nan);
+    /* the vectorised array form against the scalar one on every exponent and random mantissas (NaNs, infs,
+     * denormals, ties included) */
+    size_t n = 1 << 20;
+    uint32_t* u = mallocCheck(sizeof(uint32_t) * n);
+    uint64_t z = 0x9E3779B97F4A7C15ULL;
+    for (size_t i = 0; i < n; i++) {
+        z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint32_t r = (uint32_t)(z >> 32);
+        u[i] = (i & 3) == 0 ? (r & 0xffff8000u) : (i & 3) == 1 ? (r | 0x7f800000u) : r;   /* ties; inf/NaN exponents */
+    }
+    uint32_t* w = mallocCheck(sizeof(uint32_t) * n);
+    memcpy(w, u, sizeof(uint32_t) * n);
+    bf16_round_array((float*)w, (long long)n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += f32_bits(bf16_round(bits_f32(u[i]))) != w[i];
+    check(bad == 0, "  bf16_round_array = bf16_round on %zu bit patterns (%zu differ)", n, bad);
+    free(u); free(w);
 }
 
 /* the file checksum: every single-bit flip changes it, streaming equals one shot, the length counts. Catches:
@@ -165,11 +183,54 @@ static void fill_normal(float* x, size_t n, uint64_t seed, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = (float)(scale * rng_normal(&r));
 }
 
+/* the register-blocked attention products (cpu_kernels.h) against their _ref loops, bit for bit: T not a
+ * multiple of the 8-row or 16-key blocks, head_dim 32 / 48 / 64 / 128 and 40 (not a multiple of 16: the
+ * _ref fallback), GQA groups 1, 2, 3, and an inf planted in one value row and one query (a masked term added
+ * as zero would turn it into NaN where the _ref loop leaves a number). Catches: a changed summation order
+ * (other bits: the fault-free reference and every hash in the tests would move), a causal triangle
+ * visited beyond s <= t, a block edge dropped. */
+static void test_attention_fast(void) {
+    printf("attention products, register-blocked = the reference loops bit for bit\n");
+    struct { int B, T, H, KV, hd; } sh[] = {{2, 37, 4, 2, 32}, {1, 16, 3, 1, 64}, {1, 53, 6, 2, 128}, {2, 9, 2, 2, 40}, {1, 21, 4, 2, 48}, {1, 128, 4, 4, 64}};
+    for (int c = 0; c < (int)(sizeof(sh) / sizeof(sh[0])); c++) {
+        int B = sh[c].B, T = sh[c].T, H = sh[c].H, KV = sh[c].KV, hd = sh[c].hd;
+        size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
+        float *q = mallocCheck(sizeof(float) * nq), *k = mallocCheck(sizeof(float) * nk), *v = mallocCheck(sizeof(float) * nk);
+        float *go = mallocCheck(sizeof(float) * nq), *p = mallocCheck(sizeof(float) * na), *dl = mallocCheck(sizeof(float) * na);
+        fill_normal(q, nq, 100 + c, 1); fill_normal(k, nk, 200 + c, 1); fill_normal(v, nk, 300 + c, 1);
+        fill_normal(go, nq, 400 + c, 1); fill_normal(dl, na, 500 + c, 1);
+        v[(size_t)(T / 2) * KV * hd + 3] = INFINITY;    /* batch 0, token T/2, kv head 0 */
+        q[(size_t)(T - 1) * H * hd + 1] = INFINITY;     /* batch 0, last token, head 0 */
+        float *r1 = mallocCheck(sizeof(float) * na), *r2 = mallocCheck(sizeof(float) * na);
+        attention_logits_forward_ref(r1, q, k, B, T, H, KV, hd);
+        attention_logits_forward(r2, q, k, B, T, H, KV, hd, 0);
+        int ok_l = memcmp(r1, r2, sizeof(float) * na) == 0;
+        attention_softmax_forward(p, r1, B, H, T, 0);
+        float *o1 = mallocCheck(sizeof(float) * nq), *o2 = mallocCheck(sizeof(float) * nq);
+        attention_av_forward_ref(o1, p, v, B, T, H, KV, hd);
+        attention_av_forward(o2, p, v, B, T, H, KV, hd, 0);
+        int ok_o = memcmp(o1, o2, sizeof(float) * nq) == 0;
+        float *dv1 = mallocCheck(sizeof(float) * nk), *dv2 = mallocCheck(sizeof(float) * nk);
+        attention_av_backward_ref(r1, dv1, go, p, v, B, T, H, KV, hd);
+        attention_av_backward(r2, dv2, go, p, v, B, T, H, KV, hd, 0);
+        int ok_dp = memcmp(r1, r2, sizeof(float) * na) == 0 && memcmp(dv1, dv2, sizeof(float) * nk) == 0;
+        float *dq1 = mallocCheck(sizeof(float) * nq), *dq2 = mallocCheck(sizeof(float) * nq);
+        attention_logits_backward_ref(dq1, dv1, dl, q, k, B, T, H, KV, hd);
+        attention_logits_backward(dq2, dv2, dl, q, k, B, T, H, KV, hd, 0);
+        int ok_dq = memcmp(dq1, dq2, sizeof(float) * nq) == 0 && memcmp(dv1, dv2, sizeof(float) * nk) == 0;
+        check(ok_l && ok_o && ok_dp && ok_dq, "  B %d T %-3d H %d KV %d hd %-3d: logits %s, out %s, dprobs+dv %s, dq+dk %s", B, T, H, KV, hd,
+              ok_l ? "=" : "DIFFER", ok_o ? "=" : "DIFFER", ok_dp ? "=" : "DIFFER", ok_dq ? "=" : "DIFFER");
+        free(q); free(k); free(v); free(go); free(p); free(dl); free(r1); free(r2); free(o1); free(o2);
+        free(dv1); free(dv2); free(dq1); free(dq2);
+    }
+}
+
 /* every GEMM path this machine has (llmc/cpu/gemm.h), fp32 and bf16, against a double-precision product of the
  * same (bf16-valued) inputs, on shapes with every edge: M, N, K not multiples of any tile, K = 1, odd K, K = 0,
  * A read transposed, accumulating into C or not. Bound, from the summation order (one fp32 rounding per k
  * and per pair; bf16 products exact in fp32): |got - exact| <= (K + 2) 2^-24 (|c0| + sum_k |a_k b_k|).
- * Also per path: 1 vs 3 threads bitwise; B given transposed (W read as W^T) bitwise equal to B row-major; the VDPBF16PS path equal bit for bit to dpbf16_ref (the scalar model
+ * Also per path: 1 vs 3 threads bitwise; B given transposed (W read as W^T) bitwise equal to B row-major; the
+ * output rounded to bf16 inside the GEMM (round_out) bitwise equal to rounding it afterwards; the VDPBF16PS path equal bit for bit to dpbf16_ref (the scalar model
  * of its rounding, denormal inputs included); on an FMA build (-march=native) the fp32 SIMD paths equal
  * gemm_portable bit for bit (the same k-ordered FMAs). Catches: a tile edge computed wrong or left unwritten,
  * a lost K chunk or pair, a packer that swaps the pair halves, accumulate ignored, a thread-dependent
@@ -184,7 +245,7 @@ static void test_gemm_paths(void) {
     for (int lv = 0; lv <= top; lv++) {
         gemm_set_level(lv);
         for (int bf = 0; bf < 2; bf++) {
-            double worst = 0; int same_threads = 1, same_portable = 1, same_bt = 1;
+            double worst = 0; int same_threads = 1, same_portable = 1, same_bt = 1, same_round = 1;
             for (int s = 0; s < nsh; s++) {
                 int M = sh[s].M, K = sh[s].K, N = sh[s].N;
                 long sam = sh[s].tr ? 1 : K, sak = sh[s].tr ? M : 1;
@@ -203,8 +264,16 @@ static void test_gemm_paths(void) {
                 for (int k = 0; k < K; k++)
                     for (int n = 0; n < N; n++) Bt[(size_t)n * K + k] = B[(size_t)k * N + n];
                 memcpy(C3, C0, sizeof(float) * nc);
-                (bf ? gemm_bf16_x : gemm_f32_x)(C3, A, sam, sak, Bt, 1, M, K, N, sh[s].acc);
+                (bf ? gemm_bf16_x : gemm_f32_x)(C3, A, sam, sak, Bt, 1, M, K, N, sh[s].acc, 0);
                 same_bt &= memcmp(C1, C3, sizeof(float) * nc) == 0;
+                /* round_out: the output stored as bf16 tile by tile = rounding it afterwards */
+                memcpy(C3, C0, sizeof(float) * nc);
+                (bf ? gemm_bf16_x : gemm_f32_x)(C3, A, sam, sak, B, 0, M, K, N, sh[s].acc, 1);
+                float* Cr = mallocCheck(sizeof(float) * nc);
+                memcpy(Cr, C1, sizeof(float) * nc);
+                bf16_round_array(Cr, (long long)nc);
+                same_round &= memcmp(Cr, C3, sizeof(float) * nc) == 0;
+                free(Cr);
                 free(Bt);
                 for (int m = 0; m < M; m++)
                     for (int n = 0; n < N; n++) {
@@ -229,6 +298,7 @@ static void test_gemm_paths(void) {
             check(worst <= 1.0, "  %-10s %s: %d shapes, worst error / bound %.3f", path, bf ? "bf16" : "fp32", nsh, worst);
             check(same_threads, "  %-10s %s: 1 vs 3 threads bitwise", path, bf ? "bf16" : "fp32");
             check(same_bt, "  %-10s %s: B given transposed = B row-major, bitwise", path, bf ? "bf16" : "fp32");
+            check(same_round, "  %-10s %s: output rounded to bf16 by the GEMM = rounded after it, bitwise", path, bf ? "bf16" : "fp32");
 #ifdef __FMA__
             if (!bf && lv <= GEMM_AVX512 && lv > GEMM_PORTABLE) check(same_portable, "  %-10s fp32 = gemm_portable bit for bit (FMA build)", path);
 #endif
@@ -581,9 +651,9 @@ static void test_att_bwd_checks_tolerance(void) {
                 for (int u = 0; u < T; u++) row[u] = u <= t ? (float)(exp(row[u] - mx) / sum) : 0.0f;
             }
         if (width == 16) { bf16_round_array(dout, (long long)nq); bf16_round_array(v, (long long)nk); bf16_round_array(pr, (long long)na); }
-        attention_av_backward(dp, dv, dout, pr, v, B, T, H, KV, hd);
+        attention_av_backward(dp, dv, dout, pr, v, B, T, H, KV, hd, 0);
         if (width == 16) { bf16_round_array(dp, (long long)na); bf16_round_array(dv, (long long)nk); }
-        attention_softmax_backward(ds, dp, pr, B, H, T);
+        attention_softmax_backward(ds, dp, pr, B, H, T, 0);
         if (width == 16) bf16_round_array(ds, (long long)na);
         check(att_dprobs_rowcheck(dp, dout, v, B, T, H, KV, hd, width) == 0 && att_dlogits_rowcheck(ds, dout, v, B, T, H, KV, hd, width) == 0 &&
               att_dv_colcheck(dv, dout, B, T, H, KV, hd, width) == 0,
@@ -826,6 +896,7 @@ int main(int argc, char** argv) {
     test_att_checks_tolerance();
     test_att_bwd_checks_tolerance();
     test_gemm_paths();
+    test_attention_fast();
 #ifdef _OPENMP
     test_thread_independence();
 #endif

@@ -105,6 +105,9 @@ typedef struct {
  * passes read as math: an op, then STORE of what it wrote. */
 #define STORE(site, l, x, n) do { size_t n_ = (size_t)(n); BF16_STORE(model, (x), n_); FAULT_FWD((site), (l), (x), n_); } while (0)
 #define STORE_GRAD(site, l, x, n) do { size_t n_ = (size_t)(n); BF16_STORE(model, (x), n_); FAULT_BWD((site), (l), (x), n_); } while (0)
+/* the same for an output its op already stored as bf16 (a GEMM with round_out = precision): the hook only */
+#define STORE_RND(site, l, x, n) FAULT_FWD((site), (l), (x), (size_t)(n))
+#define STORE_GRAD_RND(site, l, x, n) FAULT_BWD((site), (l), (x), (size_t)(n))
 /* the gradient of a module output that shares its tensor with the residual path (o_proj, down_proj):
  * a fault there must hit only the module's own backward, so it goes into a copy */
 static const float* fault_private_grad(Model* model, int site, int l, const float* g, float* scratch, size_t n) {
@@ -200,10 +203,7 @@ static void model_init_weights(Model* model, uint64_t seed) {
  * as W^T in their packing (matmul_forward_w), so no transposed copy is kept. */
 static void model_prepare_weights(Model* model) {
     size_t P = model->L.total;
-    if (model->precision) {
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < P; i++) model->wr[i] = bf16_round(model->params[i]);
-    }
+    if (model->precision) bf16_round_copy(model->wr, model->params, (long long)P);
 }
 
 /* count n alarms of a kind raised in layer l */
@@ -221,8 +221,8 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const float* q
     float eps = (float)c->norm_eps;
     int width = model->precision ? 16 : 32;
     float *q1 = model->dq, *q2 = model->dq2, *k1 = model->dk, *k2 = model->dk2, *ms = model->dlog, *t;
-    matmul_forward_w(q1, a->attn_norm, W(PT_WQ, l), N, d, qd, model->precision);  BF16_STORE(model, q1, (size_t)N * qd);
-    matmul_forward_w(k1, a->attn_norm, W(PT_WK, l), N, d, kd, model->precision);  BF16_STORE(model, k1, (size_t)N * kd);
+    matmul_forward_w(q1, a->attn_norm, W(PT_WQ, l), N, d, qd, model->precision, model->precision);
+    matmul_forward_w(k1, a->attn_norm, W(PT_WK, l), N, d, kd, model->precision, model->precision);
     if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
         rmsnorm_forward(q2, ms, q1, W(PT_QNORM, l), N * H, hd, eps);   BF16_STORE(model, q2, (size_t)N * qd);
         rmsnorm_forward(k2, ms, k1, W(PT_KNORM, l), N * KV, hd, eps);  BF16_STORE(model, k2, (size_t)N * kd);
@@ -291,8 +291,7 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const floa
                                    const float* dq_used, const float* dk_used, float* sq, float* sk) {
     const Config* c = &model->c;
     int N = B * T, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
-    attention_logits_backward(sq, sk, model->dlog, qc, kc, B, T, H, KV, hd);
-    BF16_STORE(model, sq, (size_t)N * qd); BF16_STORE(model, sk, (size_t)N * kd);
+    attention_logits_backward(sq, sk, model->dlog, qc, kc, B, T, H, KV, hd, model->precision);
     /* datt (N qd >= N kd) is free once attention_av_backward has read it: the spare of both */
     int bad = recompute_differs(model, dq_used, qk_bwd_path(model, l, B, T, H, 0, sq, model->datt), (size_t)N * qd, 0) ||
               recompute_differs(model, dk_used, qk_bwd_path(model, l, B, T, KV, 1, sk, model->datt), (size_t)N * kd, 0);
@@ -389,9 +388,9 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         /* attention block: x + o_proj(attn(rope(qk_norm(q, k)), v)) */
         rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps);   STORE(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, a->attn_norm, x, W(PT_ATTN_NORM, l), N, d);
-        matmul_forward_w(a->q, a->attn_norm, W(PT_WQ, l), N, d, qd, model->precision);                       STORE(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
-        matmul_forward_w(a->k, a->attn_norm, W(PT_WK, l), N, d, kd, model->precision);                       STORE(SITE_K_PROJ, l, a->k, (size_t)N * kd);
-        matmul_forward_w(a->v, a->attn_norm, W(PT_WV, l), N, d, kd, model->precision);                       STORE(SITE_V_PROJ, l, a->v, (size_t)N * kd);
+        matmul_forward_w(a->q, a->attn_norm, W(PT_WQ, l), N, d, qd, model->precision, model->precision);                       STORE_RND(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
+        matmul_forward_w(a->k, a->attn_norm, W(PT_WK, l), N, d, kd, model->precision, model->precision);                       STORE_RND(SITE_K_PROJ, l, a->k, (size_t)N * kd);
+        matmul_forward_w(a->v, a->attn_norm, W(PT_WV, l), N, d, kd, model->precision, model->precision);                       STORE_RND(SITE_V_PROJ, l, a->v, (size_t)N * kd);
         float *qc = a->q, *kc = a->k;
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {                                    /* per head, over hd */
             rmsnorm_forward(a->qn, a->qn_ms, qc, W(PT_QNORM, l), N * H, hd, eps);          STORE(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
@@ -408,21 +407,21 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         }
         if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, qc, kc);
         size_t natt = (size_t)B * H * T * T;
-        attention_logits_forward(a->logits, qc, kc, B, T, H, KV, hd);                     STORE(SITE_ATT_LOGITS, l, a->logits, natt);
+        attention_logits_forward(a->logits, qc, kc, B, T, H, KV, hd, model->precision);   STORE_RND(SITE_ATT_LOGITS, l, a->logits, natt);
         int width = model->precision ? 16 : 32;
         if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_logits_check(a->logits, qc, kc, B, T, H, KV, hd, width));
         int att_n[2] = {0, 0};   /* failed heads of the logits and the probability checks */
         if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[0] = att_logits_rowcheck(a->logits, qc, kc, B, T, H, KV, hd, width));
-        attention_softmax_forward(a->probs, a->logits, B, H, T);                          STORE(SITE_ATT_PROBS, l, a->probs, natt);
+        attention_softmax_forward(a->probs, a->logits, B, H, T, model->precision);        STORE_RND(SITE_ATT_PROBS, l, a->probs, natt);
         if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[1] = att_probs_rowcheck(a->probs, B, H, T, width));
         if (model->prot.on[PK_ATT] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
             double st[4];
             att_fwd_stats(a->logits, a->probs, qc, kc, B, T, H, KV, hd, width, st);
             check_dump_attf(l, att_n[0], att_n[1], st);
         }
-        attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd);                STORE(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
+        attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd, model->precision); STORE_RND(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
         if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
-        matmul_forward_w(a->o, a->att_out, W(PT_WO, l), N, qd, d, model->precision);                         STORE(SITE_O_PROJ, l, a->o, (size_t)N * d);
+        matmul_forward_w(a->o, a->att_out, W(PT_WO, l), N, qd, d, model->precision, model->precision);                         STORE_RND(SITE_O_PROJ, l, a->o, (size_t)N * d);
         residual_forward(a->resid_mid, x, a->o, (size_t)N * d);                           STORE(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_residual(model, l, a->resid_mid, x, a->o, (size_t)N * d);
         /* MLP block: x + down(silu(gate) * up)  or  x + down(relu(fc)^2) */
@@ -430,8 +429,8 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, a->mlp_norm, a->resid_mid, W(PT_MLP_NORM, l), N, d);
         float* hidden;
         if (c->mlp == MLP_SWIGLU) {
-            matmul_forward_w(a->gate, a->mlp_norm, W(PT_WGATE, l), N, d, F, model->precision);               STORE(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
-            matmul_forward_w(a->up, a->mlp_norm, W(PT_WUP, l), N, d, F, model->precision);                   STORE(SITE_UP_PROJ, l, a->up, (size_t)N * F);
+            matmul_forward_w(a->gate, a->mlp_norm, W(PT_WGATE, l), N, d, F, model->precision, model->precision);               STORE_RND(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
+            matmul_forward_w(a->up, a->mlp_norm, W(PT_WUP, l), N, d, F, model->precision, model->precision);                   STORE_RND(SITE_UP_PROJ, l, a->up, (size_t)N * F);
             silu_forward(a->act, a->gate, (size_t)N * F);                                  STORE(SITE_ACT, l, a->act, (size_t)N * F);
             mul_forward(a->prod, a->act, a->up, (size_t)N * F);                            STORE(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
@@ -441,7 +440,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             }
             hidden = a->prod;
         } else {
-            matmul_forward_w(a->gate, a->mlp_norm, W(PT_WFC, l), N, d, F, model->precision);                 STORE(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
+            matmul_forward_w(a->gate, a->mlp_norm, W(PT_WFC, l), N, d, F, model->precision, model->precision);                 STORE_RND(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             relu2_forward(a->act, a->gate, (size_t)N * F);                                 STORE(SITE_ACT, l, a->act, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
@@ -449,7 +448,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             }
             hidden = a->act;
         }
-        matmul_forward_w(a->down, hidden, W(PT_WDOWN, l), N, F, d, model->precision);                        STORE(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
+        matmul_forward_w(a->down, hidden, W(PT_WDOWN, l), N, F, d, model->precision, model->precision);                        STORE_RND(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
         residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d);                   STORE(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_residual(model, l, a->out, a->resid_mid, a->down, (size_t)N * d);
         x = a->out;
@@ -457,9 +456,10 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
     rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps);
     BF16_STORE(model, model->final_norm, (size_t)N * d);
     const float* lm = c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1);                       /* [V, d] */
-    matmul_forward_w(model->logits, model->final_norm, lm, N, d, V, model->precision);
+    /* stored as bf16 by the GEMM unless a softcap comes between (rounded after it) */
+    matmul_forward_w(model->logits, model->final_norm, lm, N, d, V, model->precision, model->precision && c->softcap <= 0);
     softcap_forward(model->logits, (size_t)N * V, (float)c->softcap);
-    BF16_STORE(model, model->logits, (size_t)N * V);
+    if (c->softcap > 0) BF16_STORE(model, model->logits, (size_t)N * V);
     if (!targets) return 0.0f;
     if (model->ce_fused_next) {   /* the backward follows with nothing reading the logits: its dlogits now */
         model->ce_fused_next = 0;
@@ -495,9 +495,8 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         BF16_STORE(model, dlogits, (size_t)N * V);
     }
     exp_profile(model, c->tied ? PT_WTE : PT_LMHEAD, -1, dlogits, (size_t)N * V);
-    if (c->tied) matmul_backward_p(dbuf, GR(PT_WTE, -1), dlogits, model->final_norm, W(PT_WTE, -1), N, d, V, 0, model->precision);
-    else matmul_backward_p(dbuf, GR(PT_LMHEAD, -1), dlogits, model->final_norm, W(PT_LMHEAD, -1), N, d, V, 0, model->precision);
-    BF16_STORE(model, dbuf, (size_t)N * d);
+    if (c->tied) matmul_backward_r(dbuf, GR(PT_WTE, -1), dlogits, model->final_norm, W(PT_WTE, -1), N, d, V, 0, model->precision, model->precision);
+    else matmul_backward_r(dbuf, GR(PT_LMHEAD, -1), dlogits, model->final_norm, W(PT_LMHEAD, -1), N, d, V, 0, model->precision, model->precision);
     float* x_last = c->n_layer ? model->la[c->n_layer - 1].out : NULL;
     rmsnorm_backward(dres, GR(PT_FINAL_NORM, -1), dbuf, x_last, W(PT_FINAL_NORM, -1), model->final_ms, N, d, eps, 0);
     BF16_STORE(model, dres, (size_t)N * d);
@@ -511,7 +510,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         const float* ddown = fault_private_grad(model, SITE_DOWN_PROJ, l, dres, dbuf, (size_t)N * d);
         if (c->mlp == MLP_SWIGLU) {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            matmul_backward_p(model->dF, GR(PT_WDOWN, l), ddown, a->prod, W(PT_WDOWN, l), N, F, d, 0, model->precision);  STORE_GRAD(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
+            matmul_backward_r(model->dF, GR(PT_WDOWN, l), ddown, a->prod, W(PT_WDOWN, l), N, F, d, 0, model->precision, model->precision);  STORE_GRAD_RND(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
             mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F);          /* d act, d up */
             BF16_STORE(model, model->dF2, (size_t)N * F); BF16_STORE(model, model->dF3, (size_t)N * F);
             FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
@@ -529,30 +528,29 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             }
             exp_profile(model, PT_WGATE, l, model->dF, (size_t)N * F);
             exp_profile(model, PT_WUP, l, model->dF3, (size_t)N * F);
-            matmul_backward_p(dbuf, GR(PT_WGATE, l), model->dF, a->mlp_norm, W(PT_WGATE, l), N, d, F, 0, model->precision);
-            matmul_backward_p(dbuf, GR(PT_WUP, l), model->dF3, a->mlp_norm, W(PT_WUP, l), N, d, F, 1, model->precision);
+            matmul_backward_r(dbuf, GR(PT_WGATE, l), model->dF, a->mlp_norm, W(PT_WGATE, l), N, d, F, 0, model->precision, 0);
+            matmul_backward_r(dbuf, GR(PT_WUP, l), model->dF3, a->mlp_norm, W(PT_WUP, l), N, d, F, 1, model->precision, model->precision);
         } else {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            matmul_backward_p(model->dF, GR(PT_WDOWN, l), ddown, a->act, W(PT_WDOWN, l), N, F, d, 0, model->precision);   STORE_GRAD(SITE_ACT, l, model->dF, (size_t)N * F);
+            matmul_backward_r(model->dF, GR(PT_WDOWN, l), ddown, a->act, W(PT_WDOWN, l), N, F, d, 0, model->precision, model->precision);   STORE_GRAD_RND(SITE_ACT, l, model->dF, (size_t)N * F);
             relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F);                            STORE_GRAD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
                 relu2_backward(r, model->dF, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF2, r, (size_t)N * F);
             }
             exp_profile(model, PT_WFC, l, model->dF2, (size_t)N * F);
-            matmul_backward_p(dbuf, GR(PT_WFC, l), model->dF2, a->mlp_norm, W(PT_WFC, l), N, d, F, 0, model->precision);
+            matmul_backward_r(dbuf, GR(PT_WFC, l), model->dF2, a->mlp_norm, W(PT_WFC, l), N, d, F, 0, model->precision, model->precision);
         }
-        STORE_GRAD(SITE_MLP_NORM, l, dbuf, (size_t)N * d);
+        STORE_GRAD_RND(SITE_MLP_NORM, l, dbuf, (size_t)N * d);   /* the last product into dbuf stored it as bf16 */
         rmsnorm_backward(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1);
         STORE_GRAD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
         /* attention block: dres is d(resid_mid) = d(x_in) (skip) = d(o) */
         const float* dout_o = fault_private_grad(model, SITE_O_PROJ, l, dres, dbuf, (size_t)N * d);
         exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
-        matmul_backward_p(model->datt, GR(PT_WO, l), dout_o, a->att_out, W(PT_WO, l), N, qd, d, 0, model->precision);      STORE_GRAD(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
+        matmul_backward_r(model->datt, GR(PT_WO, l), dout_o, a->att_out, W(PT_WO, l), N, qd, d, 0, model->precision, model->precision);      STORE_GRAD_RND(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
         const float* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
         const float* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
-        attention_av_backward(model->dlog, model->dv, model->datt, a->probs, a->v, B, T, H, KV, hd);
-        BF16_STORE(model, model->dlog, natt); BF16_STORE(model, model->dv, (size_t)N * kd);
+        attention_av_backward(model->dlog, model->dv, model->datt, a->probs, a->v, B, T, H, KV, hd, model->precision);
         FAULT_BWD(SITE_ATT_PROBS, l, model->dlog, natt);
         FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
         int width = model->precision ? 16 : 32;
@@ -561,7 +559,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             check_alarm(model, CHECK_ATT_BWD, l, attb_n[0] = att_dprobs_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
             check_alarm(model, CHECK_ATT_BWD, l, attb_n[2] = att_dv_colcheck(model->dv, model->datt, B, T, H, KV, hd, width));
         }
-        attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T);                 STORE_GRAD(SITE_ATT_LOGITS, l, model->dlog, natt);
+        attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T, model->precision); STORE_GRAD_RND(SITE_ATT_LOGITS, l, model->dlog, natt);
         if (model->prot.on[PK_ATT_BWD])
             check_alarm(model, CHECK_ATT_BWD, l, attb_n[1] = att_dlogits_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
         if (model->prot.on[PK_ATT_BWD] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
@@ -570,8 +568,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             fprintf(check_dump_file(), "{\"kind\":\"att\",\"bwd\":%lld,\"layer\":%d,\"att\":[%d,%d,%d],\"tol\":[%.17g,%.17g,%.17g]}\n",
                     check_dump_bwd, l, attb_n[0], attb_n[1], attb_n[2], tb[0], tb[1], tb[2]);
         }
-        attention_logits_backward(model->dq, model->dk, model->dlog, qc, kc, B, T, H, KV, hd);
-        BF16_STORE(model, model->dq, (size_t)N * qd); BF16_STORE(model, model->dk, (size_t)N * kd);
+        attention_logits_backward(model->dq, model->dk, model->dlog, qc, kc, B, T, H, KV, hd, model->precision);
         float *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
@@ -598,10 +595,10 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         exp_profile(model, PT_WQ, l, dq, (size_t)N * qd);
         exp_profile(model, PT_WK, l, dk, (size_t)N * kd);
         exp_profile(model, PT_WV, l, model->dv, (size_t)N * kd);
-        matmul_backward_p(dbuf, GR(PT_WQ, l), dq, a->attn_norm, W(PT_WQ, l), N, d, qd, 0, model->precision);
-        matmul_backward_p(dbuf, GR(PT_WK, l), dk, a->attn_norm, W(PT_WK, l), N, d, kd, 1, model->precision);
-        matmul_backward_p(dbuf, GR(PT_WV, l), model->dv, a->attn_norm, W(PT_WV, l), N, d, kd, 1, model->precision);
-        STORE_GRAD(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
+        matmul_backward_r(dbuf, GR(PT_WQ, l), dq, a->attn_norm, W(PT_WQ, l), N, d, qd, 0, model->precision, 0);
+        matmul_backward_r(dbuf, GR(PT_WK, l), dk, a->attn_norm, W(PT_WK, l), N, d, kd, 1, model->precision, 0);
+        matmul_backward_r(dbuf, GR(PT_WV, l), model->dv, a->attn_norm, W(PT_WV, l), N, d, kd, 1, model->precision, model->precision);
+        STORE_GRAD_RND(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
         rmsnorm_backward(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1);
         BF16_STORE(model, dres, (size_t)N * d);
     }

@@ -121,19 +121,34 @@ static void transpose(float* outT, const float* in, int rows, int cols) {
 #include "gemm.h"
 #define gemm_nn gemm_f32
 #define gemm_nn_bf16 gemm_bf16
-/* linear with the weight as stored, W [O, I] (read as W^T by the GEMM's packing: no transposed copy) */
-static void matmul_forward_w(float* out, const float* inp, const float* W, int N, int I, int O, int bf16) {
-    (bf16 ? gemm_bf16_x : gemm_f32_x)(out, inp, I, 1, W, 1, N, I, O, 0);
+/* linear with the weight as stored, W [O, I] (read as W^T by the GEMM's packing: no transposed copy);
+ * round_out: the output rounded to bf16 as it is finished (its -precision bf16 store) */
+static void matmul_forward_w(float* out, const float* inp, const float* W, int N, int I, int O, int bf16, int round_out) {
+    (bf16 ? gemm_bf16_x : gemm_f32_x)(out, inp, I, 1, W, 1, N, I, O, 0, round_out);
+}
+/* matmul_backward_p with dinp rounded to bf16 when finished (round_dinp: the last product into dinp) */
+static void matmul_backward_r(float* dinp, float* dW, const float* dout, const float* inp, const float* W,
+                              int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
+    if (dinp) (bf16 ? gemm_bf16_x : gemm_f32_x)(dinp, dout, O, 1, W, 0, N, O, I, accumulate_dinp, round_dinp);
+    (bf16 ? gemm_nn_bf16 : gemm_nn)(dW, dout, 1, O, inp, O, N, I, 1);
 }
 #else
 #define gemm_nn gemm_portable
 #define gemm_nn_bf16 gemm_portable
-static void matmul_forward_w(float* out, const float* inp, const float* W, int N, int I, int O, int bf16) {
+static void matmul_forward_w(float* out, const float* inp, const float* W, int N, int I, int O, int bf16, int round_out) {
     (void)bf16;   /* gemm_portable reads B row-major: W^T once */
     float* wT = (float*)mallocCheck(sizeof(float) * (size_t)I * O);
     transpose(wT, W, O, I);
     gemm_portable(out, inp, I, 1, wT, N, I, O, 0);
     free(wT);
+    if (round_out) bf16_round_array(out, (long long)N * O);
+}
+static void matmul_backward_r(float* dinp, float* dW, const float* dout, const float* inp, const float* W,
+                              int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
+    if (dinp) gemm_portable(dinp, dout, O, 1, W, N, O, I, accumulate_dinp);
+    gemm_portable(dW, dout, 1, O, inp, O, N, I, 1);
+    if (dinp && round_dinp) bf16_round_array(dinp, (long long)N * I);
+    (void)bf16;
 }
 #endif
 
@@ -262,7 +277,7 @@ static void rope_backward(float* dx, const float* dout, const float* cos_t, cons
  *   probs = softmax_s(logits),  out[b,t,h] = sum_s probs[b,h,t,s] v[b,s,h/g]
  * In three steps (logits, softmax, probs x v) so that a fault can be injected into the logits and the
  * probabilities between them; the backward likewise (dprobs and dv; dlogits; dq and dk). */
-static void attention_logits_forward(float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd) {
+static void attention_logits_forward_ref(float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd) {
     int g = H / KV;
     float scale = 1.0f / sqrtf((float)hd);
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
@@ -277,7 +292,8 @@ static void attention_logits_forward(float* logits, const float* q, const float*
             }
 }
 /* probs = causal softmax of each row of logits (entries above the diagonal are 0) */
-static void attention_softmax_forward(float* probs, const float* logits, int B, int H, int T) {
+/* round: each row stored as bf16 once written (-precision bf16; the same bits as rounding after) */
+static void attention_softmax_forward(float* probs, const float* logits, int B, int H, int T, int round) {
 #pragma omp parallel for schedule(static)
     for (long long row = 0; row < (long long)B * H * T; row++) {
         int t = (int)(row % T);
@@ -289,9 +305,10 @@ static void attention_softmax_forward(float* probs, const float* logits, int B, 
         float inv = 1.0f / sum;
         for (int s = 0; s <= t; s++) prow[s] *= inv;
         for (int s = t + 1; s < T; s++) prow[s] = 0.0f;
+        if (round) bf16_round_span(prow, t + 1);
     }
 }
-static void attention_av_forward(float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd) {
+static void attention_av_forward_ref(float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd) {
     int g = H / KV;
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -308,16 +325,255 @@ static void attention_av_forward(float* out, const float* probs, const float* v,
                 }
             }
 }
+/* ---- the same four products, register-blocked, with each output element's arithmetic unchanged
+ * The _ref loops above define the math and the order; these compute every element with the same operations in
+ * the same order (so the same bits: test_sdc holds them to the _ref loops bit for bit), faster:
+ *  - a dot product over hd (a logit, a dprobs entry) is dotf's: 16 lanes, lane j summing i = j, j+16, ... in
+ *    order, then the fixed tree; here 16 keys at once, the keys transposed into a [hd][16] block so that each lane
+ *    step is one vector operation over the 16 keys;
+ *  - a sum over keys or queries (out, dv, dq, dk) keeps its order (s, or h then t, ascending) and runs 8 output
+ *    rows at once over 16-float chunks of hd, the accumulators in registers (only the causal triangle is added:
+ *    no masked term, so no -0 or non-finite value enters an element the _ref loop would not touch).
+ * They need hd % 16 == 0 (every preset) and fall back to the _ref loops otherwise. */
+static void attention_av_backward_ref(float* dprobs, float* dv, const float* dout, const float* probs, const float* v,
+                                      int B, int T, int H, int KV, int hd);
+static void attention_logits_backward_ref(float* dq, float* dk, const float* dlogits, const float* q, const float* k,
+                                          int B, int T, int H, int KV, int hd);
+/* per-thread scratch that only grows (the attention products call it every layer: a malloc of T*T floats
+ * would be an mmap and page faults each time) */
+#ifdef __cplusplus
+#define TSDC_THREAD_LOCAL thread_local
+#else
+#define TSDC_THREAD_LOCAL _Thread_local
+#endif
+static float* att_scratch(int which, size_t n) {
+    static TSDC_THREAD_LOCAL float* buf[2];
+    static TSDC_THREAD_LOCAL size_t cap[2];
+    if (n > cap[which]) {
+        free(buf[which]);
+        buf[which] = (float*)mallocCheck(sizeof(float) * n);
+        cap[which] = n;
+    }
+    return buf[which];
+}
+#define ATT_KB 16   /* keys a dot-product block */
+#define ATT_RB 8    /* output rows a sum block */
+/* 16 floats as one vector (GCC vector extension: zmm with AVX-512, split into narrower ones elsewhere). Its
+ * arithmetic is the scalar loops' element by element; `a += p * x` is contracted to an FMA exactly where the
+ * compiler contracts the _ref loops' `o[i] += p * v[i]` (-ffp-contract=fast, an FMA build), so the bits agree. */
+typedef float att_v16 __attribute__((vector_size(64)));
+static inline att_v16 att_load16(const float* p) { att_v16 v; memcpy(&v, p, sizeof(v)); return v; }
+static inline void att_store16(float* p, att_v16 v) { memcpy(p, &v, sizeof(v)); }
+/* out[c] = dotf(q, key c) for the ATT_KB keys of kT ([hd][ATT_KB], key c in column c) */
+static inline void att_dot16(float* out, const float* q, const float* kT, int hd) {
+    att_v16 lane[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) lane[j] = (att_v16){0};
+    int i = 0;
+    for (; i + 16 <= hd; i += 16) {
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) lane[j] += q[i + j] * att_load16(kT + (size_t)(i + j) * ATT_KB);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) lane[j] += lane[j + 8];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) lane[j] += lane[j + 4];
+    lane[0] += lane[2]; lane[1] += lane[3];
+    lane[0] += lane[1];
+    for (; i < hd; i++) lane[0] += q[i] * att_load16(kT + (size_t)i * ATT_KB);
+    att_store16(out, lane[0]);
+}
+/* rows s0..s0+15 of x (row stride xs, hd wide) into kT [hd][16], rows past n as zeros */
+static inline void att_block_T(float* kT, const float* x, size_t xs, int s0, int n, int hd) {
+    for (int c = 0; c < ATT_KB; c++) {
+        int s = s0 + c;
+        for (int i = 0; i < hd; i++) kT[(size_t)i * ATT_KB + c] = s < n ? x[(size_t)s * xs + i] : 0.0f;
+    }
+}
+/* acc rows r0..r0+nr-1 (stride as) += w[r][s] x[s] over s in [lo(r), hi(r)], s ascending, one 16-float
+ * chunk of hd at a time; w(r, s) at w[r * wrs + s * wss]. Rows of the block take the common range together
+ * and their own ends separately (the causal triangle), each element still in ascending s. */
+static void att_rows_accumulate(float* acc0, size_t as, int nr, const float* w, size_t wrs, size_t wss, const float* x, size_t xs,
+                                const int* lo, const int* hi, int hd) {
+    int clo = lo[0], chi = hi[0];
+    for (int r = 1; r < nr; r++) { clo = lo[r] > clo ? lo[r] : clo; chi = hi[r] < chi ? hi[r] : chi; }
+    for (int i0 = 0; i0 < hd; i0 += 16) {
+        att_v16 a[ATT_RB];
+#pragma GCC unroll 8
+        for (int r = 0; r < ATT_RB; r++) a[r] = r < nr ? att_load16(acc0 + (size_t)r * as + i0) : (att_v16){0};
+        /* each row: its own leading part [lo, clo), then the common [clo, chi] (all rows), then (chi, hi] */
+        for (int r = 0; r < nr; r++)
+            for (int s = lo[r]; s < clo && s <= hi[r]; s++) a[r] += w[(size_t)r * wrs + (size_t)s * wss] * att_load16(x + (size_t)s * xs + i0);
+        if (nr == ATT_RB)
+            for (int s = clo; s <= chi; s++) {
+                att_v16 xv = att_load16(x + (size_t)s * xs + i0);
+                const float* ws = w + (size_t)s * wss;
+#pragma GCC unroll 8
+                for (int r = 0; r < ATT_RB; r++) a[r] += ws[(size_t)r * wrs] * xv;
+            }
+        else
+            for (int s = clo; s <= chi; s++) {
+                att_v16 xv = att_load16(x + (size_t)s * xs + i0);
+                for (int r = 0; r < nr; r++) a[r] += w[(size_t)r * wrs + (size_t)s * wss] * xv;
+            }
+        for (int r = 0; r < nr; r++)
+            for (int s = (chi + 1 > lo[r] ? chi + 1 : lo[r]); s <= hi[r]; s++) a[r] += w[(size_t)r * wrs + (size_t)s * wss] * att_load16(x + (size_t)s * xs + i0);
+#pragma GCC unroll 8
+        for (int r = 0; r < ATT_RB; r++) if (r < nr) att_store16(acc0 + (size_t)r * as + i0, a[r]);
+    }
+}
+
+/* round (here and below): every output stored as bf16 as soon as it is final, while it is in cache (-precision
+ * bf16: the same bits as a rounding pass after) */
+static void attention_logits_forward(float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd, int round) {
+    if (hd % 16) {
+        attention_logits_forward_ref(logits, q, k, B, T, H, KV, hd);
+        if (round) bf16_round_array(logits, (long long)B * H * T * T);
+        return;
+    }
+    int g = H / KV, nkb = (T + ATT_KB - 1) / ATT_KB;
+    float scale = 1.0f / sqrtf((float)hd);
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel
+    {
+        float* kT = att_scratch(0, (size_t)nkb * hd * ATT_KB);
+        float dots[ATT_KB];
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++) {
+                const float* kb = k + (size_t)b * T * ks + (size_t)(h / g) * hd;
+                for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, ks, j * ATT_KB, T, hd);
+                for (int t = 0; t < T; t++) {
+                    const float* qt = q + ((size_t)b * T + t) * qs + (size_t)h * hd;
+                    float* lrow = logits + (((size_t)b * H + h) * T + t) * T;
+                    for (int j = 0; j * ATT_KB <= t; j++) {
+                        att_dot16(dots, qt, kT + (size_t)j * hd * ATT_KB, hd);
+                        for (int c = 0; c < ATT_KB && j * ATT_KB + c <= t; c++) lrow[j * ATT_KB + c] = dots[c] * scale;
+                    }
+                    for (int s = t + 1; s < T; s++) lrow[s] = 0.0f;
+                    if (round) bf16_round_span(lrow, t + 1);
+                }
+            }
+    }
+}
+static void attention_av_forward(float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd, int round) {
+    if (hd % 16) {
+        attention_av_forward_ref(out, probs, v, B, T, H, KV, hd);
+        if (round) bf16_round_array(out, (long long)B * T * H * hd);
+        return;
+    }
+    int g = H / KV;
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t0 = 0; t0 < T; t0 += ATT_RB) {
+                int nr = T - t0 < ATT_RB ? T - t0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
+                float* o = out + ((size_t)b * T + t0) * qs + (size_t)h * hd;
+                for (int r = 0; r < nr; r++) { lo[r] = 0; hi[r] = t0 + r; memset(o + (size_t)r * qs, 0, sizeof(float) * hd); }
+                att_rows_accumulate(o, qs, nr, probs + (((size_t)b * H + h) * T + t0) * T, T, 1,
+                                    v + (size_t)b * T * ks + (size_t)(h / g) * hd, ks, lo, hi, hd);
+                if (round) for (int r = 0; r < nr; r++) bf16_round_span(o + (size_t)r * qs, hd);
+            }
+}
+/* dprobs[b,h,t,s] = dout[b,t,h] . v[b,s,h/g] (s <= t, else 0); dv overwritten with sum_t probs dout */
+static void attention_av_backward(float* dprobs, float* dv, const float* dout, const float* probs, const float* v,
+                                  int B, int T, int H, int KV, int hd, int round) {
+    if (hd % 16) {
+        attention_av_backward_ref(dprobs, dv, dout, probs, v, B, T, H, KV, hd);
+        if (round) { bf16_round_array(dprobs, (long long)B * H * T * T); bf16_round_array(dv, (long long)B * T * KV * hd); }
+        return;
+    }
+    int g = H / KV, nkb = (T + ATT_KB - 1) / ATT_KB;
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel
+    {
+        float* vT = att_scratch(0, (size_t)nkb * hd * ATT_KB);
+        float dots[ATT_KB];
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int kh = 0; kh < KV; kh++) {
+                const float* vb = v + (size_t)b * T * ks + (size_t)kh * hd;
+                float* dvb = dv + (size_t)b * T * ks + (size_t)kh * hd;
+                for (int s = 0; s < T; s++) memset(dvb + (size_t)s * ks, 0, sizeof(float) * hd);
+                for (int j = 0; j < nkb; j++) att_block_T(vT + (size_t)j * hd * ATT_KB, vb, ks, j * ATT_KB, T, hd);
+                for (int h = kh * g; h < kh * g + g; h++) {
+                    const float* pb = probs + ((size_t)b * H + h) * T * T;
+                    const float* gob = dout + (size_t)b * T * qs + (size_t)h * hd;
+                    /* dv rows s: += p[t, s] dout[t] over t = s .. T-1 ascending (this head after the ones before) */
+                    for (int s0 = 0; s0 < T; s0 += ATT_RB) {
+                        int nr = T - s0 < ATT_RB ? T - s0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
+                        for (int r = 0; r < nr; r++) { lo[r] = s0 + r; hi[r] = T - 1; }
+                        att_rows_accumulate(dvb + (size_t)s0 * ks, ks, nr, pb + s0, 1, T, gob, qs, lo, hi, hd);
+                    }
+                    for (int t = 0; t < T; t++) {
+                        float* drow = dprobs + (((size_t)b * H + h) * T + t) * T;
+                        const float* go = gob + (size_t)t * qs;
+                        for (int j = 0; j * ATT_KB <= t; j++) {
+                            att_dot16(dots, go, vT + (size_t)j * hd * ATT_KB, hd);
+                            for (int c = 0; c < ATT_KB && j * ATT_KB + c <= t; c++) drow[j * ATT_KB + c] = dots[c];
+                        }
+                        for (int s = t + 1; s < T; s++) drow[s] = 0.0f;
+                        if (round) bf16_round_span(drow, t + 1);
+                    }
+                }
+                if (round) for (int s = 0; s < T; s++) bf16_round_span(dvb + (size_t)s * ks, hd);   /* every head of the group added */
+            }
+    }
+}
+/* dq = scale * dlogits k, dk = scale * dlogits^T q (overwritten); one task per (b, kv head). The _ref loop
+ * multiplies each dlogit by scale before its products (d = dl * scale): so do these, on a scaled row copy. */
+static void attention_logits_backward(float* dq, float* dk, const float* dlogits, const float* q, const float* k,
+                                      int B, int T, int H, int KV, int hd, int round) {
+    if (hd % 16) {
+        attention_logits_backward_ref(dq, dk, dlogits, q, k, B, T, H, KV, hd);
+        if (round) { bf16_round_array(dq, (long long)B * T * H * hd); bf16_round_array(dk, (long long)B * T * KV * hd); }
+        return;
+    }
+    int g = H / KV;
+    float scale = 1.0f / sqrtf((float)hd);
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel
+    {
+        float* ds = att_scratch(1, (size_t)T * T);   /* scale * dlogits of one head */
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int kh = 0; kh < KV; kh++) {
+                const float* kb = k + (size_t)b * T * ks + (size_t)kh * hd;
+                float* dkb = dk + (size_t)b * T * ks + (size_t)kh * hd;
+                for (int s = 0; s < T; s++) memset(dkb + (size_t)s * ks, 0, sizeof(float) * hd);
+                for (int h = kh * g; h < kh * g + g; h++) {
+                    const float* dl = dlogits + ((size_t)b * H + h) * T * T;
+                    for (int t = 0; t < T; t++)
+                        for (int s = 0; s <= t; s++) ds[(size_t)t * T + s] = dl[(size_t)t * T + s] * scale;
+                    const float* qb = q + (size_t)b * T * qs + (size_t)h * hd;
+                    float* dqb = dq + (size_t)b * T * qs + (size_t)h * hd;
+                    for (int t0 = 0; t0 < T; t0 += ATT_RB) {   /* dq rows t: += d[t, s] k[s], s = 0 .. t */
+                        int nr = T - t0 < ATT_RB ? T - t0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
+                        for (int r = 0; r < nr; r++) { lo[r] = 0; hi[r] = t0 + r; memset(dqb + (size_t)(t0 + r) * qs, 0, sizeof(float) * hd); }
+                        att_rows_accumulate(dqb + (size_t)t0 * qs, qs, nr, ds + (size_t)t0 * T, T, 1, kb, ks, lo, hi, hd);
+                        if (round) for (int r = 0; r < nr; r++) bf16_round_span(dqb + (size_t)(t0 + r) * qs, hd);
+                    }
+                    for (int s0 = 0; s0 < T; s0 += ATT_RB) {   /* dk rows s: += d[t, s] q[t], t = s .. T-1 */
+                        int nr = T - s0 < ATT_RB ? T - s0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
+                        for (int r = 0; r < nr; r++) { lo[r] = s0 + r; hi[r] = T - 1; }
+                        att_rows_accumulate(dkb + (size_t)s0 * ks, ks, nr, ds + s0, 1, T, qb, qs, lo, hi, hd);
+                    }
+                }
+                if (round) for (int s = 0; s < T; s++) bf16_round_span(dkb + (size_t)s * ks, hd);   /* every head of the group added */
+            }
+    }
+}
 static void attention_forward(float* out, float* logits, float* probs, const float* q, const float* k, const float* v,
                               int B, int T, int H, int KV, int hd) {
-    attention_logits_forward(logits, q, k, B, T, H, KV, hd);
-    attention_softmax_forward(probs, logits, B, H, T);
-    attention_av_forward(out, probs, v, B, T, H, KV, hd);
+    attention_logits_forward(logits, q, k, B, T, H, KV, hd, 0);
+    attention_softmax_forward(probs, logits, B, H, T, 0);
+    attention_av_forward(out, probs, v, B, T, H, KV, hd, 0);
 }
 
 /* dprobs[b,h,t,s] = dout[b,t,h] . v[b,s,h/g] (s <= t, else 0); dv overwritten with sum_t probs dout.
  * One task per (b, kv head): it owns that head's dv rows. */
-static void attention_av_backward(float* dprobs, float* dv, const float* dout, const float* probs, const float* v,
+static void attention_av_backward_ref(float* dprobs, float* dv, const float* dout, const float* probs, const float* v,
                                   int B, int T, int H, int KV, int hd) {
     int g = H / KV;
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
@@ -342,7 +598,7 @@ static void attention_av_backward(float* dprobs, float* dv, const float* dout, c
         }
 }
 /* dlogits = probs * (dprobs - sum_s probs*dprobs), s <= t (in place allowed: dlogits == dprobs) */
-static void attention_softmax_backward(float* dlogits, const float* dprobs, const float* probs, int B, int H, int T) {
+static void attention_softmax_backward(float* dlogits, const float* dprobs, const float* probs, int B, int H, int T, int round) {
 #pragma omp parallel for schedule(static)
     for (long long row = 0; row < (long long)B * H * T; row++) {
         int t = (int)(row % T);
@@ -353,10 +609,11 @@ static void attention_softmax_backward(float* dlogits, const float* dprobs, cons
         for (int s = 0; s <= t; s++) pd += prow[s] * dp[s];
         for (int s = 0; s <= t; s++) dl[s] = prow[s] * (dp[s] - pd);
         for (int s = t + 1; s < T; s++) dl[s] = 0.0f;
+        if (round) bf16_round_span(dl, t + 1);
     }
 }
 /* dq = scale * dlogits k, dk = scale * dlogits^T q (overwritten); one task per (b, kv head) */
-static void attention_logits_backward(float* dq, float* dk, const float* dlogits, const float* q, const float* k,
+static void attention_logits_backward_ref(float* dq, float* dk, const float* dlogits, const float* q, const float* k,
                                       int B, int T, int H, int KV, int hd) {
     int g = H / KV;
     float scale = 1.0f / sqrtf((float)hd);
@@ -383,9 +640,9 @@ static void attention_logits_backward(float* dq, float* dk, const float* dlogits
 /* dq, dk, dv overwritten; datt [B,H,T,T] scratch (holds dprobs, then dlogits) */
 static void attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout, const float* probs,
                                const float* q, const float* k, const float* v, int B, int T, int H, int KV, int hd) {
-    attention_av_backward(datt, dv, dout, probs, v, B, T, H, KV, hd);
-    attention_softmax_backward(datt, datt, probs, B, H, T);
-    attention_logits_backward(dq, dk, datt, q, k, B, T, H, KV, hd);
+    attention_av_backward(datt, dv, dout, probs, v, B, T, H, KV, hd, 0);
+    attention_softmax_backward(datt, datt, probs, B, H, T, 0);
+    attention_logits_backward(dq, dk, datt, q, k, B, T, H, KV, hd, 0);
 }
 
 /* ----------------------------------------------------------------------------------------- MLP */

@@ -20,7 +20,9 @@
  *          otherwise   the fp32 path (the values are bf16, the products exact in fp32)
  * TSDC_CPU_GEMM=portable|avx2|avx512|avx512bf16|amx caps the choice at that level (portable < avx2 <
  * avx512 < avx512bf16 < amx; the fp32 product takes the best fp32 path at or below the cap), so a test
- * can run every path the machine has; a level the machine lacks is a one-line error.
+ * can run every path the machine has; a level the machine lacks is a one-line error. TSDC_CPU_GEMM=fp32:
+ * the best fp32 path for both products (bf16 inputs summed by fp32 FMAs in k order, the numerics the
+ * cross-trainer tests compare the GPU emulation with).
  *
  * Blocking (every SIMD path): A is packed whole into MR-row panels (k-major strips over all of K) and B
  * into NR-column panels, each element converted once, zero-padded at the edges (padded rows and columns
@@ -58,11 +60,15 @@
 #define TSDC_GEMM_X86 0
 #endif
 #include "bf16.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 enum { GEMM_PORTABLE = 0, GEMM_AVX2 = 1, GEMM_AVX512 = 2, GEMM_AVX512BF16 = 3, GEMM_AMX = 4 };
 static const char* const gemm_path_names[] = {"portable", "avx2", "avx512", "avx512bf16", "amx"};
 
-/* the block of C a task computes (multiples of every micro-tile below: 12 x 32, 6 x 16, 32 x 32) */
+/* the largest block of C a task computes (multiples of every micro-tile below: 12 x 32, 6 x 16, 32 x 32);
+ * gemm_blocked halves them down to 96 x 64 when a GEMM has fewer than 4 blocks a thread */
 #define GM_MB 192
 #define GM_NB 256
 
@@ -88,6 +94,18 @@ __attribute__((target("avx512f"))) static void gm_copy12_strided(float* dst, con
     __mmask16 m = (__mmask16)((1u << w) - 1);
     for (int k = 0; k < kc; k++)
         _mm512_mask_storeu_ps(dst + (size_t)k * 12, 0x0fff, _mm512_maskz_loadu_ps(m, src + (size_t)k * stride));
+}
+/* panels p0..p1-1 (12 rows each) of A read transposed (element (m, k) at A[m + k * sak]), k outermost: the
+ * source rows are read in order; masked zmm moves of 12 floats */
+__attribute__((target("avx512f"))) static void gm_pack_at_avx512(float* ap, const float* A, long sak, int M, int K, int p0, int p1, size_t pa) {
+    for (int k = 0; k < K; k++) {
+        const float* src = A + (size_t)k * sak;
+        for (int p = p0; p < p1; p++) {
+            int w = M - p * 12 < 12 ? M - p * 12 : 12;
+            __mmask16 m = (__mmask16)((1u << w) - 1);
+            _mm512_mask_storeu_ps(ap + (size_t)p * pa + (size_t)k * 12, 0x0fff, _mm512_maskz_loadu_ps(m, src + (size_t)p * 12));
+        }
+    }
 }
 /* rows m0..m0+mr-1, k0..k0+kc-1 of A into panels of MR rows: ap[panel][k][MR], zero rows past mr */
 static void gm_pack_a_f32(float* ap, const float* A, long sam, long sak, int m0, int mr, int k0, int kc, int MR) {
@@ -330,8 +348,10 @@ static int gemm_level(void) {
     int lv = gemm_machine_level();
     const char* env = getenv("TSDC_CPU_GEMM");
     if (env && *env) {
-        int want = gemm_parse_level(env);
-        if (want < 0) { fprintf(stderr, "error: TSDC_CPU_GEMM=%s: expected portable, avx2, avx512, avx512bf16 or amx\n", env); exit(2); }
+        /* fp32: the best fp32 path, the bf16 products too (the cross-trainer tests: the GPU emulation's GEMMs sum
+         * k in order in fp32, as these paths do) */
+        int want = !strcmp(env, "fp32") ? (lv < GEMM_AVX512 ? lv : GEMM_AVX512) : gemm_parse_level(env);
+        if (want < 0) { fprintf(stderr, "error: TSDC_CPU_GEMM=%s: expected portable, avx2, avx512, avx512bf16, amx or fp32\n", env); exit(2); }
         if (want > lv) { fprintf(stderr, "error: TSDC_CPU_GEMM=%s: this CPU offers at most %s\n", env, gemm_path_names[lv]); exit(2); }
         lv = want;
     }
@@ -392,6 +412,26 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_a_amx
         }
     } else
         gm_pack_a_amx(dst, A, sam, sak, m0, M - m0 < 16 ? M - m0 : 16, 0, K);
+}
+/* A tiles of panels p0..p1-1 from A read transposed (element (m, k) at A[m + k * sak]), k pairs outermost so
+ * that the source rows are read in order: the pair (k, k+1) of 16 rows m is one dword a row, scattered down
+ * column q of the tile */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_at_amx(uint16_t* ap, const float* A, long sak, int M, int K, int p0, int p1) {
+    int ks = (K + 31) / 32;
+    const __m512i rows = _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 16, 0);
+    for (int s = 0; s < ks; s++)
+        for (int q = 0; q < 16; q++) {
+            int k = s * 32 + 2 * q;
+            const float* r0 = k < K ? A + (size_t)k * sak : NULL;
+            const float* r1 = k + 1 < K ? A + (size_t)(k + 1) * sak : NULL;
+            for (int p = p0; p < p1; p++) {
+                __mmask16 mm = gm_mask(M - p * 16);
+                __m512 v0 = r0 ? _mm512_maskz_loadu_ps(mm, r0 + (size_t)p * 16) : _mm512_setzero_ps();
+                __m512 v1 = r1 ? _mm512_maskz_loadu_ps(mm, r1 + (size_t)p * 16) : _mm512_setzero_ps();
+                uint32_t* tile = (uint32_t*)(ap + ((size_t)p * ks + s) * 512) + q;
+                _mm512_i32scatter_epi32(tile, rows, gm_pair16(v0, v1), 4);
+            }
+        }
 }
 /* B tiles of 16 columns (panel p): [ks][16 pairs][16][2] */
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_b_amx_vec(uint16_t* bp, const float* B, int N, int K, int p) {
@@ -473,12 +513,14 @@ static void* gm_scratch(int which, size_t bytes) {
  * (A into MR-row panels over all of K, B into NR-column panels), each operand element converted once; then
  * the tasks, blocks of C, run each micro-tile over all of K in one call: its accumulators live in registers
  * (tiles) from k = 0 to K-1, and C is read and written once. */
-static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate) {
+static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate,
+                         int round_out) {
     static const int MRs[4] = {12, 6, 12, 16}, NRs[4] = {32, 16, 32, 16};
     const int MR = MRs[kind], NR = NRs[kind];
     if (M <= 0 || N <= 0) return;
     if (K == 0) {
         if (!accumulate) memset(C, 0, sizeof(float) * (size_t)M * N);
+        else if (round_out) bf16_round_array(C, (long long)M * N);
         return;
     }
     int npa = (M + MR - 1) / MR, npb = (N + NR - 1) / NR;
@@ -495,12 +537,44 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
     int apack = kind >= 2 || sak != 1;
     void* abuf = apack ? gm_scratch(0, (size_t)(npa + 1) * pa * esz) : NULL;
     void* bbuf = gm_scratch(1, (size_t)(npb + 1) * pb * esz);
+    /* smaller blocks when there are few: at least 4 tasks a thread where the shape allows (the blocks do not
+     * change a bit: each element's order is fixed by K alone) */
+    int mbs = GM_MB, nbs = GM_NB, nth = 1;
+#ifdef _OPENMP
+    nth = omp_get_max_threads();
+#endif
+    while (((M + mbs - 1) / mbs) * ((N + nbs - 1) / nbs) < 4 * nth) {
+        if (mbs > 96) mbs = 96;
+        else if (nbs > 64) nbs /= 2;
+        else break;
+    }
 #pragma omp parallel
     {
+        if (apack && (kind < 2 || kind == 3) && sam == 1) {
+            /* A read transposed (dW's dout^T; fp32 and AMX): each thread packs a range of panels walking k
+             * outermost, so it reads rows of the source in order (a panel at a time would take a new line every k) */
+            int nt = 1, me = 0;
+#ifdef _OPENMP
+            nt = omp_get_num_threads(); me = omp_get_thread_num();
+#endif
+            int p0 = (int)((long)npa * me / nt), p1 = (int)((long)npa * (me + 1) / nt);
+            if (kind == 3) gm_pack_at_amx((uint16_t*)abuf, A, sak, M, K, p0, p1);
+            else if (kind == 0) gm_pack_at_avx512((float*)abuf, A, sak, M, K, p0, p1, pa);
+            else
+                for (int k = 0; k < K; k++) {
+                    const float* src = A + (size_t)k * sak;
+                    for (int p = p0; p < p1; p++) {
+                        float* d = (float*)abuf + (size_t)p * pa + (size_t)k * MR;
+                        int w = M - p * MR < MR ? M - p * MR : MR;
+                        for (int r = 0; r < MR; r++) d[r] = r < w ? src[(size_t)p * MR + r] : 0.0f;
+                    }
+                }
+            if (me == 0) memset((char*)abuf + (size_t)npa * pa * esz, 0, pa * esz);
+        }
 #pragma omp for schedule(static) nowait
         for (int p = 0; p <= npa; p++) {
             int m0 = p * MR, mr = M - m0 < MR ? M - m0 : MR;
-            if (!apack) continue;
+            if (!apack || ((kind < 2 || kind == 3) && sam == 1)) continue;
             if (p == npa) { memset((char*)abuf + (size_t)p * pa * esz, 0, pa * esz); continue; }
             if (kind == 3) gm_pack_a_amx_vec((uint16_t*)abuf, A, sam, sak, M, K, p);
             else if (kind == 2) gm_pack_a_bf16((uint16_t*)abuf + (size_t)p * pa, A, sam, sak, m0, mr, 0, K, MR);
@@ -524,11 +598,11 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
         float* edge = kind < 2 ? (float*)aligned_alloc(64, sizeof(float) * 12 * KC) : NULL;   /* a partial A panel */
         if (kind < 2 && !edge) { fprintf(stderr, "error: gemm: out of memory\n"); exit(1); }
         int mt = kind == 3 ? 32 : MR, nt = kind == 3 ? 32 : NR;   /* the micro-tile */
-        int nmb = (M + GM_MB - 1) / GM_MB, nnb = (N + GM_NB - 1) / GM_NB;
+        int nmb = (M + mbs - 1) / mbs, nnb = (N + nbs - 1) / nbs;
 #pragma omp for schedule(static)
         for (long task = 0; task < (long)nmb * nnb; task++) {
-            int mb0 = (int)(task / nnb) * GM_MB, nb0 = (int)(task % nnb) * GM_NB;
-            int mb1 = M < mb0 + GM_MB ? M : mb0 + GM_MB, nb1 = N < nb0 + GM_NB ? N : nb0 + GM_NB;
+            int mb0 = (int)(task / nnb) * mbs, nb0 = (int)(task % nnb) * nbs;
+            int mb1 = M < mb0 + mbs ? M : mb0 + mbs, nb1 = N < nb0 + nbs ? N : nb0 + nbs;
             for (int k0 = 0; k0 < Kp; k0 += KC) {
                 int kc = Kp - k0 < KC ? Kp - k0 : KC, first = k0 == 0 && !accumulate;
                 int medge = apack ? mb1 : mb1 - (mb1 - mb0) % MR;   /* rows from here on: a partial panel */
@@ -563,6 +637,8 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
                         }
                         if (!full)
                             for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * N, tmp + r * nt, sizeof(float) * cols);
+                        if (round_out && k0 + kc >= Kp)   /* the finished tile, stored as bf16 while it is in cache */
+                            for (int r = 0; r < rows; r++) bf16_round_span(c + (size_t)r * N, cols);
                     }
             }
         }
@@ -572,39 +648,45 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
 }
 #endif
 
-/* the entry points: B row-major [K, N] (btr 0) or given transposed, Bt [N, K] row-major (btr 1) */
-static void gemm_f32_x(float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate) {
+/* the entry points: B row-major [K, N] (btr 0) or given transposed, Bt [N, K] row-major (btr 1); round_out 1
+ * rounds C to bf16 (round to nearest even) once it is complete, tile by tile while it is in cache: the
+ * -precision bf16 store of a GEMM's output without a pass of its own (the same bits as rounding after) */
+static void gemm_f32_x(float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate,
+                       int round_out) {
     int lv = gemm_level();
 #if TSDC_GEMM_X86
     if (sam != 1 && sak != 1) lv = GEMM_PORTABLE;   /* the SIMD paths read A in place by rows or by columns */
-    if (lv >= GEMM_AVX512) { gemm_blocked(0, C, A, sam, sak, B, btr, M, K, N, accumulate); return; }
-    if (lv >= GEMM_AVX2) { gemm_blocked(1, C, A, sam, sak, B, btr, M, K, N, accumulate); return; }
+    if (lv >= GEMM_AVX512) { gemm_blocked(0, C, A, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
+    if (lv >= GEMM_AVX2) { gemm_blocked(1, C, A, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
 #endif
     (void)lv;
-    if (!btr) { gemm_portable(C, A, sam, sak, B, M, K, N, accumulate); return; }
-    /* the portable path reads B row-major: transpose Bt once */
-    float* Bn = (float*)gm_scratch(1, sizeof(float) * (size_t)K * N);
-    for (int n = 0; n < N; n++)
-        for (int k = 0; k < K; k++) Bn[(size_t)k * N + n] = B[(size_t)n * K + k];
-    gemm_portable(C, A, sam, sak, Bn, M, K, N, accumulate);
+    if (!btr) gemm_portable(C, A, sam, sak, B, M, K, N, accumulate);
+    else {   /* the portable path reads B row-major: transpose Bt once */
+        float* Bn = (float*)gm_scratch(1, sizeof(float) * (size_t)K * N);
+        for (int n = 0; n < N; n++)
+            for (int k = 0; k < K; k++) Bn[(size_t)k * N + n] = B[(size_t)n * K + k];
+        gemm_portable(C, A, sam, sak, Bn, M, K, N, accumulate);
+    }
+    if (round_out) bf16_round_array(C, (long long)M * N);
 }
-static void gemm_bf16_x(float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate) {
+static void gemm_bf16_x(float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate,
+                        int round_out) {
     int lv = gemm_level();
 #if TSDC_GEMM_X86
     if (sam == 1 || sak == 1) {
-        if (lv == GEMM_AMX) { gemm_blocked(3, C, A, sam, sak, B, btr, M, K, N, accumulate); return; }
-        if (lv == GEMM_AVX512BF16) { gemm_blocked(2, C, A, sam, sak, B, btr, M, K, N, accumulate); return; }
+        if (lv == GEMM_AMX) { gemm_blocked(3, C, A, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
+        if (lv == GEMM_AVX512BF16) { gemm_blocked(2, C, A, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
     }
 #endif
-    gemm_f32_x(C, A, sam, sak, B, btr, M, K, N, accumulate);
+    gemm_f32_x(C, A, sam, sak, B, btr, M, K, N, accumulate, round_out);
 }
 /* fp32 inputs, fp32 accumulation, on the best fp32 path at or below the level in use */
 static void gemm_f32(float* C, const float* A, long sam, long sak, const float* B, int M, int K, int N, int accumulate) {
-    gemm_f32_x(C, A, sam, sak, B, 0, M, K, N, accumulate);
+    gemm_f32_x(C, A, sam, sak, B, 0, M, K, N, accumulate, 0);
 }
 /* bf16 inputs (rounded to nearest even when packed), fp32 accumulation */
 static void gemm_bf16(float* C, const float* A, long sam, long sak, const float* B, int M, int K, int N, int accumulate) {
-    gemm_bf16_x(C, A, sam, sak, B, 0, M, K, N, accumulate);
+    gemm_bf16_x(C, A, sam, sak, B, 0, M, K, N, accumulate, 0);
 }
 
 #endif
