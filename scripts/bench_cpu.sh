@@ -270,9 +270,9 @@ def gemm_line(path):
     allrow = re.search(r"^all \(FLOP-weighted\)(.*)$", t, re.M).group(1)
     return peak, re.findall(r"([0-9]+) GFLOP/s \(\s*([0-9]+)%\)", allrow)
 p1, a1 = gemm_line(g1); p2, a2 = gemm_line(g2)
-print(f"CPU: {cpu}; flags: {' '.join(have) or 'none of ' + ' '.join(want)}; torch {torchv}")
-print(f"fp32 FMA peak of one core (./bench_gemm, 24 chains of zmm/ymm FMAs): {p1} GFLOP/s")
-print(f"GEMMs of the wide row (forward + dx + dW, all layers, FLOP-weighted; ./bench_gemm): "
+print(f"- CPU: {cpu}; flags: {' '.join(have) or 'none of ' + ' '.join(want)}; torch {torchv}")
+print(f"- fp32 FMA peak of one core (./bench_gemm, 24 chains of zmm/ymm FMAs): {p1} GFLOP/s")
+print(f"- GEMMs of the wide row (forward + dx + dW, all layers, FLOP-weighted; ./bench_gemm): "
       f"best fp32 path {a1[-2][0]} GFLOP/s = {a1[-2][1]}% of the peak at 1 thread, {a2[-2][0]} GFLOP/s = {a2[-2][1]}% at 2; "
       f"bf16 path {a1[-1][0]} / {a2[-1][0]} GFLOP/s")
 print()

@@ -425,6 +425,16 @@ static void att_rows_accumulate(float* acc0, size_t as, int nr, const float* w, 
 
 /* round (here and below): every output stored as bf16 as soon as it is final, while it is in cache (-precision
  * bf16: the same bits as a rounding pass after) */
+/* row[s] = dotf(x, key s) (* scale when scaled) for s <= t from the transposed key blocks kT, 0 above the diagonal */
+static inline void att_causal_row(float* row, const float* x, const float* kT, int t, int T, int hd, int scaled, float scale, int round) {
+    float dots[ATT_KB];
+    for (int j = 0; j * ATT_KB <= t; j++) {
+        att_dot16(dots, x, kT + (size_t)j * hd * ATT_KB, hd);
+        for (int c = 0; c < ATT_KB && j * ATT_KB + c <= t; c++) row[j * ATT_KB + c] = scaled ? dots[c] * scale : dots[c];
+    }
+    for (int s = t + 1; s < T; s++) row[s] = 0.0f;
+    if (round) bf16_round_span(row, t + 1);
+}
 static void attention_logits_forward(float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd, int round) {
     if (hd % 16) {
         attention_logits_forward_ref(logits, q, k, B, T, H, KV, hd);
@@ -437,22 +447,14 @@ static void attention_logits_forward(float* logits, const float* q, const float*
 #pragma omp parallel
     {
         float* kT = att_scratch(0, (size_t)nkb * hd * ATT_KB);
-        float dots[ATT_KB];
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
                 const float* kb = k + (size_t)b * T * ks + (size_t)(h / g) * hd;
                 for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, ks, j * ATT_KB, T, hd);
-                for (int t = 0; t < T; t++) {
-                    const float* qt = q + ((size_t)b * T + t) * qs + (size_t)h * hd;
-                    float* lrow = logits + (((size_t)b * H + h) * T + t) * T;
-                    for (int j = 0; j * ATT_KB <= t; j++) {
-                        att_dot16(dots, qt, kT + (size_t)j * hd * ATT_KB, hd);
-                        for (int c = 0; c < ATT_KB && j * ATT_KB + c <= t; c++) lrow[j * ATT_KB + c] = dots[c] * scale;
-                    }
-                    for (int s = t + 1; s < T; s++) lrow[s] = 0.0f;
-                    if (round) bf16_round_span(lrow, t + 1);
-                }
+                for (int t = 0; t < T; t++)
+                    att_causal_row(logits + (((size_t)b * H + h) * T + t) * T, q + ((size_t)b * T + t) * qs + (size_t)h * hd, kT, t, T,
+                                   hd, 1, scale, round);
             }
     }
 }
@@ -489,7 +491,6 @@ static void attention_av_backward(float* dprobs, float* dv, const float* dout, c
 #pragma omp parallel
     {
         float* vT = att_scratch(0, (size_t)nkb * hd * ATT_KB);
-        float dots[ATT_KB];
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < KV; kh++) {
@@ -506,16 +507,8 @@ static void attention_av_backward(float* dprobs, float* dv, const float* dout, c
                         for (int r = 0; r < nr; r++) { lo[r] = s0 + r; hi[r] = T - 1; }
                         att_rows_accumulate(dvb + (size_t)s0 * ks, ks, nr, pb + s0, 1, T, gob, qs, lo, hi, hd);
                     }
-                    for (int t = 0; t < T; t++) {
-                        float* drow = dprobs + (((size_t)b * H + h) * T + t) * T;
-                        const float* go = gob + (size_t)t * qs;
-                        for (int j = 0; j * ATT_KB <= t; j++) {
-                            att_dot16(dots, go, vT + (size_t)j * hd * ATT_KB, hd);
-                            for (int c = 0; c < ATT_KB && j * ATT_KB + c <= t; c++) drow[j * ATT_KB + c] = dots[c];
-                        }
-                        for (int s = t + 1; s < T; s++) drow[s] = 0.0f;
-                        if (round) bf16_round_span(drow, t + 1);
-                    }
+                    for (int t = 0; t < T; t++)
+                        att_causal_row(dprobs + (((size_t)b * H + h) * T + t) * T, gob + (size_t)t * qs, vT, t, T, hd, 0, 1.0f, round);
                 }
                 if (round) for (int s = 0; s < T; s++) bf16_round_span(dvb + (size_t)s * ks, hd);   /* every head of the group added */
             }
