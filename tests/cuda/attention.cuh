@@ -118,7 +118,7 @@ static void test_attention_split(void) {
         attention_softmax_from_logits(gpr, glg, NULL, B, H, T, g_s);
         float* pr = dl_bf16(gpr, na, &w);
         float* rpr = h_alloc(na);
-        attention_softmax_forward(rpr, lg, B, H, T);
+        attention_softmax_forward(rpr, lg, B, H, T, 0);
         compare("softmax from bf16 logits (garbage at s > t)", pr, rpr, na, tol_bf16(rt), &w);
         /* with ref: rows changed at s <= t recomputed, rows changed only at s > t and unchanged rows
          * left alone (here: still the poison) */
@@ -133,7 +133,7 @@ static void test_attention_split(void) {
         attention_softmax_from_logits(gpr2, d_bf16(lg2, na), glg, B, H, T, g_s);
         float* pr2 = dl_bf16(gpr2, na, &w);
         float* rpr2 = h_alloc(na);
-        attention_softmax_forward(rpr2, lg2, B, H, T);
+        attention_softmax_forward(rpr2, lg2, B, H, T, 0);
         float *gs = h_alloc(na), *rs = h_alloc(na);
         size_t nsel = 0, touched = 0, unw = 0;
         for (size_t r = 0; r < rows; r++) {
@@ -158,9 +158,9 @@ static void test_attention_split(void) {
         attention_av(gout, gp, gv, B, T, H, KV, hd, KV * hd, g_s);
         float* out = dl_bf16(gout, nq, &w);
         float *rout = h_alloc(nq), *mo = h_alloc(nq);
-        attention_av_forward(rout, p, v, B, T, H, KV, hd);
+        attention_av_forward(rout, p, v, B, T, H, KV, hd, 0);
         float* av = h_abs(v, nk);
-        attention_av_forward(mo, p, av, B, T, H, KV, hd); /* p >= 0: sum_s p |v| */
+        attention_av_forward(mo, p, av, B, T, H, KV, hd, 0); /* p >= 0: sum_s p |v| */
         compare("av: out = probs v", out, rout, nq, tol_bf16_mag(mo, 2 * (T + 16) * ldexp(1.0, -24)), &w);
         /* the forward's own probs: attention_av gives attention_forward's out bit for bit (m = 0 faults) */
         bf16 *fout = d_bf16_poison(nq), *flg = d_bf16_poison(na), *fpr = d_bf16_poison(na), *fout2 = d_bf16_poison(nq);
@@ -185,9 +185,9 @@ static void test_attention_split(void) {
         float* xdp = dl_bf16(gdp, na, &wd);
         float* xdv = dl_bf16(gdv, nk, &wv);
         float *rdp = h_alloc(na), *rdv = h_alloc(nk), *mdp = h_alloc(na), *mdv = h_alloc(nk);
-        attention_av_backward(rdp, rdv, go, p, v, B, T, H, KV, hd);
+        attention_av_backward(rdp, rdv, go, p, v, B, T, H, KV, hd, 0);
         float* ago = h_abs(go, nq);
-        attention_av_backward(mdp, mdv, ago, p, av, B, T, H, KV, hd); /* sum |dout v| and sum p |dout| */
+        attention_av_backward(mdp, mdv, ago, p, av, B, T, H, KV, hd, 0); /* sum |dout v| and sum p |dout| */
         compare("split av backward: dprobs (bf16, 0 at s > t)", xdp, rdp, na, tol_bf16_mag(mdp, 2 * (hd + 16) * ldexp(1.0, -24)), &wd);
         compare("split av backward: dv", xdv, rdv, nk, tol_bf16_mag(mdv, 2 * (g * T + 16) * ldexp(1.0, -24)), &wv);
         bf16 *fdq = d_bf16_poison(nq), *fdk = d_bf16_poison(nk), *fdv = d_bf16_poison(nk);
@@ -202,7 +202,7 @@ static void test_attention_split(void) {
         Written wl;
         float* xdl = dl_bf16(gdl, na, &wl);
         float *rdl = h_alloc(na), *mdl = h_alloc(na);
-        attention_softmax_backward(rdl, dpin, p, B, H, T);
+        attention_softmax_backward(rdl, dpin, p, B, H, T, 0);
         for (size_t r = 0; r < rows; r++) {
             int t = (int)(r % T);
             double sp = 0;
@@ -224,9 +224,9 @@ static void test_attention_split(void) {
         float* xdk = dl_bf16(gdk, nk, &wk);
         float* xdlm = dl_bf16(gdlin, na, &wm);
         float *rdq = h_alloc(nq), *rdk = h_alloc(nk), *mdq = h_alloc(nq), *mdk = h_alloc(nk);
-        attention_logits_backward(rdq, rdk, dlin, q, k, B, T, H, KV, hd);
+        attention_logits_backward(rdq, rdk, dlin, q, k, B, T, H, KV, hd, 0);
         float *adl = h_abs(dlin, na), *aq = h_abs(q, nq), *ak = h_abs(k, nk);
-        attention_logits_backward(mdq, mdk, adl, aq, ak, B, T, H, KV, hd);
+        attention_logits_backward(mdq, mdk, adl, aq, ak, B, T, H, KV, hd, 0);
         compare("split logits backward: dq", xdq, rdq, nq, tol_bf16_mag(mdq, 2 * (T + 16) * ldexp(1.0, -24)), &wq);
         compare("split logits backward: dk", xdk, rdk, nk, tol_bf16_mag(mdk, 2 * (g * T + 16) * ldexp(1.0, -24)), &wk);
         float* dlm = h_alloc(na);
@@ -835,10 +835,10 @@ static void test_attcheck_bwd(void) {
         float *out = h_alloc(nq), *lg = h_alloc(na), *pr = h_alloc(na), *dp = h_alloc(na), *dl = h_alloc(na), *dv = h_alloc(nk);
         attention_forward(out, lg, pr, q, k, v, B, T, H, KV, hd);
         for (size_t i = 0; i < na; i++) pr[i] = bf16_round(pr[i]);
-        attention_av_backward(dp, dv, go, pr, v, B, T, H, KV, hd);
+        attention_av_backward(dp, dv, go, pr, v, B, T, H, KV, hd, 0);
         for (size_t i = 0; i < na; i++) dp[i] = bf16_round(dp[i]);
         for (size_t i = 0; i < nk; i++) dv[i] = bf16_round(dv[i]);
-        attention_softmax_backward(dl, dp, pr, B, H, T);
+        attention_softmax_backward(dl, dp, pr, B, H, T, 0);
         for (size_t i = 0; i < na; i++) dl[i] = bf16_round(dl[i]);
         bf16 *gdp = d_bf16(dp, na), *gdl = d_bf16(dl, na), *gdv = d_bf16_strided(dv, (size_t)B * T, kd, ldv);
         bf16 *gv = d_bf16_strided(v, (size_t)B * T, kd, ldv), *ggo = d_bf16_strided(go, (size_t)B * T, qd, ldo);
