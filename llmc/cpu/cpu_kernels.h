@@ -362,8 +362,9 @@ static float* att_scratch(int which, size_t n) {
  * arithmetic is the scalar loops' element by element; `a += p * x` is contracted to an FMA exactly where the
  * compiler contracts the _ref loops' `o[i] += p * v[i]` (-ffp-contract=fast, an FMA build), so the bits agree. */
 typedef float att_v16 __attribute__((vector_size(64)));
-static inline att_v16 att_load16(const float* p) { att_v16 v; memcpy(&v, p, sizeof(v)); return v; }
-static inline void att_store16(float* p, att_v16 v) { memcpy(p, &v, sizeof(v)); }
+typedef float att_v16u __attribute__((vector_size(64), aligned(4), may_alias));   /* unaligned access */
+#define att_load16(p) ((att_v16) * (const att_v16u*)(p))
+#define att_store16(p, v) (*(att_v16u*)(p) = (v))
 /* out[c] = dotf(q, key c) for the ATT_KB keys of kT ([hd][ATT_KB], key c in column c) */
 static inline void att_dot16(float* out, const float* q, const float* kT, int hd) {
     att_v16 lane[16];

@@ -265,6 +265,8 @@ __attribute__((target("amx-tile"))) static void gm_amx_config(void) {
     memset(&cfg, 0, sizeof(cfg));
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    /* the compiler does not see LDTILECFG read all 64 bytes (gcc 12 drops the row and column stores without this) */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
 }
 __attribute__((target("amx-tile"))) static void gm_amx_release(void) { _tile_release(); }
