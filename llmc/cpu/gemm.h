@@ -24,13 +24,18 @@
  * the best fp32 path for both products (bf16 inputs summed by fp32 FMAs in k order, the numerics the
  * cross-trainer tests compare the GPU emulation with).
  *
- * Blocking (every SIMD path): A is packed whole into MR-row panels (k-major strips over all of K) and B
- * into NR-column panels, each element converted once, zero-padded at the edges (padded rows and columns
- * are computed and dropped); the packing is split over the threads by panel. Then tasks, blocks of GM_MB
- * rows x GM_NB columns of C taken by the threads in any order, walk K in chunks (512, AMX 1024) so that
- * the task's chunk of A and B stays in L2, and run the micro-kernel on every micro-tile for each chunk:
- * accumulators in registers (AMX: tiles), loaded from C (zero at the first chunk unless accumulating)
- * and stored back after it. fp32 partial sums survive the store exactly, so the chunking changes no bit.
+ * Blocking (every SIMD path): B is packed once per call into NR-column panels (k-major strips over all of
+ * K, each element converted once; a B given transposed is read row by row), zero-padded at the edges
+ * (padded rows and columns are computed and dropped). A: the fp32 paths read A stored by rows in place
+ * (only a partial last panel is packed, per task and chunk); A read transposed (the dW products) and
+ * every bf16 A are packed once into MR-row panels, the transposed ones walking k outermost so that the
+ * source rows are read in order; the packing is split over the threads. Then tasks, blocks of GM_MB rows
+ * x GM_NB columns of C (halved to 96 x 64 when there are fewer than 4 a thread) taken by the threads in
+ * any order, walk K in chunks (512, AMX 1024) so that the task's chunk of A and B stays in L2, and run the
+ * micro-kernel on every micro-tile for each chunk: accumulators in registers (AMX: tiles), loaded from C
+ * (zero at the first chunk unless accumulating) and stored back after it. fp32 partial sums survive the
+ * store exactly, so neither the blocks nor the chunks change a bit. round_out rounds each finished tile
+ * to bf16 while it is in cache (the trainer's bf16 store of the output, without a pass of its own).
  * Summation order of each element, fixed by K alone (not by M, N, the thread count, the task or the
  * panel an element falls in), so results are bitwise identical run after run and across thread counts:
  *   avx512, avx2: c = fma(a_k, b_k, c) for k = 0, 1, ..., K-1 (one rounding each). gemm_portable under
