@@ -27,29 +27,25 @@ static inline TSDC_HD uint16_t f32_to_bf16_bits(float f) {
 static inline TSDC_HD float bf16_bits_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 static inline TSDC_HD float bf16_round(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
 
-/* bf16_round over an array (dst = round(src); dst == src allowed), written branch-free on the bits so that the compiler vectorises it; the same
- * result as bf16_round for every input (NaN quieted, ties to even, overflow to inf) */
+/* bf16_round on the bits, branch-free so that loops over it vectorise; the same result as bf16_round for every
+ * input (NaN quieted, ties to even, overflow to inf) */
+static inline uint32_t bf16_round_bits(uint32_t v) {
+    uint32_t rounded = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
+    uint32_t quiet = (v & 0xffff0000u) | 0x00400000u;
+    return (v & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+}
+/* bf16_round over an array (dst = round(src); dst == src allowed) */
 static inline void bf16_round_copy(float* dst, const float* src, long long n) {
     uint32_t* u = (uint32_t*)dst;
     const uint32_t* in = (const uint32_t*)src;
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (long long i = 0; i < n; i++) {
-        uint32_t v = in[i];
-        uint32_t rounded = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
-        uint32_t quiet = (v & 0xffff0000u) | 0x00400000u;
-        u[i] = (v & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
-    }
+    for (long long i = 0; i < n; i++) u[i] = bf16_round_bits(in[i]);
 }
 static inline void bf16_round_array(float* x, long long n) { bf16_round_copy(x, x, n); }
 /* the same for a short span, inside a parallel region (no OpenMP of its own) */
 static inline void bf16_round_span(float* x, int n) {
     uint32_t* u = (uint32_t*)x;
-    for (int i = 0; i < n; i++) {
-        uint32_t v = u[i];
-        uint32_t rounded = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
-        uint32_t quiet = (v & 0xffff0000u) | 0x00400000u;
-        u[i] = (v & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
-    }
+    for (int i = 0; i < n; i++) u[i] = bf16_round_bits(u[i]);
 }
 
 #endif

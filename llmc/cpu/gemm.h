@@ -94,12 +94,6 @@ static inline float dpbf16_ref(float c, uint16_t a0, uint16_t a1, uint16_t b0, u
 
 #if TSDC_GEMM_X86
 /* --------------------------------------------------------------------------- packing (fp32) */
-/* dst[k][0..11] = src[k * stride + 0..w-1], zeros past w (masked zmm moves) */
-__attribute__((target("avx512f"))) static void gm_copy12_strided(float* dst, const float* src, long stride, int kc, int w) {
-    __mmask16 m = (__mmask16)((1u << w) - 1);
-    for (int k = 0; k < kc; k++)
-        _mm512_mask_storeu_ps(dst + (size_t)k * 12, 0x0fff, _mm512_maskz_loadu_ps(m, src + (size_t)k * stride));
-}
 /* panels p0..p1-1 (12 rows each) of A read transposed (element (m, k) at A[m + k * sak]), k outermost: the
  * source rows are read in order; masked zmm moves of 12 floats */
 __attribute__((target("avx512f"))) static void gm_pack_at_avx512(float* ap, const float* A, long sak, int M, int K, int p0, int p1, size_t pa) {
@@ -117,15 +111,7 @@ static void gm_pack_a_f32(float* ap, const float* A, long sam, long sak, int m0,
     int np = (mr + MR - 1) / MR;
     for (int p = 0; p < np; p++) {
         float* dst = ap + (size_t)p * kc * MR;
-        int w = mr - p * MR < MR ? mr - p * MR : MR;
-        if (sam == 1) {   /* k-major source (A read transposed): MR contiguous values a k */
-            const float* src = A + (size_t)(m0 + p * MR) + (size_t)k0 * sak;
-            if (MR == 12) gm_copy12_strided(dst, src, sak, kc, w);
-            else
-                for (int k = 0; k < kc; k++)
-                    for (int r = 0; r < MR; r++) dst[(size_t)k * MR + r] = r < w ? src[(size_t)k * sak + r] : 0.0f;
-            continue;
-        }
+        int w = mr - p * MR < MR ? mr - p * MR : MR;   /* (A read transposed goes through gm_pack_at_*) */
         for (int r = 0; r < MR; r++) {
             if (r < w) {
                 const float* src = A + (size_t)(m0 + p * MR + r) * sam + (size_t)k0 * sak;
@@ -602,8 +588,7 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
         /* the tasks: blocks of GM_MB rows x GM_NB columns of C (whole micro-tiles) */
         if (kind == 3) gm_amx_config();
         float tmp[32 * 32] __attribute__((aligned(64)));
-        float* edge = kind < 2 ? (float*)aligned_alloc(64, sizeof(float) * 12 * KC) : NULL;   /* a partial A panel */
-        if (kind < 2 && !edge) { fprintf(stderr, "error: gemm: out of memory\n"); exit(1); }
+        float edge[12 * 512] __attribute__((aligned(64)));   /* a partial A panel of one fp32 chunk (KC 512) */
         int mt = kind == 3 ? 32 : MR, nt = kind == 3 ? 32 : NR;   /* the micro-tile */
         int nmb = (M + mbs - 1) / mbs, nnb = (N + nbs - 1) / nbs;
 #pragma omp for schedule(static)
@@ -650,7 +635,6 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
             }
         }
         if (kind == 3) gm_amx_release();
-        free(edge);
     }
 }
 #endif
