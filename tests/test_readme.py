@@ -57,7 +57,7 @@ def test_readme_is_a_front_door():
     text = open(README, encoding="utf-8").read()
     assert len(text.splitlines()) <= 320, f"README.md has {len(text.splitlines())} lines (at most 320)"
     assert "## Contents" in text
-    for needle in ("scripts/sdc_compare.sh --smoke", "make test", "~6 min", "~2.5 min", "--trainer emu", "--paper", "-protect all"):
+    for needle in ("scripts/sdc_compare.sh --smoke", "make test", "~5 min", "~2.5 min", "--trainer emu", "--paper", "-protect all"):
         assert needle in text, needle
     # the test command with how long it takes
     assert re.search(r"^make test +# .*~\d+ min", text, re.M), "README.md: the make test line without its time"
