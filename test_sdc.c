@@ -141,7 +141,7 @@ static void test_protect_parse(void) {
     memset(on, 0, sizeof(on));
     int rc = protect_parse("all", every, on, &all, err, sizeof(err));
     ON_LIST(got);
-    check(rc == 0 && all && !strcmp(got, "qk,rgg,att,qk_bwd,att_bwd,ew,bwd,exp") && !strcmp(got, want_all), "  all = %s", got);
+    check(rc == 0 && all && !strcmp(got, "qk,rgg,att,qk_bwd,att_bwd,ew,bound,bwd,exp") && !strcmp(got, want_all), "  all = %s", got);
     memset(on, 0, sizeof(on));
     rc = protect_parse("paper", every, on, &all, err, sizeof(err));
     ON_LIST(got);
@@ -163,7 +163,7 @@ static void test_protect_parse(void) {
     check(rc == 0 && !strcmp(got, "qk,rgg,exp"), "  paper on a trainer lacking non-paper kinds = %s", got);
     memset(on, 0, sizeof(on));
     rc = protect_parse("qk,detectors", every, on, &all, err, sizeof(err));
-    check(rc == 1 && strstr(err, "'detectors' is not none, paper, all, qk, rgg, att, qk_bwd, att_bwd, ew, bwd, exp (see -h)") != NULL,
+    check(rc == 1 && strstr(err, "'detectors' is not none, paper, all, qk, rgg, att, qk_bwd, att_bwd, ew, bound, bwd, exp (see -h)") != NULL,
           "  an unknown name: \"%s\"", rc ? err : "accepted");
 #undef ON_LIST
 }
@@ -181,6 +181,61 @@ static void test_schedule(void) {
 static void fill_normal(float* x, size_t n, uint64_t seed, float scale) {
     Rng r; rng_seed(&r, seed);
     for (size_t i = 0; i < n; i++) x[i] = (float)(scale * rng_normal(&r));
+}
+
+/* -protect bound's comparison (llmc/sdc/bound.h) on the trainer's own forward GEMM (matmul_forward_w, every path this
+ * CPU has, fp32 and bf16, the output stored as bf16 or not), at the invariant's tight case: input rows equal to weight
+ * rows with positive entries, so the diagonal outputs are ||w_j||^2, Cauchy-Schwarz with equality, plus rows equal
+ * to weight rows scaled by 2^-60 and 2^60 (the bound's fp32 arithmetic far from 1); K from 7 to 4096. The clean
+ * outputs never violate and reach more than 0.99 of the bound (so the test is at the edge the factor c(K) covers);
+ * one output multiplied by 2, a NaN and an Inf each violate. Catches: c(K) without the output's bf16 rounding or the
+ * summation's error (set mmb_factor to 1: the tight outputs rounded up violate), a norm rounded down, a comparison
+ * that lets NaN through. */
+static void test_mmb_bound(void) {
+    printf("-protect bound: matrix-product outputs under c(K) |x_i| |w_j|\n");
+    const int Ks[] = {7, 128, 1536, 4096}, rows = 12, cols = 20;
+    const int top = gemm_machine_level();
+    for (int lv = 0; lv <= top; lv++) {
+        gemm_set_level(lv);
+        for (int bf = 0; bf < 2; bf++) {
+            long long viol = 0, planted = 0;
+            double worst = 0;
+            for (int ki = 0; ki < 4; ki++) {
+                const int K = Ks[ki];
+                float *x = mallocCheck(sizeof(float) * rows * K), *w = mallocCheck(sizeof(float) * cols * K), *y = mallocCheck(sizeof(float) * rows * cols);
+                float *nx = mallocCheck(sizeof(float) * rows), *nw = mallocCheck(sizeof(float) * cols);
+                fill_normal(w, (size_t)cols * K, 91 + K, 1);
+                for (int i = 0; i < cols * K; i++) w[i] = bf16_round(fabsf(w[i]));
+                for (int r = 0; r < rows; r++)
+                    for (int k = 0; k < K; k++) x[(size_t)r * K + k] = ldexpf(w[(size_t)r * K + k], r == 10 ? -60 : r == 11 ? 60 : 0);
+                for (int round = 0; round < 2; round++) {
+                    matmul_forward_w(y, x, w, rows, K, cols, bf, round && bf);
+                    mmb_row_norms(nx, x, rows, K, K);
+                    mmb_row_norms(nw, w, cols, K, K);
+                    viol += mmb_count(y, rows, cols, cols, nx, nw, K);
+                    const float c = mmb_factor(K);
+                    for (int r = 0; r < rows; r++)
+                        for (int j = 0; j < cols; j++) {
+                            const double q = fabs((double)y[r * cols + j]) / ((double)nx[r] * nw[j] * c);
+                            if (q > worst) worst = q;
+                        }
+                    const float keep = y[3 * cols + 3];
+                    const float bad[3] = {keep * 2.0f, NAN, INFINITY};
+                    for (int b = 0; b < 3; b++) {
+                        y[3 * cols + 3] = bad[b];
+                        planted += mmb_count(y, rows, cols, cols, nx, nw, K) == 1;
+                    }
+                    y[3 * cols + 3] = keep;
+                }
+                free(x); free(w); free(y); free(nx); free(nw);
+            }
+            const char* path = bf ? gemm_bf16_path() : gemm_f32_path();
+            check(viol == 0 && worst > 0.99, "  %-10s %s: no clean output over its bound (%lld), the tightest at %.6f of it", path,
+                  bf ? "bf16" : "fp32", viol, worst);
+            check(planted == 4 * 2 * 3, "  %-10s %s: x2, NaN and Inf planted: %lld of 24 violate", path, bf ? "bf16" : "fp32", planted);
+        }
+    }
+    gemm_set_level(gemm_machine_level());
 }
 
 /* the register-blocked attention products (cpu_kernels.h) against their _ref loops, bit for bit: T not a
@@ -897,6 +952,7 @@ int main(int argc, char** argv) {
     test_att_checks_tolerance();
     test_att_bwd_checks_tolerance();
     test_gemm_paths();
+    test_mmb_bound();
     test_attention_fast();
 #ifdef _OPENMP
     test_thread_independence();

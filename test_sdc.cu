@@ -71,7 +71,9 @@
  *     trainer's producing kernels (fused and split residual + RMSNorm, SwiGLU and ReLU^2 forward and backward, gate/up
  *     and their gradients as strided views of one [rows, 2F] buffer): no flag on the clean outputs, exactly the
  *     flipped tensor's flag for the lowest mantissa bit of its first, a middle and its last element (and of a mean
- *     square), on the 16-byte and the scalar paths.
+ *     square), on the 16-byte and the scalar paths; mmb_bound: -protect bound's kernels (llmc/sdc/bound.cuh) on
+ *     linear_forward's output as a strided view: the CPU's row norms, quiet at Cauchy-Schwarz's equality case, x4 /
+ *     NaN / Inf flagged.
  * (e) update_norm: model_grad_norm against the CPU's sum of squares of the downloaded gradients and the CPU
  *     trainer's model_grad_norm; model_update_norm (clipping active and off, weight decay, t 3) changes no
  *     state, is bitwise reproducible, and is within 1e-5 relative of ||params after model_update - before||
@@ -152,7 +154,8 @@ static int want(const char* name, const char* group) {
 
 #define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
     "  LIST: comma-separated, of kernels reference determinism att_faults update_norm att_checks fused_faults convert\n" \
-    "        embedding rmsnorm rope attention attention_split flash attcheck attcheck_bwd flash_attcheck ewcheck elementwise classifier adamw global_norm\n" \
+    "        embedding rmsnorm rope attention attention_split flash attcheck attcheck_bwd flash_attcheck ewcheck mmb_bound elementwise\n" \
+    "        classifier adamw global_norm\n" \
     "        matmul fingerprint fingerprint_rows matmul_cache fault_flip argmax unscale attention_chunked ptx strided init grad_buckets\n"
 
 int main(int argc, char** argv) {
@@ -184,7 +187,7 @@ int main(int argc, char** argv) {
     struct { const char* name; void (*fn)(void); } kernels[] = {
         {"convert", test_convert}, {"embedding", test_embedding}, {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
         {"attention", test_attention}, {"attention_split", test_attention_split}, {"flash", test_flash_attention},
-        {"attcheck", test_attcheck}, {"attcheck_bwd", test_attcheck_bwd}, {"flash_attcheck", test_flash_attcheck}, {"ewcheck", test_ewcheck},
+        {"attcheck", test_attcheck}, {"attcheck_bwd", test_attcheck_bwd}, {"flash_attcheck", test_flash_attcheck}, {"ewcheck", test_ewcheck}, {"mmb_bound", test_mmb_bound},
         {"elementwise", test_elementwise}, {"classifier", test_classifier},
         {"adamw", test_adamw}, {"multi_tensor", test_multi_tensor}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"fingerprint_rows", test_fingerprint_rows}, {"matmul", test_matmul},
         {"matmul_cache", test_matmul_cache}, {"fault_flip", test_fault_flip}, {"argmax", test_argmax}, {"unscale", test_unscale},

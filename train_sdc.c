@@ -41,6 +41,7 @@
 #include "llmc/sdc/fingerprint.h"
 #include "llmc/cpu/init.h"
 #include "llmc/sdc/rgg.h"
+#include "llmc/sdc/bound.h"
 #include "llmc/host/logger.h"
 #include "llmc/host/rng.h"
 #include "llmc/cpu/rope.h"
@@ -87,6 +88,8 @@ typedef struct {
     float* dlog;               /* [B,H,T,T]: dprobs, then dlogits, of the layer being differentiated */
     Protect prot;              /* protection and fault injection state (llmc/sdc/checks.h, llmc/host/backend.h) */
     float* ew_scratch;         /* ew's scratch: 2 x [N, max(F, d)] + [N] (allocated on first use) */
+    float *mmb_wn, *mmb_xn;    /* bound's weight row norms [n_layer][kd + 2d + 2F] and input row norms [2][N] (first use) */
+    int mmb_wn_valid;          /* mmb_wn is of the current weights (cleared by model_prepare_weights) */
     float* upd;                /* scratch for model_update_norm (allocated on first use) */
     float* act_mem;
     size_t act_floats;
@@ -186,7 +189,7 @@ static void model_free(Model* model) {
     free(model->params); free(model->grads); free(model->m); free(model->v);
     free(model->rope_cos); free(model->rope_sin); free(model->act_mem); free(model->la);
     free(model->inputs); free(model->targets); free(model->tidx); free(model->trace_mem); free(model->prot.exp_hist); free(model->upd);
-    free(model->ew_scratch);
+    free(model->ew_scratch); free(model->mmb_wn); free(model->mmb_xn);
 }
 
 static void model_prepare_weights(Model* model);
@@ -204,6 +207,7 @@ static void model_init_weights(Model* model, uint64_t seed) {
 static void model_prepare_weights(Model* model) {
     size_t P = model->L.total;
     if (model->precision) bf16_round_copy(model->wr, model->params, (long long)P);
+    model->mmb_wn_valid = 0;
 }
 
 /* count n alarms of a kind raised in layer l */
@@ -306,11 +310,14 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const floa
  * fault at any bit of their outputs is caught. Forward: the RMSNorm outputs (attn_norm,
  * mlp_norm, from the input and the saved mean square), the residual writebacks (attn_residual, block_out), the
  * activation and the gated product (act, mlp_product); backward: the gradients the MLP's element-wise backward
- * produces (act and up_proj from mlp_product's gradient, gate_proj from act's). Each recomputation calls the
+ * produces (act and up_proj from mlp_product's gradient, gate_proj from act's) and the residual gradients the norms'
+ * backward accumulates in place (attn_residual's from mlp_norm's, block_out's from the next attn_norm's or the final
+ * norm's: the value before the accumulation is kept, ew_keep_dres). Each recomputation calls the
  * same kernel on the same inputs (exact: every kernel here is deterministic); its inputs are the stored,
  * possibly faulty ones, so a fault upstream is consistent input and stays another check's. Not covered: the
- * outputs of matrix products (q/k/v/o/gate/up/down projections and their dx), attention (att and att_bwd),
- * and the backward's norm and residual gradients (accumulated in place: their inputs are gone). */
+ * outputs of matrix products (q/k/v/o/gate/up/down projections and their dx; bound holds the forward's under their
+ * Cauchy-Schwarz bound), attention (att and att_bwd), the QK norms' gradients (qk_bwd's) and the gradient of the
+ * first layer's input (the embedding's; no injection site). */
 /* the scratch: two buffers of ew_stride floats (the widest element-wise tensor), then [N] for a mean square */
 static size_t ew_stride(const Model* model) {
     return (size_t)model->B * model->T * (size_t)(model->c.ffn_dim > model->c.d_model ? model->c.ffn_dim : model->c.d_model);
@@ -333,6 +340,67 @@ static void ew_residual(Model* model, int l, const float* out, const float* a, c
     float* r = ew_scratch(model);
     residual_forward(r, a, b, n);
     ew_compare(model, l, out, r, n);
+}
+/* the backward's residual gradients, accumulated in place by the norms' backward (dres += d/dx norm(x)): the value
+ * before the accumulation is kept in the scratch (ew_keep_dres), and after the result's injection point the same
+ * accumulation is run again on the kept copy and compared (ew_norm_backward; accumulate 0: the final norm's, which
+ * writes dres) */
+static void ew_keep_dres(Model* model, const float* dres, size_t n) {
+    if (model->prot.on[PK_EW]) memcpy(ew_scratch(model), dres, n * sizeof(float));
+}
+static void ew_norm_backward(Model* model, int l, const float* dres, const float* dout, const float* x, const float* w, const float* ms,
+                             int N, int d, int accumulate) {
+    float* r = ew_scratch(model);
+    rmsnorm_backward(r, NULL, dout, x, w, ms, N, d, (float)model->c.norm_eps, accumulate);
+    ew_compare(model, l, dres, r, (size_t)N * d);
+}
+
+/* ---------------------------------------------------------------- matrix-product output bounds (ours, -protect bound)
+ * llmc/sdc/bound.h: each of v_proj, o_proj, gate_proj (fc), up_proj, down_proj checked after its injection point,
+ * |y_ij| <= c(K) ||x_i|| ||w_j||, against the input the product read and the weights (model->wr, the copy the GEMMs
+ * read). The weights' row norms are computed once after every change of the weights (mmb_wn_valid); the input
+ * rows' norms per product, attn_norm's and mlp_norm's once for the products that share them. */
+static size_t mmb_stride(const Config* c) { return (size_t)c->n_kv_head * c->head_dim + 2 * (size_t)c->d_model + 2 * (size_t)c->ffn_dim; }
+static void mmb_alloc(Model* model) {
+    if (model->mmb_wn) return;
+    model->mmb_wn = (float*)mallocCheck(sizeof(float) * mmb_stride(&model->c) * model->c.n_layer);
+    model->mmb_xn = (float*)mallocCheck(sizeof(float) * 2 * (size_t)model->B * model->T);
+}
+/* layer l's weight row norms of product slot s (MMB_*) */
+static const float* mmb_weight_norms(Model* model, int l, int s) {
+    const Config* c = &model->c;
+    const int d = c->d_model, kd = c->n_kv_head * c->head_dim, qd = c->n_head * c->head_dim, F = c->ffn_dim;
+    mmb_alloc(model);
+    if (!model->mmb_wn_valid) {
+        for (int i = 0; i < c->n_layer; i++) {
+            float* wn = model->mmb_wn + mmb_stride(c) * i;
+            const int swiglu = c->mlp == MLP_SWIGLU;
+            mmb_row_norms(wn, W(PT_WV, i), kd, d, d);
+            mmb_row_norms(wn + kd, W(PT_WO, i), d, qd, qd);
+            mmb_row_norms(wn + kd + d, W(swiglu ? PT_WGATE : PT_WFC, i), F, d, d);
+            if (swiglu) mmb_row_norms(wn + kd + d + F, W(PT_WUP, i), F, d, d);
+            mmb_row_norms(wn + kd + d + 2 * F, W(PT_WDOWN, i), d, F, F);
+        }
+        model->mmb_wn_valid = 1;
+    }
+    const size_t off[MMB_SLOTS] = {0, (size_t)kd, (size_t)kd + d, (size_t)kd + d + F, (size_t)kd + d + 2 * (size_t)F};
+    return model->mmb_wn + mmb_stride(c) * l + off[s];
+}
+/* the input rows' norms of a product into slot buffer i (0 or 1) of mmb_xn */
+static const float* mmb_input_norms(Model* model, int i, const float* x, int rows, int K) {
+    mmb_alloc(model);
+    float* nx = model->mmb_xn + (size_t)i * model->B * model->T;
+    mmb_row_norms(nx, x, rows, K, K);
+    return nx;
+}
+/* product slot s of layer l: y [rows, cols] from an input with row norms nx over K */
+static void mmb_check(Model* model, int l, int s, const float* y, int rows, int cols, const float* nx, int K) {
+    double q = 0.0;
+    const long long bad = mmb_count_q(y, rows, cols, cols, nx, mmb_weight_norms(model, l, s), K, check_dump_file() ? &q : NULL);
+    if (bad) check_alarm(model, CHECK_BOUND, l, 1);
+    if (check_dump_file())   /* test-only (llmc/sdc/checks.h) */
+        fprintf(check_dump_file(), "{\"kind\":\"mmb\",\"fwd\":%lld,\"layer\":%d,\"slot\":%d,\"bad\":%lld,\"q\":%s}\n", check_dump_fwd, l,
+                s, bad, jnum(q).s);
 }
 
 /* exponent profiling: sample dL/dY of a linear layer (its output gradient) and count the exponent
@@ -391,6 +459,8 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         matmul_forward_w(a->q, a->attn_norm, W(PT_WQ, l), N, d, qd, model->precision, model->precision);                       STORE_RND(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
         matmul_forward_w(a->k, a->attn_norm, W(PT_WK, l), N, d, kd, model->precision, model->precision);                       STORE_RND(SITE_K_PROJ, l, a->k, (size_t)N * kd);
         matmul_forward_w(a->v, a->attn_norm, W(PT_WV, l), N, d, kd, model->precision, model->precision);                       STORE_RND(SITE_V_PROJ, l, a->v, (size_t)N * kd);
+        const int mmb = model->prot.on[PK_BOUND];
+        if (mmb) mmb_check(model, l, MMB_V_PROJ, a->v, N, kd, mmb_input_norms(model, 0, a->attn_norm, N, d), d);
         float *qc = a->q, *kc = a->k;
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {                                    /* per head, over hd */
             rmsnorm_forward(a->qn, a->qn_ms, qc, W(PT_QNORM, l), N * H, hd, eps);          STORE(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
@@ -422,6 +492,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd, model->precision); STORE_RND(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
         if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
         matmul_forward_w(a->o, a->att_out, W(PT_WO, l), N, qd, d, model->precision, model->precision);                         STORE_RND(SITE_O_PROJ, l, a->o, (size_t)N * d);
+        if (mmb) mmb_check(model, l, MMB_O_PROJ, a->o, N, d, mmb_input_norms(model, 0, a->att_out, N, qd), qd);
         residual_forward(a->resid_mid, x, a->o, (size_t)N * d);                           STORE(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_residual(model, l, a->resid_mid, x, a->o, (size_t)N * d);
         /* MLP block: x + down(silu(gate) * up)  or  x + down(relu(fc)^2) */
@@ -431,6 +502,11 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         if (c->mlp == MLP_SWIGLU) {
             matmul_forward_w(a->gate, a->mlp_norm, W(PT_WGATE, l), N, d, F, model->precision, model->precision);               STORE_RND(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             matmul_forward_w(a->up, a->mlp_norm, W(PT_WUP, l), N, d, F, model->precision, model->precision);                   STORE_RND(SITE_UP_PROJ, l, a->up, (size_t)N * F);
+            if (mmb) {
+                const float* nx = mmb_input_norms(model, 1, a->mlp_norm, N, d);
+                mmb_check(model, l, MMB_GATE_PROJ, a->gate, N, F, nx, d);
+                mmb_check(model, l, MMB_UP_PROJ, a->up, N, F, nx, d);
+            }
             silu_forward(a->act, a->gate, (size_t)N * F);                                  STORE(SITE_ACT, l, a->act, (size_t)N * F);
             mul_forward(a->prod, a->act, a->up, (size_t)N * F);                            STORE(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
@@ -441,6 +517,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             hidden = a->prod;
         } else {
             matmul_forward_w(a->gate, a->mlp_norm, W(PT_WFC, l), N, d, F, model->precision, model->precision);                 STORE_RND(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
+            if (mmb) mmb_check(model, l, MMB_GATE_PROJ, a->gate, N, F, mmb_input_norms(model, 1, a->mlp_norm, N, d), d);
             relu2_forward(a->act, a->gate, (size_t)N * F);                                 STORE(SITE_ACT, l, a->act, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
@@ -449,6 +526,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             hidden = a->act;
         }
         matmul_forward_w(a->down, hidden, W(PT_WDOWN, l), N, F, d, model->precision, model->precision);                        STORE_RND(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
+        if (mmb) mmb_check(model, l, MMB_DOWN_PROJ, a->down, N, d, mmb_input_norms(model, 0, hidden, N, F), F);
         residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d);                   STORE(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_residual(model, l, a->out, a->resid_mid, a->down, (size_t)N * d);
         x = a->out;
@@ -500,12 +578,16 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
     float* x_last = c->n_layer ? model->la[c->n_layer - 1].out : NULL;
     rmsnorm_backward(dres, GR(PT_FINAL_NORM, -1), dbuf, x_last, W(PT_FINAL_NORM, -1), model->final_ms, N, d, eps, 0);
     BF16_STORE(model, dres, (size_t)N * d);
+    /* what wrote dres last, for ew's check of d(block_out) (the next layer's attn_norm backward, here the final norm's) */
+    const float *res_x = x_last, *res_w = W(PT_FINAL_NORM, -1), *res_ms = model->final_ms;
+    int res_acc = 0;
 
     for (int l = c->n_layer - 1; l >= 0; l--) {
         LayerActs* a = &model->la[l];
         float* x_in = l > 0 ? model->la[l - 1].out : (c->embed_norm ? model->x0 : model->emb);
         size_t natt = (size_t)B * H * T * T;
         FAULT_BWD(SITE_BLOCK_OUT, l, dres, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dbuf, res_x, res_w, res_ms, N, d, res_acc);
         /* MLP block: dres is d(block_out) = d(resid_mid) (through the skip) = d(down) */
         const float* ddown = fault_private_grad(model, SITE_DOWN_PROJ, l, dres, dbuf, (size_t)N * d);
         if (c->mlp == MLP_SWIGLU) {
@@ -542,8 +624,10 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             matmul_backward_r(dbuf, GR(PT_WFC, l), model->dF2, a->mlp_norm, W(PT_WFC, l), N, d, F, 0, model->precision, model->precision);
         }
         STORE_GRAD_RND(SITE_MLP_NORM, l, dbuf, (size_t)N * d);   /* the last product into dbuf stored it as bf16 */
+        ew_keep_dres(model, dres, (size_t)N * d);
         rmsnorm_backward(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1);
         STORE_GRAD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, 1);
         /* attention block: dres is d(resid_mid) = d(x_in) (skip) = d(o) */
         const float* dout_o = fault_private_grad(model, SITE_O_PROJ, l, dres, dbuf, (size_t)N * d);
         exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
@@ -599,8 +683,10 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         matmul_backward_r(dbuf, GR(PT_WK, l), dk, a->attn_norm, W(PT_WK, l), N, d, kd, 1, model->precision, 0);
         matmul_backward_r(dbuf, GR(PT_WV, l), model->dv, a->attn_norm, W(PT_WV, l), N, d, kd, 1, model->precision, model->precision);
         STORE_GRAD_RND(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
+        ew_keep_dres(model, dres, (size_t)N * d);
         rmsnorm_backward(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1);
         BF16_STORE(model, dres, (size_t)N * d);
+        res_x = x_in; res_w = W(PT_ATTN_NORM, l); res_ms = a->attn_ms; res_acc = 1;
     }
     if (c->embed_norm) {
         rmsnorm_backward(dbuf, GR(PT_EMBED_NORM, -1), dres, model->emb, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0);

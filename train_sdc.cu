@@ -64,6 +64,7 @@
 #include "llmc/sdc/fingerprint.cuh"
 #include "llmc/sdc/attcheck.cuh"
 #include "llmc/sdc/ewcheck.cuh"
+#include "llmc/sdc/bound.cuh"
 #include "llmc/cuda/init.cuh"
 #include "llmc/cuda/checksum.cuh"
 #include "llmc/sdc/rgg.cuh"
@@ -190,6 +191,11 @@ typedef struct {
     int* chkb_dev;                       /* the backward's attention checks (-protect att_bwd): flags [n_layer][ATTB_NCHECK]
                                             [B*H] (device, zeroed per backward), NULL until used */
     bf16* qkb_scratch;                   /* -protect qk_bwd's recomputation: [2 N qd + 3 N kd] (device), NULL until used */
+    float* mmb_wn;                       /* -protect bound: weight row norms [n_layer][kd + 2d + 2F] (device, allocated
+                                            before the first forward's layer loop) */
+    int mmb_wn_valid;                    /* mmb_wn is of the current weights (cleared by every change of them) */
+    bf16* ew_dres;                       /* -protect ew: dres kept before a norm backward accumulates into it, then the
+                                            accumulation rerun on it [N, d] (device, allocated before the first backward's loop) */
     size_t* upd_seg_end;                 /* model_update_norm: end offset and decay flag per tensor (device), */
     int* upd_seg_decay;                  /*   NULL until used */
     /* The report: what the host reads after a forward, in one pinned asynchronous copy per microbatch
@@ -200,7 +206,7 @@ typedef struct {
      * below: its own copy at the backward's end, model_backward_step). Byte
      * offsets rep_*; the copy covers everything up to the losses, and the losses when there are targets. */
     char *rep_dev, *rep_host;
-    size_t rep_bad, rep_qk, rep_attc, rep_ew, rep_ewb, rep_loss;
+    size_t rep_bad, rep_qk, rep_attc, rep_ew, rep_mmb, rep_ewb, rep_loss;
     /* the backward's report, after the losses, in its own pinned copy at the end of the backward (only when a
      * backward check is on): qkb int [L] (1: the layer's recomputed dq/dk fingerprints differ), attb int [L]
      * [ATTB_NCHECK] (the backward attention checks' failed heads), ewb int [L][EW_BWD_SLOTS] (ew's backward flags,
@@ -492,7 +498,8 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
         model->rep_qk = 2 * nv * sizeof(double);
         model->rep_attc = model->rep_qk + (size_t)c->n_layer * sizeof(int);
         model->rep_ew = model->rep_attc + (size_t)c->n_layer * ATTC_NCHECK * sizeof(int);
-        model->rep_loss = (model->rep_ew + (size_t)c->n_layer * EW_FWD_SLOTS * sizeof(int) + 15) / 16 * 16;
+        model->rep_mmb = model->rep_ew + (size_t)c->n_layer * EW_FWD_SLOTS * sizeof(int);
+        model->rep_loss = (model->rep_mmb + (size_t)c->n_layer * MMB_SLOTS * sizeof(int) + 15) / 16 * 16;
         /* the backward's part after the losses: qk_bwd flags, att_bwd counts, then ew's backward flags (rep_ewb),
          * all in the backward's one copy */
         model->rep_bwd = (model->rep_loss + N * sizeof(float) + 15) / 16 * 16;
@@ -531,6 +538,8 @@ static void model_free(Model* model) {
     if (model->chk_dev) cudaCheck(cudaFree(model->chk_dev));
     if (model->chkb_dev) cudaCheck(cudaFree(model->chkb_dev));
     if (model->qkb_scratch) cudaCheck(cudaFree(model->qkb_scratch));
+    if (model->mmb_wn) cudaCheck(cudaFree(model->mmb_wn));
+    if (model->ew_dres) cudaCheck(cudaFree(model->ew_dres));
     cudaCheck(cudaFree(model->rep_dev)); cudaCheck(cudaFreeHost(model->rep_host));
     cudaCheck(cudaFree(model->ms_table)); cudaCheck(cudaFree(model->fp_part));
     if (model->chk_scratch) cudaCheck(cudaFree(model->chk_scratch));
@@ -561,6 +570,7 @@ static void model_load_state(Model* model, const float* params, const float* m, 
     if (v) cudaCheck(cudaMemcpy(model->v, v, P * sizeof(float), cudaMemcpyHostToDevice));
     else cudaCheck(cudaMemset(model->v, 0, P * sizeof(float)));
     f32_to_bf16(model->wbf, model->params, P, model->stream);
+    model->mmb_wn_valid = 0;
     cudaCheck(cudaStreamSynchronize(model->stream));
 }
 
@@ -572,6 +582,7 @@ static void model_init_weights(Model* model, uint64_t seed) {
     cudaCheck(cudaMemsetAsync(model->m, 0, P * sizeof(float), model->stream));
     cudaCheck(cudaMemsetAsync(model->v, 0, P * sizeof(float), model->stream));
     f32_to_bf16(model->wbf, model->params, P, model->stream);
+    model->mmb_wn_valid = 0;
     cudaCheck(cudaStreamSynchronize(model->stream));
 }
 
@@ -729,6 +740,51 @@ static void ew_collect(Model* model, int backward) {
         int n = 0;
         for (int k = 0; k < slots; k++) n += f[(size_t)l * slots + k] != 0;
         gpu_alarm(model, CHECK_EW, l, n);
+    }
+}
+
+/* Matrix-product output bounds (-protect bound; llmc/sdc/bound.h the math, bound.cuh the kernels): v_proj, o_proj,
+ * gate_proj (fc), up_proj and down_proj checked after their injection points, |y_ij| <= c(K) ||x_i|| ||w_j||, against
+ * the input the GEMM read and the bf16 weights it read. The weights' row norms once after every change of the weights
+ * (mmb_prepare, before the layer loop: the step's microbatches and its replay share them); the input rows' norms inside
+ * each product's one check launch (gate and up: one launch over the fused [N, 2F] output, two slots). A layer's
+ * slots (MMB_*) of the forward's report come back with its one copy; the alarm count is the number of slots set,
+ * the CPU's count of failed products. */
+static size_t mmb_wn_stride(const Config* c) { return (size_t)c->n_kv_head * c->head_dim + 2 * (size_t)c->d_model + 2 * (size_t)c->ffn_dim; }
+static const float* mmb_wnorms(const Model* model, int l, int slot) {
+    const Config* c = &model->c;
+    const size_t kd = (size_t)c->n_kv_head * c->head_dim, d = c->d_model, F = c->ffn_dim;
+    const size_t off[MMB_SLOTS] = {0, kd, kd + d, kd + d + F, kd + d + 2 * F};
+    return model->mmb_wn + mmb_wn_stride(c) * l + off[slot];
+}
+static void mmb_prepare(Model* model, cudaStream_t s) {
+    const Config* c = &model->c;
+    const int d = c->d_model, kd = c->n_kv_head * c->head_dim, qd = c->n_head * c->head_dim, F = c->ffn_dim;
+    if (!model->mmb_wn) cudaCheck(cudaMalloc(&model->mmb_wn, sizeof(float) * mmb_wn_stride(c) * c->n_layer));
+    if (model->mmb_wn_valid) return;
+    const int swiglu = c->mlp == MLP_SWIGLU;
+    for (int l = 0; l < c->n_layer; l++) {
+        mmb_row_norms((float*)mmb_wnorms(model, l, MMB_V_PROJ), W(PT_WV, l), kd, d, d, s);
+        mmb_row_norms((float*)mmb_wnorms(model, l, MMB_O_PROJ), W(PT_WO, l), d, qd, qd, s);
+        mmb_row_norms((float*)mmb_wnorms(model, l, MMB_GATE_PROJ), W(swiglu ? PT_WGATE : PT_WFC, l), F, d, d, s);
+        if (swiglu) mmb_row_norms((float*)mmb_wnorms(model, l, MMB_UP_PROJ), W(PT_WUP, l), F, d, d, s);
+        mmb_row_norms((float*)mmb_wnorms(model, l, MMB_DOWN_PROJ), W(PT_WDOWN, l), d, F, F, s);
+    }
+    model->mmb_wn_valid = 1;
+}
+/* product slot s of layer l (slot s + 1 for the columns from split: gate and up in one launch): y [N, cols] (row
+ * stride ld) from the input x [N, K] */
+static void mmb_product(Model* model, int l, int slot, int split, const bf16* y, int N, int cols, int ld, const bf16* x, int K,
+                        cudaStream_t s) {
+    int* f = (int*)(model->rep_dev + model->rep_mmb) + (size_t)l * MMB_SLOTS + slot;
+    mmb_check(f, split < cols ? f + 1 : f, split, y, N, cols, ld, x, K, mmb_wnorms(model, l, slot), mmb_factor(K), s);
+}
+static void mmb_collect(Model* model) {
+    const int* f = (const int*)(model->rep_host + model->rep_mmb);
+    for (int l = 0; l < model->c.n_layer; l++) {
+        int n = 0;
+        for (int k = 0; k < MMB_SLOTS; k++) n += f[(size_t)l * MMB_SLOTS + k] != 0;
+        gpu_alarm(model, CHECK_BOUND, l, n);
     }
 }
 
@@ -985,7 +1041,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim;
     int qd = H * hd, kd = KV * hd, F = c->ffn_dim, V = c->vocab_size;
     float eps = (float)c->norm_eps;
-    const int checks = model->prot.abft || model->prot.on[PK_ATT], ew = model->prot.on[PK_EW];
+    const int checks = model->prot.abft || model->prot.on[PK_ATT], ew = model->prot.on[PK_EW], mmb = model->prot.on[PK_BOUND];
     if (B * T > model->B * model->T) tsdc_fail("model_forward_step: B %d x T %d exceed the model's %d x %d tokens", B, T, model->B, model->T);
     const int fuse_ce = with_targets && model->ce_fused_next;   /* the one-pass classifier (model_classifier_fused_next) */
     model->ce_fused_next = 0;
@@ -996,12 +1052,13 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         cudaCheck(cudaMemsetAsync(model->chk_dev, 0, sizeof(int) * attcheck_dev_ints(model), s));
     }
     /* the report's flags and counts start from zero (a layer without a check leaves its zeros) */
-    if (checks || model->prot.on[PK_QK] || ew)
+    if (checks || model->prot.on[PK_QK] || ew || mmb)
         cudaCheck(cudaMemsetAsync(model->rep_dev + model->rep_qk, 0, model->rep_loss - model->rep_qk, s));
 
     model->last_B = B; model->last_T = T;
     for (int l = 0; l < c->n_layer && !model->att_mem; l++)   /* before the layer loop: no allocation inside it */
         if (!attention_fused(model, l)) model_att_buffers(model, model_materialised_reason(model));
+    if (mmb) mmb_prepare(model, s);   /* before the layer loop: its allocation, and the weights' norms */
     const int ldqkv = model->ldqkv, ldgu = model->ldgu;
     embedding_forward(model->emb, model->inputs, W(PT_WTE, -1), N, d, s);
     bf16* x = model->emb;
@@ -1026,6 +1083,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         FAULT_FWD_LD(SITE_Q_PROJ, l, a->q, N, qd, ldqkv);
         FAULT_FWD_LD(SITE_K_PROJ, l, a->k, N, kd, ldqkv);
         FAULT_FWD_LD(SITE_V_PROJ, l, a->v, N, kd, ldqkv);
+        if (mmb) mmb_product(model, l, MMB_V_PROJ, kd, a->v, N, kd, ldqkv, a->attn_norm, d, s);
         bf16 *qc = a->q, *kc = a->k;
         int ldq = ldqkv, ldk = ldqkv;   /* the row strides of qc, kc: the views, then contiguous */
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
@@ -1084,6 +1142,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         if (checks) attf_dump(model, l, B, T, P.flash, a->logits, a->probs, s);   /* test-only: nothing without TSDC_CHECK_DUMP */
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
+        if (mmb) mmb_product(model, l, MMB_O_PROJ, d, a->o, N, d, d, a->att_out, qd, s);
         if (P.resid_norm) {
             residual_rmsnorm_forward(a->resid_mid, a->mlp_norm, a->mlp_ms, x, a->o, W(PT_MLP_NORM, l), N, d, eps, s);
         } else {
@@ -1101,6 +1160,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             linear_forward(a->gu, a->mlp_norm, W(PT_WGATE, l), N, d, ldgu, s);
             FAULT_FWD_LD(SITE_GATE_PROJ, l, a->gate, N, F, ldgu);
             FAULT_FWD_LD(SITE_UP_PROJ, l, a->up, N, F, ldgu);
+            if (mmb) mmb_product(model, l, MMB_GATE_PROJ, F, a->gate, N, 2 * F, ldgu, a->mlp_norm, d, s);   /* gate | up: one launch */
             if (P.swiglu) {
                 swiglu_forward(a->act, a->prod, a->gate, a->up, N, F, ldgu, s);   /* the same bits, one pass */
             } else {   /* the fault goes between silu and the product */
@@ -1116,6 +1176,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         } else {
             linear_forward(a->gate, a->mlp_norm, W(PT_WFC, l), N, d, F, s);
             FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
+            if (mmb) mmb_product(model, l, MMB_GATE_PROJ, F, a->gate, N, F, F, a->mlp_norm, d, s);
             relu2_forward(a->act, a->gate, N, F, ldgu, s);
             FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
             if (ew) ew_check_mlp_forward(ew_flag(model, 0, l, EWF_ACT), NULL, a->act, NULL, a->gate, NULL, N, F, ldgu, s);
@@ -1123,6 +1184,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         }
         linear_forward(a->down, hidden, W(PT_WDOWN, l), N, F, d, s);
         FAULT_FWD(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
+        if (mmb) mmb_product(model, l, MMB_DOWN_PROJ, d, a->down, N, d, d, hidden, F, s);
         normed = P.block_norm;
         if (normed) {   /* the next norm: layer l+1's attn_norm, or the final norm */
             const int last = l + 1 == c->n_layer;
@@ -1158,6 +1220,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         for (int l = 0; l < c->n_layer; l++) gpu_alarm(model, CHECK_QK, l, ((const int*)(model->rep_host + model->rep_qk))[l]);
     if (checks) attcheck_collect(model);
     if (ew) ew_collect(model, 0);
+    if (mmb) mmb_collect(model);
     if (!with_targets) return 0.0f;
     double sum = 0.0; int cnt = 0;
     for (int n = 0; n < N; n++) if (model->h_targets[n] >= 0) { sum += model->h_losses[n]; cnt++; }
@@ -1271,6 +1334,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     const int ew = model->prot.on[PK_EW];
     const size_t ewb_bytes = (size_t)c->n_layer * EW_BWD_SLOTS * sizeof(int);
     if (ew) cudaCheck(cudaMemsetAsync(model->rep_dev + model->rep_ewb, 0, ewb_bytes, s));
+    if (ew && !model->ew_dres) cudaCheck(cudaMalloc(&model->ew_dres, sizeof(bf16) * (size_t)model->B * model->T * d));
 
     bf16* dlogits = model->logits;
     if (model->dlogits_ready) {   /* the forward's one-pass classifier wrote them, for this dloss */
@@ -1286,6 +1350,11 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     linear_backward_dw_acc(lm_g, dlogits, model->final_norm, N, d, V, acc, s);
     rmsnorm_backward_acc(dres, GR(PT_FINAL_NORM, -1), dbuf, model->la[c->n_layer - 1].out, W(PT_FINAL_NORM, -1), model->final_ms,
                      N, d, eps, 0, acc, s);
+    /* what wrote dres last, for ew's check of d(block_out): the next layer's attn_norm backward (accumulating into the
+     * copy kept in ew_dres), here the final norm's (writing) */
+    const bf16 *res_x = model->la[c->n_layer - 1].out, *res_w = W(PT_FINAL_NORM, -1);
+    const float* res_ms = model->final_ms;
+    int res_acc = 0;
     grad_bucket_done(model, GB_TAIL);   /* lm_head and the final norm: written */
     bwd_checks_begin(model, B, T, s);
     const long long syncs0 = host_syncs_now();   /* -stats: none may happen inside the layer loop */
@@ -1293,6 +1362,11 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         LayerActs* a = &model->la[l];
         bf16* x_in = l > 0 ? model->la[l - 1].out : (c->embed_norm ? model->x0 : model->emb);
         FAULT_BWD(SITE_BLOCK_OUT, l, dres, (size_t)N * d);
+        if (ew) {
+            CostScope cs("ew");
+            rmsnorm_backward(model->ew_dres, NULL, dbuf, res_x, res_w, res_ms, N, d, eps, res_acc, s);
+            ew_check_equal(ew_flag(model, 1, l, EWB_BLOCK_OUT), dres, model->ew_dres, N, d, s);
+        }
         /* d(down) shares dres with the skip path: a fault there goes into a private copy (dbuf) */
         const bf16* ddown = fault_bwd_private(model, SITE_DOWN_PROJ, l, dres, dbuf, (size_t)N * d, s);
         /* MLP block */
@@ -1342,8 +1416,14 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             linear_backward_dw_acc(GR(PT_WFC, l), model->dF2, a->mlp_norm, N, d, F, acc, s);
         }
         FAULT_BWD(SITE_MLP_NORM, l, dbuf, (size_t)N * d);
+        if (ew) ew_keep(model->ew_dres, dres, (size_t)N * d, s);
         rmsnorm_backward_acc(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, acc, s);
         FAULT_BWD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
+        if (ew) {
+            CostScope cs("ew");
+            rmsnorm_backward(model->ew_dres, NULL, dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, s);
+            ew_check_equal(ew_flag(model, 1, l, EWB_ATTN_RESIDUAL), dres, model->ew_dres, N, d, s);
+        }
         /* attention block; d(o) shares dres with the skip path, as d(down) */
         const bf16* dout_o = fault_bwd_private(model, SITE_O_PROJ, l, dres, dbuf, (size_t)N * d, s);
         exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
@@ -1444,7 +1524,9 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         linear_backward_dx_bf16(dbuf, model->dqkv, W(PT_WQ, l), N, d, ldqkv, s);
         linear_backward_dw_acc(GR(PT_WQ, l), model->dqkv, a->attn_norm, N, d, ldqkv, acc, s);
         FAULT_BWD(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
+        if (ew) ew_keep(model->ew_dres, dres, (size_t)N * d, s);
         rmsnorm_backward_acc(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, acc, s);
+        res_x = x_in; res_w = W(PT_ATTN_NORM, l); res_ms = a->attn_ms; res_acc = 1;
         grad_bucket_done(model, l);   /* the layer's last gradient kernel is queued */
     }
     model->loop_syncs += host_syncs_now() - syncs0;
@@ -1533,6 +1615,9 @@ static double model_update(Model* model, const AdamW* o, long long t, double cli
     h.unscale = model->unscale;
     adamw_multi_tensor(model->params, model->wbf, model->grads, model->m, model->v, &model->mt, h, (float)(1.0 - o->lr * o->weight_decay),
                        model->L.total, model->stream);
+    model->mmb_wn_valid = 0;
+    /* -protect bound: the new weights' row norms now, once a step (the cost model's window holds the update) */
+    if (model->prot.on[PK_BOUND]) mmb_prepare(model, model->stream);
     return norm;
 }
 

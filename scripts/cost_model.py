@@ -66,7 +66,7 @@ EFF = {"tc_bf16": 0.70, "fp32": 0.40, "fp64": 0.50, "hbm": 0.80, "net": 0.80}
 LAUNCH_S = {"kernel": 3e-6, "cublasLtMatmul": 4e-6, "ncclAllReduce": 10e-6}
 
 COMPONENTS = ["gemm", "attention", "norm", "elementwise", "classifier", "embedding", "optimizer", "allreduce"]
-PROTECTION = ["qk", "rgg", "att", "qk_bwd", "att_bwd", "ew", "bwd", "exp", "fault", "detectors"]
+PROTECTION = ["qk", "rgg", "att", "qk_bwd", "att_bwd", "ew", "bound", "bwd", "exp", "fault", "detectors"]
 
 
 def launch_time(r, g, eff):
@@ -292,7 +292,7 @@ def render(res, gpus, before, mem_bs, caps):
     L += ["", f"Protection on {g}: each kind's own launches, and the whole step against -protect none (which also "
           "holds what protection changes in the model's own launches: e.g. -protect att and att_bwd run the fused attention "
           "kernels' row-sum variants):", ""]
-    L.append("| preset | B x accum | -protect | " + " | ".join(PROTECTION[:7]) + " | step vs none |")
+    L.append("| preset | B x accum | -protect | " + " | ".join(PROTECTION[:8]) + " | step vs none |")
     L.append("|---|---|---|" + "---|" * 7 + "---|")
     base = {(r["preset"], r["B"], r["accum"]): r for r in res["rows"] if r["protect"] == "none" and "pred" in r}
     for r in res["rows"]:
@@ -304,7 +304,7 @@ def render(res, gpus, before, mem_bs, caps):
             continue
         p, q = r["pred"][g], b["pred"][g]
         L.append(f"| {r['preset']} | {r['B']} x {r['accum']} | {r['protect']} | " +
-                 " | ".join(f"{100 * p['comp_ms'][c] / q['ms']:.2f}%" if c in p["comp_ms"] else "-" for c in PROTECTION[:7]) +
+                 " | ".join(f"{100 * p['comp_ms'][c] / q['ms']:.2f}%" if c in p["comp_ms"] else "-" for c in PROTECTION[:8]) +
                  f" | {100 * (p['ms'] / q['ms'] - 1):+.1f}% |")
     L += ["", "Peak device memory (the emulator's counter: every cudaMalloc up to the end of the first step; the CUDA "
           "context, ~0.5 GB, is not in it), GB, and the largest B that fits:", ""]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Protection overhead on the CPU, measured side by side in one run: fault-free training steps with
-# protection off, each component alone (qk, rgg, exp, att, bwd, qk_bwd, att_bwd, ew), the paper's method (paper =
-# qk,rgg,exp) and all (qk,rgg,att,bwd,qk_bwd,att_bwd,ew,exp with k chosen at the start), interleaved in rounds so that a change in
+# protection off, each component alone (qk, rgg, exp, att, bwd, qk_bwd, att_bwd, ew, bound), the paper's method (paper =
+# qk,rgg,exp) and all (qk,rgg,att,bwd,qk_bwd,att_bwd,ew,bound,exp with k chosen at the start), interleaved in rounds so that a change in
 # machine load hits every configuration alike. Prints ms/step (median over rounds of the mean over the
 # timed steps) and the overhead against "none".
 #
@@ -55,7 +55,7 @@ import json, os, statistics, subprocess, sys
 work, rounds, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 preset, B, A, T, threads, prec = sys.argv[4:10]
 common = sys.argv[sys.argv.index("--") + 1:]
-configs = ["none", "qk", "rgg", "exp", "att", "bwd", "qk_bwd", "att_bwd", "ew", "paper", "all"]
+configs = ["none", "qk", "rgg", "exp", "att", "bwd", "qk_bwd", "att_bwd", "ew", "bound", "paper", "all"]
 res = {c: [] for c in configs}
 for r in range(1, rounds + 1):
     for c in configs:

@@ -87,7 +87,10 @@ def test_cost_only_step_is_the_real_steps_launch_sequence(tmp_path, shard):
     assert h1["peak_device_bytes"] == h2["peak_device_bytes"]
     comps = {r["comp"] for r in co}
     assert {"gemm", "attention", "norm", "elementwise", "classifier", "embedding", "optimizer", "qk", "rgg", "att"} <= comps
-    assert {"qk_bwd", "att_bwd", "ew"} <= comps, comps
+    assert {"qk_bwd", "att_bwd", "ew", "bound"} <= comps, comps
+    # -protect bound: one check launch per product (v, o, gate | up in one, down) a layer a microbatch, no input-norm launch
+    assert sum(r["kernel"] == "mmb_check_kernel" and r["comp"] == "bound" for r in co) == L * 3 * 4
+    assert sum(r["kernel"] == "mmb_row_norms_kernel" for r in co) == L * 5   # the weights' norms, once in the step
     # -protect qk's recomputation: one GEMM over [wq; wk] labelled qk, one a layer a microbatch
     assert sum(r["kernel"] == "cublasLtMatmul" and r["comp"] == "qk" for r in co) == L * 3
 

@@ -356,6 +356,14 @@ static float* att_scratch(int which, size_t n) {
     }
     return buf[which];
 }
+/* a loop gcc unrolls n times; nothing in the C++ test programs, which compile these loops as references under nvcc
+ * (unrolling changes no bits: the operations and their order are the loop's) */
+#ifdef __CUDACC__
+#define TSDC_UNROLL(n)
+#else
+#define TSDC_PRAGMA_(x) _Pragma(#x)
+#define TSDC_UNROLL(n) TSDC_PRAGMA_(GCC unroll n)
+#endif
 #define ATT_KB 16   /* keys a dot-product block */
 #define ATT_RB 8    /* output rows a sum block */
 /* 16 floats as one vector (GCC vector extension: zmm with AVX-512, split into narrower ones elsewhere). Its
@@ -368,16 +376,16 @@ typedef float att_v16u __attribute__((vector_size(64), aligned(4), may_alias)); 
 /* out[c] = dotf(q, key c) for the ATT_KB keys of kT ([hd][ATT_KB], key c in column c) */
 static inline void att_dot16(float* out, const float* q, const float* kT, int hd) {
     att_v16 lane[16];
-#pragma GCC unroll 16
+TSDC_UNROLL(16)
     for (int j = 0; j < 16; j++) lane[j] = (att_v16){0};
     int i = 0;
     for (; i + 16 <= hd; i += 16) {
-#pragma GCC unroll 16
+TSDC_UNROLL(16)
         for (int j = 0; j < 16; j++) lane[j] += q[i + j] * att_load16(kT + (size_t)(i + j) * ATT_KB);
     }
-#pragma GCC unroll 8
+TSDC_UNROLL(8)
     for (int j = 0; j < 8; j++) lane[j] += lane[j + 8];
-#pragma GCC unroll 4
+TSDC_UNROLL(4)
     for (int j = 0; j < 4; j++) lane[j] += lane[j + 4];
     lane[0] += lane[2]; lane[1] += lane[3];
     lane[0] += lane[1];
@@ -400,7 +408,7 @@ static void att_rows_accumulate(float* acc0, size_t as, int nr, const float* w, 
     for (int r = 1; r < nr; r++) { clo = lo[r] > clo ? lo[r] : clo; chi = hi[r] < chi ? hi[r] : chi; }
     for (int i0 = 0; i0 < hd; i0 += 16) {
         att_v16 a[ATT_RB];
-#pragma GCC unroll 8
+TSDC_UNROLL(8)
         for (int r = 0; r < ATT_RB; r++) a[r] = r < nr ? att_load16(acc0 + (size_t)r * as + i0) : (att_v16){0};
         /* each row: its own leading part [lo, clo), then the common [clo, chi] (all rows), then (chi, hi] */
         for (int r = 0; r < nr; r++)
@@ -409,7 +417,7 @@ static void att_rows_accumulate(float* acc0, size_t as, int nr, const float* w, 
             for (int s = clo; s <= chi; s++) {
                 att_v16 xv = att_load16(x + (size_t)s * xs + i0);
                 const float* ws = w + (size_t)s * wss;
-#pragma GCC unroll 8
+TSDC_UNROLL(8)
                 for (int r = 0; r < ATT_RB; r++) a[r] += ws[(size_t)r * wrs] * xv;
             }
         else
@@ -419,7 +427,7 @@ static void att_rows_accumulate(float* acc0, size_t as, int nr, const float* w, 
             }
         for (int r = 0; r < nr; r++)
             for (int s = (chi + 1 > lo[r] ? chi + 1 : lo[r]); s <= hi[r]; s++) a[r] += w[(size_t)r * wrs + (size_t)s * wss] * att_load16(x + (size_t)s * xs + i0);
-#pragma GCC unroll 8
+TSDC_UNROLL(8)
         for (int r = 0; r < ATT_RB; r++) if (r < nr) att_store16(acc0 + (size_t)r * as + i0, a[r]);
     }
 }

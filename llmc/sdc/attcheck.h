@@ -56,7 +56,7 @@
 /* the kinds of in-pass checks a trainer counts (model_check_alarms): the forward's Q/K recomputation, ABFT and
  * attention checks, the backward's Q/K recomputation (-protect qk_bwd) and attention checks (-protect att_bwd),
  * and the element-wise recomputation of both passes (-protect ew) */
-enum { CHECK_QK = 0, CHECK_ABFT = 1, CHECK_ATT = 2, CHECK_QK_BWD = 3, CHECK_ATT_BWD = 4, CHECK_EW = 5, CHECK_KINDS = 6 };
+enum { CHECK_QK = 0, CHECK_ABFT = 1, CHECK_ATT = 2, CHECK_QK_BWD = 3, CHECK_ATT_BWD = 4, CHECK_EW = 5, CHECK_BOUND = 6, CHECK_KINDS = 7 };
 
 #define ATT_TOL_REL(width) ((width) == 16 ? 0.0078125 : 1e-4)
 /* probability rows: bf16 storage 2^-6 (the row's rounding is at most 2^-8 of its sum, 1: a 4x margin); fp32: the

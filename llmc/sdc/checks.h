@@ -24,7 +24,7 @@
 #include "../host/rng.h"
 #include "../host/logger.h"  /* jnum (the test-only dump) */
 
-enum { PK_QK, PK_RGG, PK_ATT, PK_QK_BWD, PK_ATT_BWD, PK_EW, PK_BWD, PK_EXP, PK_DETECT, PK_COUNT };
+enum { PK_QK, PK_RGG, PK_ATT, PK_QK_BWD, PK_ATT_BWD, PK_EW, PK_BOUND, PK_BWD, PK_EXP, PK_DETECT, PK_COUNT };
 
 typedef struct {
     const char* name;       /* in -protect, the log's "by" field, the alarm description and the summary */
@@ -45,6 +45,8 @@ static const ProtKind PROT_KINDS[PK_COUNT] __attribute__((unused)) = {
     {"qk_bwd", CHECK_QK_BWD, "mismatch", "mismatches", 0, 1, 1, "the backward's Q/K path recomputed and compared"},
     {"att_bwd", CHECK_ATT_BWD, "head failed", "heads failed", 0, 1, 1, "dprobs row checksums, dlogits rows sum to zero, dV column sums"},
     {"ew", CHECK_EW, "mismatch", "mismatches", 0, 1, 1, "element-wise kernels recomputed from their stored inputs"},
+    {"bound", CHECK_BOUND, "product over its bound", "products over their bound", 0, 1, 1,
+     "forward matrix-product outputs under |x_i| |w_j| (Cauchy-Schwarz, llmc/sdc/bound.h)"},
     {"bwd", -1, NULL, NULL, 0, 1, 1, "backward guard: non-finite gradients, gradient-norm blow-ups"},
     {"exp", -1, NULL, NULL, 1, 1, 1, "exponent scaling of the loss by 2^k (no alarm)"},
     {"detectors", -1, NULL, NULL, 0, 0, 1, "the baseline detectors of -detect"},
@@ -123,6 +125,8 @@ static inline void protect_alarm(Protect* p, int kind, int l, int n) {
  *          the layer's two gains come from, and the gains
  *   "gss"  per backward-guard evaluation (-protect bwd, -bwd_calibrate; bwd_norms counts them): every tensor's
  *          sum of squared (all-reduced, unscaled) gradients, in parameter order
+ *   "mmb"  per forward, layer and product (-protect bound; the CPU trainer only): the outputs over their bound and the
+ *          largest |y| / bound of the finite ones (how much room the clean outputs leave)
  *   "qkb", "att" per backward and layer (-protect qk_bwd, att_bwd): the layer's flag, and on the GPU the stored
  *          dq/dk fingerprints as the device reduced them and as qk_fingerprint computes them from a download; the
  *          failed heads per backward check and the sums of the checks' bounds

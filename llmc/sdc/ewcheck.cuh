@@ -1,5 +1,6 @@
 /* ewcheck.cuh: -protect ew on the device: every element-wise kernel of the forward and of the MLP's backward
- * recomputed from its stored inputs by a kernel of its own, and its stored output compared bit for bit.
+ * recomputed from its stored inputs by a kernel of its own, and its stored output compared bit for bit; the
+ * backward's residual gradients recomputed by the producing kernel itself and compared (ew_check_equal).
  *
  * What is checked (the CPU trainer's ew_rmsnorm / ew_residual / ew_compare in train_sdc.c, the same comparisons):
  *   forward   attn_norm   = rmsnorm(x, w_attn_norm)          the layer input x (the stored tensor)
@@ -9,6 +10,11 @@
  *             block_out   = bf16(attn_residual + down)
  *   backward  (SwiGLU) d act = bf16(d prod * up), d up = bf16(d prod * act), d gate = bf16(silu'(gate, d act));
  *             (ReLU^2) d gate = bf16(relu2'(gate, d act))
+ *             d attn_residual = d block_out + bf16 rmsnorm'(mlp_norm), d block_out = d (next attn_norm's input) +
+ *             rmsnorm'(next attn_norm) (the final norm's rmsnorm' alone for the last layer): the norm backward
+ *             accumulates into dres in place, so the trainer keeps dres before it (one [N, d] copy), reruns
+ *             rmsnorm_backward_dx_kernel on the copy after the result's injection point and ew_check_equal
+ *             compares the two (the kernel's own arithmetic: nothing to mirror)
  * Each comparison has a flag slot (EWF_* forward, EWB_* backward, per layer in the trainer's report); a kernel
  * sets a slot to 1 when any element (or a mean square) of its output differs from the recomputation. The alarm
  * count of a layer is the sum of its slots: the number of failed comparisons, as the CPU's check_alarm calls.
@@ -48,7 +54,7 @@
  * Flags are written with atomicOr by the threads that found a difference (integer: the same result in any order).
  * Cost (ew_account, bytes read; nothing written on a clean run): norm 2 n (resid) + 2 n (out) + 4 rows (ms) + 2 C
  * (w), plus 4 n with the residual; MLP forward 8 n (SwiGLU) or 4 n; backward 12 n (fused), 10 n + 6 n (split), 6 n
- * (ReLU^2); n = rows x C or rows x F. */
+ * (ReLU^2); ew_check_equal 4 n; n = rows x C or rows x F. */
 #ifndef TSDC_EWCHECK_CUH
 #define TSDC_EWCHECK_CUH
 
@@ -61,7 +67,7 @@
 
 /* the flag slots of a layer (the trainer's report holds [n_layer][EW_FWD_SLOTS] and [n_layer][EW_BWD_SLOTS]) */
 enum { EWF_ATTN_NORM, EWF_ATTN_RESIDUAL, EWF_MLP_NORM, EWF_ACT, EWF_MLP_PRODUCT, EWF_BLOCK_OUT, EW_FWD_SLOTS };
-enum { EWB_ACT, EWB_UP_PROJ, EWB_GATE_PROJ, EW_BWD_SLOTS };
+enum { EWB_ACT, EWB_UP_PROJ, EWB_GATE_PROJ, EWB_ATTN_RESIDUAL, EWB_BLOCK_OUT, EW_BWD_SLOTS };
 
 #define EWC_VEC 8
 #define EWC_BLOCK 256
@@ -277,6 +283,49 @@ static bool ewc_vec(int F, int ld, const void* p0, const void* p1, const void* p
     bool v = F % EWC_VEC == 0 && ld % EWC_VEC == 0;
     for (int i = 0; i < 7; i++) v = v && (!p[i] || ptr_aligned(p[i], 16));
     return v;
+}
+
+/* dst = src, n bf16 (the copy of dres kept for the norm backward's recomputation), 8 a thread when aligned */
+__global__ static void ew_keep_kernel(bf16* dst, const bf16* src, size_t n, bool vec) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    if (vec) {
+        for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n / 8; i += stride)
+            reinterpret_cast<bf16_pack<8>*>(dst)[i] = reinterpret_cast<const bf16_pack<8>*>(src)[i];
+    } else {
+        for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = src[i];
+    }
+}
+static void ew_keep(bf16* dst, const bf16* src, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    const bool vec = n % 8 == 0 && ptr_aligned(dst, 16) && ptr_aligned(src, 16);
+    const size_t work = vec ? n / 8 : n;
+    const int g = (int)(CEIL_DIV(work, EWC_BLOCK) < 65535 ? CEIL_DIV(work, EWC_BLOCK) : 65535);
+    ew_keep_kernel<<<g, EWC_BLOCK, 0, stream>>>(dst, src, n, vec);
+    cudaCheck(cudaGetLastError());
+    ew_account("ew", "ew_keep_kernel", dim3(g), 0.0, n * 2, n * 2);
+}
+
+struct EwcEqual {   /* a [rows, F] against its recomputation r [rows, F], bf16 bit patterns */
+    const bf16 *a, *r;
+    int F;
+    template <int V>
+    __device__ __forceinline__ void check(size_t row, int c0, unsigned& bad) const {
+        bf16 ta[V], tr[V];
+        float fa[V], fr[V];
+        ewc_ld<V>(ta, fa, a + row * F + c0);
+        ewc_ld<V>(tr, fr, r + row * F + c0);
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            if (__bfloat16_as_ushort(ta[j]) != __bfloat16_as_ushort(tr[j])) bad |= 1u;
+    }
+};
+/* a stored tensor against a recomputation the trainer ran into scratch with the producing kernel itself (the
+ * backward's residual gradients: the norm backward's accumulation rerun on a kept copy); does not wait */
+static void ew_check_equal(int* flag, const bf16* a, const bf16* r, int rows, int F, cudaStream_t stream) {
+    if (rows <= 0 || F <= 0) return;
+    EwcEqual e = {a, r, F};
+    const dim3 g = ew_check_rows(e, ewc_vec(F, F, a, r, NULL, NULL, NULL, NULL, NULL), flag, NULL, NULL, rows, F, stream);
+    ew_account("ew", "ew_check_rows_kernel", g, 1.0 * rows * F, (size_t)rows * F * 4, 0);
 }
 
 /* act (and prod) of the MLP forward against gate (and up); does not wait */

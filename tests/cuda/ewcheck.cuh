@@ -195,3 +195,79 @@ static void test_ewcheck(void) {
     ewt_mlp(7, 37, 40, 0);    /* scalar path, ld > F */
     dfree_all();
 }
+
+/* -protect bound's kernels (llmc/sdc/bound.cuh) on the trainer's own GEMM: linear_forward into one [rows, 2 cols]
+ * output whose second half is checked as a strided view (row stride 2 cols, as v or gate/up of the fused GEMMs), in
+ * one launch with two flags (columns below split and from it, as gate | up). The weight rows' norms equal the CPU's
+ * mmb_row_norms (llmc/sdc/bound.h) of the same bf16 values within 2 fp32 ulps (double sums in other orders); no
+ * flag on the clean outputs, among them Cauchy-Schwarz's equality case (the first cols input rows equal to positive
+ * weight rows: the view's diagonal reaches more than 0.99 of its bound); at the view's first, middle and last
+ * element a value 1% over its bound (either sign; the bound from the CPU's input norm), a NaN and an Inf each set
+ * that column's flag and only it, 1% under the bound sets none. cols 24 (16-byte path, K 64) and 19 (scalar, K 300:
+ * more than a block's threads, so the input norm's threads stride). */
+static double mmbt_ulp(float v) { return (double)nextafterf(fabsf(v), INFINITY) - fabsf(v); }
+static void mmbt_set16(bf16* d, size_t i, uint16_t v) { cudaCheck(cudaMemcpy(d + i, &v, 2, cudaMemcpyHostToDevice)); }
+static uint16_t mmbt_get16(const bf16* d, size_t i) {
+    uint16_t v;
+    cudaCheck(cudaMemcpy(&v, d + i, 2, cudaMemcpyDeviceToHost));
+    return v;
+}
+static void mmbt_case(int rows, int cols, int K) {
+    const int O = 2 * cols, split = cols / 2 >= 8 ? cols / 2 / 8 * 8 : cols / 2;   /* a multiple of 8: the 16-byte path allows it */
+    float *hw = h_normal((size_t)O * K, 1.0, 0.0, 1), *hx = h_normal((size_t)rows * K, 1.0, 0.0, 1);
+    for (size_t i = 0; i < (size_t)O * K; i++) hw[i] = fabsf(hw[i]);
+    for (int r = 0; r < cols && r < rows; r++) memcpy(hx + (size_t)r * K, hw + (size_t)(cols + r) * K, sizeof(float) * K);
+    bf16 *x = d_bf16(hx, (size_t)rows * K), *w = d_bf16(hw, (size_t)O * K), *y = d_bf16_poison((size_t)rows * O);
+    linear_forward(y, x, w, rows, K, O, g_s);
+    float* nw = d_f32_poison(cols);
+    mmb_row_norms(nw, w + (size_t)cols * K, cols, K, K, g_s);
+    float *gw = dl_f32(nw, cols, NULL), *rx = h_alloc(rows), *rw = h_alloc(cols);
+    mmb_row_norms(rx, hx, rows, K, K);
+    mmb_row_norms(rw, hw + (size_t)cols * K, cols, K, K);
+    double worst = 0;
+    for (int j = 0; j < cols; j++) worst = fmax(worst, fabs((double)gw[j] - rw[j]) / mmbt_ulp(rw[j]));
+    check(worst <= 2.0, "    %dx%d K %d: weight row norms = the CPU's within %.0f ulp", rows, cols, K, worst);
+    const float c = mmb_factor(K);
+    const int zero[2] = {0, 0};
+    int* flag = d_i32(zero, 2);
+    auto run = [&]() {   /* bit 0: columns below split, bit 1: from split */
+        cudaCheck(cudaMemset(flag, 0, 2 * sizeof(int)));
+        mmb_check(flag, flag + 1, split, y + cols, rows, cols, O, x, K, nw, c, g_s);
+        int f[2] = {0, 0};
+        cudaCheck(cudaDeviceSynchronize());
+        cudaCheck(cudaMemcpy(f, flag, sizeof(f), cudaMemcpyDeviceToHost));
+        return (f[0] != 0) | (f[1] != 0) << 1;
+    };
+    float* hy = dl_bf16(y, (size_t)rows * O, NULL);
+    double tight = 0;
+    for (int r = 0; r < cols && r < rows; r++) tight = fmax(tight, fabs((double)hy[(size_t)r * O + cols + r]) / ((double)rx[r] * rw[r] * c));
+    check(run() == 0 && tight > 0.99, "    %dx%d K %d: clean outputs not flagged (the equality case at %.4f of its bound)", rows, cols, K, tight);
+    const int pr[3] = {0, rows / 2, rows - 1}, pc[3] = {0, cols / 2, cols - 1};
+    int flagged = 0, quiet = 0;
+    for (int q = 0; q < 3; q++) {
+        const size_t i = (size_t)pr[q] * O + cols + pc[q];
+        const uint16_t keep = mmbt_get16(y, i);
+        const int want = pc[q] < split ? 1 : 2;
+        /* the bound (the CPU's norms); bf16 values 1% above it (either sign) and 1% below it */
+        const float b = rx[pr[q]] * rw[pc[q]] * c + MMB_ABS, up = b * 1.01f, dn = b * 0.99f;
+        uint32_t ub, db;
+        memcpy(&ub, &up, 4); memcpy(&db, &dn, 4);
+        const uint16_t over[4] = {(uint16_t)((ub >> 16) + 1), (uint16_t)(((ub >> 16) + 1) | 0x8000), 0x7fc0, 0x7f80};   /* +-above, NaN, Inf */
+        for (int k = 0; k < 4; k++) { mmbt_set16(y, i, over[k]); flagged += run() == want; }
+        mmbt_set16(y, i, (uint16_t)(db >> 16));
+        quiet += run() == 0;
+        mmbt_set16(y, i, (uint16_t)((db >> 16) | 0x8000));
+        quiet += run() == 0;
+        mmbt_set16(y, i, keep);
+    }
+    check(flagged == 12 && quiet == 6 && run() == 0,
+          "    %dx%d K %d split %d: 1%% over the bound (both signs), NaN, Inf at 3 places: %d of 12 set their column's flag only; "
+          "1%% under: %d of 6 quiet", rows, cols, K, split, flagged, quiet);
+    FREE_ALL(hw, hx, gw, rx, rw, hy);
+}
+static void test_mmb_bound(void) {
+    printf("matrix-product output bounds (llmc/sdc/bound.cuh, -protect bound): the CPU's norms, quiet on the GEMM's outputs, planted values flagged\n");
+    mmbt_case(37, 24, 64);
+    mmbt_case(29, 19, 300);   /* scalar path; K > the block: the input norm's threads stride */
+    dfree_all();
+}
