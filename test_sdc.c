@@ -392,6 +392,20 @@ static void test_gemm_paths(void) {
 #ifdef _OPENMP
 /* a GEMM and a whole tiny-qwen3 forward + backward, 1 vs 3 threads: bitwise equal. Catches: a reduction whose
  * order follows the thread split (results that change with -threads or the machine). */
+/* one column (row) at a time, each product rounded and then added, as the kernels define it (contraction off) */
+__attribute__((optimize("fp-contract=off"))) static void norm_dw_ref(float* dw, const float* g, const float* x, const float* ms,
+                                                                      int rows, int C, float eps) {
+    for (int i = 0; i < C; i++) {
+        float t = 0.0f;
+        for (int r = 0; r < rows; r++) t += g[(size_t)r * C + i] * (x[(size_t)r * C + i] * (1.0f / sqrtf(ms[r] + eps)));
+        dw[i] += t;
+    }
+}
+__attribute__((optimize("fp-contract=off"))) static float norm_sumsq_ref(const float* x, int C) {
+    float a = 0.0f;
+    for (int i = 0; i < C; i++) a += x[i] * x[i];
+    return a;
+}
 static void test_thread_independence(void) {
     printf("bitwise independence from the thread count\n");
     int M = 37, K = 129, N = 200;
@@ -402,6 +416,50 @@ static void test_thread_independence(void) {
     omp_set_num_threads(1); gemm_nn(C1, A, K, 1, B, M, K, N, 0);
     omp_set_num_threads(3); gemm_nn(C2, A, K, 1, B, M, K, N, 0);
     check(memcmp(C1, C2, sizeof(float) * M * N) == 0, "  GEMM 37x129x200, 1 vs 3 threads");
+    /* the deterministic sum of squares (the gradient norms): chunks summed side by side, the bits of one chunk at
+     * a time, at sizes with and without a partial group of chunks and a partial last chunk, any thread count */
+    {
+        size_t sizes[4] = {1000, 8 * SUM_CHUNK, 19 * SUM_CHUNK + 77, 64 * SUM_CHUNK + 5};
+        size_t nmax = sizes[3];
+        float* x = mallocCheck(sizeof(float) * nmax);
+        fill_normal(x, nmax, 3, 1);
+        for (size_t i = 0; i < nmax; i += 97) x[i] *= 1e4f;   /* a wide range of magnitudes: order matters */
+        int same = 1;
+        for (int k = 0; k < 4; k++) {
+            double ref = sumsq_det_ref(x, sizes[k]);
+            omp_set_num_threads(1); double a = sumsq_det(x, sizes[k]);
+            omp_set_num_threads(3); double b = sumsq_det(x, sizes[k]);
+            same &= memcmp(&a, &ref, sizeof(double)) == 0 && memcmp(&b, &ref, sizeof(double)) == 0;
+        }
+        check(same, "  sumsq_det = one chunk at a time, bit for bit, 1 and 3 threads (4 sizes)");
+        free(x);
+    }
+    /* RMSNorm's weight gradient (columns walked 16 at a time) against one column at a time, bit for bit, at a width
+     * with a partial block of columns */
+    {
+        int rows = 67, C = 72;
+        float *x = mallocCheck(sizeof(float) * rows * C), *g = mallocCheck(sizeof(float) * rows * C);
+        float *ms = mallocCheck(sizeof(float) * rows), *dx = mallocCheck(sizeof(float) * rows * C);
+        float *dw = mallocCheck(sizeof(float) * C), *ref = mallocCheck(sizeof(float) * C), *w = mallocCheck(sizeof(float) * C);
+        fill_normal(x, (size_t)rows * C, 4, 1); fill_normal(g, (size_t)rows * C, 5, 1); fill_normal(w, C, 6, 1);
+        for (int r = 0; r < rows; r++) { double a = 0; for (int i = 0; i < C; i++) a += (double)x[r * C + i] * x[r * C + i]; ms[r] = (float)(a / C); }
+        for (int i = 0; i < C; i++) dw[i] = ref[i] = 0.25f * (float)i;
+        norm_dw_ref(ref, g, x, ms, rows, C, 1e-5f);
+        omp_set_num_threads(3);
+        rmsnorm_backward(dx, dw, g, x, w, ms, rows, C, 1e-5f, 0);
+        check(memcmp(dw, ref, sizeof(float) * C) == 0, "  RMSNorm dw = one column at a time, bit for bit (67 rows x 72)");
+        /* the forward's mean squares (rows summed side by side) against one row at a time */
+        float* ms2 = mallocCheck(sizeof(float) * rows);
+        int same_ms = 1;
+        rmsnorm_forward(dx, ms2, x, w, rows, C, 1e-5f);
+        for (int r = 0; r < rows; r++) {
+            float m = norm_sumsq_ref(x + (size_t)r * C, C) / C;
+            same_ms &= memcmp(&m, &ms2[r], sizeof(float)) == 0;
+        }
+        check(same_ms, "  RMSNorm forward mean squares = one row at a time, bit for bit (67 rows, a partial block of 8)");
+        free(ms2);
+        free(x); free(g); free(ms); free(dx); free(dw); free(ref); free(w);
+    }
     /* a full forward + backward of tiny-qwen3 (GQA, QK norm) */
     Config c = *preset_find("tiny-qwen3");
     c.vocab_size = 256; c.seq_len = 16;

@@ -108,7 +108,8 @@ typedef struct {
  * passes read as math: an op, then STORE of what it wrote. */
 #define STORE(site, l, x, n) do { size_t n_ = (size_t)(n); BF16_STORE(model, (x), n_); FAULT_FWD((site), (l), (x), n_); } while (0)
 #define STORE_GRAD(site, l, x, n) do { size_t n_ = (size_t)(n); BF16_STORE(model, (x), n_); FAULT_BWD((site), (l), (x), n_); } while (0)
-/* the same for an output its op already stored as bf16 (a GEMM with round_out = precision): the hook only */
+/* the same for an output its op already stored as bf16 (a GEMM with round_out = precision, an element-wise kernel's
+ * _r form with round = precision): the hook only */
 #define STORE_RND(site, l, x, n) FAULT_FWD((site), (l), (x), (size_t)(n))
 #define STORE_GRAD_RND(site, l, x, n) FAULT_BWD((site), (l), (x), (size_t)(n))
 /* the gradient of a module output that shares its tensor with the residual path (o_proj, down_proj):
@@ -228,16 +229,16 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const float* q
     matmul_forward_w(q1, a->attn_norm, W(PT_WQ, l), N, d, qd, model->precision, model->precision);
     matmul_forward_w(k1, a->attn_norm, W(PT_WK, l), N, d, kd, model->precision, model->precision);
     if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
-        rmsnorm_forward(q2, ms, q1, W(PT_QNORM, l), N * H, hd, eps);   BF16_STORE(model, q2, (size_t)N * qd);
-        rmsnorm_forward(k2, ms, k1, W(PT_KNORM, l), N * KV, hd, eps);  BF16_STORE(model, k2, (size_t)N * kd);
+        rmsnorm_forward_r(q2, ms, q1, W(PT_QNORM, l), N * H, hd, eps, model->precision);
+        rmsnorm_forward_r(k2, ms, k1, W(PT_KNORM, l), N * KV, hd, eps, model->precision);
         t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
     }
     rope_forward(q2, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style);   BF16_STORE(model, q2, (size_t)N * qd);
     rope_forward(k2, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style);  BF16_STORE(model, k2, (size_t)N * kd);
     t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
     if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-        rmsnorm_forward(q2, ms, q1, NULL, N * H, hd, eps);   BF16_STORE(model, q2, (size_t)N * qd);
-        rmsnorm_forward(k2, ms, k1, NULL, N * KV, hd, eps);  BF16_STORE(model, k2, (size_t)N * kd);
+        rmsnorm_forward_r(q2, ms, q1, NULL, N * H, hd, eps, model->precision);
+        rmsnorm_forward_r(k2, ms, k1, NULL, N * KV, hd, eps, model->precision);
         t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
     }
     int bad = !fp_equal(qk_fingerprint(q_used, (size_t)N * qd, width), qk_fingerprint(q1, (size_t)N * qd, width)) ||
@@ -447,14 +448,13 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
     BF16_STORE(model, model->emb, (size_t)N * d);
     float* x = model->emb;
     if (c->embed_norm) {
-        rmsnorm_forward(model->x0, model->emb_ms, x, W(PT_EMBED_NORM, -1), N, d, eps);
-        BF16_STORE(model, model->x0, (size_t)N * d);
+        rmsnorm_forward_r(model->x0, model->emb_ms, x, W(PT_EMBED_NORM, -1), N, d, eps, model->precision);
         x = model->x0;
     }
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
         /* attention block: x + o_proj(attn(rope(qk_norm(q, k)), v)) */
-        rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps);   STORE(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
+        rmsnorm_forward_r(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, model->precision);   STORE_RND(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, a->attn_norm, x, W(PT_ATTN_NORM, l), N, d);
         matmul_forward_w(a->q, a->attn_norm, W(PT_WQ, l), N, d, qd, model->precision, model->precision);                       STORE_RND(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
         matmul_forward_w(a->k, a->attn_norm, W(PT_WK, l), N, d, kd, model->precision, model->precision);                       STORE_RND(SITE_K_PROJ, l, a->k, (size_t)N * kd);
@@ -463,16 +463,16 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         if (mmb) mmb_check(model, l, MMB_V_PROJ, a->v, N, kd, mmb_input_norms(model, 0, a->attn_norm, N, d), d);
         float *qc = a->q, *kc = a->k;
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {                                    /* per head, over hd */
-            rmsnorm_forward(a->qn, a->qn_ms, qc, W(PT_QNORM, l), N * H, hd, eps);          STORE(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
-            rmsnorm_forward(a->kn, a->kn_ms, kc, W(PT_KNORM, l), N * KV, hd, eps);         STORE(SITE_K_NORM, l, a->kn, (size_t)N * kd);
+            rmsnorm_forward_r(a->qn, a->qn_ms, qc, W(PT_QNORM, l), N * H, hd, eps, model->precision);   STORE_RND(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
+            rmsnorm_forward_r(a->kn, a->kn_ms, kc, W(PT_KNORM, l), N * KV, hd, eps, model->precision);  STORE_RND(SITE_K_NORM, l, a->kn, (size_t)N * kd);
             qc = a->qn; kc = a->kn;
         }
         rope_forward(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style);   STORE(SITE_Q_ROPE, l, a->qr, (size_t)N * qd);
         rope_forward(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style);  STORE(SITE_K_ROPE, l, a->kr, (size_t)N * kd);
         qc = a->qr; kc = a->kr;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-            rmsnorm_forward(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps);                    STORE(SITE_Q_NORM, l, a->qf, (size_t)N * qd);
-            rmsnorm_forward(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps);                   STORE(SITE_K_NORM, l, a->kf, (size_t)N * kd);
+            rmsnorm_forward_r(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, model->precision);   STORE_RND(SITE_Q_NORM, l, a->qf, (size_t)N * qd);
+            rmsnorm_forward_r(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, model->precision);  STORE_RND(SITE_K_NORM, l, a->kf, (size_t)N * kd);
             qc = a->qf; kc = a->kf;
         }
         if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, qc, kc);
@@ -493,10 +493,10 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
         matmul_forward_w(a->o, a->att_out, W(PT_WO, l), N, qd, d, model->precision, model->precision);                         STORE_RND(SITE_O_PROJ, l, a->o, (size_t)N * d);
         if (mmb) mmb_check(model, l, MMB_O_PROJ, a->o, N, d, mmb_input_norms(model, 0, a->att_out, N, qd), qd);
-        residual_forward(a->resid_mid, x, a->o, (size_t)N * d);                           STORE(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
+        residual_forward_r(a->resid_mid, x, a->o, (size_t)N * d, model->precision);      STORE_RND(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_residual(model, l, a->resid_mid, x, a->o, (size_t)N * d);
         /* MLP block: x + down(silu(gate) * up)  or  x + down(relu(fc)^2) */
-        rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps); STORE(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
+        rmsnorm_forward_r(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, model->precision); STORE_RND(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, a->mlp_norm, a->resid_mid, W(PT_MLP_NORM, l), N, d);
         float* hidden;
         if (c->mlp == MLP_SWIGLU) {
@@ -507,8 +507,8 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
                 mmb_check(model, l, MMB_GATE_PROJ, a->gate, N, F, nx, d);
                 mmb_check(model, l, MMB_UP_PROJ, a->up, N, F, nx, d);
             }
-            silu_forward(a->act, a->gate, (size_t)N * F);                                  STORE(SITE_ACT, l, a->act, (size_t)N * F);
-            mul_forward(a->prod, a->act, a->up, (size_t)N * F);                            STORE(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
+            silu_forward_r(a->act, a->gate, (size_t)N * F, model->precision);              STORE_RND(SITE_ACT, l, a->act, (size_t)N * F);
+            mul_forward_r(a->prod, a->act, a->up, (size_t)N * F, model->precision);        STORE_RND(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
                 silu_forward(r, a->gate, (size_t)N * F);       ew_compare(model, l, a->act, r, (size_t)N * F);
@@ -527,12 +527,11 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         }
         matmul_forward_w(a->down, hidden, W(PT_WDOWN, l), N, F, d, model->precision, model->precision);                        STORE_RND(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
         if (mmb) mmb_check(model, l, MMB_DOWN_PROJ, a->down, N, d, mmb_input_norms(model, 0, hidden, N, F), F);
-        residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d);                   STORE(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
+        residual_forward_r(a->out, a->resid_mid, a->down, (size_t)N * d, model->precision); STORE_RND(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_residual(model, l, a->out, a->resid_mid, a->down, (size_t)N * d);
         x = a->out;
     }
-    rmsnorm_forward(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps);
-    BF16_STORE(model, model->final_norm, (size_t)N * d);
+    rmsnorm_forward_r(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, model->precision);
     const float* lm = c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1);                       /* [V, d] */
     /* stored as bf16 by the GEMM unless a softcap comes between (rounded after it) */
     matmul_forward_w(model->logits, model->final_norm, lm, N, d, V, model->precision, model->precision && c->softcap <= 0);
@@ -576,8 +575,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
     if (c->tied) matmul_backward_r(dbuf, GR(PT_WTE, -1), dlogits, model->final_norm, W(PT_WTE, -1), N, d, V, 0, model->precision, model->precision);
     else matmul_backward_r(dbuf, GR(PT_LMHEAD, -1), dlogits, model->final_norm, W(PT_LMHEAD, -1), N, d, V, 0, model->precision, model->precision);
     float* x_last = c->n_layer ? model->la[c->n_layer - 1].out : NULL;
-    rmsnorm_backward(dres, GR(PT_FINAL_NORM, -1), dbuf, x_last, W(PT_FINAL_NORM, -1), model->final_ms, N, d, eps, 0);
-    BF16_STORE(model, dres, (size_t)N * d);
+    rmsnorm_backward_r(dres, GR(PT_FINAL_NORM, -1), dbuf, x_last, W(PT_FINAL_NORM, -1), model->final_ms, N, d, eps, 0, model->precision);
     /* what wrote dres last, for ew's check of d(block_out) (the next layer's attn_norm backward, here the final norm's) */
     const float *res_x = x_last, *res_w = W(PT_FINAL_NORM, -1), *res_ms = model->final_ms;
     int res_acc = 0;
@@ -593,8 +591,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         if (c->mlp == MLP_SWIGLU) {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
             matmul_backward_r(model->dF, GR(PT_WDOWN, l), ddown, a->prod, W(PT_WDOWN, l), N, F, d, 0, model->precision, model->precision);  STORE_GRAD_RND(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
-            mul_backward(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F);          /* d act, d up */
-            BF16_STORE(model, model->dF2, (size_t)N * F); BF16_STORE(model, model->dF3, (size_t)N * F);
+            mul_backward_r(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F, model->precision);   /* d act, d up */
             FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
             FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
             if (model->prot.on[PK_EW]) {   /* d act, d up from mlp_product's gradient (still in dF) */
@@ -603,7 +600,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
                 ew_compare(model, l, model->dF2, r, (size_t)N * F);
                 ew_compare(model, l, model->dF3, r2, (size_t)N * F);
             }
-            silu_backward(model->dF, model->dF2, a->gate, (size_t)N * F);                             STORE_GRAD(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
+            silu_backward_r(model->dF, model->dF2, a->gate, (size_t)N * F, model->precision);       STORE_GRAD_RND(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
                 silu_backward(r, model->dF2, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF, r, (size_t)N * F);
@@ -625,8 +622,8 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         }
         STORE_GRAD_RND(SITE_MLP_NORM, l, dbuf, (size_t)N * d);   /* the last product into dbuf stored it as bf16 */
         ew_keep_dres(model, dres, (size_t)N * d);
-        rmsnorm_backward(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1);
-        STORE_GRAD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
+        rmsnorm_backward_r(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, model->precision);
+        STORE_GRAD_RND(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, 1);
         /* attention block: dres is d(resid_mid) = d(x_in) (skip) = d(o) */
         const float* dout_o = fault_private_grad(model, SITE_O_PROJ, l, dres, dbuf, (size_t)N * d);
@@ -657,8 +654,8 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
             FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
-            rmsnorm_backward(dq2, NULL, dq, a->qr, NULL, a->qf_ms, N * H, hd, eps, 0);              BF16_STORE(model, dq2, (size_t)N * qd);
-            rmsnorm_backward(dk2, NULL, dk, a->kr, NULL, a->kf_ms, N * KV, hd, eps, 0);             BF16_STORE(model, dk2, (size_t)N * kd);
+            rmsnorm_backward_r(dq2, NULL, dq, a->qr, NULL, a->qf_ms, N * H, hd, eps, 0, model->precision);
+            rmsnorm_backward_r(dk2, NULL, dk, a->kr, NULL, a->kf_ms, N * KV, hd, eps, 0, model->precision);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         }
         FAULT_BWD(SITE_Q_ROPE, l, dq, (size_t)N * qd);
@@ -669,8 +666,8 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
             FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
-            rmsnorm_backward(dq2, GR(PT_QNORM, l), dq, a->q, W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0);   BF16_STORE(model, dq2, (size_t)N * qd);
-            rmsnorm_backward(dk2, GR(PT_KNORM, l), dk, a->k, W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0);  BF16_STORE(model, dk2, (size_t)N * kd);
+            rmsnorm_backward_r(dq2, GR(PT_QNORM, l), dq, a->q, W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0, model->precision);
+            rmsnorm_backward_r(dk2, GR(PT_KNORM, l), dk, a->k, W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0, model->precision);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         }
         FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
@@ -684,13 +681,11 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         matmul_backward_r(dbuf, GR(PT_WV, l), model->dv, a->attn_norm, W(PT_WV, l), N, d, kd, 1, model->precision, model->precision);
         STORE_GRAD_RND(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
         ew_keep_dres(model, dres, (size_t)N * d);
-        rmsnorm_backward(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1);
-        BF16_STORE(model, dres, (size_t)N * d);
+        rmsnorm_backward_r(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, model->precision);
         res_x = x_in; res_w = W(PT_ATTN_NORM, l); res_ms = a->attn_ms; res_acc = 1;
     }
     if (c->embed_norm) {
-        rmsnorm_backward(dbuf, GR(PT_EMBED_NORM, -1), dres, model->emb, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0);
-        BF16_STORE(model, dbuf, (size_t)N * d);
+        rmsnorm_backward_r(dbuf, GR(PT_EMBED_NORM, -1), dres, model->emb, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0, model->precision);
         dres = dbuf;
     }
     embedding_backward(GR(PT_WTE, -1), dres, inputs, N, d);
@@ -719,15 +714,24 @@ static inline void adamw_element(float* p, float* m, float* v, float g, float de
     float denom = sqrtf(*v) / s->bc2_sqrt + s->eps;
     *p -= s->step_size * (*m / denom);
 }
+/* the update in place, in blocks of 2048 weights; in bf16 mode each block's bf16 copy (model_prepare_weights' wr) is
+ * written right after it, while the block is in L1 (the same bits as the separate copy, one pass over the weights fewer) */
 static void adamw_update(Model* model, const AdamW* o, long long t) {
     const AdamWStep st = adamw_step(o, t);
     for (int i = 0; i < model->L.n; i++) {
         const TensorInfo* ti = &model->L.t[i];
         float decay = ti->decay ? (float)(1.0 - o->lr * o->weight_decay) : 1.0f;
         float *p = model->params + ti->offset, *g = model->grads + ti->offset, *m = model->m + ti->offset, *v = model->v + ti->offset;
+        float* wr = model->precision ? model->wr + ti->offset : NULL;
+        size_t n = ti->numel, nb = (n + 2047) / 2048;
 #pragma omp parallel for schedule(static)
-        for (size_t j = 0; j < ti->numel; j++) adamw_element(&p[j], &m[j], &v[j], g[j], decay, &st);
+        for (size_t b = 0; b < nb; b++) {
+            size_t j0 = b * 2048, j1 = j0 + 2048 < n ? j0 + 2048 : n;
+            for (size_t j = j0; j < j1; j++) adamw_element(&p[j], &m[j], &v[j], g[j], decay, &st);
+            if (wr) bf16_round_copy_span(wr + j0, p + j0, (int)(j1 - j0));   /* while the block is in L1 */
+        }
     }
+    model->mmb_wn_valid = 0;
 }
 
 static void scale_grads(Model* model, float s) {
@@ -782,8 +786,7 @@ static void model_allreduce_grads(Model* model, Dist* dist) { dist_allreduce_sum
 /* clip, AdamW update t (1-based), refresh the weight copies; returns the pre-clip gradient norm */
 static double model_update(Model* model, const AdamW* opt, long long t, double clip) {
     double norm = clip_grads(model, clip);
-    adamw_update(model, opt, t);
-    model_prepare_weights(model);
+    adamw_update(model, opt, t);   /* and the weight copies (model_prepare_weights' work) */
     return norm;
 }
 /* the global gradient norm as the gradients are now (after all-reduce and unscale) */

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(EMU_BIN), reason="train_sdc_e
 def prot_kinds():
     """PROT_KINDS of llmc/sdc/checks.h, the table both trainers' -protect reads: [(name, in paper, in all, on the GPU)]"""
     src = open(os.path.join(ROOT, "llmc", "sdc", "checks.h")).read()
-    rows = re.findall(r'\{"(\w+)", (?:CHECK_\w+|-1), [^,]+, [^,]+, (\d), (\d), (\d), "', src)
+    rows = re.findall(r'\{"(\w+)",\s*(?:CHECK_\w+|-1),\s*[^,]+,\s*[^,]+,\s*(\d),\s*(\d),\s*(\d),\s*"', src)
     assert len(rows) >= 9, rows
     return [(n, int(p), int(a), int(g)) for n, p, a, g in rows]
 

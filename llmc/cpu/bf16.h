@@ -42,6 +42,12 @@ static inline void bf16_round_copy(float* dst, const float* src, long long n) {
     for (long long i = 0; i < n; i++) u[i] = bf16_round_bits(in[i]);
 }
 static inline void bf16_round_array(float* x, long long n) { bf16_round_copy(x, x, n); }
+/* dst = round(src) over a short span, inside a parallel region (no OpenMP of its own) */
+static inline void bf16_round_copy_span(float* dst, const float* src, int n) {
+    uint32_t* u = (uint32_t*)dst;
+    const uint32_t* in = (const uint32_t*)src;
+    for (int i = 0; i < n; i++) u[i] = bf16_round_bits(in[i]);
+}
 /* the same for a short span, inside a parallel region (no OpenMP of its own) */
 static inline void bf16_round_span(float* x, int n) {
     uint32_t* u = (uint32_t*)x;

@@ -173,44 +173,123 @@ static void matmul_backward(float* dinp, float* dW, const float* dout, const flo
 
 /* --------------------------------------------------------------------------- deterministic sums */
 #define SUM_CHUNK 4096
-/* sum of squares of x[0..n) in double; chunk partials summed in order (thread-count independent) */
+#define SUM_LANES 8
+/* sum of squares of x[0..n) in double: chunk c's partial is the serial sum of x[i]^2 over its SUM_CHUNK
+ * elements in index order, and the partials are summed in chunk order (thread-count independent). Each
+ * square is exact in double (a 24-bit mantissa squared), so fma and mul + add agree. A serial chain waits
+ * out the add latency on every element; SUM_LANES full chunks are therefore summed side by side, each its
+ * own chain (the same operations in the same order per chunk, so the same bits as one chunk at a time). */
 static double sumsq_det(const float* x, size_t n) {
-    size_t nc = (n + SUM_CHUNK - 1) / SUM_CHUNK;
+    size_t nc = (n + SUM_CHUNK - 1) / SUM_CHUNK, nfull = n / SUM_CHUNK, ng = nfull / SUM_LANES;
     double* part = (double*)mallocCheck(sizeof(double) * (nc ? nc : 1));
-#pragma omp parallel for schedule(static)
-    for (long long c = 0; c < (long long)nc; c++) {
-        size_t lo = (size_t)c * SUM_CHUNK, hi = MIN(n, lo + SUM_CHUNK);
-        double s = 0;
-        for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
-        part[c] = s;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static) nowait
+        for (long long g = 0; g < (long long)ng; g++) {
+            const float* base = x + (size_t)g * SUM_LANES * SUM_CHUNK;
+            double s[SUM_LANES] = {0};
+            for (size_t i = 0; i < SUM_CHUNK; i++)
+                for (int j = 0; j < SUM_LANES; j++) {
+                    double v = base[(size_t)j * SUM_CHUNK + i];
+                    s[j] += v * v;
+                }
+            for (int j = 0; j < SUM_LANES; j++) part[(size_t)g * SUM_LANES + j] = s[j];
+        }
+#pragma omp for schedule(static)
+        for (long long c = (long long)(ng * SUM_LANES); c < (long long)nc; c++) {
+            size_t lo = (size_t)c * SUM_CHUNK, hi = MIN(n, lo + SUM_CHUNK);
+            double s = 0;
+            for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
+            part[c] = s;
+        }
     }
     double s = 0;
     for (size_t c = 0; c < nc; c++) s += part[c];
     free(part);
     return s;
 }
+/* the same sum one chunk at a time (test_sdc holds sumsq_det to it bit for bit) */
+static double sumsq_det_ref(const float* x, size_t n) {
+    double s = 0;
+    for (size_t lo = 0; lo < n; lo += SUM_CHUNK) {
+        size_t hi = MIN(n, lo + SUM_CHUNK);
+        double c = 0;
+        for (size_t i = lo; i < hi; i++) c += (double)x[i] * x[i];
+        s += c;
+    }
+    return s;
+}
 
 /* -------------------------------------------------------------------------------------- RMSNorm
  * out = x * rstd (* w),  rstd = 1/sqrt(ms + eps),  ms = mean(x^2) over the last dim C (per row).
  * ms is kept per row (the Residual Gain Guard reuses it). w == NULL: parameter-free. */
-static void rmsnorm_forward(float* out, float* ms, const float* x, const float* w, int rows, int C, float eps) {
+#define NORM_ROWS 8
+/* s[j] = sum_i x_j[i]^2, i in order, for n <= NORM_ROWS rows side by side, each its own chain (one row at a time
+ * waits out the add latency on every element; the same operations in the same order per row, so the same bits).
+ * Each square is rounded, then added: contraction off for this function, so the rounding is the code's, not a
+ * choice the compiler makes differently for each loop shape (a fused square-add would change the bits). */
+__attribute__((optimize("fp-contract=off"))) static void norm_row_sumsq(float* s, const float* x, int n, int C) {
+    float a[NORM_ROWS] = {0};
+    if (n == NORM_ROWS)
+        for (int i = 0; i < C; i++)
+            for (int j = 0; j < NORM_ROWS; j++) { float v = x[(size_t)j * C + i]; a[j] += v * v; }
+    else
+        for (int j = 0; j < n; j++) {
+            const float* xr = x + (size_t)j * C;
+            for (int i = 0; i < C; i++) a[j] += xr[i] * xr[i];
+        }
+    for (int j = 0; j < n; j++) s[j] = a[j];
+}
+/* round: each output row rounded to bf16 as it is written (its -precision bf16 store, without a pass of its own) */
+static void rmsnorm_forward_r(float* out, float* ms, const float* x, const float* w, int rows, int C, float eps, int round) {
+    int nblk = (rows + NORM_ROWS - 1) / NORM_ROWS;
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++) {
-        const float* xr = x + (size_t)r * C;
-        float* o = out + (size_t)r * C;
-        float s = 0.0f;
-        for (int i = 0; i < C; i++) s += xr[i] * xr[i];
-        float m = s / C;
-        float rstd = 1.0f / sqrtf(m + eps);
-        ms[r] = m;
-        if (w) for (int i = 0; i < C; i++) o[i] = w[i] * (xr[i] * rstd);
-        else for (int i = 0; i < C; i++) o[i] = xr[i] * rstd;
+    for (int b = 0; b < nblk; b++) {
+        int r0 = b * NORM_ROWS, n = rows - r0 < NORM_ROWS ? rows - r0 : NORM_ROWS;
+        float s[NORM_ROWS];
+        norm_row_sumsq(s, x + (size_t)r0 * C, n, C);
+        for (int j = 0; j < n; j++) {
+            const float* xr = x + (size_t)(r0 + j) * C;
+            float* o = out + (size_t)(r0 + j) * C;
+            float m = s[j] / C;
+            float rstd = 1.0f / sqrtf(m + eps);
+            ms[r0 + j] = m;
+            if (w) for (int i = 0; i < C; i++) o[i] = w[i] * (xr[i] * rstd);
+            else for (int i = 0; i < C; i++) o[i] = xr[i] * rstd;
+            if (round) bf16_round_span(o, C);
+        }
+    }
+}
+static void rmsnorm_forward(float* out, float* ms, const float* x, const float* w, int rows, int C, float eps) {
+    rmsnorm_forward_r(out, ms, x, w, rows, C, eps, 0);
+}
+/* RMSNorm's weight gradient: dw[i] += sum over rows r, in row order, of dout[r,i] * (x[r,i] * rstd_r), each product
+ * rounded and then added (no fused multiply-add: contraction off for this function, so the rounding is written
+ * here, not chosen by the compiler). 16 columns walked together, each its own serial sum, reading the rows in
+ * place (one column at a time walks down the rows, a cache line an element); the same bits as one column at a
+ * time (test_sdc holds it to that loop). */
+__attribute__((optimize("fp-contract=off"))) static void rmsnorm_dw(float* dw, const float* dout, const float* x, const float* ms,
+                                                                     int rows, int C, float eps) {
+    int ncb = (C + 15) / 16;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < ncb; b++) {
+        int i0 = b * 16, w16 = C - i0 < 16 ? C - i0 : 16;
+        float s[16] = {0};
+        for (int r = 0; r < rows; r++) {
+            float rs = 1.0f / sqrtf(ms[r] + eps);
+            const float *g = dout + (size_t)r * C + i0, *xr = x + (size_t)r * C + i0;
+            if (w16 == 16)
+                for (int j = 0; j < 16; j++) s[j] += g[j] * (xr[j] * rs);
+            else
+                for (int j = 0; j < w16; j++) s[j] += g[j] * (xr[j] * rs);
+        }
+        for (int j = 0; j < w16; j++) dw[i0 + j] += s[j];
     }
 }
 /* dx (+)= d/dx;  dw += sum_rows dout * x * rstd (dw may be NULL when w is NULL).
  * dw is reduced over rows serially per column block so the order is fixed. */
-static void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* ms,
-                             int rows, int C, float eps, int accumulate_dx) {
+static void rmsnorm_backward_r(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* ms,
+                               int rows, int C, float eps, int accumulate_dx, int round) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float* xr = x + (size_t)r * C;
@@ -224,15 +303,13 @@ static void rmsnorm_backward(float* dx, float* dw, const float* dout, const floa
             float v = (w ? w[i] * g[i] : g[i]) * rstd - xr[i] * coef;
             d[i] = accumulate_dx ? d[i] + v : v;
         }
+        if (round) bf16_round_span(d, C);   /* the row's -precision bf16 store, while it is in L1 */
     }
-    if (dw) {
-#pragma omp parallel for schedule(static)
-        for (int i = 0; i < C; i++) {
-            float s = 0.0f;
-            for (int r = 0; r < rows; r++) s += dout[(size_t)r * C + i] * (x[(size_t)r * C + i] * (1.0f / sqrtf(ms[r] + eps)));
-            dw[i] += s;
-        }
-    }
+    if (dw) rmsnorm_dw(dw, dout, x, ms, rows, C, eps);
+}
+static void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* ms,
+                             int rows, int C, float eps, int accumulate_dx) {
+    rmsnorm_backward_r(dx, dw, dout, x, w, ms, rows, C, eps, accumulate_dx, 0);
 }
 
 /* ---------------------------------------------------------------------------------------- RoPE
@@ -649,25 +726,53 @@ static void attention_backward(float* dq, float* dk, float* dv, float* datt, con
 
 /* ----------------------------------------------------------------------------------------- MLP */
 /* SwiGLU pieces: act = silu(gate) = gate*sigmoid(gate); prod = act * up */
-static void silu_forward(float* act, const float* gate, size_t n) {
+/* The element-wise kernels walk EW_BLK elements a block; with round set (their -precision bf16 store), each block's
+ * output is rounded to bf16 right after it, while it is in L1 (the same bits as a rounding pass after the kernel,
+ * without the pass). */
+#define EW_BLK 4096
+#define EW_BLOCKS(n) (((n) + EW_BLK - 1) / EW_BLK)
+#define EW_RANGE(b, n, i0, i1) size_t i0 = (size_t)(b) * EW_BLK, i1 = i0 + EW_BLK < (n) ? i0 + EW_BLK : (n)
+static void silu_forward_r(float* act, const float* gate, size_t n, int round) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) act[i] = gate[i] / (1.0f + expf(-gate[i]));
-}
-static void silu_backward(float* dgate, const float* dact, const float* gate, size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float s = 1.0f / (1.0f + expf(-gate[i]));
-        dgate[i] = dact[i] * (s + gate[i] * s * (1.0f - s));
+    for (size_t b = 0; b < EW_BLOCKS(n); b++) {
+        EW_RANGE(b, n, i0, i1);
+        for (size_t i = i0; i < i1; i++) act[i] = gate[i] / (1.0f + expf(-gate[i]));
+        if (round) bf16_round_span(act + i0, (int)(i1 - i0));
     }
 }
-static void mul_forward(float* out, const float* a, const float* b, size_t n) {
+static void silu_forward(float* act, const float* gate, size_t n) { silu_forward_r(act, gate, n, 0); }
+static void silu_backward_r(float* dgate, const float* dact, const float* gate, size_t n, int round) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+    for (size_t b = 0; b < EW_BLOCKS(n); b++) {
+        EW_RANGE(b, n, i0, i1);
+        for (size_t i = i0; i < i1; i++) {
+            float s = 1.0f / (1.0f + expf(-gate[i]));
+            dgate[i] = dact[i] * (s + gate[i] * s * (1.0f - s));
+        }
+        if (round) bf16_round_span(dgate + i0, (int)(i1 - i0));
+    }
 }
-/* out = a*b: da = dout*b, db = dout*a */
-static void mul_backward(float* da, float* db, const float* dout, const float* a, const float* b, size_t n) {
+static void silu_backward(float* dgate, const float* dact, const float* gate, size_t n) { silu_backward_r(dgate, dact, gate, n, 0); }
+static void mul_forward_r(float* out, const float* a, const float* b, size_t n, int round) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) { da[i] = dout[i] * b[i]; db[i] = dout[i] * a[i]; }
+    for (size_t k = 0; k < EW_BLOCKS(n); k++) {
+        EW_RANGE(k, n, i0, i1);
+        for (size_t i = i0; i < i1; i++) out[i] = a[i] * b[i];
+        if (round) bf16_round_span(out + i0, (int)(i1 - i0));
+    }
+}
+static void mul_forward(float* out, const float* a, const float* b, size_t n) { mul_forward_r(out, a, b, n, 0); }
+/* out = a*b: da = dout*b, db = dout*a */
+static void mul_backward_r(float* da, float* db, const float* dout, const float* a, const float* b, size_t n, int round) {
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < EW_BLOCKS(n); k++) {
+        EW_RANGE(k, n, i0, i1);
+        for (size_t i = i0; i < i1; i++) { da[i] = dout[i] * b[i]; db[i] = dout[i] * a[i]; }
+        if (round) { bf16_round_span(da + i0, (int)(i1 - i0)); bf16_round_span(db + i0, (int)(i1 - i0)); }
+    }
+}
+static void mul_backward(float* da, float* db, const float* dout, const float* a, const float* b, size_t n) {
+    mul_backward_r(da, db, dout, a, b, n, 0);
 }
 /* ReLU^2: act = relu(x)^2 */
 static void relu2_forward(float* act, const float* x, size_t n) {
@@ -680,10 +785,15 @@ static void relu2_backward(float* dx, const float* dact, const float* x, size_t 
 }
 
 /* ----------------------------------------------------------------------------------- residual */
-static void residual_forward(float* out, const float* a, const float* b, size_t n) {
+static void residual_forward_r(float* out, const float* a, const float* b, size_t n, int round) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    for (size_t k = 0; k < EW_BLOCKS(n); k++) {
+        EW_RANGE(k, n, i0, i1);
+        for (size_t i = i0; i < i1; i++) out[i] = a[i] + b[i];
+        if (round) bf16_round_span(out + i0, (int)(i1 - i0));
+    }
 }
+static void residual_forward(float* out, const float* a, const float* b, size_t n) { residual_forward_r(out, a, b, n, 0); }
 
 /* ---------------------------------------------------------------------------------- embedding */
 static void embedding_forward(float* out, const int* tokens, const float* wte, int N, int C) {
@@ -773,7 +883,7 @@ static void crossentropy_fused(float* losses, float* lse, float* logits, const i
         float* z = logits + (size_t)n * V;
         ce_row_forward(z, V, targets[n], &lse[n], &losses[n]);
         ce_row_backward(z, z, V, lse[n], targets[n], dloss, cap);
-        if (round_bf16) for (int i = 0; i < V; i++) z[i] = bf16_round(z[i]);
+        if (round_bf16) bf16_round_span(z, V);   /* branch-free: the same bits as bf16_round */
     }
 }
 

@@ -371,6 +371,30 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static inline __m512i gm_
     return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
 }
 static inline __mmask16 gm_mask(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+/* a 16 x 16 dword transpose in registers: out[c][r] = in[r][c]. Within each 128-bit lane L, 32- then 64-bit unpacks
+ * give x[4g + e] lane L = rows 4g..4g+3 at column 4L + e; two rounds of 128-bit lane shuffles then gather lane L of
+ * x[e], x[4 + e], x[8 + e], x[12 + e] into column 4L + e */
+__attribute__((target("avx512f"))) static inline void gm_transpose16(__m512i out[16], const __m512i in[16]) {
+    __m512i t[16], x[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) {
+        x[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        x[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        x[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        x[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int e = 0; e < 4; e++) {
+        __m512i a = _mm512_shuffle_i32x4(x[e], x[4 + e], 0x88), b = _mm512_shuffle_i32x4(x[e], x[4 + e], 0xdd);
+        __m512i c = _mm512_shuffle_i32x4(x[8 + e], x[12 + e], 0x88), d = _mm512_shuffle_i32x4(x[8 + e], x[12 + e], 0xdd);
+        out[e] = _mm512_shuffle_i32x4(a, c, 0x88);
+        out[8 + e] = _mm512_shuffle_i32x4(a, c, 0xdd);
+        out[4 + e] = _mm512_shuffle_i32x4(b, d, 0x88);
+        out[12 + e] = _mm512_shuffle_i32x4(b, d, 0xdd);
+    }
+}
 /* A tiles of 16 rows (panel p): [ks][16][32] */
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_a_amx_vec(uint16_t* ap, const float* A, long sam, long sak, int M, int K, int p) {
     int ks = (K + 31) / 32, m0 = p * 16;
@@ -390,53 +414,57 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_a_amx
         }
     } else if (sam == 1) {
         /* k-major source: pairs of rows k, k+1 give 16 dwords (one per m), a column of the tile; transposed */
-        uint32_t t[16][16];
         __mmask16 mm = gm_mask(M - m0);
         for (int s = 0; s < ks; s++) {
+            __m512i t[16], u[16];
             for (int q = 0; q < 16; q++) {
                 int k = s * 32 + 2 * q;
                 __m512 v0 = k < K ? _mm512_maskz_loadu_ps(mm, A + m0 + (size_t)k * sak) : _mm512_setzero_ps();
                 __m512 v1 = k + 1 < K ? _mm512_maskz_loadu_ps(mm, A + m0 + (size_t)(k + 1) * sak) : _mm512_setzero_ps();
-                _mm512_storeu_si512(t[q], gm_pair16(v0, v1));
+                t[q] = gm_pair16(v0, v1);
             }
-            uint32_t* d = (uint32_t*)(dst + (size_t)s * 512);
-            for (int r = 0; r < 16; r++)
-                for (int q = 0; q < 16; q++) d[r * 16 + q] = t[q][r];
+            gm_transpose16(u, t);
+            for (int r = 0; r < 16; r++) _mm512_storeu_si512(dst + (size_t)s * 512 + (size_t)r * 32, u[r]);
         }
     } else
         gm_pack_a_amx(dst, A, sam, sak, m0, M - m0 < 16 ? M - m0 : 16, 0, K);
 }
-/* A tiles of panels p0..p1-1 from A read transposed (element (m, k) at A[m + k * sak]), k pairs outermost so
- * that the source rows are read in order: the pair (k, k+1) of 16 rows m is one dword a row, scattered down
- * column q of the tile */
+/* A tiles of panels p0..p1-1 from A read transposed (element (m, k) at A[m + k * sak]): for each k step and panel,
+ * the 16 row pairs (k, k+1) of its 16 rows m give one dword a row, column q of the tile; the 16 columns are
+ * transposed in registers into the tile's rows (the k steps' 32 source rows stay in cache across the panels) */
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_at_amx(uint16_t* ap, const float* A, long sak, int M, int K, int p0, int p1) {
     int ks = (K + 31) / 32;
-    const __m512i rows = _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 16, 0);
     for (int s = 0; s < ks; s++)
-        for (int q = 0; q < 16; q++) {
-            int k = s * 32 + 2 * q;
-            const float* r0 = k < K ? A + (size_t)k * sak : NULL;
-            const float* r1 = k + 1 < K ? A + (size_t)(k + 1) * sak : NULL;
-            for (int p = p0; p < p1; p++) {
-                __mmask16 mm = gm_mask(M - p * 16);
-                __m512 v0 = r0 ? _mm512_maskz_loadu_ps(mm, r0 + (size_t)p * 16) : _mm512_setzero_ps();
-                __m512 v1 = r1 ? _mm512_maskz_loadu_ps(mm, r1 + (size_t)p * 16) : _mm512_setzero_ps();
-                uint32_t* tile = (uint32_t*)(ap + ((size_t)p * ks + s) * 512) + q;
-                _mm512_i32scatter_epi32(tile, rows, gm_pair16(v0, v1), 4);
+        for (int p = p0; p < p1; p++) {
+            __mmask16 mm = gm_mask(M - p * 16);
+            __m512i col[16], row[16];
+            for (int q = 0; q < 16; q++) {
+                int k = s * 32 + 2 * q;
+                __m512 v0 = k < K ? _mm512_maskz_loadu_ps(mm, A + (size_t)k * sak + (size_t)p * 16) : _mm512_setzero_ps();
+                __m512 v1 = k + 1 < K ? _mm512_maskz_loadu_ps(mm, A + (size_t)(k + 1) * sak + (size_t)p * 16) : _mm512_setzero_ps();
+                col[q] = gm_pair16(v0, v1);
             }
+            gm_transpose16(row, col);
+            uint16_t* tile = ap + ((size_t)p * ks + s) * 512;
+            for (int r = 0; r < 16; r++) _mm512_storeu_si512(tile + (size_t)r * 32, row[r]);
         }
 }
-/* B tiles of 16 columns (panel p): [ks][16 pairs][16][2] */
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_b_amx_vec(uint16_t* bp, const float* B, int N, int K, int p) {
-    int ks = (K + 31) / 32, n0 = p * 16;
-    __mmask16 mn = gm_mask(N - n0);
-    uint16_t* dst = bp + (size_t)p * ks * 512;
+/* B tiles of 16 columns: [panel][ks][16 pairs][16][2], for panels p0..p1-1, row pairs (k, k+1) outermost: the source
+ * rows are read in order, each pair's segment of the panels contiguous (a panel at a time would walk all K rows for
+ * 64 bytes each) */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_b_amx_rows(uint16_t* bp, const float* B, int N, int K, int p0, int p1) {
+    int ks = (K + 31) / 32;
     for (int s = 0; s < ks; s++)
         for (int q = 0; q < 16; q++) {
             int k = s * 32 + 2 * q;
-            __m512 v0 = k < K ? _mm512_maskz_loadu_ps(mn, B + (size_t)k * N + n0) : _mm512_setzero_ps();
-            __m512 v1 = k + 1 < K ? _mm512_maskz_loadu_ps(mn, B + (size_t)(k + 1) * N + n0) : _mm512_setzero_ps();
-            _mm512_storeu_si512(dst + ((size_t)s * 16 + q) * 32, gm_pair16(v0, v1));
+            const float* r0 = k < K ? B + (size_t)k * N : NULL;
+            const float* r1 = k + 1 < K ? B + (size_t)(k + 1) * N : NULL;
+            for (int p = p0; p < p1; p++) {
+                __mmask16 mn = gm_mask(N - p * 16);
+                __m512 v0 = r0 ? _mm512_maskz_loadu_ps(mn, r0 + (size_t)p * 16) : _mm512_setzero_ps();
+                __m512 v1 = r1 ? _mm512_maskz_loadu_ps(mn, r1 + (size_t)p * 16) : _mm512_setzero_ps();
+                _mm512_storeu_si512(bp + (((size_t)p * ks + s) * 16 + q) * 32, gm_pair16(v0, v1));
+            }
         }
 }
 
@@ -471,8 +499,8 @@ static void gm_pack_bt_bf16(uint16_t* bp, const float* Bt, int K, int n0, int nr
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_bt_amx_vec(uint16_t* bp, const float* Bt, int N, int K, int p) {
     int ks = (K + 31) / 32, n0 = p * 16;
     uint16_t* dst = bp + (size_t)p * ks * 512;
-    uint32_t t[16][16];
     for (int s = 0; s < ks; s++) {
+        __m512i t[16], u[16];
         for (int j = 0; j < 16; j++) {
             __m512i v = _mm512_setzero_si512();
             if (n0 + j < N) {
@@ -480,11 +508,10 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_bt_am
                 __m512 lo = _mm512_maskz_loadu_ps(gm_mask(K - s * 32), src), hi = _mm512_maskz_loadu_ps(gm_mask(K - s * 32 - 16), src + 16);
                 v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);   /* k order: dword q = (k 2q, k 2q+1) */
             }
-            _mm512_storeu_si512(t[j], v);
+            t[j] = v;
         }
-        uint32_t* d = (uint32_t*)(dst + (size_t)s * 512);
-        for (int q = 0; q < 16; q++)
-            for (int j = 0; j < 16; j++) d[q * 16 + j] = t[j][q];
+        gm_transpose16(u, t);   /* row q of the tile: dword j = column n0 + j's pair q */
+        for (int q = 0; q < 16; q++) _mm512_storeu_si512(dst + (size_t)s * 512 + (size_t)q * 32, u[q]);
     }
 }
 
@@ -573,17 +600,26 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
             else if (kind == 2) gm_pack_a_bf16((uint16_t*)abuf + (size_t)p * pa, A, sam, sak, m0, mr, 0, K, MR);
             else gm_pack_a_f32((float*)abuf + (size_t)p * pa, A, sam, sak, m0, mr, 0, K, MR);
         }
+        if (kind == 3 && !btr) {   /* each thread a range of B panels, the rows read in order (gm_pack_b_amx_rows) */
+            int nt = 1, me = 0;
+#ifdef _OPENMP
+            nt = omp_get_num_threads(); me = omp_get_thread_num();
+#endif
+            gm_pack_b_amx_rows((uint16_t*)bbuf, B, N, K, (int)((long)npb * me / nt), (int)((long)npb * (me + 1) / nt));
+            if (me == 0) memset((char*)bbuf + (size_t)npb * pb * esz, 0, pb * esz);
+#pragma omp barrier
+        } else {
 #pragma omp for schedule(static)
-        for (int p = 0; p <= npb; p++) {
-            int n0 = p * NR, nr = N - n0 < NR ? N - n0 : NR;
-            if (p == npb) { memset((char*)bbuf + (size_t)p * pb * esz, 0, pb * esz); continue; }
-            if (btr) {
-                if (kind == 3) gm_pack_bt_amx_vec((uint16_t*)bbuf, B, N, K, p);
-                else if (kind == 2) gm_pack_bt_bf16((uint16_t*)bbuf + (size_t)p * pb, B, K, n0, nr, NR);
-                else gm_pack_bt_f32((float*)bbuf + (size_t)p * pb, B, K, n0, nr, NR);
-            } else if (kind == 3) gm_pack_b_amx_vec((uint16_t*)bbuf, B, N, K, p);
-            else if (kind == 2) gm_pack_b_bf16((uint16_t*)bbuf + (size_t)p * pb, B, N, n0, nr, 0, K, NR);
-            else gm_pack_b_f32((float*)bbuf + (size_t)p * pb, B, N, n0, nr, 0, K, NR);
+            for (int p = 0; p <= npb; p++) {
+                int n0 = p * NR, nr = N - n0 < NR ? N - n0 : NR;
+                if (p == npb) { memset((char*)bbuf + (size_t)p * pb * esz, 0, pb * esz); continue; }
+                if (btr) {
+                    if (kind == 3) gm_pack_bt_amx_vec((uint16_t*)bbuf, B, N, K, p);
+                    else if (kind == 2) gm_pack_bt_bf16((uint16_t*)bbuf + (size_t)p * pb, B, K, n0, nr, NR);
+                    else gm_pack_bt_f32((float*)bbuf + (size_t)p * pb, B, K, n0, nr, NR);
+                } else if (kind == 2) gm_pack_b_bf16((uint16_t*)bbuf + (size_t)p * pb, B, N, n0, nr, 0, K, NR);
+                else gm_pack_b_f32((float*)bbuf + (size_t)p * pb, B, N, n0, nr, 0, K, NR);
+            }
         }
         /* the tasks: blocks of GM_MB rows x GM_NB columns of C (whole micro-tiles) */
         if (kind == 3) gm_amx_config();
@@ -629,10 +665,13 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
                         }
                         if (!full)
                             for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * N, tmp + r * nt, sizeof(float) * cols);
-                        if (round_out && k0 + kc >= Kp)   /* the finished tile, stored as bf16 while it is in cache */
-                            for (int r = 0; r < rows; r++) bf16_round_span(c + (size_t)r * N, cols);
                     }
             }
+            /* the finished block, stored as bf16 while it is in L2: a block at a time, not a tile at a time, so that the
+             * loads do not wait on the tile's stores still in flight (a tile at a time cost about an eighth of an AMX
+             * GEMM's time) */
+            if (round_out)
+                for (int r = mb0; r < mb1; r++) bf16_round_span(C + (size_t)r * N + nb0, nb1 - nb0);
         }
         if (kind == 3) gm_amx_release();
     }
@@ -640,7 +679,7 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
 #endif
 
 /* the entry points: B row-major [K, N] (btr 0) or given transposed, Bt [N, K] row-major (btr 1); round_out 1
- * rounds C to bf16 (round to nearest even) once it is complete, tile by tile while it is in cache: the
+ * rounds C to bf16 (round to nearest even) once it is complete, block by block while it is in cache: the
  * -precision bf16 store of a GEMM's output without a pass of its own (the same bits as rounding after) */
 static void gemm_f32_x(float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate,
                        int round_out) {
