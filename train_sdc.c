@@ -361,31 +361,33 @@ static void ew_norm_backward(Model* model, int l, const float* dres, const float
  * |y_ij| <= c(K) ||x_i|| ||w_j||, against the input the product read and the weights (model->wr, the copy the GEMMs
  * read). The weights' row norms are computed once after every change of the weights (mmb_wn_valid); the input
  * rows' norms per product, attn_norm's and mlp_norm's once for the products that share them. */
-static size_t mmb_stride(const Config* c) { return (size_t)c->n_kv_head * c->head_dim + 2 * (size_t)c->d_model + 2 * (size_t)c->ffn_dim; }
+static size_t mmb_layer_offset(const Config* c, int s) {
+    return mmb_slot_offset(s, (size_t)c->n_kv_head * c->head_dim, (size_t)c->d_model, (size_t)c->ffn_dim);
+}
 static void mmb_alloc(Model* model) {
     if (model->mmb_wn) return;
-    model->mmb_wn = (float*)mallocCheck(sizeof(float) * mmb_stride(&model->c) * model->c.n_layer);
+    model->mmb_wn = (float*)mallocCheck(sizeof(float) * mmb_layer_offset(&model->c, MMB_SLOTS) * model->c.n_layer);
     model->mmb_xn = (float*)mallocCheck(sizeof(float) * 2 * (size_t)model->B * model->T);
 }
 /* layer l's weight row norms of product slot s (MMB_*) */
 static const float* mmb_weight_norms(Model* model, int l, int s) {
     const Config* c = &model->c;
     const int d = c->d_model, kd = c->n_kv_head * c->head_dim, qd = c->n_head * c->head_dim, F = c->ffn_dim;
+    const size_t stride = mmb_layer_offset(c, MMB_SLOTS);
     mmb_alloc(model);
     if (!model->mmb_wn_valid) {
         for (int i = 0; i < c->n_layer; i++) {
-            float* wn = model->mmb_wn + mmb_stride(c) * i;
+            float* wn = model->mmb_wn + stride * i;
             const int swiglu = c->mlp == MLP_SWIGLU;
-            mmb_row_norms(wn, W(PT_WV, i), kd, d, d);
-            mmb_row_norms(wn + kd, W(PT_WO, i), d, qd, qd);
-            mmb_row_norms(wn + kd + d, W(swiglu ? PT_WGATE : PT_WFC, i), F, d, d);
-            if (swiglu) mmb_row_norms(wn + kd + d + F, W(PT_WUP, i), F, d, d);
-            mmb_row_norms(wn + kd + d + 2 * F, W(PT_WDOWN, i), d, F, F);
+            mmb_row_norms(wn + mmb_layer_offset(c, MMB_V_PROJ), W(PT_WV, i), kd, d, d);
+            mmb_row_norms(wn + mmb_layer_offset(c, MMB_O_PROJ), W(PT_WO, i), d, qd, qd);
+            mmb_row_norms(wn + mmb_layer_offset(c, MMB_GATE_PROJ), W(swiglu ? PT_WGATE : PT_WFC, i), F, d, d);
+            if (swiglu) mmb_row_norms(wn + mmb_layer_offset(c, MMB_UP_PROJ), W(PT_WUP, i), F, d, d);
+            mmb_row_norms(wn + mmb_layer_offset(c, MMB_DOWN_PROJ), W(PT_WDOWN, i), d, F, F);
         }
         model->mmb_wn_valid = 1;
     }
-    const size_t off[MMB_SLOTS] = {0, (size_t)kd, (size_t)kd + d, (size_t)kd + d + F, (size_t)kd + d + 2 * (size_t)F};
-    return model->mmb_wn + mmb_stride(c) * l + off[s];
+    return model->mmb_wn + stride * l + mmb_layer_offset(c, s);
 }
 /* the input rows' norms of a product into slot buffer i (0 or 1) of mmb_xn */
 static const float* mmb_input_norms(Model* model, int i, const float* x, int rows, int K) {

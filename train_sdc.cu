@@ -750,17 +750,17 @@ static void ew_collect(Model* model, int backward) {
  * each product's one check launch (gate and up: one launch over the fused [N, 2F] output, two slots). A layer's
  * slots (MMB_*) of the forward's report come back with its one copy; the alarm count is the number of slots set,
  * the CPU's count of failed products. */
-static size_t mmb_wn_stride(const Config* c) { return (size_t)c->n_kv_head * c->head_dim + 2 * (size_t)c->d_model + 2 * (size_t)c->ffn_dim; }
+static size_t mmb_wn_offset(const Config* c, int slot) {
+    return mmb_slot_offset(slot, (size_t)c->n_kv_head * c->head_dim, (size_t)c->d_model, (size_t)c->ffn_dim);
+}
 static const float* mmb_wnorms(const Model* model, int l, int slot) {
     const Config* c = &model->c;
-    const size_t kd = (size_t)c->n_kv_head * c->head_dim, d = c->d_model, F = c->ffn_dim;
-    const size_t off[MMB_SLOTS] = {0, kd, kd + d, kd + d + F, kd + d + 2 * F};
-    return model->mmb_wn + mmb_wn_stride(c) * l + off[slot];
+    return model->mmb_wn + mmb_wn_offset(c, MMB_SLOTS) * l + mmb_wn_offset(c, slot);
 }
 static void mmb_prepare(Model* model, cudaStream_t s) {
     const Config* c = &model->c;
     const int d = c->d_model, kd = c->n_kv_head * c->head_dim, qd = c->n_head * c->head_dim, F = c->ffn_dim;
-    if (!model->mmb_wn) cudaCheck(cudaMalloc(&model->mmb_wn, sizeof(float) * mmb_wn_stride(c) * c->n_layer));
+    if (!model->mmb_wn) cudaCheck(cudaMalloc(&model->mmb_wn, sizeof(float) * mmb_wn_offset(c, MMB_SLOTS) * c->n_layer));
     if (model->mmb_wn_valid) return;
     const int swiglu = c->mlp == MLP_SWIGLU;
     for (int l = 0; l < c->n_layer; l++) {

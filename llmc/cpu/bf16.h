@@ -48,10 +48,7 @@ static inline void bf16_round_copy_span(float* dst, const float* src, int n) {
     const uint32_t* in = (const uint32_t*)src;
     for (int i = 0; i < n; i++) u[i] = bf16_round_bits(in[i]);
 }
-/* the same for a short span, inside a parallel region (no OpenMP of its own) */
-static inline void bf16_round_span(float* x, int n) {
-    uint32_t* u = (uint32_t*)x;
-    for (int i = 0; i < n; i++) u[i] = bf16_round_bits(u[i]);
-}
+/* in place */
+static inline void bf16_round_span(float* x, int n) { bf16_round_copy_span(x, x, n); }
 
 #endif

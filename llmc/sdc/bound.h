@@ -50,6 +50,15 @@
 enum { MMB_V_PROJ, MMB_O_PROJ, MMB_GATE_PROJ, MMB_UP_PROJ, MMB_DOWN_PROJ, MMB_SLOTS };
 #define MMB_ABS 0x1p-100f
 
+/* both trainers keep a layer's weight row norms one slot after another in MMB_* order (v: kd rows, o: d, gate or
+ * fc: F, up: F, down: d): slot s's offset in a layer's part; s = MMB_SLOTS gives the part's length */
+static inline size_t mmb_slot_offset(int s, size_t kd, size_t d, size_t F) {
+    const size_t len[MMB_SLOTS] = {kd, d, F, F, d};
+    size_t o = 0;
+    for (int i = 0; i < s; i++) o += len[i];
+    return o;
+}
+
 /* c(K), rounded up to fp32 */
 static inline float mmb_factor(int K) {
     const double c = (1.0 + 0x1p-8) * (1.0 + 2.0 * ((double)K + 2.0) * 0x1p-24) * (1.0 + 0x1p-16);
