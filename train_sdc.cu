@@ -84,6 +84,12 @@ static long long host_syncs_now(void) {
 #endif
 }
 
+/* a layer's Q/K fingerprint accumulators in the report (fingerprint.cuh), forward (-protect qk) and backward (qk_bwd):
+ * the tensors as stored (the forward's Q and K that attention consumes; the backward's gradients of q_proj, k_proj)
+ * and their recomputation; the host compares them after the pass's one copy of the report */
+enum { QKF_Q, QKF_K, QKF_RQ, QKF_RK, QKF_SLOTS };
+#define QKF_BYTES ((size_t)QKF_SLOTS * FP_WORDS * sizeof(unsigned long long))
+
 /* ------------------------------------------------------------------------------------- model */
 typedef struct {                         /* all bf16 but the mean squares and lse (fp32); site names as on the CPU */
     bf16 *attn_norm; float *attn_ms;     /* attn_norm */
@@ -200,21 +206,21 @@ typedef struct {
     int* upd_seg_decay;                  /*   NULL until used */
     /* The report: what the host reads after a forward, in one pinned asynchronous copy per microbatch
      *, laid out as: rgg_ss, rgg_bad double [2L+1] (llmc/sdc/rgg.cuh; vector 2l = layer l's
-     * attn_ms, 2l+1 its mlp_ms, 2L the final norm's), qk int [L] (1: the layer's Q/K fingerprints
-     * differ), attc int [L][ATTC_NCHECK] (the attention checks' failed heads), ew int [L][EW_FWD_SLOTS] (the
+     * attn_ms, 2l+1 its mlp_ms, 2L the final norm's), qk unsigned long long [L][QKF_SLOTS][FP_WORDS] (the layer's
+     * Q/K fingerprint accumulators: the forward's Q and K, their recomputation's; compared on the host),
+     * attc int [L][ATTC_NCHECK] (the attention checks' failed heads), ew int [L][EW_FWD_SLOTS] (the
      * forward's element-wise checks, llmc/sdc/ewcheck.cuh), losses float [B*T]; then the backward's part (rep_bwd,
      * below: its own copy at the backward's end, model_backward_step). Byte
      * offsets rep_*; the copy covers everything up to the losses, and the losses when there are targets. */
     char *rep_dev, *rep_host;
     size_t rep_bad, rep_qk, rep_attc, rep_ew, rep_mmb, rep_ewb, rep_loss;
     /* the backward's report, after the losses, in its own pinned copy at the end of the backward (only when a
-     * backward check is on): qkb int [L] (1: the layer's recomputed dq/dk fingerprints differ), attb int [L]
+     * backward check is on): qkb unsigned long long [L][QKF_SLOTS][FP_WORDS] (the fingerprints of the layer's stored
+     * dq/dk and of their recomputation), attb int [L]
      * [ATTB_NCHECK] (the backward attention checks' failed heads), ewb int [L][EW_BWD_SLOTS] (ew's backward flags,
      * at rep_ewb); rep_bwd_bytes long */
     size_t rep_bwd, rep_bwd_bytes;
     const float** ms_table;              /* device [2L+1]: the mean-square vectors in the report's order */
-    unsigned long long* fp_part;         /* device [4][FP_PART_U64]: partials of the forward's Q, K fingerprints and
-                                            of their recomputation's (fingerprint.cuh) */
     /* the optimizer pass (llmc/cuda/multi_tensor.cuh): the tensors' chunk table, the per-tensor sums of squares
      * of the gradients (device, and a pinned host copy) and their scratch */
     MtTable mt;
@@ -496,15 +502,15 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
         const size_t nv = 2 * (size_t)c->n_layer + 1;
         model->rep_bad = nv * sizeof(double);
         model->rep_qk = 2 * nv * sizeof(double);
-        model->rep_attc = model->rep_qk + (size_t)c->n_layer * sizeof(int);
+        model->rep_attc = model->rep_qk + (size_t)c->n_layer * QKF_BYTES;
         model->rep_ew = model->rep_attc + (size_t)c->n_layer * ATTC_NCHECK * sizeof(int);
         model->rep_mmb = model->rep_ew + (size_t)c->n_layer * EW_FWD_SLOTS * sizeof(int);
         model->rep_loss = (model->rep_mmb + (size_t)c->n_layer * MMB_SLOTS * sizeof(int) + 15) / 16 * 16;
         /* the backward's part after the losses: qk_bwd flags, att_bwd counts, then ew's backward flags (rep_ewb),
          * all in the backward's one copy */
         model->rep_bwd = (model->rep_loss + N * sizeof(float) + 15) / 16 * 16;
-        model->rep_ewb = model->rep_bwd + (size_t)c->n_layer * (1 + ATTB_NCHECK) * sizeof(int);
-        model->rep_bwd_bytes = (size_t)c->n_layer * (1 + ATTB_NCHECK + EW_BWD_SLOTS) * sizeof(int);
+        model->rep_ewb = model->rep_bwd + (size_t)c->n_layer * (QKF_BYTES + ATTB_NCHECK * sizeof(int));
+        model->rep_bwd_bytes = (size_t)c->n_layer * (QKF_BYTES + (ATTB_NCHECK + EW_BWD_SLOTS) * sizeof(int));
         const size_t rb = model->rep_bwd + model->rep_bwd_bytes;
         cudaCheck(cudaMalloc(&model->rep_dev, rb));
         cudaCheck(cudaMemset(model->rep_dev, 0, rb));
@@ -517,8 +523,6 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
         cudaCheck(cudaMalloc(&model->ms_table, nv * sizeof(float*)));
         cudaCheck(cudaMemcpy(model->ms_table, tab, nv * sizeof(float*), cudaMemcpyHostToDevice));
         free(tab);
-        cudaCheck(cudaMalloc(&model->fp_part, 4 * FP_PART_U64 * sizeof(unsigned long long)));
-        cudaCheck(cudaMemset(model->fp_part, 0, 4 * FP_PART_U64 * sizeof(unsigned long long)));
     }
     model->h_losses = (float*)(model->rep_host + model->rep_loss);
     model->h_targets = (int*)mallocCheck(sizeof(int) * N);
@@ -541,7 +545,7 @@ static void model_free(Model* model) {
     if (model->mmb_wn) cudaCheck(cudaFree(model->mmb_wn));
     if (model->ew_dres) cudaCheck(cudaFree(model->ew_dres));
     cudaCheck(cudaFree(model->rep_dev)); cudaCheck(cudaFreeHost(model->rep_host));
-    cudaCheck(cudaFree(model->ms_table)); cudaCheck(cudaFree(model->fp_part));
+    cudaCheck(cudaFree(model->ms_table));
     if (model->chk_scratch) cudaCheck(cudaFree(model->chk_scratch));
     mt_table_free(&model->mt);
     cudaCheck(cudaFree(model->ss_dev)); cudaCheck(cudaFreeHost(model->ss_host)); cudaCheck(cudaFree(model->mt_part));
@@ -635,11 +639,20 @@ static Fingerprint host_fingerprint_bf16(const bf16* x, int rows, int cols, int 
  * run's clean -protect qk steps check it, docs/gpu.md).
  * When a fault was injected into the final tensor after its kernel, the forward's fingerprint is taken
  * from the stored tensor instead (the fault stands for an error inside that kernel).
- * Nothing goes to the host here: the fingerprints stay as block partials in model->fp_part (slots 0, 1:
- * the forward's Q, K; 2, 3: the recomputation's, bq..brk their block counts) and fp_compare writes the
- * layer's flag into the report, which the host reads after the forward (model_forward_step). qc, kc: the Q and K
- * attention consumed (contiguous), read only by the test-only dump. */
-static void qk_recompute_check(Model* model, int l, int B, int T, int bq, int bk, const bf16* qc, const bf16* kc) {
+ * Nothing goes to the host here: the fingerprints accumulate (XOR) in the layer's slots of the report (QKF_*:
+ * the forward's Q, K, then the recomputation's), which the host copies once after the forward and compares
+ * (qk_fp_differ). qc, kc: the Q and K attention consumed (contiguous), read only by the test-only dump. */
+static unsigned long long* qk_fp(Model* model, int backward, int l, int slot) {
+    return (unsigned long long*)(model->rep_dev + (backward ? model->rep_bwd : model->rep_qk) + (size_t)l * QKF_BYTES) + slot * FP_WORDS;
+}
+/* 1 when the host copy of layer l's accumulators has the stored Q (or dq) differ from its recomputation, or K */
+static int qk_fp_differ(const Model* model, int backward, int l) {
+    const unsigned long long* f = (const unsigned long long*)(model->rep_host + (backward ? model->rep_bwd : model->rep_qk) + (size_t)l * QKF_BYTES);
+    const Fingerprint q = fingerprint_of(f + QKF_Q * FP_WORDS), k = fingerprint_of(f + QKF_K * FP_WORDS);
+    const Fingerprint rq = fingerprint_of(f + QKF_RQ * FP_WORDS), rk = fingerprint_of(f + QKF_RK * FP_WORDS);
+    return !fp_equal(q, rq) || !fp_equal(k, rk);
+}
+static void qk_recompute_check(Model* model, int l, int B, int T, const bf16* qc, const bf16* kc) {
     const Config* c = &model->c;
     cudaStream_t s = model->stream;
     CostScope cost_scope("qk");   /* every launch here exists for -protect qk */
@@ -659,26 +672,23 @@ static void qk_recompute_check(Model* model, int l, int B, int T, int bq, int bk
         ldq1 = 0;   /* contiguous from here: qd for q, kd for k */
     }
     const int ldq = ldq1 ? ldq1 : qd, ldk = ldq1 ? ldq1 : kd;
-    unsigned long long *pq = model->fp_part, *pk = pq + FP_PART_U64, *prq = pk + FP_PART_U64, *prk = prq + FP_PART_U64;
-    int brq, brk;
+    unsigned long long *rq = qk_fp(model, 0, l, QKF_RQ), *rk = qk_fp(model, 0, l, QKF_RK);
     if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
         rope_forward(q2, q1, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
         rope_forward(k2, k1, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
-        brq = rmsnorm_forward_fp(NULL, NULL, q2, NULL, N * H, hd, eps, prq, s);
-        brk = rmsnorm_forward_fp(NULL, NULL, k2, NULL, N * KV, hd, eps, prk, s);
+        rmsnorm_forward_fp(NULL, NULL, q2, NULL, N * H, hd, eps, rq, s);
+        rmsnorm_forward_fp(NULL, NULL, k2, NULL, N * KV, hd, eps, rk, s);
     } else {
-        brq = rope_forward_fp(NULL, q1, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, prq, s);
-        brk = rope_forward_fp(NULL, k1, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, prk, s);
+        rope_forward_fp(NULL, q1, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, rq, s);
+        rope_forward_fp(NULL, k1, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, rk, s);
     }
-    fp_compare((int*)(model->rep_dev + model->rep_qk) + l, pq, bq, pk, bk, prq, brq, prk, brk, s);
     if (check_dump_file()) {   /* test-only (llmc/sdc/checks.h): synchronises */
-        int flag = 0;
-        cudaCheck(cudaMemcpyAsync(&flag, (int*)(model->rep_dev + model->rep_qk) + l, sizeof(int), cudaMemcpyDeviceToHost, s));
-        const Fingerprint fq = fingerprint_collect(pq, bq, s), fk = fingerprint_collect(pk, bk, s);
-        const Fingerprint rq = fingerprint_collect(prq, brq, s), rk = fingerprint_collect(prk, brk, s);
+        const Fingerprint fq = fingerprint_read(qk_fp(model, 0, l, QKF_Q), s), fk = fingerprint_read(qk_fp(model, 0, l, QKF_K), s);
+        const Fingerprint gq = fingerprint_read(rq, s), gk = fingerprint_read(rk, s);
+        const int flag = !fp_equal(fq, gq) || !fp_equal(fk, gk);
         const Fingerprint hq = host_fingerprint_bf16(qc, N, qd, qd, s), hk = host_fingerprint_bf16(kc, N, kd, kd, s);
         fprintf(check_dump_file(), "{\"kind\":\"qkf\",\"fwd\":%lld,\"layer\":%d,\"qkf\":%d,\"fp_dev\":" FP_HEX ",\"fp_rec\":" FP_HEX
-                ",\"fp_host\":" FP_HEX "}\n", check_dump_fwd, l, flag, FP_ARGS(fq, fk), FP_ARGS(rq, rk), FP_ARGS(hq, hk));
+                ",\"fp_host\":" FP_HEX "}\n", check_dump_fwd, l, flag, FP_ARGS(fq, fk), FP_ARGS(gq, gk), FP_ARGS(hq, hk));
     }
 }
 
@@ -791,13 +801,16 @@ static void mmb_collect(Model* model) {
 /* ---------------------------------------------------------------- the backward's checks (-protect qk_bwd, att_bwd)
  * Backward Q/K path recomputation (qk_bwd; the CPU's qk_bwd_recompute_check in train_sdc.c). Once the layer's dq and
  * dk (the gradients of the q and k projections' outputs, after their injection points) are stored, the path that
- * produced them runs a second time into scratch from the same stored inputs, and the two are compared bitwise
- * through 128-bit fingerprints (llmc/sdc/fingerprint.cuh: qk_fingerprint_rows_part on the stored tensors and on the
- * recomputation, fp_compare into the backward's report), on the device. What is recomputed:
+ * produced them runs a second time from the same stored inputs, and the two are compared bitwise through 128-bit
+ * fingerprints (llmc/sdc/fingerprint.cuh): the first pass's kernel that writes them (RoPE's backward, or Qwen3's QK
+ * norm backward) fingerprints what it writes into the layer's QKF_Q, QKF_K accumulators of the backward's report
+ * (taken again from the stored view where a fault is injected after it: store_dqk), the rerun's last kernel runs in
+ * fingerprint-only mode into QKF_RQ, QKF_RK (the recomputed gradients are never written), and the host compares them
+ * after the backward's one copy of the report. What is recomputed:
  *   - the attention's gradient of the tensors attention consumed (q_rope/k_rope, or nanochat's q_norm/k_norm), by
  *     the same kernels the layer ran: on the fused path flash_attention_backward again (it keeps dS in registers, so
- *     the whole dq/dk/dv computation reruns from dout, the forward's out and lse, q, k, v: a second, independent
- *     execution of the same arithmetic); on the split path (-protect att_bwd, or a backward attention fault)
+ *     the dq/dk computation reruns from dout, the forward's out and lse, q, k, v: a second, independent execution of
+ *     the same arithmetic; dv is not recomputed: the dk/dv kernel's dk-only variant skips P^T dO); on the split path (-protect att_bwd, or a backward attention fault)
  *     attention_split_logits_backward from the stored dlogits, as the CPU; on the materialised non-split path
  *     attention_backward again from dout and the stored probs;
  *   - then the QK norm backward (dx only: the weight gradient is not accumulated again) and RoPE backward, the
@@ -806,9 +819,9 @@ static void mmb_collect(Model* model) {
  * backward's dq/dk) changes the stored tensor's bits and not the recomputation's. Faults in the stored dlogits (split
  * path) or in dout are consistent input to both, as on the CPU: those are checked by invariants instead (att_bwd:
  * the dprobs row checksums, dlogits' zero row sums, dV's column sums, attcheck.cuh). No injection points in the rerun.
- * Cost a layer (docs/protection.md): fused path, one more flash backward (7 causal T x T x hd products a head, about
- * +6% of the layer backward's FLOPs at llama3.2-1b T 1024, more in time while those kernels use CUDA cores); split
- * path, the two dQ/dK products; then the norm/RoPE reruns and two fingerprint passes over N (qd + kd) bf16; scratch
+ * Cost a layer (docs/protection.md): fused path, the flash backward's dq and dk again (6 causal T x T x hd products a
+ * head, dv's seventh skipped); split path, the two dQ/dK products; then the norm/RoPE reruns, the last one reading its
+ * input and writing nothing; the first pass's fingerprints are folded into its RoPE (QK norm) backward; scratch
  * 2 N qd + 3 N kd bf16. */
 enum { QKB_FLASH, QKB_MATERIALISED, QKB_SPLIT };
 static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, const bf16* o, const bf16* probs, bf16* dlogits,
@@ -828,7 +841,8 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, 
         if (e != cudaSuccess) tsdc_fail("cannot allocate %.3f GiB for -protect qk_bwd: %s", per * 2 / 1073741824.0, cudaGetErrorString(e));
     }
     bf16 *q1 = model->qkb_scratch, *q2 = q1 + (size_t)N * qd, *k1 = q2 + (size_t)N * qd, *k2 = k1 + (size_t)N * kd, *f = k2 + (size_t)N * kd, *t;
-    if (path == QKB_FLASH) flash_attention_backward(q1, k1, f + qd + kd, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, ld, s);
+    /* the fused path reruns dq and dk alone (dv NULL: the dk/dv kernel skips P^T dO and the dv partials) */
+    if (path == QKB_FLASH) flash_attention_backward(q1, k1, NULL, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, ld, s);
     else if (path == QKB_SPLIT) attention_split_logits_backward(q1, k1, dlogits, qc, kc, B, T, H, KV, hd, s);
     else attention_backward(q1, k1, f + qd + kd, model->datt, probs, qc, kc, a->v, B, T, H, KV, hd, ld, s);
     if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
@@ -836,28 +850,22 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, 
         rmsnorm_backward(k2, NULL, k1, a->kr, NULL, a->kf_ms, N * KV, hd, eps, 0, s);
         t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
     }
-    const bf16 *rq, *rk;   /* the recomputed gradients of q_proj, k_proj, with row stride ldr */
-    int ldr, ldrk;
+    /* the last kernel of the path in fingerprint-only mode: the recomputed gradients of q_proj, k_proj are never
+     * written, their fingerprints go to the layer's QKF_RQ, QKF_RK accumulators */
+    unsigned long long *rq = qk_fp(model, 1, l, QKF_RQ), *rk = qk_fp(model, 1, l, QKF_RK);
     if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
         rope_backward(q2, qd, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
         rope_backward(k2, kd, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
-        rmsnorm_backward_ld(f, NULL, q2, a->q, ld, W(PT_QNORM, l), a->qn_ms, N, H, hd, eps, 0, 0, s);
-        rmsnorm_backward_ld(f + qd, NULL, k2, a->k, ld, W(PT_KNORM, l), a->kn_ms, N, KV, hd, eps, 0, 0, s);
-        rq = f; rk = f + qd; ldr = ldrk = ld;
+        rmsnorm_backward_ld(NULL, NULL, q2, a->q, ld, W(PT_QNORM, l), a->qn_ms, N, H, hd, eps, 0, 0, s, rq);
+        rmsnorm_backward_ld(NULL, NULL, k2, a->k, ld, W(PT_KNORM, l), a->kn_ms, N, KV, hd, eps, 0, 0, s, rk);
     } else {
-        rope_backward(q2, qd, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-        rope_backward(k2, kd, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
-        rq = q2; rk = k2; ldr = qd; ldrk = kd;
+        rope_backward_fp(NULL, qd, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, rq, s);
+        rope_backward_fp(NULL, kd, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, rk, s);
     }
-    /* the forward's fingerprint slots are free: its comparison ran before this backward */
-    unsigned long long *pq = model->fp_part, *pk = pq + FP_PART_U64, *prq = pk + FP_PART_U64, *prk = prq + FP_PART_U64;
-    const int bq = qk_fingerprint_rows_part(pq, dq_used, N, qd, ldu, s), bk = qk_fingerprint_rows_part(pk, dk_used, N, kd, ldu, s);
-    const int brq = qk_fingerprint_rows_part(prq, rq, N, qd, ldr, s), brk = qk_fingerprint_rows_part(prk, rk, N, kd, ldrk, s);
-    fp_compare((int*)(model->rep_dev + model->rep_bwd) + l, pq, bq, pk, bk, prq, brq, prk, brk, s);
     if (check_dump_file()) {   /* test-only (llmc/sdc/checks.h): synchronises */
-        int flag = 0;
-        cudaCheck(cudaMemcpyAsync(&flag, (int*)(model->rep_dev + model->rep_bwd) + l, sizeof(int), cudaMemcpyDeviceToHost, s));
-        const Fingerprint fq = fingerprint_collect(pq, bq, s), fk = fingerprint_collect(pk, bk, s);
+        const Fingerprint fq = fingerprint_read(qk_fp(model, 1, l, QKF_Q), s), fk = fingerprint_read(qk_fp(model, 1, l, QKF_K), s);
+        const Fingerprint gq = fingerprint_read(rq, s), gk = fingerprint_read(rk, s);
+        const int flag = !fp_equal(fq, gq) || !fp_equal(fk, gk);
         const Fingerprint hq = host_fingerprint_bf16(dq_used, N, qd, ldu, s), hk = host_fingerprint_bf16(dk_used, N, kd, ldu, s);
         fprintf(check_dump_file(), "{\"kind\":\"qkb\",\"bwd\":%lld,\"layer\":%d,\"qkb\":%d,\"fp_dev\":" FP_HEX ",\"fp_host\":" FP_HEX "}\n",
                 check_dump_bwd, l, flag, FP_ARGS(fq, fk), FP_ARGS(hq, hk));
@@ -865,8 +873,15 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, 
 }
 
 /* the backward attention checks of layer l write their failed heads here (report) and flag heads here (device) */
-static int* attb_counts(Model* model, int l) { return (int*)(model->rep_dev + model->rep_bwd) + model->c.n_layer + (size_t)l * ATTB_NCHECK; }
+static int* attb_counts(Model* model, int l) {
+    return (int*)(model->rep_dev + model->rep_bwd + (size_t)model->c.n_layer * QKF_BYTES) + (size_t)l * ATTB_NCHECK;
+}
 static int* attb_flags(Model* model, int l) { return model->chkb_dev + (size_t)l * ATTB_NCHECK * ((size_t)model->B * model->c.n_head); }
+/* the dV check's chunk counters of layer l (attcheck_backward_dv), after every layer's flags, zeroed with them */
+static size_t attb_done_per_layer(const Model* model) { return (size_t)model->B * model->c.n_kv_head * CEIL_DIV(model->c.head_dim, 32); }
+static unsigned* attb_done(Model* model, int l) {
+    return (unsigned*)(model->chkb_dev + (size_t)model->c.n_layer * ATTB_NCHECK * ((size_t)model->B * model->c.n_head)) + (size_t)l * attb_done_per_layer(model);
+}
 static int bwd_checks_on(const Model* model) { return model->prot.on[PK_QK_BWD] || model->prot.on[PK_ATT_BWD]; }
 /* test-only (TSDC_CHECK_DUMP, llmc/sdc/checks.h): the dV check's bounds go here (NULL without the dump); attb_dump
  * writes layer l's failed heads per check and the sums of the three checks' bounds, as the CPU trainer does. It
@@ -901,7 +916,7 @@ static void bwd_checks_begin(Model* model, int B, int T, cudaStream_t s) {
     cudaCheck(cudaMemsetAsync(model->rep_dev + model->rep_bwd, 0, model->rep_bwd_bytes, s));
     if (model->prot.on[PK_ATT_BWD]) {
         attcheck_buffers(model);   /* chk_scratch: attbwd_scratch_doubles <= attcheck_scratch_doubles */
-        const size_t nf = (size_t)model->c.n_layer * ATTB_NCHECK * ((size_t)model->B * model->c.n_head);
+        const size_t nf = (size_t)model->c.n_layer * (ATTB_NCHECK * ((size_t)model->B * model->c.n_head) + attb_done_per_layer(model));
         if (!model->chkb_dev) cudaCheck(cudaMalloc(&model->chkb_dev, sizeof(int) * nf));
         cudaCheck(cudaMemsetAsync(model->chkb_dev, 0, sizeof(int) * nf, s));
     }
@@ -918,11 +933,11 @@ static void bwd_checks_collect(Model* model, cudaStream_t s) {
     cudaCheck(cudaStreamSynchronize(s));
     if (ew) ew_collect(model, 1);
     if (!other) return;
-    const int* qkb = (const int*)(model->rep_host + model->rep_bwd);
+    const int* attb = (const int*)(model->rep_host + model->rep_bwd + (size_t)L * QKF_BYTES);
     for (int l = L - 1; l >= 0; l--) {
-        const int* n = qkb + L + (size_t)l * ATTB_NCHECK;
+        const int* n = attb + (size_t)l * ATTB_NCHECK;
         if (model->prot.on[PK_ATT_BWD]) gpu_alarm(model, CHECK_ATT_BWD, l, n[ATTB_DPROBS] + n[ATTB_DV] + n[ATTB_DLOGITS]);
-        if (model->prot.on[PK_QK_BWD]) gpu_alarm(model, CHECK_QK_BWD, l, qkb[l]);
+        if (model->prot.on[PK_QK_BWD]) gpu_alarm(model, CHECK_QK_BWD, l, qk_fp_differ(model, 1, l));
     }
 }
 
@@ -1026,12 +1041,15 @@ static void attf_dump(Model* model, int l, int B, int T, int fused, const bf16* 
 }
 
 /* a Q or K tensor that attention consumes, stored: the fault injector's hook, and where its kernel took the
- * fingerprint (fp), the fingerprint taken again over what the fault left, since a fault after the producing
- * kernel is one the recomputation must see */
-static void store_qk(Model* model, int site, int l, bf16* x, size_t n, int fp, unsigned long long* part, int* blocks, cudaStream_t s) {
+ * fingerprint (fp: the accumulator, NULL when none), the fingerprint taken again over what the fault left, since a
+ * fault after the producing kernel is one the recomputation must see */
+static void store_qk(Model* model, int site, int l, bf16* x, size_t n, unsigned long long* fp, cudaStream_t s) {
     if (!fault_due(model->prot.fx, site, l, PASS_FWD)) return;
     fault_apply_device(model->prot.fx, x, n, s);
-    if (fp) *blocks = qk_fingerprint_part(part, x, n, s);
+    if (fp) {
+        fingerprint_zero(fp, s);
+        qk_fingerprint_acc(fp, x, n, s);
+    }
 }
 
 static float model_forward_step(Model* model, int B, int T, int with_targets) {
@@ -1093,27 +1111,26 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             FAULT_FWD(SITE_K_NORM, l, a->kn, (size_t)N * kd);
             qc = a->qn; kc = a->kn; ldq = qd; ldk = kd;
         }
-        /* the kernel producing the Q and K attention consumes also fingerprints them (-protect qk): block
-         * partials in fp_part slots 0 and 1 (bq, bk blocks), compared on the device */
-        unsigned long long *pq = model->fp_part, *pk = model->fp_part + FP_PART_U64;
-        int bq = 0, bk = 0;
-        if (P.fp_rope) bq = rope_forward_fp(a->qr, qc, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);
+        /* the kernel producing the Q and K attention consumes also fingerprints them (-protect qk), into the
+         * layer's accumulators of the report, compared on the host after the forward */
+        unsigned long long *pq = qk_fp(model, 0, l, QKF_Q), *pk = qk_fp(model, 0, l, QKF_K);
+        if (P.fp_rope) rope_forward_fp(a->qr, qc, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);
         else rope_forward(a->qr, qc, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-        store_qk(model, SITE_Q_ROPE, l, a->qr, (size_t)N * qd, P.fp_rope, pq, &bq, s);
-        if (P.fp_rope) bk = rope_forward_fp(a->kr, kc, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, pk, s);
+        store_qk(model, SITE_Q_ROPE, l, a->qr, (size_t)N * qd, P.fp_rope ? pq : NULL, s);
+        if (P.fp_rope) rope_forward_fp(a->kr, kc, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, pk, s);
         else rope_forward(a->kr, kc, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
-        store_qk(model, SITE_K_ROPE, l, a->kr, (size_t)N * kd, P.fp_rope, pk, &bk, s);
+        store_qk(model, SITE_K_ROPE, l, a->kr, (size_t)N * kd, P.fp_rope ? pk : NULL, s);
         qc = a->qr; kc = a->kr;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-            if (P.fp_norm) bq = rmsnorm_forward_fp(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, pq, s);
+            if (P.fp_norm) rmsnorm_forward_fp(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, pq, s);
             else rmsnorm_forward(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, s);
-            store_qk(model, SITE_Q_NORM, l, a->qf, (size_t)N * qd, P.fp_norm, pq, &bq, s);
-            if (P.fp_norm) bk = rmsnorm_forward_fp(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, pk, s);
+            store_qk(model, SITE_Q_NORM, l, a->qf, (size_t)N * qd, P.fp_norm ? pq : NULL, s);
+            if (P.fp_norm) rmsnorm_forward_fp(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, pk, s);
             else rmsnorm_forward(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, s);
-            store_qk(model, SITE_K_NORM, l, a->kf, (size_t)N * kd, P.fp_norm, pk, &bk, s);
+            store_qk(model, SITE_K_NORM, l, a->kf, (size_t)N * kd, P.fp_norm ? pk : NULL, s);
             qc = a->qf; kc = a->kf;
         }
-        if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, bq, bk, qc, kc);
+        if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, qc, kc);
         a->fused = P.flash;
         if (P.flash) {
             /* -protect att: the kernel's row sums of the logits and probabilities, checked below */
@@ -1217,7 +1234,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
                               cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
     if (model->prot.on[PK_QK])
-        for (int l = 0; l < c->n_layer; l++) gpu_alarm(model, CHECK_QK, l, ((const int*)(model->rep_host + model->rep_qk))[l]);
+        for (int l = 0; l < c->n_layer; l++) gpu_alarm(model, CHECK_QK, l, qk_fp_differ(model, 0, l));
     if (checks) attcheck_collect(model);
     if (ew) ew_collect(model, 0);
     if (mmb) mmb_collect(model);
@@ -1309,6 +1326,19 @@ static void grad_bucket_done(Model* model, int which) {
         cudaCheck(cudaEventRecord(model->comm_done, model->comm));
         model->grads_reduced = 1;
         model->reduce_dist = NULL;
+    }
+}
+
+/* the gradient of q_proj or k_proj, stored (a [N, cols] view with row stride ld): the fault injector's hook, and where
+ * the producing kernel took its fingerprint (fp not NULL, -protect qk_bwd), the fingerprint taken again over what
+ * the fault left, as store_qk in the forward */
+static void store_dqk(Model* model, int site, int l, bf16* x, int N, int cols, int ld, unsigned long long* fp, cudaStream_t s) {
+    if (!fault_due(model->prot.fx, site, l, PASS_BWD)) return;
+    fault_apply_device_ld(model->prot.fx, x, (size_t)N, (size_t)cols, (size_t)ld, s);
+    if (fp) {
+        CostScope cs("qk_bwd");
+        fingerprint_zero(fp, s);
+        qk_fingerprint_rows_acc(fp, x, N, cols, ld, s);
     }
 }
 
@@ -1488,8 +1518,10 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         }
         FAULT_BWD_LD(SITE_V_PROJ, l, dvv, N, kd, ldqkv);
         if (model->prot.on[PK_ATT_BWD]) {
+            /* the chunked dV check's partials after the rows the scans use (chk_scratch holds 6 B H T of the model's) */
+            const size_t nmax = (size_t)model->B * H * model->T;
             attcheck_backward_dv(attb_counts(model, l), attb_flags(model, l), attb_dump_bound(model), dvv, ldqkv, model->datt, qd, B, T, H,
-                                 KV, hd, s);
+                                 KV, hd, s, model->chk_scratch + 5 * nmax, nmax, attb_done(model, l));
             attb_dump(model, l, B, T, s);
         }
         bf16 *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
@@ -1502,20 +1534,26 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         }
         FAULT_BWD(SITE_Q_ROPE, l, dq, (size_t)N * qd);
         FAULT_BWD(SITE_K_ROPE, l, dk, (size_t)N * kd);
+        /* -protect qk_bwd: the kernel producing the gradients of q_proj and k_proj fingerprints them as it writes */
+        const int qkb = model->prot.on[PK_QK_BWD];
+        unsigned long long *fpq = qkb ? qk_fp(model, 1, l, QKF_Q) : NULL, *fpk = qkb ? qk_fp(model, 1, l, QKF_K) : NULL;
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {   /* RoPE's backward into scratch, the QK norm's into the views */
             rope_backward(dq2, qd, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
             rope_backward(dk2, kd, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
             FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
-            rmsnorm_backward_ld(dqv, GR(PT_QNORM, l), dq, a->q, ldqkv, W(PT_QNORM, l), a->qn_ms, N, H, hd, eps, 0, acc, s);
-            rmsnorm_backward_ld(dkv, GR(PT_KNORM, l), dk, a->k, ldqkv, W(PT_KNORM, l), a->kn_ms, N, KV, hd, eps, 0, acc, s);
-        } else {   /* RoPE's backward into the views */
+            rmsnorm_backward_ld(dqv, GR(PT_QNORM, l), dq, a->q, ldqkv, W(PT_QNORM, l), a->qn_ms, N, H, hd, eps, 0, acc, s, fpq);
+            rmsnorm_backward_ld(dkv, GR(PT_KNORM, l), dk, a->k, ldqkv, W(PT_KNORM, l), a->kn_ms, N, KV, hd, eps, 0, acc, s, fpk);
+        } else if (qkb) {   /* RoPE's backward into the views, fingerprinting them */
+            rope_backward_fp(dqv, ldqkv, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, fpq, s);
+            rope_backward_fp(dkv, ldqkv, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, fpk, s);
+        } else {
             rope_backward(dqv, ldqkv, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
             rope_backward(dkv, ldqkv, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
         }
-        FAULT_BWD_LD(SITE_Q_PROJ, l, dqv, N, qd, ldqkv);
-        FAULT_BWD_LD(SITE_K_PROJ, l, dkv, N, kd, ldqkv);
+        store_dqk(model, SITE_Q_PROJ, l, dqv, N, qd, ldqkv, fpq, s);
+        store_dqk(model, SITE_K_PROJ, l, dkv, N, kd, ldqkv, fpk, s);
         if (model->prot.on[PK_QK_BWD]) qk_bwd_recompute_check(model, l, B, T, qkb_path, qkb_o, qkb_probs, qkb_dl, qc, kc, dqv, dkv, ldqkv);
         exp_profile_ld(model, PT_WQ, l, dqv, (size_t)N * qd, qd, ldqkv);
         exp_profile_ld(model, PT_WK, l, dkv, (size_t)N * kd, kd, ldqkv);

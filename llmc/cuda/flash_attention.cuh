@@ -558,8 +558,10 @@ __device__ __forceinline__ void flash_dkv_load_q(bf16* sQ, bf16* sO, float* sL, 
 /* grid: one block per (key tile, b, kv head j, split sp), 1-D, the key tile slowest and the first
  * (heaviest: it meets every query tile) first. Split sp of nsplit handles the g / nsplit query heads
  * h = j g + sp g / nsplit ...; nsplit 1: dk, dv written as bf16; else fp32 partials part[sp] (dk) and
- * part[sp] + n (dv), n = B T KV HD, summed in split order by flash_attention_dkdv_sum_kernel. */
-template <int HD>
+ * part[sp] + n (dv), n = B T KV HD, summed in split order by flash_attention_dkdv_sum_kernel.
+ * DV false: dk alone (-protect qk_bwd's rerun): no P^T dO product, no dv accumulators, nothing written for dv;
+ * dk's arithmetic and order are those of DV true, so its bits are too. */
+template <int HD, bool DV>
 __global__ void __launch_bounds__(FLASH_THREADS)
 flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, float* __restrict__ part,
                                      const bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ D,
@@ -636,9 +638,9 @@ flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ d
                 dp[nb][e] = dz;
             }
         uint32_t pp[KS][4], pz[KS][4];
-        flash_c_to_a<KS>(pp, s);  /* P^T rounded to bf16 */
+        if (DV) flash_c_to_a<KS>(pp, s);  /* P^T rounded to bf16 */
         flash_c_to_a<KS>(pz, dp); /* dZ^T rounded to bf16 */
-        flash_mma_nn<KS, HD>(av, pp, o_, lane); /* dv += P^T dO */
+        if (DV) flash_mma_nn<KS, HD>(av, pp, o_, lane); /* dv += P^T dO */
         flash_mma_nn<KS, HD>(ak, pz, q_, lane); /* dk += dZ^T Q */
         __syncthreads();
     }
@@ -650,11 +652,11 @@ flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ d
         const size_t off = ((size_t)b * T + s) * ldk + (size_t)j * HD + 2 * tq;
         if (nsplit == 1) {
             uint32_t* dkr = reinterpret_cast<uint32_t*>(dk + off);
-            uint32_t* dvr = reinterpret_cast<uint32_t*>(dv + ((size_t)b * T + s) * ldv + (size_t)j * HD + 2 * tq);
+            uint32_t* dvr = DV ? reinterpret_cast<uint32_t*>(dv + ((size_t)b * T + s) * ldv + (size_t)j * HD + 2 * tq) : nullptr;
 #pragma unroll
             for (int nd = 0; nd < ND; nd++) {
                 dkr[4 * nd] = pack_bf16x2(ak[nd][2 * r] * scale, ak[nd][2 * r + 1] * scale);
-                dvr[4 * nd] = pack_bf16x2(av[nd][2 * r], av[nd][2 * r + 1]);
+                if (DV) dvr[4 * nd] = pack_bf16x2(av[nd][2 * r], av[nd][2 * r + 1]);
             }
         } else {
             flash_f2* pk = reinterpret_cast<flash_f2*>(part + (size_t)sp * 2 * nel + off);
@@ -662,27 +664,32 @@ flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ d
 #pragma unroll
             for (int nd = 0; nd < ND; nd++) {
                 pk[4 * nd] = flash_f2{ak[nd][2 * r], ak[nd][2 * r + 1]};
-                pv[4 * nd] = flash_f2{av[nd][2 * r], av[nd][2 * r + 1]};
+                if (DV) pv[4 * nd] = flash_f2{av[nd][2 * r], av[nd][2 * r + 1]};
             }
         }
     }
 }
 
-/* dk = bf16(scale sum_sp part[sp]), dv = bf16(sum_sp part[sp] + n), sp ascending; 4 elements a thread */
+/* dk = bf16(scale sum_sp part[sp]), dv = bf16(sum_sp part[sp] + n), sp ascending; 4 elements a thread (dv NULL:
+ * dk alone) */
 __global__ void flash_attention_dkdv_sum_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const float* __restrict__ part, size_t n,
                                                 int kvhd, int ldv, int nsplit, float scale) {
     const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (i >= n) return;
-    flash_f4 sk = reinterpret_cast<const flash_f4*>(part + i)[0], sv = reinterpret_cast<const flash_f4*>(part + n + i)[0];
+    flash_f4 sk = reinterpret_cast<const flash_f4*>(part + i)[0];
     for (int s = 1; s < nsplit; s++) {
         const flash_f4 xk = reinterpret_cast<const flash_f4*>(part + (size_t)s * 2 * n + i)[0];
-        const flash_f4 xv = reinterpret_cast<const flash_f4*>(part + (size_t)s * 2 * n + n + i)[0];
         sk.x += xk.x; sk.y += xk.y; sk.z += xk.z; sk.w += xk.w;
-        sv.x += xv.x; sv.y += xv.y; sv.z += xv.z; sv.w += xv.w;
     }
     uint32_t* dkw = reinterpret_cast<uint32_t*>(dk + i);
     dkw[0] = pack_bf16x2(sk.x * scale, sk.y * scale);
     dkw[1] = pack_bf16x2(sk.z * scale, sk.w * scale);
+    if (!dv) return;
+    flash_f4 sv = reinterpret_cast<const flash_f4*>(part + n + i)[0];
+    for (int s = 1; s < nsplit; s++) {
+        const flash_f4 xv = reinterpret_cast<const flash_f4*>(part + (size_t)s * 2 * n + n + i)[0];
+        sv.x += xv.x; sv.y += xv.y; sv.z += xv.z; sv.w += xv.w;
+    }
     const size_t row = i / kvhd, col = i % kvhd; /* kvhd % 4 == 0: the 4 stay in one row */
     uint32_t* dvw = reinterpret_cast<uint32_t*>(dv + row * ldv + col);
     dvw[0] = pack_bf16x2(sv.x, sv.y);
@@ -763,13 +770,14 @@ template <int HD>
 static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const float* lse, float* ws, const bf16* q,
                                         const bf16* k, const bf16* v, int B, int T, int H, int KV, int ldv, int nsplit, const FlashCheck* chk,
                                         cudaStream_t stream) {
-    static int optin_dq = 0, optin_dq_chk = 0, optin_dkv = 0;
+    static int optin_dq = 0, optin_dq_chk = 0, optin_dkv = 0, optin_dk = 0;
     const float scale = 1.0f / sqrtf((float)HD);
     const size_t rows = (size_t)B * T * H, nel = (size_t)B * T * KV * HD;
     const float* D = ws;
     float* part = ws + CEIL_DIV(rows, (size_t)4) * 4;
     const int smq = flash_dq_smem<HD>(), smk = flash_dkv_smem<HD>();
-    flash_smem_optin(flash_attention_backward_dkdv_kernel<HD>, smk, &optin_dkv);
+    if (dv) flash_smem_optin(flash_attention_backward_dkdv_kernel<HD, true>, smk, &optin_dkv);
+    else flash_smem_optin(flash_attention_backward_dkdv_kernel<HD, false>, smk, &optin_dk);
     const unsigned gq = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::DQ_BQ) * B * H);
     const FlashPlant pl = flash_plant_of(chk);
     if (chk && chk->rows_a) {
@@ -786,19 +794,24 @@ static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16
                    6.0 * HD * B * H * flash_pairs_rows(T, FlashTiles<HD>::DQ_BQ, FlashTiles<HD>::DQ_BK),
                    (double)B * T * ((2 * H + 2 * KV) * HD * 2 + H * 8), (double)B * T * H * HD * 2);   /* q, dout, k, v, lse, D in; dq out */
     const unsigned gk = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::DKV_BK) * B * KV * nsplit);
-    flash_attention_backward_dkdv_kernel<HD><<<gk, FLASH_THREADS, smk, stream>>>(dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV, ldv,
-                                                                                 nsplit, scale, pl);
+    const int nout = dv ? 2 : 1;   /* dk and dv, or dk alone */
+    if (dv)
+        flash_attention_backward_dkdv_kernel<HD, true><<<gk, FLASH_THREADS, smk, stream>>>(dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV,
+                                                                                         ldv, nsplit, scale, pl);
+    else
+        flash_attention_backward_dkdv_kernel<HD, false><<<gk, FLASH_THREADS, smk, stream>>>(dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV,
+                                                                                          ldv, nsplit, scale, pl);
     cudaCheck(cudaGetLastError());
     launch_account(COST_ATTENTION, "flash_attention_backward_dkdv_kernel", COST_TC, gk,
-                   8.0 * HD * B * H * flash_pairs_cols(T, FlashTiles<HD>::DKV_BK, FlashTiles<HD>::DKV_BQ),
+                   (dv ? 8.0 : 6.0) * HD * B * H * flash_pairs_cols(T, FlashTiles<HD>::DKV_BK, FlashTiles<HD>::DKV_BQ),
                    (double)B * T * ((2 * H + 2 * nsplit * KV) * HD * 2 + H * 8),
-                   nsplit > 1 ? (double)nsplit * 2 * nel * 4 : (double)nel * 2 * 2);   /* q, dout, lse, D, k, v (per split) in; dk, dv or the partials out */
+                   nsplit > 1 ? (double)nsplit * nout * nel * 4 : (double)nel * nout * 2);   /* q, dout, lse, D, k, v (per split) in; dk, dv or the partials out */
     if (nsplit > 1) {
         flash_attention_dkdv_sum_kernel<<<(unsigned)CEIL_DIV(nel / 4, (size_t)256), 256, 0, stream>>>(dk, dv, part, nel, KV * HD, ldv, nsplit,
                                                                                                        scale);
         cudaCheck(cudaGetLastError());
         launch_account(COST_ATTENTION, "flash_attention_dkdv_sum_kernel", COST_FP32, (unsigned)CEIL_DIV(nel / 4, (size_t)256),
-                       2.0 * nsplit * nel, (double)nsplit * 2 * nel * 4, (double)nel * 2 * 2);   /* the partials in; dk, dv out */
+                       (double)nsplit * nout * nel, (double)nsplit * nout * nel * 4, (double)nel * nout * 2);   /* the partials in; dk, dv out */
     }
 }
 
@@ -812,7 +825,8 @@ static void flash_attention_forward(bf16* out, float* lse, const bf16* q, const 
     else flash_attention_forward_hd<128>(out, lse, q, k, v, B, T, H, KV, ldv, chk, stream);
 }
 
-/* dq [B,T,H*hd], dk [B,T,KV*hd], dv (token stride ldv) overwritten, from dout and the forward's out and lse */
+/* dq [B,T,H*hd], dk [B,T,KV*hd], dv (token stride ldv) overwritten, from dout and the forward's out and lse; dv NULL:
+ * dq and dk alone (the dk/dv kernel's DV false variant) */
 static void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* out, const float* lse,
                                      const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int ldv,
                                      cudaStream_t stream, const FlashCheck* chk = NULL) {

@@ -93,10 +93,10 @@ __device__ __forceinline__ static void rmsnorm_forward_row_tail(bf16* out, float
     }
 }
 
-/* FP: also fold every output element into the Q/K fingerprint; out and ms may then be NULL */
+/* FP: also fold every output element into the Q/K fingerprint accumulator fp; out and ms may then be NULL */
 template <bool FP>
 __global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, int nh, size_t ldx,
-                                              float eps, int L, bool vec, unsigned long long* fp_part) {
+                                              float eps, int L, bool vec, unsigned long long* fp_acc) {
     Fingerprint fp = {0, 0};
     const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
     const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
@@ -118,7 +118,7 @@ __global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* 
         }
         rmsnorm_forward_row_tail<FP>(out, ms, xr, w, acc, row, valid, C, eps, L, gl, vec, &fp);
     }
-    if (FP) fp_block_reduce(fp, fp_part);
+    if (FP) fp_block_reduce(fp, fp_acc);
 }
 
 /* the residual add fused in front of the norm: resid = bf16(a + b) stored, then the forward above on the
@@ -150,9 +150,13 @@ __global__ static void residual_rmsnorm_forward_kernel(bf16* resid, bf16* out, f
     }
 }
 
-/* dx and x at the strided rows (nh, ld), dout contiguous */
+/* dx and x at the strided rows (nh, ld), dout contiguous. FP: also fold every dx element (bf16, at its logical index
+ * row * C + c) into the fingerprint accumulator fp; dx may then be NULL (fingerprint only) */
+template <bool FP>
 __global__ static void rmsnorm_backward_dx_kernel(bf16* dx, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
-                                                  int rows, int C, int nh, size_t ld, float eps, int accumulate, int L, bool vec) {
+                                                  int rows, int C, int nh, size_t ld, float eps, int accumulate, int L, bool vec,
+                                                  unsigned long long* fp_acc) {
+    Fingerprint fp = {0, 0};
     const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
     const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
     for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
@@ -197,9 +201,13 @@ __global__ static void rmsnorm_backward_dx_kernel(bf16* dx, const bf16* dout, co
 #pragma unroll
                 for (int j = 0; j < 8; j++) g[j] = old[j] + g[j];
             }
-            store8_bf16(dx + rs + c0, g, cnt, vec);
+            if (!FP || dx) store8_bf16(dx + rs + c0, g, cnt, vec);
+            if (FP)
+                for (int j = 0; j < cnt; j++)
+                    fp_add(&fp, (uint64_t)rb + c0 + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(g[j])), 16);
         }
     }
+    if (FP) fp_block_reduce(fp, fp_acc);
 }
 
 /* part[chunk, c] = sum over the chunk's rows of g * (x * rstd), 8 row-lanes then lanes in order */
@@ -289,28 +297,28 @@ static void residual_rmsnorm_forward(bf16* resid, bf16* out, float* ms, const bf
     const size_t n = (size_t)rows * C;
     ew_account(COST_NORM, "residual_rmsnorm_forward_kernel", rmsnorm_grid(rows, L), 5.0 * n, n * 4 + (w ? (size_t)C * 2 : 0), n * 4 + (ms ? (size_t)rows * 4 : 0));   /* a, b (w) in; resid, out, ms out */
 }
-/* rmsnorm_forward with the Q/K fingerprint of its output (out, ms NULL: fingerprint only), left as block
- * partials in part (FP_PART_U64 words, fingerprint.cuh); returns the block count (0: nothing to do),
- * does not wait */
-static int rmsnorm_forward_fp(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, float eps,
-                              unsigned long long* part, cudaStream_t stream) {
-    if (rows <= 0 || C <= 0) return 0;
+/* rmsnorm_forward with the Q/K fingerprint of its output (out, ms NULL: fingerprint only) XORed into the
+ * accumulator fp (fingerprint.cuh); does not wait */
+static void rmsnorm_forward_fp(bf16* out, float* ms, const bf16* x, const bf16* w, int rows, int C, float eps, unsigned long long* fp,
+                               cudaStream_t stream) {
+    if (rows <= 0 || C <= 0) return;
     bool vec = C % 8 == 0 && (!out || ptr_aligned(out, 16)) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
     const int L = rmsnorm_lanes(C);
     int grid = rmsnorm_grid(rows, L);
     if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
-    rmsnorm_forward_kernel<true><<<grid, RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, 1, (size_t)C, eps, L, vec, part);
+    rmsnorm_forward_kernel<true><<<grid, RMSNORM_BLOCK, 0, stream>>>(out, ms, x, w, rows, C, 1, (size_t)C, eps, L, vec, fp);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
     ew_account(COST_NORM, "rmsnorm_forward_kernel_fp", grid, (out ? 4.0 : 2.0) * n + 4.0 * n, n * 2 + (w ? (size_t)C * 2 : 0), (out ? n * 2 : 0) + (ms ? (size_t)rows * 4 : 0));
-    return grid;
 }
 
 /* dx (= or +=) d/dx; dw (may be NULL) += the weight gradient (accumulate_dw 0: dw = 0 + it, the first
  * microbatch's write, no memset before). x and dx: row (n, h) at n * ld + h * C; dout contiguous [N*nh, C].
- * Uses workspace slot 0 when dw != NULL. */
+ * fp (may be NULL): the fingerprint of dx (as stored, at its logical index) XORed into that accumulator; dx may
+ * then be NULL (fingerprint only; not with accumulate_dx). Uses workspace slot 0 when dw != NULL. */
 static void rmsnorm_backward_ld(bf16* dx, float* dw, const bf16* dout, const bf16* x, int ld, const bf16* w, const float* ms,
-                                int N, int nh, int C, float eps, int accumulate_dx, int accumulate_dw, cudaStream_t stream) {
+                                int N, int nh, int C, float eps, int accumulate_dx, int accumulate_dw, cudaStream_t stream,
+                                unsigned long long* fp = NULL) {
     const int rows = N * nh;
     if (rows <= 0 || C <= 0) return;
     rmsnorm_check_ld("rmsnorm_backward_ld", nh, C, ld);
@@ -332,10 +340,22 @@ static void rmsnorm_backward_ld(bf16* dx, float* dw, const bf16* dout, const bf1
         cudaCheck(cudaGetLastError());
         ew_account(COST_NORM, "rmsnorm_dw_sum_kernel", col_blocks, (double)nchunks * C, (size_t)nchunks * C * 4 + (accumulate_dw ? (size_t)C * 4 : 0), (size_t)C * 4);
     }
-    bool vec = C % 8 == 0 && ld % 8 == 0 && ptr_aligned(dx, 16) && ptr_aligned(dout, 16) && ptr_aligned(x, 16) && (!w || ptr_aligned(w, 16));
+    bool vec = C % 8 == 0 && ld % 8 == 0 && (!dx || ptr_aligned(dx, 16)) && ptr_aligned(dout, 16) && ptr_aligned(x, 16) &&
+               (!w || ptr_aligned(w, 16));
     const int L = rmsnorm_lanes(C);
-    rmsnorm_backward_dx_kernel<<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(dx, dout, x, w, ms, rows, C, nh, (size_t)ld, eps,
-                                                                                      accumulate_dx, L, vec);
+    if (fp) {
+        if (!dx && accumulate_dx) tsdc_fail("rmsnorm_backward_ld: a fingerprint-only call cannot accumulate into dx");
+        int grid = rmsnorm_grid(rows, L);
+        if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
+        rmsnorm_backward_dx_kernel<true><<<grid, RMSNORM_BLOCK, 0, stream>>>(dx, dout, x, w, ms, rows, C, nh, (size_t)ld, eps, accumulate_dx,
+                                                                            L, vec, fp);
+        cudaCheck(cudaGetLastError());
+        const size_t n = (size_t)rows * C;
+        ew_account(COST_NORM, "rmsnorm_backward_dx_kernel_fp", grid, 11.0 * n, n * 2 * 2 + (accumulate_dx ? n * 2 : 0) + (size_t)rows * 4 + (w ? (size_t)C * 2 : 0), dx ? n * 2 : 0);
+        return;
+    }
+    rmsnorm_backward_dx_kernel<false><<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(dx, dout, x, w, ms, rows, C, nh, (size_t)ld, eps,
+                                                                                             accumulate_dx, L, vec, NULL);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
     ew_account(COST_NORM, "rmsnorm_backward_dx_kernel", rmsnorm_grid(rows, L), 7.0 * n, n * 2 * 2 + (accumulate_dx ? n * 2 : 0) + (size_t)rows * 4 + (w ? (size_t)C * 2 : 0), n * 2);   /* dout, x (dx), ms, w in; dx out */

@@ -15,7 +15,8 @@
  * contiguous tensor's), whatever the strides.
  * CPU reference: rope_forward, rope_backward in llmc/cpu/cpu_kernels.h (same expressions).
  * Accounting (ew_account, COST_ELEMENTWISE): 6 FLOPs a pair (4 multiplies, 2 adds), +8 integer operations a
- * pair for a fingerprint (4 an element); bytes: x pairs, their cos and sin in, out written once. */
+ * pair for a fingerprint (4 an element); bytes: x in and out written once, the cos and sin tables read once
+ * (T hd/2 pairs of fp32: every head and batch row reads the same table, from L2 after the first read). */
 #ifndef TSDC_ROPE_CUH
 #define TSDC_ROPE_CUH
 
@@ -24,11 +25,11 @@
 #include "../cpu/rope.h"
 #include "../sdc/fingerprint.cuh"
 
-/* FP: also fold every output element into the Q/K fingerprint (fingerprint.cuh); out may then be NULL
- * (fingerprint only: the recomputation of Q/K path protection) */
+/* FP: also fold every output element into the Q/K fingerprint accumulator fp (fingerprint.cuh); out may then be
+ * NULL (fingerprint only: the recomputation of Q/K path protection) */
 template <typename I, bool FP>
 __global__ static void rope_kernel(bf16* out, size_t ldo, const bf16* x, size_t ldx, const float* cos_t, const float* sin_t,
-                                   I npairs, int T, int nh, int hd, int style, bool inverse, unsigned long long* fp_part) {
+                                   I npairs, int T, int nh, int hd, int style, bool inverse, unsigned long long* fp) {
     Fingerprint f = {0, 0};
     const I half = (I)(hd / 2);
     const I stride = (I)gridDim.x * blockDim.x;
@@ -51,7 +52,24 @@ __global__ static void rope_kernel(bf16* out, size_t ldo, const bf16* x, size_t 
             fp_add(&f, (uint64_t)(base + i + half), (uint64_t)__bfloat16_as_ushort(o2), 16);
         }
     }
-    if (FP) fp_block_reduce(f, fp_part);
+    if (FP) fp_block_reduce(f, fp);
+}
+
+/* the cos and sin tables' bytes, read once by a launch */
+static inline size_t rope_table_bytes(int T, int hd) { return (size_t)T * (hd / 2) * 8; }
+
+/* rope_kernel<.., true>: out (NULL: not written) = the rotation of x (sin negated: inverse), its fingerprint XORed
+ * into the accumulator fp; does not wait */
+static void rope_launch_fp(bf16* out, size_t ldo, const bf16* x, size_t ldx, const float* cos, const float* sin, int B, int T, int nh,
+                           int hd, int style, bool inverse, unsigned long long* fp, const char* name, cudaStream_t stream) {
+    if ((out && ldo < (size_t)nh * hd) || ldx < (size_t)nh * hd) tsdc_fail("%s: row strides %zu, %zu below nh*hd = %d", name, ldo, ldx, nh * hd);
+    const size_t npairs = (size_t)B * T * nh * (hd / 2);
+    if (npairs == 0) return;
+    int grid = ew_grid(npairs);
+    if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
+    rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(out, ldo, x, ldx, cos, sin, npairs, T, nh, hd, style, inverse, fp);
+    cudaCheck(cudaGetLastError());
+    ew_account(COST_ELEMENTWISE, name, grid, 6.0 * npairs + 8.0 * npairs, npairs * 4 + rope_table_bytes(T, hd), out ? npairs * 4 : 0);   /* x pairs (bf16), the tables in; out written */
 }
 
 static void rope_launch(bf16* out, size_t ldo, const bf16* x, size_t ldx, const float* cos_t, const float* sin_t, int B, int T,
@@ -68,7 +86,7 @@ static void rope_launch(bf16* out, size_t ldo, const bf16* x, size_t ldx, const 
                                                                              inverse, NULL);
     }
     cudaCheck(cudaGetLastError());
-    ew_account(COST_ELEMENTWISE, "rope_kernel", ew_grid(npairs), 6.0 * npairs, npairs * 4 + npairs * 8, npairs * 4);   /* x pairs (bf16) and cos, sin (fp32) in; out */
+    ew_account(COST_ELEMENTWISE, "rope_kernel", ew_grid(npairs), 6.0 * npairs, npairs * 4 + rope_table_bytes(T, hd), npairs * 4);   /* x pairs (bf16), the tables in; out */
 }
 
 /* out [N, nh*hd] (contiguous) = rope(x), x with row stride ldx (nh*hd: contiguous; out may then equal x) */
@@ -77,25 +95,22 @@ static void rope_forward(bf16* out, const bf16* x, int ldx, const float* cos, co
     rope_launch(out, (size_t)nh * hd, x, (size_t)ldx, cos, sin, B, T, nh, hd, style, false, stream);
 }
 /* out = rope(x) (out NULL: not written) and the Q/K fingerprint of rope(x), from the same arithmetic as
- * rope_forward, left as block partials in part (FP_PART_U64 words, fingerprint.cuh); returns the block
- * count, does not wait */
-static int rope_forward_fp(bf16* out, const bf16* x, int ldx, const float* cos, const float* sin, int B, int T, int nh, int hd,
-                           int style, unsigned long long* part, cudaStream_t stream) {
-    const size_t npairs = (size_t)B * T * nh * (hd / 2);
-    if (ldx < nh * hd) tsdc_fail("rope_forward_fp: row stride %d below nh*hd = %d", ldx, nh * hd);
-    int grid = ew_grid(npairs);
-    if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
-    rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(out, (size_t)nh * hd, x, (size_t)ldx, cos, sin, npairs, T, nh, hd, style,
-                                                             false, part);
-    cudaCheck(cudaGetLastError());
-    ew_account(COST_ELEMENTWISE, "rope_kernel_fp", grid, 6.0 * npairs + 8.0 * npairs, npairs * 4 + npairs * 8, out ? npairs * 4 : 0);   /* x bf16 pairs + cos/sin fp32 read; out written */
-    return grid;
+ * rope_forward, XORed into the accumulator fp (fingerprint.cuh); does not wait */
+static void rope_forward_fp(bf16* out, const bf16* x, int ldx, const float* cos, const float* sin, int B, int T, int nh, int hd,
+                            int style, unsigned long long* fp, cudaStream_t stream) {
+    rope_launch_fp(out, (size_t)nh * hd, x, (size_t)ldx, cos, sin, B, T, nh, hd, style, false, fp, "rope_kernel_fp", stream);
 }
 /* dx (row stride lddx) = inverse rotation of dout [N, nh*hd] (contiguous; sin -> -sin); dx may equal dout when
  * lddx = nh*hd */
 static void rope_backward(bf16* dx, int lddx, const bf16* dout, const float* cos, const float* sin, int B, int T, int nh, int hd,
                           int style, cudaStream_t stream) {
     rope_launch(dx, (size_t)lddx, dout, (size_t)nh * hd, cos, sin, B, T, nh, hd, style, true, stream);
+}
+/* rope_backward (dx NULL: not written) with the fingerprint of dx (its logical, contiguous index) XORed into fp:
+ * -protect qk_bwd's stored gradient of q_proj / k_proj and its recomputation */
+static void rope_backward_fp(bf16* dx, int lddx, const bf16* dout, const float* cos, const float* sin, int B, int T, int nh, int hd,
+                             int style, unsigned long long* fp, cudaStream_t stream) {
+    rope_launch_fp(dx, (size_t)lddx, dout, (size_t)nh * hd, cos, sin, B, T, nh, hd, style, true, fp, "rope_kernel_fp", stream);
 }
 
 #endif

@@ -17,15 +17,18 @@
  * ABFT_AV, ATT = ATT_LOGITS + ATT_PROBS (the CPU's check_alarm calls).
  *
  * Kernels (all sums in double, from the bf16 values):
- *  attcheck_scan_kernel   grid (B*H, 1 or 2), ATTC_WARPS warps. The O(T hd) side of the checksums, per
+ *  attcheck_scan_kernel   grid (B*H, 1 or 2, nchunk), ATTC_WARPS warps. The O(T hd) side of the checksums, per
  *      head, by an inclusive scan in time order of one operand dotted with the other:
  *        dir 0 (rows, ours):  X[t] = sum_{s<=t} k_s, XN[t] = sum_{s<=t} |k_s|;  ref_row[t] = scale q_t . X[t],
  *                             tol_row[t] = rel scale |q_t| XN[t] + 1e-30
  *        dir 1 (columns, ABFT): X[s] = sum_{t>=s} q_t (suffix: the scan runs from T-1 down), XN likewise;
  *                             ref_col[s] = scale k_s . X[s], tol_col[s] = rel scale |k_s| XN[s] + 1e-30
- *      The T positions are cut into ATTC_WARPS contiguous chunks, one a warp: each warp sums its chunk
- *      (lanes own dims lane, lane+32, ...), the chunk sums go through shared memory, each warp adds the
- *      chunks before its own in warp order, then walks its chunk once more writing ref/tol.
+ *      The T positions are cut into nchunk chunks, one a block (1 on the materialised path; on the fused path as
+ *      many as fill the GPU, attc_scan_chunks), each chunk into ATTC_WARPS contiguous sub-chunks, one a warp: each
+ *      warp sums its share of the positions before the block's chunk and its sub-chunk (lanes own dims lane,
+ *      lane+32, ...), the sums go through shared memory, each warp adds the prefix's shares and the sub-chunks
+ *      before its own in warp order, then walks its sub-chunk once more writing ref/tol (see attc_scan_start).
+ *      On the fused path the same launch compares each row with the flash kernel's row sums as it writes them.
  *  attcheck_rows_kernel   one warp per row (b,h,t) (ours): sum_{s<=t} logits[t,s] vs ref_row[t] within
  *      tol_row[t] (ATTC_ATT_LOGITS), sum_{s<=t} probs[t,s] vs 1 within ATT_TOL_ROWSUM(16,T) (ATTC_ATT_PROBS).
  *  attcheck_cols_kernel   grid (B*H, ceil(T/ATTC_COLS)), block ATTC_COLS x ATTC_COL_ROWS (ABFT): thread
@@ -72,12 +75,89 @@ __device__ __forceinline__ void attc_fail(int* counts, int* flags, int c, int nb
     if (atomicExch(flags + (size_t)c * nbh + bh, 1) == 0) atomicAdd(counts + c, 1);
 }
 
-/* ref/tol [2][B*H][T]: [0] rows (dir 0), [1] columns (dir 1); dir = dir0 + blockIdx.y */
+/* The scans' shape: the T positions of a head are cut into nchunk chunks of `chunk` positions, one block each (grid z
+ * for the forward's scan, y for the backward's); a chunk is cut into ATTC_WARPS contiguous sub-chunks, one a warp.
+ * A block first sums the positions before its chunk (the prefix [0, c0), cut into ATTC_WARPS ranges, one a warp),
+ * then its warps' sub-chunks; each warp starts from the prefix ranges' sums in warp order plus the sub-chunks before
+ * its own in warp order, and walks its sub-chunk writing ref/tol. One block a head (nchunk 1) is the scan of a
+ * single block: an empty prefix (its sums are exact zeros). The orders depend on (T, nchunk) only, so the bits do.
+ * More chunks re-read the prefix (a chunk's prefix is read by its block again, about nchunk / 2 times the scanned
+ * operand in all, from L2: the operand of a head is T hd bf16) for a grid that fills the GPU at B 1. */
+struct AttcScanSums {   /* a warp's sums over a range: the dims lane + 32 r, the sum and the max of the norms */
+    double acc[ATTC_DPL];
+    double nacc, mx;
+};
+__device__ __forceinline__ double attc_max_nan(double a, double b) { return (a != a || b != b) ? (a + b) : (b > a ? b : a); }
+/* the warp's sums of x over positions [p0, p1) (time index t = dir ? T - 1 - p : p, rows xs apart) */
+__device__ __forceinline__ void attc_range_sums(AttcScanSums* r, const bf16* x, size_t xs, int T, int dir, int p0, int p1, int hd,
+                                                int lane) {
+#pragma unroll
+    for (int i = 0; i < ATTC_DPL; i++) r->acc[i] = 0.0;
+    r->nacc = 0.0;
+    r->mx = 0.0;
+    for (int p = p0; p < p1; p++) {
+        const bf16* xt = x + (size_t)(dir ? T - 1 - p : p) * xs;
+        double ss = 0.0;
+#pragma unroll
+        for (int i = 0; i < ATTC_DPL; i++) {
+            const int d = lane + 32 * i;
+            if (d < hd) {
+                const double xv = (double)__bfloat162float(xt[d]);
+                r->acc[i] += xv;
+                ss += xv * xv;
+            }
+        }
+        const double nv = sqrt(attc_warp_sum(ss));
+        r->nacc += nv;
+        r->mx = attc_max_nan(r->mx, nv);
+    }
+}
+/* every warp's start: the prefix ranges' sums (all warps, in order), then the sub-chunks before its own (in order).
+ * pre / own: the warps' sums through shared memory (sp[2][ATTC_WARPS][ATTC_MAX_HD], sn, sm [2][ATTC_WARPS]) */
+__device__ __forceinline__ void attc_scan_start(AttcScanSums* r, const AttcScanSums& pre, const AttcScanSums& own, double (*sp)[ATTC_WARPS][ATTC_MAX_HD],
+                                                double (*sn)[ATTC_WARPS], double (*sm)[ATTC_WARPS], int warp, int lane, int hd) {
+#pragma unroll
+    for (int i = 0; i < ATTC_DPL; i++) {
+        const int d = lane + 32 * i;
+        if (d < hd) { sp[0][warp][d] = pre.acc[i]; sp[1][warp][d] = own.acc[i]; }
+    }
+    if (lane == 0) { sn[0][warp] = pre.nacc; sn[1][warp] = own.nacc; sm[0][warp] = pre.mx; sm[1][warp] = own.mx; }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < ATTC_DPL; i++) r->acc[i] = 0.0;
+    r->nacc = 0.0;
+    r->mx = 0.0;
+    for (int k = 0; k < 2 * ATTC_WARPS; k++) {   /* the prefix's ranges, then the chunk's sub-chunks before this warp's */
+        const int h = k / ATTC_WARPS, w = k % ATTC_WARPS;
+        if (h == 1 && w >= warp) break;
+#pragma unroll
+        for (int i = 0; i < ATTC_DPL; i++) {
+            const int d = lane + 32 * i;
+            if (d < hd) r->acc[i] += sp[h][w][d];
+        }
+        r->nacc += sn[h][w];
+        r->mx = attc_max_nan(r->mx, sm[h][w]);
+    }
+}
+/* the chunk count of a scan of T positions for nbh heads: the smallest power of 2 that gives ATTC_SCAN_BLOCKS blocks,
+ * keeping at least 8 positions a warp (a function of the shape alone) */
+#define ATTC_SCAN_BLOCKS 264
+static int attc_scan_chunks(int nbh, int T) {
+    int c = 1;
+    while ((long long)nbh * c < ATTC_SCAN_BLOCKS && T / (2 * c) >= 8 * ATTC_WARPS) c *= 2;
+    return c;
+}
+
+/* ref/tol [2][B*H][T]: [0] rows (dir 0), [1] columns (dir 1); dir = dir0 + blockIdx.y; blockIdx.z the chunk of `chunk`
+ * positions. rows_a not NULL (dir 0 only: the fused forward's FlashCheck rows): each row's ref and tol are also
+ * compared at once with the flash kernel's row sums, rows_a[t] (the logits) against ref within tol (ATTC_ATT_LOGITS),
+ * rows_b[t] (the probabilities) against 1 within ptol (ATTC_ATT_PROBS), into counts / flags */
 __global__ void __launch_bounds__(ATTC_WARPS * 32)
 attcheck_scan_kernel(double* __restrict__ ref, double* __restrict__ tol, const bf16* __restrict__ q, const bf16* __restrict__ k,
-                     int T, int H, int KV, int hd, double scale, double rel, int dir0) {
-    __shared__ double part[ATTC_WARPS][ATTC_MAX_HD];
-    __shared__ double partn[ATTC_WARPS];
+                     int T, int H, int KV, int hd, double scale, double rel, int dir0, int chunk, const float* __restrict__ rows_a,
+                     const float* __restrict__ rows_b, int* counts, int* flags, double ptol) {
+    __shared__ double sp[2][ATTC_WARPS][ATTC_MAX_HD];
+    __shared__ double sn[2][ATTC_WARPS], sm[2][ATTC_WARPS];
     const int dir = dir0 + (int)blockIdx.y;
     const int nbh = (int)gridDim.x, bh = (int)blockIdx.x, b = bh / H, h = bh % H, j = h / (H / KV);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -89,67 +169,42 @@ attcheck_scan_kernel(double* __restrict__ ref, double* __restrict__ tol, const b
     const size_t xs = dir ? qs : ks, ys = dir ? ks : qs;
     double* R = ref + ((size_t)dir * nbh + bh) * T;
     double* E = tol + ((size_t)dir * nbh + bh) * T;
-    const int chunk = (T + ATTC_WARPS - 1) / ATTC_WARPS;
-    const int p0 = min(T, warp * chunk), p1 = min(T, p0 + chunk);
-    double acc[ATTC_DPL];
-    double nacc = 0.0;
-#pragma unroll
-    for (int r = 0; r < ATTC_DPL; r++) acc[r] = 0.0;
-    for (int p = p0; p < p1; p++) {            /* this warp's chunk sum */
-        const bf16* xt = x + (size_t)(dir ? T - 1 - p : p) * xs;
-        double ss = 0.0;
-#pragma unroll
-        for (int r = 0; r < ATTC_DPL; r++) {
-            const int i = lane + 32 * r;
-            if (i < hd) {
-                const double xv = (double)__bfloat162float(xt[i]);
-                acc[r] += xv;
-                ss += xv * xv;
-            }
-        }
-        nacc += sqrt(attc_warp_sum(ss));
-    }
-#pragma unroll
-    for (int r = 0; r < ATTC_DPL; r++) {
-        const int i = lane + 32 * r;
-        if (i < hd) part[warp][i] = acc[r];
-    }
-    if (lane == 0) partn[warp] = nacc;
-    __syncthreads();
-    nacc = 0.0;
-#pragma unroll
-    for (int r = 0; r < ATTC_DPL; r++) acc[r] = 0.0;
-    for (int w = 0; w < warp; w++) {           /* the chunks before this one, in order */
-#pragma unroll
-        for (int r = 0; r < ATTC_DPL; r++) {
-            const int i = lane + 32 * r;
-            if (i < hd) acc[r] += part[w][i];
-        }
-        nacc += partn[w];
-    }
+    const int c0 = min(T, (int)blockIdx.z * chunk), c1 = min(T, c0 + chunk);
+    const int pre = CEIL_DIV(c0, ATTC_WARPS), sub = CEIL_DIV(c1 - c0, ATTC_WARPS);
+    const int p0 = min(c1, c0 + warp * sub), p1 = min(c1, p0 + sub);
+    AttcScanSums sp_pre, sp_own, st;
+    attc_range_sums(&sp_pre, x, xs, T, dir, min(c0, warp * pre), min(c0, (warp + 1) * pre), hd, lane);
+    attc_range_sums(&sp_own, x, xs, T, dir, p0, p1, hd, lane);
+    attc_scan_start(&st, sp_pre, sp_own, sp, sn, sm, warp, lane, hd);
     for (int p = p0; p < p1; p++) {
         const int t = dir ? T - 1 - p : p;
         const bf16* xt = x + (size_t)t * xs;
         const bf16* yt = y + (size_t)t * ys;
         double ss = 0.0, dot = 0.0, yy = 0.0;
 #pragma unroll
-        for (int r = 0; r < ATTC_DPL; r++) {
-            const int i = lane + 32 * r;
-            if (i < hd) {
-                const double xv = (double)__bfloat162float(xt[i]), yv = (double)__bfloat162float(yt[i]);
-                acc[r] += xv;
+        for (int i = 0; i < ATTC_DPL; i++) {
+            const int d = lane + 32 * i;
+            if (d < hd) {
+                const double xv = (double)__bfloat162float(xt[d]), yv = (double)__bfloat162float(yt[d]);
+                st.acc[i] += xv;
                 ss += xv * xv;
-                dot += yv * acc[r];
+                dot += yv * st.acc[i];
                 yy += yv * yv;
             }
         }
         ss = attc_warp_sum(ss);
         dot = attc_warp_sum(dot);
         yy = attc_warp_sum(yy);
-        nacc += sqrt(ss);
+        st.nacc += sqrt(ss);
         if (lane == 0) {
-            R[t] = scale * dot;
-            E[t] = rel * scale * sqrt(yy) * nacc + 1e-30;
+            const double rf = scale * dot, tl = rel * scale * sqrt(yy) * st.nacc + 1e-30;
+            R[t] = rf;
+            E[t] = tl;
+            if (rows_a) {
+                const size_t row = (size_t)bh * T + t;
+                if (!(fabs((double)rows_a[row] - rf) <= tl)) attc_fail(counts, flags, ATTC_ATT_LOGITS, nbh, bh);
+                if (!(fabs((double)rows_b[row] - 1.0) <= ptol)) attc_fail(counts, flags, ATTC_ATT_PROBS, nbh, bh);
+            }
         }
     }
 }
@@ -256,8 +311,8 @@ static void attcheck_forward(int* counts, int* flags, double* scratch, const bf1
     double *ref = scratch, *tol = scratch + 2 * n, *csum = scratch + 4 * n, *cabs = scratch + 5 * n;
     const double scale = 1.0 / sqrt((double)hd), rel = ATT_TOL_REL(16);
     /* dir 0 (rows) for ours, dir 1 (columns) for ABFT */
-    attcheck_scan_kernel<<<dim3((unsigned)nbh, (unsigned)(abft && att ? 2 : 1)), ATTC_WARPS * 32, 0, stream>>>(
-        ref, tol, q, k, T, H, KV, hd, scale, rel, att ? 0 : 1);
+    attcheck_scan_kernel<<<dim3((unsigned)nbh, (unsigned)(abft && att ? 2 : 1), 1u), ATTC_WARPS * 32, 0, stream>>>(
+        ref, tol, q, k, T, H, KV, hd, scale, rel, att ? 0 : 1, T, NULL, NULL, NULL, NULL, 0.0);
     cudaCheck(cudaGetLastError());
     const int dirs = abft && att ? 2 : 1;
     const double live = (double)nbh * T * (T + 1) / 2;   /* the s <= t entries of the [T,T] tensors */
@@ -300,37 +355,26 @@ static void attcheck_forward(int* counts, int* flags, double* scratch, const bf1
 /* where the kernels write their row sums: 2 B*H*T floats after the scans' doubles (within attcheck_scratch_doubles) */
 static inline float* attcheck_fused_rows(double* scratch, int B, int H, int T) { return (float*)(scratch + (size_t)4 * B * H * T); }
 
-/* one thread per row: |x[row] - (ref ? ref[row] : cref)| <= (tol ? tol[row] : ctol), else head row / T fails check c */
-__global__ void attcheck_fused_rows_kernel(int* counts, int* flags, const float* __restrict__ x, const double* __restrict__ ref, double cref,
-                                           const double* __restrict__ tol, double ctol, size_t rows, int T, int nbh, int c) {
-    const size_t row = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= rows) return;
-    const double want = ref ? ref[row] : cref, bound = tol ? tol[row] : ctol;
-    if (!(fabs((double)x[row] - want) <= bound)) attc_fail(counts, flags, c, nbh, (int)(row / (size_t)T));
-}
-static void attcheck_fused_rows_launch(const char* cat, int* counts, int* flags, const float* x, const double* ref, double cref,
-                                       const double* tol, double ctol, size_t n, int T, int nbh, int c, cudaStream_t stream) {
-    attcheck_fused_rows_kernel<<<(unsigned)CEIL_DIV(n, (size_t)256), 256, 0, stream>>>(counts, flags, x, ref, cref, tol, ctol, n, T, nbh, c);
-    cudaCheck(cudaGetLastError());
-    launch_account(cat, "attcheck_fused_rows_kernel", COST_FP64, (unsigned)CEIL_DIV(n, (size_t)256), 2.0 * n, (double)n * (4 + (ref ? 8 : 0) + (tol ? 8 : 0)), 0.0);
-}
-
 /* -protect att on the fused forward: rows = attcheck_fused_rows(scratch, ...) as flash_attention_forward's FlashCheck
  * left them (rows_a = rows, rows_b = rows + B*H*T); q [B,T,H*hd], k [B,T,KV*hd] the tensors it read. Counters as
- * attcheck_forward's (ATTC_ATT_LOGITS, ATTC_ATT_PROBS). */
+ * attcheck_forward's (ATTC_ATT_LOGITS, ATTC_ATT_PROBS). One launch: the scan compares each row as it writes its
+ * reference and bound (which stay in scratch for the test-only dump). */
 static void attcheck_fused_forward(int* counts, int* flags, double* scratch, const bf16* q, const bf16* k, int B, int T, int H, int KV,
                                    int hd, cudaStream_t stream) {
     if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || hd <= 0 || H % KV != 0 || hd > ATTC_MAX_HD)
         tsdc_fail("attcheck_fused_forward: bad shape B %d T %d H %d KV %d hd %d (H a multiple of KV, hd <= %d)", B, T, H, KV, hd, ATTC_MAX_HD);
-    const int nbh = B * H;
+    const int nbh = B * H, nc = attc_scan_chunks(nbh, T), chunk = CEIL_DIV(T, nc);
     const size_t n = (size_t)nbh * T;
     const float* rows = attcheck_fused_rows(scratch, B, H, T);
-    attcheck_scan_kernel<<<dim3((unsigned)nbh, 1u), ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + 2 * n, q, k, T, H, KV, hd,
-                                                                                 1.0 / sqrt((double)hd), ATT_TOL_REL(16), 0);
+    const dim3 grid((unsigned)nbh, 1u, (unsigned)nc);
+    attcheck_scan_kernel<<<grid, ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + 2 * n, q, k, T, H, KV, hd, 1.0 / sqrt((double)hd),
+                                                              ATT_TOL_REL(16), 0, chunk, rows, rows + n, counts, flags,
+                                                              ATT_TOL_ROWSUM(16, T));
     cudaCheck(cudaGetLastError());
-    launch_account("att", "attcheck_scan_kernel", COST_FP64, dim3((unsigned)nbh, 1u), 4.0 * n * hd, (double)B * T * (H + KV) * hd * 2, (double)n * 16);
-    attcheck_fused_rows_launch("att", counts, flags, rows, scratch, 0.0, scratch + 2 * n, 0.0, n, T, nbh, ATTC_ATT_LOGITS, stream);
-    attcheck_fused_rows_launch("att", counts, flags, rows + n, NULL, 1.0, NULL, ATT_TOL_ROWSUM(16, T), n, T, nbh, ATTC_ATT_PROBS, stream);
+    /* FLOPs: 4 hd a scanned position, 2 hd a prefix position re-read (about (nc - 1) / 2 times T a head); bytes: q, k
+     * once (the prefix re-reads come from L2), the flash rows in, ref and tol out */
+    launch_account("att", "attcheck_scan_kernel", COST_FP64, grid, 4.0 * n * hd + 2.0 * n * hd * (nc - 1) / 2.0, (double)B * T * (H + KV) * hd * 2 + (double)n * 8,
+                   (double)n * 16);
 }
 
 /* ---------------------------------------------------------------------------------- backward (-protect att_bwd)
@@ -343,89 +387,57 @@ static void attcheck_fused_forward(int* counts, int* flags, double* scratch, con
  * Counters (added to counts[c], flags [ATTB_NCHECK][B*H] as the forward's: each failing head counted once):
  * ATTB_DPROBS, ATTB_DLOGITS per (b, h); ATTB_DV per (b, kv head) (flag index b*KV + kh).
  * Kernels (sums in double, from the bf16 values):
- *  attbwd_scan_kernel   grid B*H, ATTC_WARPS warps: the forward scan's chunked inclusive scan (dir 0) with
+ *  attbwd_scan_kernel   grid (B*H, nchunk), ATTC_WARPS warps: the forward scan's chunked inclusive scan (dir 0) with
  *      the scanned operand v (kv head h/g) and the dotted one dout (query head h), scale 1, plus the prefix maximum
  *      of |v_s| (chunk maxima through shared memory, combined in warp order; a NaN norm stays NaN):
  *        ref[t] = dout_t . sum_{s<=t} v_s,  tol_dp[t] = rel |dout_t| sum_{s<=t} |v_s| + 1e-30,
  *        tol_dl[t] = 2 rel 2 |dout_t| max_{s<=t} |v_s| + 1e-30                (rel = ATT_TOL_REL(16))
  *  attbwd_rows_kernel   one warp per row (b,h,t), lanes stride s <= t, warp butterfly: sum_{s<=t} M[t,s] vs ref[t]
  *      (NULL: 0) within tol[t]; the dprobs check (ref, tol_dp) and the dlogits check (NULL, tol_dl).
- *  attbwd_dv_kernel     grid (B*KV, ceil(hd/32)), block 32 x ATTC_AV_ROWS: per dim i of kv head kh, thread row ty
- *      sums t = ty, ty + ATTC_AV_ROWS, ... of dv[t,i] and of dout[t,h,i], |dout[t,h,i]| over the group's heads h
- *      in order; the rows combined in ty order: |sum dv - sum dout| <= 2 rel sum |dout| + 1e-30.
+ *  attbwd_dv_kernel     grid (B*KV, ceil(hd/32), nchunk), block 32 x ATTC_AV_ROWS: per dim i of kv head kh, thread
+ *      row ty sums t = ty, ty + ATTC_AV_ROWS, ... of its chunk of dv[t,i] and of dout[t,h,i], |dout[t,h,i]| over the
+ *      group's heads h in order; the rows combined in ty order, the chunks in chunk order (the last block to finish
+ *      adds them): |sum dv - sum dout| <= 2 rel sum |dout| + 1e-30.
  * Cost per layer: the rows kernels read dprobs and dlogits once each (B H T^2/2 live bf16 elements each: the
  * split backward writes and reads both anyway), the scan reads dout and v once (O(B T (H + KV) hd)), the dV
  * kernel dv and dout once; scratch 3 B*H*T doubles (attbwd_scratch_doubles, within the forward's). */
 enum { ATTB_DPROBS = 0, ATTB_DLOGITS = 1, ATTB_DV = 2, ATTB_NCHECK = 3 };
 
-__device__ __forceinline__ double attc_max_nan(double a, double b) { return (a != a || b != b) ? (a + b) : (b > a ? b : a); }
-
-/* ref, tol_dp, tol_dl [B*H][T] */
+/* ref, tol_dp, tol_dl [B*H][T]; blockIdx.y the chunk of `chunk` positions (the forward scan's shape). rows_a not NULL
+ * (the fused backward's FlashCheck rows of its dq kernel): each row is also compared at once, rows_a[t] (dP) against ref
+ * within tol_dp (ATTB_DPROBS), rows_b[t] (the rounded dZ) against 0 within tol_dl (ATTB_DLOGITS), into counts / flags */
 __global__ void __launch_bounds__(ATTC_WARPS * 32)
 attbwd_scan_kernel(double* __restrict__ ref, double* __restrict__ tol_dp, double* __restrict__ tol_dl, const bf16* __restrict__ dout,
-                   int ld_o, const bf16* __restrict__ v, int ld_v, int T, int H, int KV, int hd, double rel) {
-    __shared__ double part[ATTC_WARPS][ATTC_MAX_HD];
-    __shared__ double partn[ATTC_WARPS], partm[ATTC_WARPS];
-    const int bh = (int)blockIdx.x, b = bh / H, h = bh % H, j = h / (H / KV);
+                   int ld_o, const bf16* __restrict__ v, int ld_v, int T, int H, int KV, int hd, double rel, int chunk,
+                   const float* __restrict__ rows_a, const float* __restrict__ rows_b, int* counts, int* flags) {
+    __shared__ double sp[2][ATTC_WARPS][ATTC_MAX_HD];
+    __shared__ double sn[2][ATTC_WARPS], sm[2][ATTC_WARPS];
+    const int nbh = (int)gridDim.x, bh = (int)blockIdx.x, b = bh / H, h = bh % H, j = h / (H / KV);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const bf16* x = v + (size_t)b * T * ld_v + (size_t)j * hd;      /* scanned: v of kv head j */
     const bf16* y = dout + (size_t)b * T * ld_o + (size_t)h * hd;   /* dotted: dout of head h */
     double* R = ref + (size_t)bh * T;
     double* E = tol_dp + (size_t)bh * T;
     double* M = tol_dl + (size_t)bh * T;
-    const int chunk = (T + ATTC_WARPS - 1) / ATTC_WARPS;
-    const int p0 = min(T, warp * chunk), p1 = min(T, p0 + chunk);
-    double acc[ATTC_DPL];
-    double nacc = 0.0, mx = 0.0;
-#pragma unroll
-    for (int r = 0; r < ATTC_DPL; r++) acc[r] = 0.0;
-    for (int p = p0; p < p1; p++) {            /* this warp's chunk: sum, sum of norms, max of norms */
-        const bf16* xt = x + (size_t)p * ld_v;
-        double ss = 0.0;
-#pragma unroll
-        for (int r = 0; r < ATTC_DPL; r++) {
-            const int i = lane + 32 * r;
-            if (i < hd) {
-                const double xv = (double)__bfloat162float(xt[i]);
-                acc[r] += xv;
-                ss += xv * xv;
-            }
-        }
-        const double nv = sqrt(attc_warp_sum(ss));
-        nacc += nv;
-        mx = attc_max_nan(mx, nv);
-    }
-#pragma unroll
-    for (int r = 0; r < ATTC_DPL; r++) {
-        const int i = lane + 32 * r;
-        if (i < hd) part[warp][i] = acc[r];
-    }
-    if (lane == 0) { partn[warp] = nacc; partm[warp] = mx; }
-    __syncthreads();
-    nacc = 0.0; mx = 0.0;
-#pragma unroll
-    for (int r = 0; r < ATTC_DPL; r++) acc[r] = 0.0;
-    for (int w = 0; w < warp; w++) {           /* the chunks before this one, in order */
-#pragma unroll
-        for (int r = 0; r < ATTC_DPL; r++) {
-            const int i = lane + 32 * r;
-            if (i < hd) acc[r] += part[w][i];
-        }
-        nacc += partn[w];
-        mx = attc_max_nan(mx, partm[w]);
-    }
+    const int c0 = min(T, (int)blockIdx.y * chunk), c1 = min(T, c0 + chunk);
+    const int pre = CEIL_DIV(c0, ATTC_WARPS), sub = CEIL_DIV(c1 - c0, ATTC_WARPS);
+    const int p0 = min(c1, c0 + warp * sub), p1 = min(c1, p0 + sub);
+    AttcScanSums sp_pre, sp_own, st;
+    attc_range_sums(&sp_pre, x, (size_t)ld_v, T, 0, min(c0, warp * pre), min(c0, (warp + 1) * pre), hd, lane);
+    attc_range_sums(&sp_own, x, (size_t)ld_v, T, 0, p0, p1, hd, lane);
+    attc_scan_start(&st, sp_pre, sp_own, sp, sn, sm, warp, lane, hd);
     for (int t = p0; t < p1; t++) {
         const bf16* xt = x + (size_t)t * ld_v;
         const bf16* yt = y + (size_t)t * ld_o;
         double ss = 0.0, dot = 0.0, yy = 0.0;
 #pragma unroll
-        for (int r = 0; r < ATTC_DPL; r++) {
-            const int i = lane + 32 * r;
-            if (i < hd) {
-                const double xv = (double)__bfloat162float(xt[i]), yv = (double)__bfloat162float(yt[i]);
-                acc[r] += xv;
+        for (int i = 0; i < ATTC_DPL; i++) {
+            const int d = lane + 32 * i;
+            if (d < hd) {
+                const double xv = (double)__bfloat162float(xt[d]), yv = (double)__bfloat162float(yt[d]);
+                st.acc[i] += xv;
                 ss += xv * xv;
-                dot += yv * acc[r];
+                dot += yv * st.acc[i];
                 yy += yv * yv;
             }
         }
@@ -433,12 +445,18 @@ attbwd_scan_kernel(double* __restrict__ ref, double* __restrict__ tol_dp, double
         dot = attc_warp_sum(dot);
         yy = attc_warp_sum(yy);
         const double nv = sqrt(ss), ny = sqrt(yy);
-        nacc += nv;
-        mx = attc_max_nan(mx, nv);
+        st.nacc += nv;
+        st.mx = attc_max_nan(st.mx, nv);
         if (lane == 0) {
+            const double tdp = rel * ny * st.nacc + 1e-30, tdl = 2.0 * rel * 2.0 * ny * st.mx + 1e-30;
             R[t] = dot;
-            E[t] = rel * ny * nacc + 1e-30;
-            M[t] = 2.0 * rel * 2.0 * ny * mx + 1e-30;
+            E[t] = tdp;
+            M[t] = tdl;
+            if (rows_a) {
+                const size_t row = (size_t)bh * T + t;
+                if (!(fabs((double)rows_a[row] - dot) <= tdp)) attc_fail(counts, flags, ATTB_DPROBS, nbh, bh);
+                if (!(fabs((double)rows_b[row]) <= tdl)) attc_fail(counts, flags, ATTB_DLOGITS, nbh, bh);
+            }
         }
     }
 }
@@ -458,18 +476,25 @@ attbwd_rows_kernel(int* counts, int* flags, const bf16* __restrict__ m, const do
     if (lane == 0 && !(fabs(sm - (ref ? ref[row] : 0.0)) <= tol[row])) attc_fail(counts, flags, c, nbh, bh);
 }
 
-/* dV column sums of kv head kh against dout's over kh's query heads */
+/* dV column sums of kv head kh against dout's over kh's query heads. Grid (B*KV, ceil(hd/32), nchunk): block z sums
+ * the positions of its chunk (rows ty, ty + ATTC_AV_ROWS, ... of the chunk, then the rows in ty order); nchunk 1
+ * compares at once. With nchunk > 1 each block leaves its three partial sums a dimension in part [B*KV][gy][nchunk][3]
+ * [32] and counts itself done in done[(bk, by)] (an integer atomic after a __threadfence); the block that counts last
+ * adds the chunks' partials in chunk order and compares: the same bits whichever block is last. done must be zero on
+ * entry (the trainer zeroes it with the backward's flags); the last block leaves it at nchunk. */
 __global__ void __launch_bounds__(32 * ATTC_AV_ROWS)
 attbwd_dv_kernel(int* counts, int* flags, double* bound, const bf16* __restrict__ dv, int ld_dv, const bf16* __restrict__ dout, int ld_o,
-                 int T, int H, int KV, int hd, double rel2, int nbh) {
+                 int T, int H, int KV, int hd, double rel2, int nbh, int chunk, double* part, unsigned* done) {
     __shared__ double red[3][ATTC_AV_ROWS][32];
-    const int bk = (int)blockIdx.x, b = bk / KV, kh = bk % KV, g = H / KV;
+    __shared__ int last;
+    const int bk = (int)blockIdx.x, b = bk / KV, kh = bk % KV, g = H / KV, nc = (int)gridDim.z;
     const int tx = threadIdx.x, ty = threadIdx.y, i = (int)blockIdx.y * 32 + tx;
+    const int c0 = min(T, (int)blockIdx.z * chunk), c1 = min(T, c0 + chunk);
     const bf16* dvh = dv + (size_t)b * T * ld_dv + (size_t)kh * hd;
     const bf16* oh = dout + (size_t)b * T * ld_o + (size_t)kh * g * hd;
     double sv = 0.0, so = 0.0, sa = 0.0;
     if (i < hd)
-        for (int t = ty; t < T; t += ATTC_AV_ROWS) {
+        for (int t = c0 + ty; t < c1; t += ATTC_AV_ROWS) {
             sv += (double)__bfloat162float(dvh[(size_t)t * ld_dv + i]);
             for (int hh = 0; hh < g; hh++) {
                 const double o = (double)__bfloat162float(oh[(size_t)t * ld_o + (size_t)hh * hd + i]);
@@ -479,9 +504,26 @@ attbwd_dv_kernel(int* counts, int* flags, double* bound, const bf16* __restrict_
         }
     red[0][ty][tx] = sv; red[1][ty][tx] = so; red[2][ty][tx] = sa;
     __syncthreads();
-    if (ty == 0 && i < hd) {
+    if (ty == 0) {
         sv = 0.0; so = 0.0; sa = 0.0;
         for (int r = 0; r < ATTC_AV_ROWS; r++) { sv += red[0][r][tx]; so += red[1][r][tx]; sa += red[2][r][tx]; }
+    }
+    if (nc > 1) {
+        const size_t col = (size_t)bk * gridDim.y + blockIdx.y;
+        volatile double* pc = part + col * nc * 96;
+        if (ty == 0) { pc[(size_t)blockIdx.z * 96 + tx] = sv; pc[(size_t)blockIdx.z * 96 + 32 + tx] = so; pc[(size_t)blockIdx.z * 96 + 64 + tx] = sa; }
+        __threadfence();
+        __syncthreads();
+        if (tx == 0 && ty == 0) last = atomicAdd(done + col, 1u) == (unsigned)(nc - 1);
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        if (ty == 0) {
+            sv = 0.0; so = 0.0; sa = 0.0;
+            for (int c = 0; c < nc; c++) { sv += pc[(size_t)c * 96 + tx]; so += pc[(size_t)c * 96 + 32 + tx]; sa += pc[(size_t)c * 96 + 64 + tx]; }
+        }
+    }
+    if (ty == 0 && i < hd) {
         if (!(fabs(sv - so) <= rel2 * sa + 1e-30)) attc_fail(counts, flags, ATTB_DV, nbh, bk);
         if (bound) bound[(size_t)bk * hd + i] = rel2 * sa + 1e-30;
     }
@@ -493,15 +535,18 @@ static void attbwd_check_args(const char* who, int B, int T, int H, int KV, int 
     if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || hd <= 0 || H % KV != 0 || hd > ATTC_MAX_HD)
         tsdc_fail("%s: bad shape B %d T %d H %d KV %d hd %d (H a multiple of KV, hd <= %d)", who, B, T, H, KV, hd, ATTC_MAX_HD);
 }
-/* the backward checks' references and bounds into scratch: ref, tol_dp, tol_dl [B*H][T] each (attbwd_scan_kernel) */
+/* the backward checks' references and bounds into scratch: ref, tol_dp, tol_dl [B*H][T] each (attbwd_scan_kernel);
+ * rows_a not NULL: the fused backward's rows compared as they are made (nchunk chunks a head), else one block a head */
 static void attbwd_scan(double* scratch, const bf16* dout, int ld_o, const bf16* v, int ld_v, int B, int T, int H, int KV, int hd,
-                        cudaStream_t stream) {
-    const int nbh = B * H;
+                        const float* rows_a, const float* rows_b, int* counts, int* flags, cudaStream_t stream) {
+    const int nbh = B * H, nc = rows_a ? attc_scan_chunks(nbh, T) : 1;
     const size_t n = (size_t)nbh * T;
-    attbwd_scan_kernel<<<(unsigned)nbh, ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + n, scratch + 2 * n, dout, ld_o, v, ld_v, T, H, KV,
-                                                                      hd, ATT_TOL_REL(16));
+    const dim3 grid((unsigned)nbh, (unsigned)nc);
+    attbwd_scan_kernel<<<grid, ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + n, scratch + 2 * n, dout, ld_o, v, ld_v, T, H, KV, hd,
+                                                            ATT_TOL_REL(16), CEIL_DIV(T, nc), rows_a, rows_b, counts, flags);
     cudaCheck(cudaGetLastError());
-    launch_account("att_bwd", "attbwd_scan_kernel", COST_FP64, (unsigned)nbh, 4.0 * n * hd, (double)B * T * (H + KV) * hd * 2, (double)n * 24);   /* dout, v in; 3 bounds out */
+    launch_account("att_bwd", "attbwd_scan_kernel", COST_FP64, grid, 4.0 * n * hd + 2.0 * n * hd * (nc - 1) / 2.0,
+                   (double)B * T * (H + KV) * hd * 2 + (rows_a ? (double)n * 8 : 0.0), (double)n * 24);   /* dout, v (rows) in; 3 bounds out */
 }
 /* the dprobs row check (ATTB_DPROBS); leaves in scratch the bounds attcheck_backward_dlogits reads, so it runs first,
  * on the same dout and v. counts [ATTB_NCHECK], flags [ATTB_NCHECK * B*H] (zero for this layer), scratch
@@ -511,7 +556,7 @@ static void attcheck_backward_dprobs(int* counts, int* flags, double* scratch, c
     attbwd_check_args("attcheck_backward_dprobs", B, T, H, KV, hd);
     const int nbh = B * H;
     const size_t n = (size_t)nbh * T;
-    attbwd_scan(scratch, dout, ld_o, v, ld_v, B, T, H, KV, hd, stream);
+    attbwd_scan(scratch, dout, ld_o, v, ld_v, B, T, H, KV, hd, NULL, NULL, NULL, NULL, stream);
     attbwd_rows_kernel<<<(unsigned)CEIL_DIV(n, (size_t)ATTC_WARPS), ATTC_WARPS * 32, 0, stream>>>(counts, flags, dprobs, scratch,
                                                                                                   scratch + n, n, T, nbh, ATTB_DPROBS);
     cudaCheck(cudaGetLastError());
@@ -528,28 +573,38 @@ static void attcheck_backward_dlogits(int* counts, int* flags, const double* scr
     launch_account("att_bwd", "attbwd_rows_kernel", COST_FP64, (unsigned)CEIL_DIV(n, (size_t)ATTC_WARPS), (double)n * T, (double)n * T + (double)n * 8, 0.0);
 }
 /* the dV column sums (ATTB_DV): dv [B,T,KV*hd] (row stride ld_dv) against dout [B,T,H*hd] (row stride ld_o). bound
- * (NULL: not written; the trainer's test-only dump): [B*KV][hd] doubles, each column's bound */
+ * (NULL: not written; the trainer's test-only dump): [B*KV][hd] doubles, each column's bound. work (NULL: one block a
+ * column of 32 dimensions, over all T) lets the positions be cut into chunks for a grid that fills the GPU at B 1:
+ * attbwd_dv_work_doubles(B, KV, hd, nc) doubles of partials for nc = attbwd_dv_chunks(...) chunks, and done,
+ * B*KV*ceil(hd/32) unsigned, zero on entry (left non-zero: zero it again before the next call). */
+static int attbwd_dv_chunks(int B, int KV, int hd, int T, size_t work_doubles) {
+    const long long cols = (long long)B * KV * CEIL_DIV(hd, 32);
+    int c = 1;
+    while (cols * c < ATTC_SCAN_BLOCKS && T / (2 * c) >= 4 * ATTC_AV_ROWS && (size_t)(cols * 2 * c * 96) <= work_doubles) c *= 2;
+    return c;
+}
 static void attcheck_backward_dv(int* counts, int* flags, double* bound, const bf16* dv, int ld_dv, const bf16* dout, int ld_o, int B,
-                                 int T, int H, int KV, int hd, cudaStream_t stream) {
+                                 int T, int H, int KV, int hd, cudaStream_t stream, double* work = NULL, size_t work_doubles = 0,
+                                 unsigned* done = NULL) {
     attbwd_check_args("attcheck_backward_dv", B, T, H, KV, hd);
-    attbwd_dv_kernel<<<dim3((unsigned)(B * KV), (unsigned)CEIL_DIV(hd, 32)), dim3(32, ATTC_AV_ROWS), 0, stream>>>(
-        counts, flags, bound, dv, ld_dv, dout, ld_o, T, H, KV, hd, 2.0 * ATT_TOL_REL(16), B * H);
+    const int nc = work && done ? attbwd_dv_chunks(B, KV, hd, T, work_doubles) : 1;
+    const dim3 grid((unsigned)(B * KV), (unsigned)CEIL_DIV(hd, 32), (unsigned)nc);
+    attbwd_dv_kernel<<<grid, dim3(32, ATTC_AV_ROWS), 0, stream>>>(counts, flags, bound, dv, ld_dv, dout, ld_o, T, H, KV, hd,
+                                                                   2.0 * ATT_TOL_REL(16), B * H, CEIL_DIV(T, nc), work, done);
     cudaCheck(cudaGetLastError());
-    launch_account("att_bwd", "attbwd_dv_kernel", COST_FP64, dim3((unsigned)(B * KV), (unsigned)CEIL_DIV(hd, 32)), 2.0 * B * T * (H + KV) * hd,
-                   (double)B * T * (H + KV) * hd * 2, 0.0);   /* dv, dout in */
+    launch_account("att_bwd", "attbwd_dv_kernel", COST_FP64, grid, 2.0 * B * T * (H + KV) * hd, (double)B * T * (H + KV) * hd * 2, 0.0);   /* dv, dout in */
 }
 
 /* -protect att_bwd on the fused backward's dq kernel: its rows (attcheck_fused_rows: rows_a dP, rows_b dZ) against
- * the bounds of attbwd_scan_kernel, left in scratch as attcheck_backward_dprobs leaves them (the dump reads them) */
+ * the bounds of attbwd_scan_kernel, compared by the scan as it makes them (one launch), the bounds left in scratch as
+ * attcheck_backward_dprobs leaves them (the dump reads them) */
 static void attcheck_fused_backward(int* counts, int* flags, double* scratch, const bf16* dout, int ld_o, const bf16* v, int ld_v, int B,
                                     int T, int H, int KV, int hd, cudaStream_t stream) {
     attbwd_check_args("attcheck_fused_backward", B, T, H, KV, hd);
     const int nbh = B * H;
     const size_t n = (size_t)nbh * T;
     const float* rows = attcheck_fused_rows(scratch, B, H, T);
-    attbwd_scan(scratch, dout, ld_o, v, ld_v, B, T, H, KV, hd, stream);
-    attcheck_fused_rows_launch("att_bwd", counts, flags, rows, scratch, 0.0, scratch + n, 0.0, n, T, nbh, ATTB_DPROBS, stream);
-    attcheck_fused_rows_launch("att_bwd", counts, flags, rows + n, NULL, 0.0, scratch + 2 * n, 0.0, n, T, nbh, ATTB_DLOGITS, stream);
+    attbwd_scan(scratch, dout, ld_o, v, ld_v, B, T, H, KV, hd, rows, rows + n, counts, flags, stream);
 }
 
 #endif

@@ -324,6 +324,13 @@ static void test_flash_dkdv_sum(void) {
         check(dif == 0 && rev > 0 && touched == 0,
               "  sum pass, %d splits: bitwise the in-order sum (%zu of %zu differ; the reversed order would differ in %zu); dv's other columns untouched "
               "(%zu written)", nsplit, dif, 2 * n, rev, touched);
+        /* dv NULL (dk alone): the same dk bits */
+        bf16* gk2 = d_bf16_poison(n);
+        flash_attention_dkdv_sum_kernel<<<(unsigned)CEIL_DIV(n / 4, (size_t)256), 256, 0, g_s>>>(gk2, NULL, dpart, n, kvhd, ldv, nsplit, scale);
+        cudaCheck(cudaGetLastError());
+        uint16_t* xk2 = dl_bits(gk2, n);
+        check(!memcmp(xk2, xk, n * 2), "  sum pass, %d splits, dk alone (dv NULL): dk bitwise the same: %s", nsplit, !memcmp(xk2, xk, n * 2) ? "yes" : "NO");
+        free(xk2);
         FREE_ALL(part, xk, xv);
         dfree_all();
     }
@@ -480,6 +487,15 @@ static void test_flash_attention(void) {
         int same = !memcmp(out2, out, nq * 4) && !memcmp(lse2, lse, nr * 4) && !memcmp(xdq2, xdq, nq * 4) && !memcmp(xdk2, xdk, nk * 4) &&
                    !memcmp(xdv2, xdv, nk * 4);
         check(same, "    determinism: a second forward + backward, out lse dq dk dv bitwise equal: %s", same ? "yes" : "NO");
+        {   /* dv NULL (-protect qk_bwd's rerun: the dk/dv kernel's dk-only variant): dq and dk bitwise the full backward's */
+            bf16 *gdq4 = d_bf16_poison(nq), *gdk4 = d_bf16_poison(nk);
+            flash_attention_backward(gdq4, gdk4, NULL, dgo, gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s);
+            float* xdq4 = dl_bf16(gdq4, nq, NULL);
+            float* xdk4 = dl_bf16(gdk4, nk, NULL);
+            const int same4 = !memcmp(xdq4, xdq, nq * 4) && !memcmp(xdk4, xdk, nk * 4);
+            check(same4, "    dq and dk alone (dv NULL): bitwise the full backward's: %s", same4 ? "yes" : "NO");
+            FREE_ALL(xdq4, xdk4);
+        }
 
         /* strided v / dv: columns (H + KV) hd .. (H + 2 KV) hd of a [B*T, (H + 2 KV) hd] buffer, NaN elsewhere
          * in v (never read) and the poison elsewhere in dv (never written); the results bitwise the contiguous run's */
@@ -776,6 +792,7 @@ static void test_attcheck(void) {
 }
 
 /* ------------------------------------------------------- backward attention checks (attcheck.cuh, att_bwd) */
+static int g_attbwd_chunked = 0;   /* calls of gpu_attbwd whose chunked dV check had more than one chunk */
 /* the three GPU checks on device tensors, in the ATTB_* order: failed heads (dV: failed (b, kv head)) per check.
  * ld_o, ld_v: the row strides of dout and v/dv (the contiguous widths, or wider: views of a padded buffer) */
 static void gpu_attbwd(int cnt[ATTB_NCHECK], int* dbuf, double* scratch, const bf16* dp, const bf16* dl, const bf16* dv, const bf16* dout,
@@ -787,6 +804,18 @@ static void gpu_attbwd(int cnt[ATTB_NCHECK], int* dbuf, double* scratch, const b
     cudaCheck(cudaStreamSynchronize(g_s));
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaMemcpy(cnt, dbuf, sizeof(int) * ATTB_NCHECK, cudaMemcpyDeviceToHost));
+    /* the dV check again with its positions cut into chunks (the trainer's grid at B 1: the last block to finish adds
+     * the chunks' partials): the same failed heads, else the count reads -1 (want is never -1) */
+    const size_t nwork = (size_t)B * KV * CEIL_DIV(hd, 32) * 16 * 96, ndone = (size_t)B * KV * CEIL_DIV(hd, 32);
+    double* work = (double*)d_f32_poison(2 * nwork);
+    unsigned* done = (unsigned*)d_f32_poison(ndone);
+    cudaCheck(cudaMemset(done, 0, sizeof(unsigned) * ndone));
+    cudaCheck(cudaMemset(dbuf, 0, sizeof(int) * ATTB_NCHECK * (1 + (size_t)B * H)));
+    attcheck_backward_dv(dbuf, dbuf + ATTB_NCHECK, NULL, dv, ld_v, dout, ld_o, B, T, H, KV, hd, g_s, work, nwork, done);
+    int c2[ATTB_NCHECK];
+    cudaCheck(cudaMemcpy(c2, dbuf, sizeof(int) * ATTB_NCHECK, cudaMemcpyDeviceToHost));
+    if (c2[ATTB_DV] != cnt[ATTB_DV]) cnt[ATTB_DV] = -1;
+    g_attbwd_chunked += attbwd_dv_chunks(B, KV, hd, T, nwork) > 1;
 }
 static void cpu_attbwd(int cnt[ATTB_NCHECK], const float* dp, const float* dl, const float* dv, const float* dout, const float* v, int B,
                        int T, int H, int KV, int hd) {
@@ -907,6 +936,7 @@ static void test_attcheck_bwd(void) {
         FREE_ALL(q, k, v, go, out, lg, pr, dp, dl, dv, dpm, dlm);
         dfree_all();
     }
+    check(g_attbwd_chunked > 0, "  the chunked dV check ran with more than one chunk in %d of the calls above", g_attbwd_chunked);
 }
 
 /* ------------------------------------------- the fused path's attention checks (flash kernels + attcheck.cuh) */

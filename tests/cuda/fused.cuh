@@ -101,25 +101,40 @@ static void test_strided(void) {
         rope_forward(k1, qkv + qd, ld, dcs, dsn, B, T, KV, hd, c->rope_style, g_s);
         rope_forward(k2, k, kd, dcs, dsn, B, T, KV, hd, c->rope_style, g_s);
         check_same16("rope_forward, k view", k1, k2, (size_t)N * kd);
-        /* the fingerprints of the strided and the contiguous calls agree; against the k view read as q they do not */
-        unsigned long long* part = (unsigned long long*)cuda_workspace_f32(3, 4 * FP_PART_U64 * 2);
-        unsigned long long *p0 = part, *p1 = part + FP_PART_U64, *p2 = part + 2 * FP_PART_U64, *p3 = part + 3 * FP_PART_U64;
-        int b0 = rope_forward_fp(NULL, qkv, ld, dcs, dsn, B, T, H, hd, c->rope_style, p0, g_s);
-        int b1 = rope_forward_fp(NULL, qkv + qd, ld, dcs, dsn, B, T, KV, hd, c->rope_style, p1, g_s);
-        int b2 = rope_forward_fp(NULL, q, qd, dcs, dsn, B, T, H, hd, c->rope_style, p2, g_s);
-        int b3 = rope_forward_fp(NULL, k, kd, dcs, dsn, B, T, KV, hd, c->rope_style, p3, g_s);
-        int* flag = (int*)d_f32_poison(2);
-        fp_compare(flag, p0, b0, p1, b1, p2, b2, p3, b3, g_s);
-        fp_compare(flag + 1, p0, b0, p1, b1, p2, b2, p2, b2, g_s);   /* K's partials replaced by Q's: must differ */
-        int hf[2];
-        cudaCheck(cudaMemcpy(hf, flag, sizeof(hf), cudaMemcpyDeviceToHost));
-        check(hf[0] == 0 && hf[1] == 1, "    %-58s flag %d (want 0), against another tensor %d (want 1)",
-              "rope_forward_fp: strided and contiguous Q/K fingerprints", hf[0], hf[1]);
+        /* the fingerprints of the strided and the contiguous calls agree, and equal the one of the stored output (what
+         * rope_forward wrote); against the other tensor (K's against Q's) they do not */
+        unsigned long long* acc = (unsigned long long*)d_f32_poison(4 * FP_WORDS * 2);
+        cudaCheck(cudaMemset(acc, 0, 4 * FP_WORDS * sizeof(unsigned long long)));
+        unsigned long long *p0 = acc, *p1 = acc + FP_WORDS, *p2 = acc + 2 * FP_WORDS, *p3 = acc + 3 * FP_WORDS;
+        rope_forward_fp(NULL, qkv, ld, dcs, dsn, B, T, H, hd, c->rope_style, p0, g_s);
+        rope_forward_fp(NULL, qkv + qd, ld, dcs, dsn, B, T, KV, hd, c->rope_style, p1, g_s);
+        rope_forward_fp(NULL, q, qd, dcs, dsn, B, T, H, hd, c->rope_style, p2, g_s);
+        rope_forward_fp(NULL, k, kd, dcs, dsn, B, T, KV, hd, c->rope_style, p3, g_s);
+        const Fingerprint f0 = fingerprint_read(p0, g_s), f1 = fingerprint_read(p1, g_s), f2 = fingerprint_read(p2, g_s);
+        const Fingerprint f3 = fingerprint_read(p3, g_s), s2 = qk_fingerprint_dev(o1, (size_t)N * qd, g_s);
+        const Fingerprint s3 = qk_fingerprint_dev(k1, (size_t)N * kd, g_s);
+        const int agree = fp_equal(f0, f2) && fp_equal(f1, f3) && fp_equal(f0, s2) && fp_equal(f1, s3);
+        check(agree && !fp_equal(f1, f2), "    %-58s agree %s (want yes), Q's against K's equal %s (want no)",
+              "rope_forward_fp: strided, contiguous and stored Q/K fingerprints", agree ? "yes" : "NO", fp_equal(f1, f2) ? "YES" : "no");
         uint16_t* hg = h_bits((size_t)N * qd, 1.0);
         bf16 *g = d_raw16(hg, (size_t)N * qd), *dv1 = d_raw16(hpoison, (size_t)N * ld), *dv2 = d_bf16_poison((size_t)N * qd);
         rope_backward(dv1, ld, g, dcs, dsn, B, T, H, hd, c->rope_style, g_s);
         rope_backward(dv2, qd, g, dcs, dsn, B, T, H, hd, c->rope_style, g_s);
         check_view("rope_backward into the q view", dv1, N, ld, 0, qd, dv2, hpoison);
+        {   /* rope_backward_fp (-protect qk_bwd): writes what rope_backward writes, and its fingerprint (also of the NULL,
+             * fingerprint-only call) is the stored view's */
+            bf16* dv3 = d_raw16(hpoison, (size_t)N * ld);
+            cudaCheck(cudaMemset(acc, 0, 2 * FP_WORDS * sizeof(unsigned long long)));
+            rope_backward_fp(dv3, ld, g, dcs, dsn, B, T, H, hd, c->rope_style, p0, g_s);
+            rope_backward_fp(NULL, qd, g, dcs, dsn, B, T, H, hd, c->rope_style, p1, g_s);
+            check_view("rope_backward_fp into the q view", dv3, N, ld, 0, qd, dv2, hpoison);
+            unsigned long long* pr = acc + 2 * FP_WORDS;
+            cudaCheck(cudaMemset(pr, 0, FP_WORDS * sizeof(unsigned long long)));
+            qk_fingerprint_rows_acc(pr, dv3, N, qd, ld, g_s);
+            const Fingerprint a = fingerprint_read(p0, g_s), b = fingerprint_read(p1, g_s), r = fingerprint_read(pr, g_s);
+            check(fp_equal(a, r) && fp_equal(b, r), "    %-58s %s", "rope_backward_fp: its fingerprint (with and without dx) = the view's",
+                  fp_equal(a, r) && fp_equal(b, r) ? "yes" : "NO");
+        }
         bf16 *dk1 = d_raw16(hpoison, (size_t)N * ld), *dk2 = d_bf16_poison((size_t)N * kd);
         rope_backward(dk1 + qd, ld, g, dcs, dsn, B, T, KV, hd, c->rope_style, g_s);
         rope_backward(dk2, kd, g, dcs, dsn, B, T, KV, hd, c->rope_style, g_s);
@@ -143,6 +158,20 @@ static void test_strided(void) {
         rmsnorm_backward_acc(d2, w2, g, k, w, mk, N * KV, hd, 1e-6f, 0, 0, g_s);
         check_view("rmsnorm_backward_ld (QK norm) into the k view: dx", d1, N, ld, qd, kd, d2, hpoison);
         check_same32("rmsnorm_backward_ld (QK norm), k view: dw", w1, w2, hd);
+        {   /* with a fingerprint (-protect qk_bwd): the same dx, and the fingerprint (also of the NULL, fingerprint-only
+             * call) is the stored view's */
+            bf16* d3 = d_raw16(hpoison, (size_t)N * ld);
+            unsigned long long* acc = (unsigned long long*)d_f32_poison(3 * FP_WORDS * 2);
+            cudaCheck(cudaMemset(acc, 0, 3 * FP_WORDS * sizeof(unsigned long long)));
+            rmsnorm_backward_ld(d3 + qd, NULL, g, qkv + qd, ld, w, mk, N, KV, hd, 1e-6f, 0, 0, g_s, acc);
+            rmsnorm_backward_ld(NULL, NULL, g, qkv + qd, ld, w, mk, N, KV, hd, 1e-6f, 0, 0, g_s, acc + FP_WORDS);
+            check_view("rmsnorm_backward_ld with its fingerprint: dx", d3, N, ld, qd, kd, d2, hpoison);
+            qk_fingerprint_rows_acc(acc + 2 * FP_WORDS, d3 + qd, N, kd, ld, g_s);
+            const Fingerprint a = fingerprint_read(acc, g_s), b = fingerprint_read(acc + FP_WORDS, g_s);
+            const Fingerprint r = fingerprint_read(acc + 2 * FP_WORDS, g_s);
+            check(fp_equal(a, r) && fp_equal(b, r), "    %-58s %s", "rmsnorm_backward_ld: its fingerprint (with and without dx) = the view's",
+                  fp_equal(a, r) && fp_equal(b, r) ? "yes" : "NO");
+        }
         free(hw); free(hg);
     }
     {   /* head_dim 36 (not a multiple of 8: the scalar path), 3 heads, row stride 128 */

@@ -669,8 +669,8 @@ static void test_fingerprint(void) {
     }
 }
 
-/* the row-strided fingerprint (qk_fingerprint_rows_part, -protect qk_bwd) on views of a padded buffer: equal to the
- * CPU's qk_fingerprint (width 16) of the contiguous copy and to qk_fingerprint_part on it; a change in the padding
+/* the row-strided fingerprint (qk_fingerprint_rows_acc, -protect qk_bwd) on views of a padded buffer: equal to the
+ * CPU's qk_fingerprint (width 16) of the contiguous copy and to qk_fingerprint_acc on it; a change in the padding
  * leaves it alone; a single-bit change at the first and at the last element of the view, and at every element of
  * the last row, changes it.
  * Catches: a strided fingerprint that reads the padding, skips the last row or element (a recomputation whose
@@ -685,15 +685,20 @@ static void test_fingerprint_rows(void) {
         for (size_t r = 0; r < rows; r++)
             for (size_t c = 0; c < ld; c++) p[r * ld + c] = c < cols ? h[r * cols + c] : 3.0f;
         bf16 *dp = d_bf16(p, rows * ld), *dc = d_bf16(h, n);
-        unsigned long long* part = fingerprint_partials();
-        Fingerprint g = fingerprint_collect(part, qk_fingerprint_rows_part(part, dp, rows, cols, ld, g_s), g_s);
+        unsigned long long* part = (unsigned long long*)cuda_workspace_f32(3, 2 * FP_WORDS);
+        auto rows_fp = [&]() {
+            fingerprint_zero(part, g_s);
+            qk_fingerprint_rows_acc(part, dp, rows, cols, ld, g_s);
+            return fingerprint_read(part, g_s);
+        };
+        Fingerprint g = rows_fp();
         Fingerprint gc = qk_fingerprint_dev(dc, n, g_s), c0 = qk_fingerprint(h, n, 16);
         int same = fp_equal(g, c0) && fp_equal(gc, c0);
         int pad_changes = 0, missed = 0, tried = 0;
         if (ld > cols) {   /* the padding of the last row */
             uint16_t x = 0x7f80u;
             cudaCheck(cudaMemcpy((uint16_t*)dp + (rows - 1) * ld + cols, &x, 2, cudaMemcpyHostToDevice));
-            pad_changes = !fp_equal(fingerprint_collect(part, qk_fingerprint_rows_part(part, dp, rows, cols, ld, g_s), g_s), g);
+            pad_changes = !fp_equal(rows_fp(), g);
         }
         for (size_t c = 0; c < cols; c++) {   /* every element of the last row, and the first element */
             for (int e = 0; e < 2; e++) {
@@ -703,7 +708,7 @@ static void test_fingerprint_rows(void) {
                 cudaCheck(cudaMemcpy(&b0, (uint16_t*)dp + off, 2, cudaMemcpyDeviceToHost));
                 b1 = (uint16_t)(b0 ^ (1u << (c % 16)));
                 cudaCheck(cudaMemcpy((uint16_t*)dp + off, &b1, 2, cudaMemcpyHostToDevice));
-                missed += fp_equal(fingerprint_collect(part, qk_fingerprint_rows_part(part, dp, rows, cols, ld, g_s), g_s), g);
+                missed += fp_equal(rows_fp(), g);
                 tried++;
                 cudaCheck(cudaMemcpy((uint16_t*)dp + off, &b0, 2, cudaMemcpyHostToDevice));
             }
