@@ -3,7 +3,8 @@
  *   ./test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]
  *
  * LIST (comma-separated): init, grad_buckets, kernels, reference, determinism, att_faults, update_norm, att_checks,
- * fused_faults, or one kernel test: convert embedding rmsnorm rope attention attention_split flash attcheck attcheck_bwd flash_attcheck ewcheck elementwise
+ * fused_faults, or one kernel test: convert embedding rmsnorm rope qknorm_rope attention attention_split flash attcheck attcheck_bwd flash_attcheck ewcheck
+ *   ew_dup elementwise
  * classifier adamw global_norm matmul fingerprint fingerprint_rows matmul_cache fault_flip argmax unscale attention_chunked ptx strided.
  * Default: everything.
  *
@@ -67,7 +68,9 @@
  *     masked triangle); the top exponent bit flipped in one live element of the logits (two heads: both
  *     logits checks fail in exactly those), of the probs (row sums; ABFT's P V too, out being stale), of
  *     out (ABFT's P V), a NaN logit.
- * (a''') ewcheck: the element-wise recomputation checks of llmc/sdc/ewcheck.cuh (-protect ew) on outputs made by the
+ * (a''') ew_dup: the duplicated element-wise kernels of -protect ew (llmc/sdc/ewdup.cuh): the plain kernels' stored bits,
+ *     no flag clean, a planted change of one primary value (first, middle, last element of each output) flags that
+ *     output alone. ewcheck: the element-wise recomputation checks of llmc/sdc/ewcheck.cuh (-protect ew) on outputs made by the
  *     trainer's producing kernels (fused and split residual + RMSNorm, SwiGLU and ReLU^2 forward and backward, gate/up
  *     and their gradients as strided views of one [rows, 2F] buffer): no flag on the clean outputs, exactly the
  *     flipped tensor's flag for the lowest mantissa bit of its first, a middle and its last element (and of a mean
@@ -97,6 +100,9 @@
  *     materialised and the fused attention with v / dv views, the attention checks, the MLP element-wise kernels on
  *     both the 16-byte and the scalar path, fault injection and its sums) against the same kernel on contiguous
  *     copies: bitwise, and nothing outside a written view touched (the buffer is poisoned around it).
+ * (i') qknorm_rope: Qwen3's QK norm and RoPE in one kernel (llmc/cuda/qknorm_rope.cuh) against the two kernels it
+ *     fuses: qn, ms, qr bitwise and the fingerprints equal (forward, fingerprint-only forward, backward), head_dim 16
+ *     to 128, both RoPE styles; the sign of one element of the backward's input changes its fingerprint.
  * (j) fused_faults: faults at q_proj, k_proj, v_proj, gate_proj, up_proj of layer 1 in the model, GPU vs the CPU's
  *     -precision bf16 on the same weights and tokens: forward, the same 12 logical elements changed with the same XOR
  *     masks; backward, the rows of the layer's fused weight gradient that clearly change on one side change on the other, by
@@ -154,7 +160,7 @@ static int want(const char* name, const char* group) {
 
 #define USAGE_TEXT "usage: test_sdc_cu [-states DIR] [-ckpts DIR] [-seed N] [-only LIST]\n" \
     "  LIST: comma-separated, of kernels reference determinism att_faults update_norm att_checks fused_faults convert\n" \
-    "        embedding rmsnorm rope attention attention_split flash attcheck attcheck_bwd flash_attcheck ewcheck mmb_bound elementwise\n" \
+    "        embedding rmsnorm rope attention attention_split flash attcheck attcheck_bwd flash_attcheck ewcheck ew_dup qknorm_rope mmb_bound elementwise\n" \
     "        classifier adamw global_norm\n" \
     "        matmul fingerprint fingerprint_rows matmul_cache fault_flip argmax unscale attention_chunked ptx strided init grad_buckets\n"
 
@@ -187,7 +193,7 @@ int main(int argc, char** argv) {
     struct { const char* name; void (*fn)(void); } kernels[] = {
         {"convert", test_convert}, {"embedding", test_embedding}, {"rmsnorm", test_rmsnorm}, {"rope", test_rope},
         {"attention", test_attention}, {"attention_split", test_attention_split}, {"flash", test_flash_attention},
-        {"attcheck", test_attcheck}, {"attcheck_bwd", test_attcheck_bwd}, {"flash_attcheck", test_flash_attcheck}, {"ewcheck", test_ewcheck}, {"mmb_bound", test_mmb_bound},
+        {"attcheck", test_attcheck}, {"attcheck_bwd", test_attcheck_bwd}, {"flash_attcheck", test_flash_attcheck}, {"ewcheck", test_ewcheck}, {"ew_dup", test_ew_dup}, {"qknorm_rope", test_qknorm_rope}, {"mmb_bound", test_mmb_bound},
         {"elementwise", test_elementwise}, {"classifier", test_classifier},
         {"adamw", test_adamw}, {"multi_tensor", test_multi_tensor}, {"global_norm", test_global_norm}, {"fingerprint", test_fingerprint}, {"fingerprint_rows", test_fingerprint_rows}, {"matmul", test_matmul},
         {"matmul_cache", test_matmul_cache}, {"fault_flip", test_fault_flip}, {"argmax", test_argmax}, {"unscale", test_unscale},

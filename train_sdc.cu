@@ -52,6 +52,7 @@
 #include "llmc/cuda/flash_attention.cuh"
 #include "llmc/cuda/rmsnorm.cuh"
 #include "llmc/cuda/rope.cuh"
+#include "llmc/cuda/qknorm_rope.cuh"
 #include "llmc/cuda/mlp.cuh"
 #include "llmc/cuda/residual.cuh"
 #include "llmc/cuda/convert.cuh"
@@ -87,7 +88,7 @@ static long long host_syncs_now(void) {
 /* a layer's Q/K fingerprint accumulators in the report (fingerprint.cuh), forward (-protect qk) and backward (qk_bwd):
  * the tensors as stored (the forward's Q and K that attention consumes; the backward's gradients of q_proj, k_proj)
  * and their recomputation; the host compares them after the pass's one copy of the report */
-enum { QKF_Q, QKF_K, QKF_RQ, QKF_RK, QKF_SLOTS };
+enum { QKF_Q, QKF_K, QKF_RQ, QKF_RK, QKF_D, QKF_SLOTS };   /* QKF_D (backward): the flash backward's duplicated D differed */
 #define QKF_BYTES ((size_t)QKF_SLOTS * FP_WORDS * sizeof(unsigned long long))
 
 /* ------------------------------------------------------------------------------------- model */
@@ -200,6 +201,10 @@ typedef struct {
     float* mmb_wn;                       /* -protect bound: weight row norms [n_layer][kd + 2d + 2F] (device, allocated
                                             before the first forward's layer loop) */
     int mmb_wn_valid;                    /* mmb_wn is of the current weights (cleared by every change of them) */
+    float* mmb_xn;                       /* -protect bound: the rows' norms of mlp_norm [B*T] as its kernel stored it, for
+                                            the gate/up check fused into SwiGLU's forward (allocated with mmb_wn) */
+    float* mmb_pn;                       /* ... and of SwiGLU's product [B*T] as it stored it, for down's check fused into
+                                            the block's residual add and next norm */
     bf16* ew_dres;                       /* -protect ew: dres kept before a norm backward accumulates into it, then the
                                             accumulation rerun on it [N, d] (device, allocated before the first backward's loop) */
     size_t* upd_seg_end;                 /* model_update_norm: end offset and decay flag per tensor (device), */
@@ -542,7 +547,7 @@ static void model_free(Model* model) {
     if (model->chk_dev) cudaCheck(cudaFree(model->chk_dev));
     if (model->chkb_dev) cudaCheck(cudaFree(model->chkb_dev));
     if (model->qkb_scratch) cudaCheck(cudaFree(model->qkb_scratch));
-    if (model->mmb_wn) cudaCheck(cudaFree(model->mmb_wn));
+    if (model->mmb_wn) { cudaCheck(cudaFree(model->mmb_wn)); cudaCheck(cudaFree(model->mmb_xn)); cudaCheck(cudaFree(model->mmb_pn)); }
     if (model->ew_dres) cudaCheck(cudaFree(model->ew_dres));
     cudaCheck(cudaFree(model->rep_dev)); cudaCheck(cudaFreeHost(model->rep_host));
     cudaCheck(cudaFree(model->ms_table));
@@ -650,7 +655,7 @@ static int qk_fp_differ(const Model* model, int backward, int l) {
     const unsigned long long* f = (const unsigned long long*)(model->rep_host + (backward ? model->rep_bwd : model->rep_qk) + (size_t)l * QKF_BYTES);
     const Fingerprint q = fingerprint_of(f + QKF_Q * FP_WORDS), k = fingerprint_of(f + QKF_K * FP_WORDS);
     const Fingerprint rq = fingerprint_of(f + QKF_RQ * FP_WORDS), rk = fingerprint_of(f + QKF_RK * FP_WORDS);
-    return !fp_equal(q, rq) || !fp_equal(k, rk);
+    return !fp_equal(q, rq) || !fp_equal(k, rk) || f[QKF_D * FP_WORDS] != 0;
 }
 static void qk_recompute_check(Model* model, int l, int B, int T, const bf16* qc, const bf16* kc) {
     const Config* c = &model->c;
@@ -661,26 +666,24 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const bf16* qc
     float eps = (float)c->norm_eps;
     const int ldqk = qd + kd;
     bf16 *qk = model->dqkv, *q2 = model->dq, *k2 = model->dk;
-    const bf16 *q1 = qk, *k1 = qk + qd;   /* views of the recomputed [N, qd + kd] with row stride ldq1 */
-    int ldq1 = ldqk;
+    const bf16 *q1 = qk, *k1 = qk + qd;   /* views of the recomputed [N, qd + kd] with row stride ldqk */
     float* ms = model->ms_scratch;   /* the recomputation's mean squares (not read) */
     linear_forward(qk, a->attn_norm, W(PT_WQ, l), N, d, ldqk, s);   /* [wq; wk]: the first qd + kd rows of [wq; wk; wv] */
-    if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
+    unsigned long long *rq = qk_fp(model, 0, l, QKF_RQ), *rk = qk_fp(model, 0, l, QKF_RK);
+    if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE && qknorm_rope_ok(hd, ldqk, q1, W(PT_QNORM, l)) && qknorm_rope_ok(hd, ldqk, k1, W(PT_KNORM, l))) {
+        /* Qwen3: its QK norm and RoPE in one fingerprint-only kernel (qknorm_rope.cuh), nothing written */
+        qknorm_rope_forward_qk(NULL, NULL, NULL, NULL, NULL, NULL, q1, k1, ldqk, W(PT_QNORM, l), W(PT_KNORM, l), B, T, H, KV, hd, eps,
+                               model->rope_cos, model->rope_sin, c->rope_style, rq, rk, s);
+    } else if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {   /* the two kernels: the norm into scratch, then RoPE fingerprint-only */
         rmsnorm_forward_ld(q2, ms, q1, ldqk, W(PT_QNORM, l), N, H, hd, eps, s);
         rmsnorm_forward_ld(k2, ms, k1, ldqk, W(PT_KNORM, l), N, KV, hd, eps, s);
-        q1 = q2; k1 = k2; q2 = model->dq2; k2 = model->dk2;
-        ldq1 = 0;   /* contiguous from here: qd for q, kd for k */
-    }
-    const int ldq = ldq1 ? ldq1 : qd, ldk = ldq1 ? ldq1 : kd;
-    unsigned long long *rq = qk_fp(model, 0, l, QKF_RQ), *rk = qk_fp(model, 0, l, QKF_RK);
-    if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-        rope_forward(q2, q1, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-        rope_forward(k2, k1, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        rope_qk(NULL, NULL, q2, k2, qd, kd, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, false, rq, rk, s);
+    } else if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {   /* nanochat: RoPE into scratch, then the norm fingerprint-only */
+        rope_qk(q2, k2, q1, k1, ldqk, ldqk, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, false, NULL, NULL, s);
         rmsnorm_forward_fp(NULL, NULL, q2, NULL, N * H, hd, eps, rq, s);
         rmsnorm_forward_fp(NULL, NULL, k2, NULL, N * KV, hd, eps, rk, s);
-    } else {
-        rope_forward_fp(NULL, q1, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, rq, s);
-        rope_forward_fp(NULL, k1, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, rk, s);
+    } else {   /* no QK norm: RoPE fingerprint-only on the views, q and k in one launch */
+        rope_qk(NULL, NULL, q1, k1, ldqk, ldqk, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, false, rq, rk, s);
     }
     if (check_dump_file()) {   /* test-only (llmc/sdc/checks.h): synchronises */
         const Fingerprint fq = fingerprint_read(qk_fp(model, 0, l, QKF_Q), s), fk = fingerprint_read(qk_fp(model, 0, l, QKF_K), s);
@@ -753,6 +756,21 @@ static void ew_collect(Model* model, int backward) {
     }
 }
 
+/* ew inside the kernels (llmc/sdc/ewdup.cuh): with -protect ew every checked element-wise kernel runs its duplicated
+ * variant, which sets the same flag slots as the recomputation checks; the recomputation kernels run only where the
+ * fault injector writes into a checked output after its kernel (an error the duplicate would have seen, which the
+ * injector models outside the kernel: ewdup.cuh), so a clean step launches none. ew_dupf: the flags of a duplicated
+ * kernel's outputs (slot -1, or ew off: none). ew_due: a fault due in this pass at one of the sites (layer, site
+ * pairs; a negative layer ends the list early), i.e. the recomputation check of those outputs must run. */
+static EwDup ew_dupf(Model* model, int backward, int l0, int s0, int l1, int s1) {
+    if (!model->prot.on[PK_EW]) return ew_dup_none();
+    return ew_dup(l0 >= 0 && s0 >= 0 ? ew_flag(model, backward, l0, s0) : NULL, l1 >= 0 && s1 >= 0 ? ew_flag(model, backward, l1, s1) : NULL);
+}
+static int ew_due(const Model* model, int pass, int l0, int site0, int l1 = -1, int site1 = -1, int l2 = -1, int site2 = -1) {
+    const FaultCtx* fx = model->prot.fx;
+    return (l0 >= 0 && fault_due(fx, site0, l0, pass)) || (l1 >= 0 && fault_due(fx, site1, l1, pass)) || (l2 >= 0 && fault_due(fx, site2, l2, pass));
+}
+
 /* Matrix-product output bounds (-protect bound; llmc/sdc/bound.h the math, bound.cuh the kernels): v_proj, o_proj,
  * gate_proj (fc), up_proj and down_proj checked after their injection points, |y_ij| <= c(K) ||x_i|| ||w_j||, against
  * the input the GEMM read and the bf16 weights it read. The weights' row norms once after every change of the weights
@@ -770,7 +788,11 @@ static const float* mmb_wnorms(const Model* model, int l, int slot) {
 static void mmb_prepare(Model* model, cudaStream_t s) {
     const Config* c = &model->c;
     const int d = c->d_model, kd = c->n_kv_head * c->head_dim, qd = c->n_head * c->head_dim, F = c->ffn_dim;
-    if (!model->mmb_wn) cudaCheck(cudaMalloc(&model->mmb_wn, sizeof(float) * mmb_wn_offset(c, MMB_SLOTS) * c->n_layer));
+    if (!model->mmb_wn) {
+        cudaCheck(cudaMalloc(&model->mmb_wn, sizeof(float) * mmb_wn_offset(c, MMB_SLOTS) * c->n_layer));
+        cudaCheck(cudaMalloc(&model->mmb_xn, sizeof(float) * (size_t)model->B * model->T));
+        cudaCheck(cudaMalloc(&model->mmb_pn, sizeof(float) * (size_t)model->B * model->T));
+    }
     if (model->mmb_wn_valid) return;
     const int swiglu = c->mlp == MLP_SWIGLU;
     for (int l = 0; l < c->n_layer; l++) {
@@ -784,6 +806,8 @@ static void mmb_prepare(Model* model, cudaStream_t s) {
 }
 /* product slot s of layer l (slot s + 1 for the columns from split: gate and up in one launch): y [N, cols] (row
  * stride ld) from the input x [N, K] */
+/* the flag of product slot s of layer l in the forward's report */
+static int* mmb_flag(Model* model, int l, int slot) { return (int*)(model->rep_dev + model->rep_mmb) + (size_t)l * MMB_SLOTS + slot; }
 static void mmb_product(Model* model, int l, int slot, int split, const bf16* y, int N, int cols, int ld, const bf16* x, int K,
                         cudaStream_t s) {
     int* f = (int*)(model->rep_dev + model->rep_mmb) + (size_t)l * MMB_SLOTS + slot;
@@ -841,8 +865,9 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, 
         if (e != cudaSuccess) tsdc_fail("cannot allocate %.3f GiB for -protect qk_bwd: %s", per * 2 / 1073741824.0, cudaGetErrorString(e));
     }
     bf16 *q1 = model->qkb_scratch, *q2 = q1 + (size_t)N * qd, *k1 = q2 + (size_t)N * qd, *k2 = k1 + (size_t)N * kd, *f = k2 + (size_t)N * kd, *t;
-    /* the fused path reruns dq and dk alone (dv NULL: the dk/dv kernel skips P^T dO and the dv partials) */
-    if (path == QKB_FLASH) flash_attention_backward(q1, k1, NULL, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, ld, s);
+    /* the fused path reruns dq and dk alone (dv NULL: the dk/dv kernel skips P^T dO and the dv partials), from the D of
+     * the first pass (its row dots of dout and out, computed twice and compared there: QKF_D) */
+    if (path == QKB_FLASH) flash_attention_backward(q1, k1, NULL, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, ld, s, NULL, NULL, true);
     else if (path == QKB_SPLIT) attention_split_logits_backward(q1, k1, dlogits, qc, kc, B, T, H, KV, hd, s);
     else attention_backward(q1, k1, f + qd + kd, model->datt, probs, qc, kc, a->v, B, T, H, KV, hd, ld, s);
     if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
@@ -853,14 +878,16 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, 
     /* the last kernel of the path in fingerprint-only mode: the recomputed gradients of q_proj, k_proj are never
      * written, their fingerprints go to the layer's QKF_RQ, QKF_RK accumulators */
     unsigned long long *rq = qk_fp(model, 1, l, QKF_RQ), *rk = qk_fp(model, 1, l, QKF_RK);
-    if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
-        rope_backward(q2, qd, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-        rope_backward(k2, kd, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+    if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE && qknorm_rope_ok(hd, ld, a->q, W(PT_QNORM, l)) && qknorm_rope_ok(hd, ld, a->k, W(PT_KNORM, l))) {
+        /* RoPE's and the QK norm's backward in one fingerprint-only kernel (qknorm_rope.cuh) */
+        rope_qknorm_backward_fp_qk(q1, k1, a->q, a->k, ld, W(PT_QNORM, l), W(PT_KNORM, l), a->qn_ms, a->kn_ms, B, T, H, KV, hd, eps,
+                                   model->rope_cos, model->rope_sin, c->rope_style, rq, rk, s);
+    } else if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
+        rope_qk(q2, k2, q1, k1, qd, kd, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, true, NULL, NULL, s);
         rmsnorm_backward_ld(NULL, NULL, q2, a->q, ld, W(PT_QNORM, l), a->qn_ms, N, H, hd, eps, 0, 0, s, rq);
         rmsnorm_backward_ld(NULL, NULL, k2, a->k, ld, W(PT_KNORM, l), a->kn_ms, N, KV, hd, eps, 0, 0, s, rk);
-    } else {
-        rope_backward_fp(NULL, qd, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, rq, s);
-        rope_backward_fp(NULL, kd, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, rk, s);
+    } else {   /* RoPE's backward of q and k, fingerprint-only, one launch */
+        rope_qk(NULL, NULL, q1, k1, qd, kd, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, true, rq, rk, s);
     }
     if (check_dump_file()) {   /* test-only (llmc/sdc/checks.h): synchronises */
         const Fingerprint fq = fingerprint_read(qk_fp(model, 1, l, QKF_Q), s), fk = fingerprint_read(qk_fp(model, 1, l, QKF_K), s);
@@ -979,6 +1006,8 @@ static void exp_profile(Model* model, int type, int l, const bf16* dy, size_t n)
 typedef struct {
     int fp_rope;       /* RoPE writes Q and K and their fingerprints in one pass (-protect qk, QK norm not after RoPE) */
     int fp_norm;       /* the QK norm after RoPE (nanochat) writes them with their fingerprints (-protect qk) */
+    int qknr_q;        /* Qwen3's QK norm and RoPE of q in one kernel (qknorm_rope.cuh): no q_norm fault between them */
+    int qknr_k;        /* ... of k: no k_norm fault between them */
     int flash;         /* the fused attention (attention_fused), else the materialised one (stored logits, probs) */
     int resid_norm;    /* the attention residual and mlp_norm in one kernel: no attn_residual fault between them */
     int swiglu;        /* SiLU and the gated product in one pass: no act fault between them */
@@ -991,6 +1020,9 @@ static LayerPlan layer_plan(const Model* model, int l) {
     LayerPlan p;
     p.fp_rope = model->prot.on[PK_QK] && c->qk_norm != QKNORM_PLAIN_POST_ROPE;
     p.fp_norm = model->prot.on[PK_QK] && c->qk_norm == QKNORM_PLAIN_POST_ROPE;
+    const int wq = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE && qknorm_rope_ok(c->head_dim, model->ldqkv, model->la[l].q, W(PT_QNORM, l));
+    p.qknr_q = wq && !fault_due(fx, SITE_Q_NORM, l, PASS_FWD);
+    p.qknr_k = wq && qknorm_rope_ok(c->head_dim, model->ldqkv, model->la[l].k, W(PT_KNORM, l)) && !fault_due(fx, SITE_K_NORM, l, PASS_FWD);
     p.flash = attention_fused(model, l);
     p.resid_norm = !fault_due(fx, SITE_ATTN_RESIDUAL, l, PASS_FWD);
     p.swiglu = c->mlp == MLP_SWIGLU && !fault_due(fx, SITE_ACT, l, PASS_FWD);
@@ -1089,9 +1121,10 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
         const LayerPlan P = layer_plan(model, l);
-        if (!normed) rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, s);
+        if (!normed) rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, s, ew_dupf(model, 0, l, EWF_ATTN_NORM, -1, -1));
         FAULT_FWD(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
-        if (ew) {   /* attn_norm from x; x = the previous block's out, from its residual add (fused with this norm or not) */
+        if (ew && ew_due(model, PASS_FWD, l, SITE_ATTN_NORM, l - 1, SITE_BLOCK_OUT)) {
+            /* attn_norm from x; x = the previous block's out, from its residual add (fused with this norm or not) */
             const LayerActs* p = l > 0 ? &model->la[l - 1] : NULL;
             ew_check_norm(p ? ew_flag(model, 0, l - 1, EWF_BLOCK_OUT) : NULL, ew_flag(model, 0, l, EWF_ATTN_NORM), x, a->attn_norm,
                           a->attn_ms, p ? p->resid_mid : NULL, p ? p->down : NULL, W(PT_ATTN_NORM, l), N, d, eps, s);
@@ -1104,21 +1137,41 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         if (mmb) mmb_product(model, l, MMB_V_PROJ, kd, a->v, N, kd, ldqkv, a->attn_norm, d, s);
         bf16 *qc = a->q, *kc = a->k;
         int ldq = ldqkv, ldk = ldqkv;   /* the row strides of qc, kc: the views, then contiguous */
+        /* the kernel producing the Q and K attention consumes also fingerprints them (-protect qk), into the
+         * layer's accumulators of the report, compared on the host after the forward. Qwen3's QK norm and RoPE run
+         * as one kernel (qknorm_rope.cuh: the same bits) where no fault is due between them (P.qknr_q, P.qknr_k) */
+        unsigned long long *pq = qk_fp(model, 0, l, QKF_Q), *pk = qk_fp(model, 0, l, QKF_K);
+        if (P.qknr_q && P.qknr_k)   /* q and k in one launch */
+            qknorm_rope_forward_qk(a->qn, a->qn_ms, a->qr, a->kn, a->kn_ms, a->kr, qc, kc, ldq, W(PT_QNORM, l), W(PT_KNORM, l), B, T, H, KV,
+                                   hd, eps, model->rope_cos, model->rope_sin, c->rope_style, P.fp_rope ? pq : NULL, P.fp_rope ? pk : NULL, s);
+        else if (P.qknr_q)
+            qknorm_rope_forward(a->qn, a->qn_ms, a->qr, qc, ldq, W(PT_QNORM, l), B, T, H, hd, eps, model->rope_cos, model->rope_sin,
+                                c->rope_style, P.fp_rope ? pq : NULL, s);
+        else if (P.qknr_k)
+            qknorm_rope_forward(a->kn, a->kn_ms, a->kr, kc, ldk, W(PT_KNORM, l), B, T, KV, hd, eps, model->rope_cos, model->rope_sin,
+                                c->rope_style, P.fp_rope ? pk : NULL, s);
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
-            rmsnorm_forward_ld(a->qn, a->qn_ms, qc, ldq, W(PT_QNORM, l), N, H, hd, eps, s);
-            FAULT_FWD(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
-            rmsnorm_forward_ld(a->kn, a->kn_ms, kc, ldk, W(PT_KNORM, l), N, KV, hd, eps, s);
-            FAULT_FWD(SITE_K_NORM, l, a->kn, (size_t)N * kd);
+            if (!P.qknr_q) {
+                rmsnorm_forward_ld(a->qn, a->qn_ms, qc, ldq, W(PT_QNORM, l), N, H, hd, eps, s);
+                FAULT_FWD(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
+            }
+            if (!P.qknr_k) {
+                rmsnorm_forward_ld(a->kn, a->kn_ms, kc, ldk, W(PT_KNORM, l), N, KV, hd, eps, s);
+                FAULT_FWD(SITE_K_NORM, l, a->kn, (size_t)N * kd);
+            }
             qc = a->qn; kc = a->kn; ldq = qd; ldk = kd;
         }
-        /* the kernel producing the Q and K attention consumes also fingerprints them (-protect qk), into the
-         * layer's accumulators of the report, compared on the host after the forward */
-        unsigned long long *pq = qk_fp(model, 0, l, QKF_Q), *pk = qk_fp(model, 0, l, QKF_K);
-        if (P.fp_rope) rope_forward_fp(a->qr, qc, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);
-        else rope_forward(a->qr, qc, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        if (!P.qknr_q && !P.qknr_k) {   /* RoPE of q and k in one launch (rope_qk: the bits of two) */
+            rope_qk(a->qr, a->kr, qc, kc, ldq, ldk, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, false,
+                    P.fp_rope ? pq : NULL, P.fp_rope ? pk : NULL, s);
+        } else if (!P.qknr_q) {
+            if (P.fp_rope) rope_forward_fp(a->qr, qc, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);
+            else rope_forward(a->qr, qc, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
+        } else if (!P.qknr_k) {
+            if (P.fp_rope) rope_forward_fp(a->kr, kc, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, pk, s);
+            else rope_forward(a->kr, kc, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        }
         store_qk(model, SITE_Q_ROPE, l, a->qr, (size_t)N * qd, P.fp_rope ? pq : NULL, s);
-        if (P.fp_rope) rope_forward_fp(a->kr, kc, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, pk, s);
-        else rope_forward(a->kr, kc, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
         store_qk(model, SITE_K_ROPE, l, a->kr, (size_t)N * kd, P.fp_rope ? pk : NULL, s);
         qc = a->qr; kc = a->kr;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
@@ -1160,15 +1213,20 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
         if (mmb) mmb_product(model, l, MMB_O_PROJ, d, a->o, N, d, d, a->att_out, qd, s);
+        /* -protect bound: the norm's kernel also leaves its output rows' norms (mmb_xn) for the gate/up check fused into
+         * SwiGLU; where a fault is written into mlp_norm after it, they are taken again from the stored tensor */
+        float* xn = mmb && c->mlp == MLP_SWIGLU ? model->mmb_xn : NULL;
         if (P.resid_norm) {
-            residual_rmsnorm_forward(a->resid_mid, a->mlp_norm, a->mlp_ms, x, a->o, W(PT_MLP_NORM, l), N, d, eps, s);
+            residual_rmsnorm_forward(a->resid_mid, a->mlp_norm, a->mlp_ms, x, a->o, W(PT_MLP_NORM, l), N, d, eps, s,
+                                     ew_dupf(model, 0, l, EWF_ATTN_RESIDUAL, l, EWF_MLP_NORM), xn);
         } else {
             residual_forward(a->resid_mid, x, a->o, (size_t)N * d, s);
             FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
-            rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, s);
+            rmsnorm_forward(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, s, ew_dupf(model, 0, l, EWF_MLP_NORM, -1, -1), xn);
         }
         FAULT_FWD(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
-        if (ew)
+        if (xn && fault_due(model->prot.fx, SITE_MLP_NORM, l, PASS_FWD)) mmb_row_norms(xn, a->mlp_norm, N, d, d, s);
+        if (ew && ew_due(model, PASS_FWD, l, SITE_ATTN_RESIDUAL, l, SITE_MLP_NORM))
             ew_check_norm(ew_flag(model, 0, l, EWF_ATTN_RESIDUAL), ew_flag(model, 0, l, EWF_MLP_NORM), a->resid_mid, a->mlp_norm, a->mlp_ms,
                           x, a->o, W(PT_MLP_NORM, l), N, d, eps, s);
         bf16* hidden;
@@ -1177,16 +1235,20 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             linear_forward(a->gu, a->mlp_norm, W(PT_WGATE, l), N, d, ldgu, s);
             FAULT_FWD_LD(SITE_GATE_PROJ, l, a->gate, N, F, ldgu);
             FAULT_FWD_LD(SITE_UP_PROJ, l, a->up, N, F, ldgu);
-            if (mmb) mmb_product(model, l, MMB_GATE_PROJ, F, a->gate, N, 2 * F, ldgu, a->mlp_norm, d, s);   /* gate | up: one launch */
-            if (P.swiglu) {
-                swiglu_forward(a->act, a->prod, a->gate, a->up, N, F, ldgu, s);   /* the same bits, one pass */
+            if (mmb && !P.swiglu) mmb_product(model, l, MMB_GATE_PROJ, F, a->gate, N, 2 * F, ldgu, a->mlp_norm, d, s);   /* gate | up: one launch */
+            if (P.swiglu) {   /* the same bits, one pass; -protect bound's gate/up check fused in */
+                const MmbFused mb = {xn, mmb_wnorms(model, l, MMB_GATE_PROJ), mmb_wnorms(model, l, MMB_UP_PROJ), mmb_factor(d),
+                                     mmb_flag(model, l, MMB_GATE_PROJ), mmb_flag(model, l, MMB_UP_PROJ), model->mmb_pn};
+                swiglu_forward(a->act, a->prod, a->gate, a->up, N, F, ldgu, s, ew_dupf(model, 0, l, EWF_ACT, l, EWF_MLP_PRODUCT), mmb ? &mb : NULL);
             } else {   /* the fault goes between silu and the product */
                 silu_forward(a->act, a->gate, N, F, ldgu, s);
                 FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
                 mul_forward(a->prod, a->act, a->up, N, F, ldgu, s);
             }
             FAULT_FWD(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
-            if (ew)
+            if (mmb && P.swiglu && fault_due(model->prot.fx, SITE_MLP_PRODUCT, l, PASS_FWD))   /* its norms, of the stored tensor */
+                mmb_row_norms(model->mmb_pn, a->prod, N, F, F, s);
+            if (ew && ew_due(model, PASS_FWD, l, SITE_ACT, l, SITE_MLP_PRODUCT))
                 ew_check_mlp_forward(ew_flag(model, 0, l, EWF_ACT), ew_flag(model, 0, l, EWF_MLP_PRODUCT), a->act, a->prod, a->gate, a->up,
                                      N, F, ldgu, s);
             hidden = a->prod;
@@ -1194,20 +1256,27 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             linear_forward(a->gate, a->mlp_norm, W(PT_WFC, l), N, d, F, s);
             FAULT_FWD(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             if (mmb) mmb_product(model, l, MMB_GATE_PROJ, F, a->gate, N, F, F, a->mlp_norm, d, s);
-            relu2_forward(a->act, a->gate, N, F, ldgu, s);
+            relu2_forward(a->act, a->gate, N, F, ldgu, s, ew_dupf(model, 0, l, EWF_ACT, -1, -1));
             FAULT_FWD(SITE_ACT, l, a->act, (size_t)N * F);
-            if (ew) ew_check_mlp_forward(ew_flag(model, 0, l, EWF_ACT), NULL, a->act, NULL, a->gate, NULL, N, F, ldgu, s);
+            if (ew && ew_due(model, PASS_FWD, l, SITE_ACT)) ew_check_mlp_forward(ew_flag(model, 0, l, EWF_ACT), NULL, a->act, NULL, a->gate, NULL, N, F, ldgu, s);
             hidden = a->act;
         }
         linear_forward(a->down, hidden, W(PT_WDOWN, l), N, F, d, s);
         FAULT_FWD(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
-        if (mmb) mmb_product(model, l, MMB_DOWN_PROJ, d, a->down, N, d, d, hidden, F, s);
+        /* -protect bound on down: inside the block's residual add and next norm, which reads it, against the product's row
+         * norms SwiGLU's forward left (mmb_pn); elsewhere (ReLU^2, a split path) its own check launch */
+        const int down_fused = mmb && c->mlp == MLP_SWIGLU && P.swiglu && P.block_norm;
+        if (mmb && !down_fused) mmb_product(model, l, MMB_DOWN_PROJ, d, a->down, N, d, d, hidden, F, s);
         normed = P.block_norm;
         if (normed) {   /* the next norm: layer l+1's attn_norm, or the final norm */
             const int last = l + 1 == c->n_layer;
+            const MmbFused mbd = {model->mmb_pn, mmb_wnorms(model, l, MMB_DOWN_PROJ), NULL, mmb_factor(F), mmb_flag(model, l, MMB_DOWN_PROJ),
+                                  NULL, NULL};
             residual_rmsnorm_forward(a->out, last ? model->final_norm : model->la[l + 1].attn_norm,
                                      last ? model->final_ms : model->la[l + 1].attn_ms, a->resid_mid, a->down,
-                                     last ? W(PT_FINAL_NORM, -1) : W(PT_ATTN_NORM, l + 1), N, d, eps, s);
+                                     last ? W(PT_FINAL_NORM, -1) : W(PT_ATTN_NORM, l + 1), N, d, eps, s,
+                                     ew_dupf(model, 0, l, EWF_BLOCK_OUT, last ? -1 : l + 1, EWF_ATTN_NORM),   /* the final norm: not checked */
+                                     NULL, down_fused ? &mbd : NULL);
         } else {
             residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d, s);
             FAULT_FWD(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
@@ -1215,7 +1284,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         x = a->out;
     }
     model->loop_syncs += host_syncs_now() - syncs0;
-    if (ew && c->n_layer > 0) {   /* the last block's residual add (its norm, the final one, is not checked) */
+    if (ew && c->n_layer > 0 && ew_due(model, PASS_FWD, c->n_layer - 1, SITE_BLOCK_OUT)) {   /* the last block's residual add (its norm, the final one, is not checked) */
         const LayerActs* p = &model->la[c->n_layer - 1];
         ew_check_norm(ew_flag(model, 0, c->n_layer - 1, EWF_BLOCK_OUT), NULL, p->out, NULL, NULL, p->resid_mid, p->down, NULL, N, d, eps, s);
     }
@@ -1379,7 +1448,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
     linear_backward_dx_bf16(dbuf, dlogits, lm_w, N, d, V, s);
     linear_backward_dw_acc(lm_g, dlogits, model->final_norm, N, d, V, acc, s);
     rmsnorm_backward_acc(dres, GR(PT_FINAL_NORM, -1), dbuf, model->la[c->n_layer - 1].out, W(PT_FINAL_NORM, -1), model->final_ms,
-                     N, d, eps, 0, acc, s);
+                     N, d, eps, 0, acc, s, ew_dupf(model, 1, c->n_layer - 1, EWB_BLOCK_OUT, -1, -1));
     /* what wrote dres last, for ew's check of d(block_out): the next layer's attn_norm backward (accumulating into the
      * copy kept in ew_dres), here the final norm's (writing) */
     const bf16 *res_x = model->la[c->n_layer - 1].out, *res_w = W(PT_FINAL_NORM, -1);
@@ -1392,7 +1461,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         LayerActs* a = &model->la[l];
         bf16* x_in = l > 0 ? model->la[l - 1].out : (c->embed_norm ? model->x0 : model->emb);
         FAULT_BWD(SITE_BLOCK_OUT, l, dres, (size_t)N * d);
-        if (ew) {
+        if (ew && ew_due(model, PASS_BWD, l, SITE_BLOCK_OUT)) {
             CostScope cs("ew");
             rmsnorm_backward(model->ew_dres, NULL, dbuf, res_x, res_w, res_ms, N, d, eps, res_acc, s);
             ew_check_equal(ew_flag(model, 1, l, EWB_BLOCK_OUT), dres, model->ew_dres, N, d, s);
@@ -1409,23 +1478,24 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
              * d(prod) stays in dF for the ew checks */
             bf16 *dgate = model->dgu, *dup = model->dgu + F;
             const int split = fault_due(model->prot.fx, SITE_ACT, l, PASS_BWD);
+            const int ew_mlp = ew && ew_due(model, PASS_BWD, l, SITE_ACT, l, SITE_UP_PROJ, l, SITE_GATE_PROJ);   /* recomputation checks */
             if (split) {   /* the fault goes into d(act), between the steps */
                 mul_backward(model->dF2, dup, model->dF, a->act, a->up, N, F, ldgu, s);
                 FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
                 FAULT_BWD_LD(SITE_UP_PROJ, l, dup, N, F, ldgu);
-                if (ew)
+                if (ew_mlp)
                     ew_check_swiglu_backward(ew_flag(model, 1, l, EWB_ACT), ew_flag(model, 1, l, EWB_UP_PROJ), NULL, NULL, dup,
                                              model->dF2, model->dF, a->act, a->gate, a->up, N, F, ldgu, s);
                 silu_backward(dgate, model->dF2, a->gate, N, F, ldgu, s);
             } else {   /* the same bits, one pass */
-                swiglu_backward(dgate, dup, model->dF, a->act, a->gate, a->up, N, F, ldgu, s);
+                swiglu_backward(dgate, dup, model->dF, a->act, a->gate, a->up, N, F, ldgu, s, ew_dupf(model, 1, l, EWB_UP_PROJ, l, EWB_GATE_PROJ));
                 FAULT_BWD_LD(SITE_UP_PROJ, l, dup, N, F, ldgu);
             }
             FAULT_BWD_LD(SITE_GATE_PROJ, l, dgate, N, F, ldgu);
-            if (ew && split)
+            if (ew_mlp && split)
                 ew_check_swiglu_backward(NULL, NULL, ew_flag(model, 1, l, EWB_GATE_PROJ), dgate, NULL, model->dF2, NULL, NULL, a->gate, NULL,
                                          N, F, ldgu, s);
-            else if (ew)
+            else if (ew_mlp)
                 ew_check_swiglu_backward(NULL, ew_flag(model, 1, l, EWB_UP_PROJ), ew_flag(model, 1, l, EWB_GATE_PROJ), dgate, dup, NULL,
                                          model->dF, a->act, a->gate, a->up, N, F, ldgu, s);
             exp_profile_ld(model, PT_WGATE, l, dgate, (size_t)N * F, F, ldgu);
@@ -1438,18 +1508,20 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             linear_backward_dx_bf16(model->dF, ddown, W(PT_WDOWN, l), N, F, d, s);
             linear_backward_dw_acc(GR(PT_WDOWN, l), ddown, a->act, N, F, d, acc, s);
             FAULT_BWD(SITE_ACT, l, model->dF, (size_t)N * F);
-            relu2_backward(model->dF2, model->dF, a->gate, N, F, ldgu, s);
+            relu2_backward(model->dF2, model->dF, a->gate, N, F, ldgu, s, ew_dupf(model, 1, l, EWB_GATE_PROJ, -1, -1));
             FAULT_BWD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
-            if (ew) ew_check_relu2_backward(ew_flag(model, 1, l, EWB_GATE_PROJ), model->dF2, model->dF, a->gate, N, F, ldgu, s);
+            if (ew && ew_due(model, PASS_BWD, l, SITE_GATE_PROJ)) ew_check_relu2_backward(ew_flag(model, 1, l, EWB_GATE_PROJ), model->dF2, model->dF, a->gate, N, F, ldgu, s);
             exp_profile(model, PT_WFC, l, model->dF2, (size_t)N * F);
             linear_backward_dx_bf16(dbuf, model->dF2, W(PT_WFC, l), N, d, F, s);
             linear_backward_dw_acc(GR(PT_WFC, l), model->dF2, a->mlp_norm, N, d, F, acc, s);
         }
         FAULT_BWD(SITE_MLP_NORM, l, dbuf, (size_t)N * d);
-        if (ew) ew_keep(model->ew_dres, dres, (size_t)N * d, s);
-        rmsnorm_backward_acc(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, acc, s);
+        const int ew_res = ew && ew_due(model, PASS_BWD, l, SITE_ATTN_RESIDUAL);   /* the recomputation needs dres as it was */
+        if (ew_res) ew_keep(model->ew_dres, dres, (size_t)N * d, s);
+        rmsnorm_backward_acc(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, acc, s,
+                             ew_dupf(model, 1, l, EWB_ATTN_RESIDUAL, -1, -1));
         FAULT_BWD(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
-        if (ew) {
+        if (ew_res) {
             CostScope cs("ew");
             rmsnorm_backward(model->ew_dres, NULL, dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, s);
             ew_check_equal(ew_flag(model, 1, l, EWB_ATTN_RESIDUAL), dres, model->ew_dres, N, d, s);
@@ -1481,8 +1553,9 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             /* -protect att_bwd: the dq kernel's row sums of dprobs and dlogits, checked against the CPU's bounds */
             float* rows = model->prot.on[PK_ATT_BWD] ? attcheck_fused_rows(model->chk_scratch, B, H, T) : NULL;
             const FlashCheck fc = {rows, rows ? rows + (size_t)B * H * T : NULL, flash_plant_of(NULL)};
+            /* -protect qk_bwd: D computed twice and compared (its rerun reads this D, flash_attention_backward) */
             flash_attention_backward(model->dq, model->dk, dvv, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s,
-                                     rows ? &fc : NULL);
+                                     rows ? &fc : NULL, model->prot.on[PK_QK_BWD] ? qk_fp(model, 1, l, QKF_D) : NULL);
             attention_fused_log_empty(model, l, B, T, PASS_BWD);
             if (rows)
                 attcheck_fused_backward(attb_counts(model, l), attb_flags(model, l), model->chk_scratch, model->datt, qd, a->v, ldqkv, B, T, H,
@@ -1537,20 +1610,15 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         /* -protect qk_bwd: the kernel producing the gradients of q_proj and k_proj fingerprints them as it writes */
         const int qkb = model->prot.on[PK_QK_BWD];
         unsigned long long *fpq = qkb ? qk_fp(model, 1, l, QKF_Q) : NULL, *fpk = qkb ? qk_fp(model, 1, l, QKF_K) : NULL;
-        if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {   /* RoPE's backward into scratch, the QK norm's into the views */
-            rope_backward(dq2, qd, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-            rope_backward(dk2, kd, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {   /* RoPE's backward into scratch (q and k one launch), the QK norm's into the views */
+            rope_qk(dq2, dk2, dq, dk, qd, kd, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, true, NULL, NULL, s);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
             FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
             rmsnorm_backward_ld(dqv, GR(PT_QNORM, l), dq, a->q, ldqkv, W(PT_QNORM, l), a->qn_ms, N, H, hd, eps, 0, acc, s, fpq);
             rmsnorm_backward_ld(dkv, GR(PT_KNORM, l), dk, a->k, ldqkv, W(PT_KNORM, l), a->kn_ms, N, KV, hd, eps, 0, acc, s, fpk);
-        } else if (qkb) {   /* RoPE's backward into the views, fingerprinting them */
-            rope_backward_fp(dqv, ldqkv, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, fpq, s);
-            rope_backward_fp(dkv, ldqkv, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, fpk, s);
-        } else {
-            rope_backward(dqv, ldqkv, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
-            rope_backward(dkv, ldqkv, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
+        } else {   /* RoPE's backward of q and k into the views, one launch (fingerprinting them under qk_bwd) */
+            rope_qk(dqv, dkv, dq, dk, ldqkv, ldqkv, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, true, fpq, fpk, s);
         }
         store_dqk(model, SITE_Q_PROJ, l, dqv, N, qd, ldqkv, fpq, s);
         store_dqk(model, SITE_K_PROJ, l, dkv, N, kd, ldqkv, fpk, s);
@@ -1562,8 +1630,10 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         linear_backward_dx_bf16(dbuf, model->dqkv, W(PT_WQ, l), N, d, ldqkv, s);
         linear_backward_dw_acc(GR(PT_WQ, l), model->dqkv, a->attn_norm, N, d, ldqkv, acc, s);
         FAULT_BWD(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
-        if (ew) ew_keep(model->ew_dres, dres, (size_t)N * d, s);
-        rmsnorm_backward_acc(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, acc, s);
+        if (ew && l > 0 && ew_due(model, PASS_BWD, l - 1, SITE_BLOCK_OUT)) ew_keep(model->ew_dres, dres, (size_t)N * d, s);
+        /* d(block_out) of layer l - 1 (layer 0's goes to the embedding, which the CPU does not check either) */
+        rmsnorm_backward_acc(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, acc, s,
+                             ew_dupf(model, 1, l - 1, EWB_BLOCK_OUT, -1, -1));
         res_x = x_in; res_w = W(PT_ATTN_NORM, l); res_ms = a->attn_ms; res_acc = 1;
         grad_bucket_done(model, l);   /* the layer's last gradient kernel is queued */
     }

@@ -253,6 +253,15 @@ def main():
         json.dump(res, open(a.json, "w"), indent=1, sort_keys=True)
 
 
+def kinds_of(protect):
+    """the -protect kinds a value names (llmc/sdc/checks.h: paper = qk, rgg, exp; all = every kind)"""
+    if protect == "all":
+        return set(PROTECTION[:8]) | {"exp"}
+    if protect == "paper":
+        return {"qk", "rgg", "exp"}
+    return set() if protect == "none" else set(protect.split(","))
+
+
 def render(res, gpus, before, mem_bs, caps):
     L = ["**Predicted by the cost model (scripts/cost_model.py), not measured.**", ""]
     bmap = {}
@@ -293,19 +302,20 @@ def render(res, gpus, before, mem_bs, caps):
           "holds what protection changes in the model's own launches: e.g. -protect att and att_bwd run the fused attention "
           "kernels' row-sum variants):", ""]
     L.append("| preset | B x accum | -protect | " + " | ".join(PROTECTION[:8]) + " | step vs none |")
-    L.append("|---|---|---|" + "---|" * 7 + "---|")
+    L.append("|---|---|---|" + "---|" * len(PROTECTION[:8]) + "---|")
     base = {(r["preset"], r["B"], r["accum"]): r for r in res["rows"] if r["protect"] == "none" and "pred" in r}
     for r in res["rows"]:
         if r["protect"] == "none":
             continue
         b = base.get((r["preset"], r["B"], r["accum"]))
         if "pred" not in r or not b:
-            L.append(f"| {r['preset']} | {r['B']} x {r['accum']} | {r['protect']} | " + " | ".join(["n/a"] * 7) + " | n/a |")
+            L.append(f"| {r['preset']} | {r['B']} x {r['accum']} | {r['protect']} | " + " | ".join(["n/a"] * len(PROTECTION[:8])) + " | n/a |")
             continue
         p, q = r["pred"][g], b["pred"][g]
+        on = kinds_of(r["protect"])   # a kind on without a launch of its own (folded into other kernels): 0
         L.append(f"| {r['preset']} | {r['B']} x {r['accum']} | {r['protect']} | " +
-                 " | ".join(f"{100 * p['comp_ms'][c] / q['ms']:.2f}%" if c in p["comp_ms"] else "-" for c in PROTECTION[:8]) +
-                 f" | {100 * (p['ms'] / q['ms'] - 1):+.1f}% |")
+                 " | ".join(f"{100 * p['comp_ms'][c] / q['ms']:.2f}%" if c in p["comp_ms"] else ("0 (in kernels)" if c in on else "-")
+                            for c in PROTECTION[:8]) + f" | {100 * (p['ms'] / q['ms'] - 1):+.1f}% |")
     L += ["", "Peak device memory (the emulator's counter: every cudaMalloc up to the end of the first step; the CUDA "
           "context, ~0.5 GB, is not in it), GB, and the largest B that fits:", ""]
     L.append("| preset | -protect | " + " | ".join(f"B {b}" for b in mem_bs) + " | " +

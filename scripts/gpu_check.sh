@@ -466,7 +466,7 @@ fi
 # the "N passed, M failed" line of a test log, as "N M" (empty if none)
 test_counts() { grep -E '^test_sdc(_cu)?: [0-9]+ passed, [0-9]+ failed' "$1" | tail -n 1 | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\1 \2/'; }
 # every test name test_sdc_cu's -only takes (tests/test_gpu_check.py checks this list against test_sdc.cu)
-TEST_NAMES="init convert embedding rmsnorm rope attention attention_split flash attcheck attcheck_bwd flash_attcheck ewcheck mmb_bound elementwise classifier adamw multi_tensor global_norm fingerprint fingerprint_rows matmul matmul_cache fault_flip argmax unscale attention_chunked ptx strided reference determinism att_faults update_norm att_checks fused_faults grad_buckets"
+TEST_NAMES="init convert embedding rmsnorm rope attention attention_split flash attcheck attcheck_bwd flash_attcheck ewcheck ew_dup qknorm_rope mmb_bound elementwise classifier adamw multi_tensor global_norm fingerprint fingerprint_rows matmul matmul_cache fault_flip argmax unscale attention_chunked ptx strided reference determinism att_faults update_norm att_checks fused_faults grad_buckets"
 if has_phase 3; then
     phase_begin 3
     if ! done_before test_sdc_cu; then

@@ -599,11 +599,11 @@ def test_no_host_sync_inside_the_layer_loops(data, tmp_path):
     (every kind the GPU trainer runs, GPU_ALL: Q/K recomputation, Residual Gain Guard, attention checks, element-wise
     recomputation, backward guard, exponent scaling; 4 microbatches, so the RGG has its peers) synchronises the host
     nowhere inside the forward's and backward's layer loops; the forward's checks add no synchronisation (the Q/K
-    fingerprints compared on the device, the RGG sums reduced there, the attention and element-wise flags: all come
+    fingerprints accumulated on the device and compared on the host from the report, the RGG sums reduced there, the attention and element-wise flags: all come
     back with the losses in the forward's one copy: -protect qk,rgg,att,bwd,exp syncs as -protect none); the backward's
     checks (ew's gradient comparisons, the qk_bwd fingerprints, the att_bwd counts) add one copy and one synchronisation per microbatch, after the backward's
     layer loop; and none of it grows with the layers (2 vs 4). A host round-trip planted in the layer loop (a stream
-    synchronisation, a pageable copy) fails all of it."""
+    synchronisation, a pageable copy) fails all of it. ew adds no launch and no element-wise byte on a clean step."""
     geo = {"-preset": "tiny-llama", "-accum": 4}
     prot2 = stats_of(data, tmp_path / "p2", **geo, **{"-n_layer": 2, "-protect": GPU_ALL})
     prot4 = stats_of(data, tmp_path / "p4", **geo, **{"-n_layer": 4, "-protect": GPU_ALL})
@@ -623,6 +623,10 @@ def test_no_host_sync_inside_the_layer_loops(data, tmp_path):
     assert prot2["syncs"] <= 3 * 4 + 2, prot2
     # per microbatch the forward's report (and the backward's, protected), one copy for the norms
     assert prot2["d2h"] == none2["d2h"] + bwd_reports == prot4["d2h"], (prot2, none2, prot4)
-    # the element-wise checks' bytes (ewcheck.cuh's accounting) show in -stats
+    # the backward checks' and bound's bytes show in -stats
     assert prot2["ew_read"] > fwd2["ew_read"], (prot2, fwd2)
     assert prot4["launches"] > prot2["launches"] > none2["launches"] > 0
+    # ew is inside the element-wise kernels (llmc/sdc/ewdup.cuh): a clean step reads no byte and launches no kernel
+    # more for it (a recomputation kernel planted back into the clean path fails this)
+    ew2 = stats_of(data, tmp_path / "e2", **geo, **{"-n_layer": 2, "-protect": "qk,rgg,att,bwd,exp,ew"})
+    assert ew2["ew_read"] == fwd2["ew_read"] and ew2["launches"] == fwd2["launches"], (ew2, fwd2)

@@ -59,7 +59,8 @@
  *             K/V tiles 0 .. last row / BK double-buffered. Per K/V tile a warp computes S (16 x BK) =
  *             Q K^T, masks s > t and s >= T (only on tiles that reach past the warp's first row or past
  *             T), rescales o and l, P = exp(z - m) -> bf16 A fragments, o += P V.
- *   D         flash_attention_rowdot_kernel: one warp per (b, t, h) row, lanes stride d, warp butterfly.
+ *   D         flash_attention_rowdot_kernel: one warp per (b, t, h) row, lanes stride d, warp butterfly (computed twice
+ *             and compared under -protect qk_bwd, whose rerun of dq and dk reads this D instead of a second one).
  *   dq        one block per (query tile, b, h), as the forward: Q and dout tiles once, K/V tiles 0 ..
  *             diagonal double-buffered: S = Q K^T, dP = dO V^T, dZ = P (dP - D) masked at s > t,
  *             dq += bf16(dZ) K; dq * scale rounded once.
@@ -423,18 +424,29 @@ flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, 
     }
 }
 
-/* D[(b*H + h)*T + t] = sum_d dout[b,t,h,d] out[b,t,h,d]: one warp per row, rows in memory order */
+/* D[(b*H + h)*T + t] = sum_d dout[b,t,h,d] out[b,t,h,d]: one warp per row, rows in memory order. dup (not NULL;
+ * -protect qk_bwd, whose rerun reuses this D): the sum computed a second time from the loaded values through
+ * dup_opaque (llmc/sdc/ewdup.cuh's duplication) and compared, *dup set to 1 on any difference. plant_xor (test-only, 0 in
+ * every trainer launch): flips these bits of the primary sum of row 0, as a fault in its arithmetic would */
 __global__ void flash_attention_rowdot_kernel(float* __restrict__ D, const bf16* __restrict__ dout, const bf16* __restrict__ out,
-                                              int B, int T, int H, int hd) {
+                                              int B, int T, int H, int hd, unsigned long long* dup, unsigned plant_xor) {
     const size_t rows = (size_t)B * T * H;
     const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return; /* the whole warp leaves together */
     const bf16* a = dout + row * hd;
     const bf16* o = out + row * hd;
-    float acc = 0.0f;
-    for (int d = lane; d < hd; d += 32) acc += __bfloat162float(a[d]) * __bfloat162float(o[d]);
+    float acc = 0.0f, acc2 = 0.0f;
+    for (int d = lane; d < hd; d += 32) {
+        acc += __bfloat162float(a[d]) * __bfloat162float(o[d]);
+        if (dup) acc2 += dup_opaque(__bfloat162float(a[d])) * dup_opaque(__bfloat162float(o[d]));
+    }
     acc = warp_reduce_sum(acc);
+    if (row == 0 && plant_xor) acc = __uint_as_float(__float_as_uint(acc) ^ plant_xor);
+    if (dup) {
+        acc2 = warp_reduce_sum(acc2);
+        if (lane == 0 && __float_as_uint(acc) != __float_as_uint(acc2)) atomicOr(dup, 1ull);
+    }
     if (lane == 0) {
         const int h = (int)(row % H);
         const size_t bt = row / H;
@@ -826,19 +838,25 @@ static void flash_attention_forward(bf16* out, float* lse, const bf16* q, const 
 }
 
 /* dq [B,T,H*hd], dk [B,T,KV*hd], dv (token stride ldv) overwritten, from dout and the forward's out and lse; dv NULL:
- * dq and dk alone (the dk/dv kernel's DV false variant) */
+ * dq and dk alone (the dk/dv kernel's DV false variant). D (the row dots of dout and out, workspace slot 4): d_dup not
+ * NULL: computed twice and compared into *d_dup (an accumulator word, set non-zero on a difference); reuse_d: not
+ * computed, the D the previous call left in slot 4 is read (-protect qk_bwd's rerun, right after the same layer's
+ * backward with the same dout and out, nothing in between using slot 4: the caller's promise) */
 static void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* out, const float* lse,
                                      const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int ldv,
-                                     cudaStream_t stream, const FlashCheck* chk = NULL) {
+                                     cudaStream_t stream, const FlashCheck* chk = NULL, unsigned long long* d_dup = NULL,
+                                     bool reuse_d = false) {
     const void* ptrs[] = {dq, dk, dv, dout, q, k, v};
     flash_attention_check_args("flash_attention_backward", B, T, H, KV, hd, ldv, ptrs, 7);
     const size_t rows = (size_t)B * T * H, nel = (size_t)B * T * KV * hd;
     const int g = H / KV, nsplit = flash_dkdv_splits(B, T, KV, g, 64);
     float* ws = cuda_workspace_f32(FLASH_SLOT, CEIL_DIV(rows, (size_t)4) * 4 + (nsplit > 1 ? 2 * (size_t)nsplit * nel : 0));
-    flash_attention_rowdot_kernel<<<(unsigned)CEIL_DIV(rows, (size_t)8), 256, 0, stream>>>(ws, dout, out, B, T, H, hd);
-    cudaCheck(cudaGetLastError());
-    launch_account(COST_ATTENTION, "flash_attention_rowdot_kernel", COST_FP32, (unsigned)CEIL_DIV(rows, (size_t)8), 2.0 * rows * hd,
-                   (double)rows * hd * 4, (double)rows * 4);   /* dout, out in; D out */
+    if (!reuse_d) {
+        flash_attention_rowdot_kernel<<<(unsigned)CEIL_DIV(rows, (size_t)8), 256, 0, stream>>>(ws, dout, out, B, T, H, hd, d_dup, 0u);
+        cudaCheck(cudaGetLastError());
+        launch_account(COST_ATTENTION, "flash_attention_rowdot_kernel", COST_FP32, (unsigned)CEIL_DIV(rows, (size_t)8), (d_dup ? 4.0 : 2.0) * rows * hd,
+                       (double)rows * hd * 4, (double)rows * 4);   /* dout, out in; D out */
+    }
     if (hd == 32) flash_attention_backward_hd<32>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream);
     else if (hd == 64) flash_attention_backward_hd<64>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream);
     else flash_attention_backward_hd<128>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream);

@@ -31,6 +31,9 @@
  *     copies of one thread are visible to other threads only after that thread's wait and a
  *     __syncthreads (the barrier alone does not land anything).
  *   pack_bf16x2: cvt.rn.bf16x2.f32, both halves rounded to nearest even (NaN: the canonical 0x7FFF).
+ *   dup_opaque: the value unchanged through an asm volatile mov.b32, which the compiler cannot see through: the
+ *     duplicated computations of -protect ew (llmc/sdc/ewdup.cuh) start from it, so nvcc can neither merge them with
+ *     the primary ones (common subexpressions) nor fold the comparison away. The emulator's twin is the identity.
  *
  * The "memory" clobbers keep the compiler from moving ordinary shared-memory loads and stores across
  * an ldmatrix or a cp.async issue/commit/wait (the data they read or write are shared memory the
@@ -91,6 +94,7 @@ __device__ __forceinline__ void cp_async_wait_all(const char* file = __builtin_F
     emu::cp_async_wait_all(file, line);
 }
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) { return emu::pack_bf16x2(lo, hi); }
+__device__ __forceinline__ float dup_opaque(float x) { return x; }
 
 #else
 /* ------------------------------------------------------------------ nvcc: one PTX instruction each */
@@ -147,6 +151,11 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     uint32_t r;
     /* cvt.rn.bf16x2.f32 d, a, b: a (here hi) to the upper half, b (lo) to the lower */
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ float dup_opaque(float x) {
+    float r;
+    asm volatile("mov.b32 %0, %1;\n" : "=f"(r) : "f"(x));
     return r;
 }
 #endif

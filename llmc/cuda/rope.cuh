@@ -25,68 +25,112 @@
 #include "../cpu/rope.h"
 #include "../sdc/fingerprint.cuh"
 
-/* FP: also fold every output element into the Q/K fingerprint accumulator fp (fingerprint.cuh); out may then be
- * NULL (fingerprint only: the recomputation of Q/K path protection) */
+/* one tensor of a launch: out (row stride ldo; NULL with FP: fingerprint only) = the rotation of x (row stride ldx), nh
+ * heads a token, npairs = B T nh hd/2 pairs, its fingerprint into fp (FP) */
+struct RopeT {
+    bf16* out;
+    size_t ldo;
+    const bf16* x;
+    size_t ldx;
+    int nh;
+    size_t npairs;
+    unsigned long long* fp;
+};
+/* pair idx of tensor t: its rotation stored and, with FP, folded into f */
 template <typename I, bool FP>
-__global__ static void rope_kernel(bf16* out, size_t ldo, const bf16* x, size_t ldx, const float* cos_t, const float* sin_t,
-                                   I npairs, int T, int nh, int hd, int style, bool inverse, unsigned long long* fp) {
-    Fingerprint f = {0, 0};
+__device__ __forceinline__ void rope_pair(const RopeT& tt, I idx, const float* cos_t, const float* sin_t, int T, int hd, int style,
+                                          bool inverse, Fingerprint* f) {
     const I half = (I)(hd / 2);
-    const I stride = (I)gridDim.x * blockDim.x;
-    for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < npairs; idx += stride) {
-        const I hr = idx / half;              /* head row: n * nh + h */
-        const int i = (int)(idx - hr * half);
-        const I n = hr / (I)nh;
-        const int h = (int)(hr - n * (I)nh);
-        const int t = (int)(n % (I)T);
-        const size_t base = (size_t)hr * hd;  /* logical (contiguous) offset of the head's vector */
-        const size_t xb = (size_t)n * ldx + (size_t)h * hd, ob = (size_t)n * ldo + (size_t)h * hd;
-        const float c = cos_t[t * (int)half + i];
-        const float s = inverse ? -sin_t[t * (int)half + i] : sin_t[t * (int)half + i];
-        float y1, y2;
-        rope_rotate_pair(style, __bfloat162float(x[xb + i]), __bfloat162float(x[xb + i + half]), c, s, &y1, &y2);
-        const bf16 o1 = __float2bfloat16_rn(y1), o2 = __float2bfloat16_rn(y2);
-        if (!FP || out) { out[ob + i] = o1; out[ob + i + half] = o2; }
-        if (FP) {
-            fp_add(&f, (uint64_t)(base + i), (uint64_t)__bfloat16_as_ushort(o1), 16);
-            fp_add(&f, (uint64_t)(base + i + half), (uint64_t)__bfloat16_as_ushort(o2), 16);
+    const I hr = idx / half;              /* head row: n * nh + h */
+    const int i = (int)(idx - hr * half);
+    const I n = hr / (I)tt.nh;
+    const int h = (int)(hr - n * (I)tt.nh);
+    const int t = (int)(n % (I)T);
+    const size_t base = (size_t)hr * hd;  /* logical (contiguous) offset of the head's vector */
+    const size_t xb = (size_t)n * tt.ldx + (size_t)h * hd, ob = (size_t)n * tt.ldo + (size_t)h * hd;
+    const float c = cos_t[t * (int)half + i];
+    const float s = inverse ? -sin_t[t * (int)half + i] : sin_t[t * (int)half + i];
+    float y1, y2;
+    rope_rotate_pair(style, __bfloat162float(tt.x[xb + i]), __bfloat162float(tt.x[xb + i + half]), c, s, &y1, &y2);
+    const bf16 o1 = __float2bfloat16_rn(y1), o2 = __float2bfloat16_rn(y2);
+    if (!FP || tt.out) { tt.out[ob + i] = o1; tt.out[ob + i + half] = o2; }
+    if (FP) {
+        fp_add(f, (uint64_t)(base + i), (uint64_t)__bfloat16_as_ushort(o1), 16);
+        fp_add(f, (uint64_t)(base + i + half), (uint64_t)__bfloat16_as_ushort(o2), 16);
+    }
+}
+/* one launch over the pairs of t0 then t1 (t1.npairs 0: one tensor; Q and K in one launch otherwise), grid-stride.
+ * FP: every output element also folded into its tensor's Q/K fingerprint accumulator (fingerprint.cuh); out may then
+ * be NULL (fingerprint only: the recomputation of Q/K path protection) */
+template <typename I, bool FP>
+__global__ static void rope_kernel(RopeT t0, RopeT t1, const float* cos_t, const float* sin_t, int T, int hd, int style, bool inverse) {
+    Fingerprint f0 = {0, 0}, f1 = {0, 0};
+    const I stride = (I)gridDim.x * blockDim.x, n0 = (I)t0.npairs, np = (I)(t0.npairs + t1.npairs);
+    for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < np; idx += stride) {
+        if (idx < n0) rope_pair<I, FP>(t0, idx, cos_t, sin_t, T, hd, style, inverse, &f0);
+        else rope_pair<I, FP>(t1, idx - n0, cos_t, sin_t, T, hd, style, inverse, &f1);
+    }
+    if (FP) {
+        fp_block_reduce(f0, t0.fp);
+        if (t1.npairs) {
+            __syncthreads();   /* fp_block_reduce's shared arrays are read again */
+            fp_block_reduce(f1, t1.fp);
         }
     }
-    if (FP) fp_block_reduce(f, fp);
 }
 
 /* the cos and sin tables' bytes, read once by a launch */
 static inline size_t rope_table_bytes(int T, int hd) { return (size_t)T * (hd / 2) * 8; }
 
+static RopeT rope_tensor(bf16* out, size_t ldo, const bf16* x, size_t ldx, int B, int T, int nh, int hd, unsigned long long* fp,
+                         const char* name) {
+    if ((out && ldo < (size_t)nh * hd) || ldx < (size_t)nh * hd) tsdc_fail("%s: row strides %zu, %zu below nh*hd = %d", name, ldo, ldx, nh * hd);
+    RopeT t = {out, ldo, x, ldx, nh, (size_t)B * T * nh * (hd / 2), fp};
+    return t;
+}
+/* rope_kernel over t0 and t1 (t1.npairs 0: t0 alone); fp: the fingerprinting variant; does not wait */
+static void rope_launch2(const RopeT& t0, const RopeT& t1, const float* cos, const float* sin, int T, int hd, int style, bool inverse,
+                         bool fp, const char* name, cudaStream_t stream) {
+    const size_t npairs = t0.npairs + t1.npairs;
+    if (npairs == 0) return;
+    int grid = ew_grid(npairs);
+    if (fp) {
+        if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
+        rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, cos, sin, T, hd, style, inverse);
+    } else if (npairs <= 0xffffffffull - ((size_t)EW_MAX_GRID * EW_BLOCK)) {   /* idx + stride must not wrap in 32 bits */
+        rope_kernel<unsigned int, false><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, cos, sin, T, hd, style, inverse);
+    } else {
+        rope_kernel<size_t, false><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, cos, sin, T, hd, style, inverse);
+    }
+    cudaCheck(cudaGetLastError());
+    const size_t written = (t0.out ? t0.npairs : 0) + (t1.out ? t1.npairs : 0);
+    ew_account(COST_ELEMENTWISE, name, grid, (fp ? 14.0 : 6.0) * npairs, npairs * 4 + rope_table_bytes(T, hd), written * 4);   /* x pairs (bf16), the tables in; out written */
+}
+static const RopeT ROPE_NONE = {NULL, 0, NULL, 0, 1, 0, NULL};
 /* rope_kernel<.., true>: out (NULL: not written) = the rotation of x (sin negated: inverse), its fingerprint XORed
  * into the accumulator fp; does not wait */
 static void rope_launch_fp(bf16* out, size_t ldo, const bf16* x, size_t ldx, const float* cos, const float* sin, int B, int T, int nh,
                            int hd, int style, bool inverse, unsigned long long* fp, const char* name, cudaStream_t stream) {
-    if ((out && ldo < (size_t)nh * hd) || ldx < (size_t)nh * hd) tsdc_fail("%s: row strides %zu, %zu below nh*hd = %d", name, ldo, ldx, nh * hd);
-    const size_t npairs = (size_t)B * T * nh * (hd / 2);
-    if (npairs == 0) return;
-    int grid = ew_grid(npairs);
-    if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
-    rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(out, ldo, x, ldx, cos, sin, npairs, T, nh, hd, style, inverse, fp);
-    cudaCheck(cudaGetLastError());
-    ew_account(COST_ELEMENTWISE, name, grid, 6.0 * npairs + 8.0 * npairs, npairs * 4 + rope_table_bytes(T, hd), out ? npairs * 4 : 0);   /* x pairs (bf16), the tables in; out written */
+    rope_launch2(rope_tensor(out, ldo, x, ldx, B, T, nh, hd, fp, name), ROPE_NONE, cos, sin, T, hd, style, inverse, true, name, stream);
 }
-
 static void rope_launch(bf16* out, size_t ldo, const bf16* x, size_t ldx, const float* cos_t, const float* sin_t, int B, int T,
                         int nh, int hd, int style, bool inverse, cudaStream_t stream) {
-    if (ldo < (size_t)nh * hd || ldx < (size_t)nh * hd) tsdc_fail("rope: row strides %zu, %zu below nh*hd = %d", ldo, ldx, nh * hd);
-    const size_t npairs = (size_t)B * T * nh * (hd / 2);
-    if (npairs == 0) return;
-    /* idx + stride must not wrap in 32 bits: stride <= EW_MAX_GRID * EW_BLOCK = 2^24 */
-    if (npairs <= 0xffffffffull - ((size_t)EW_MAX_GRID * EW_BLOCK)) {
-        rope_kernel<unsigned int, false><<<ew_grid(npairs), EW_BLOCK, 0, stream>>>(out, ldo, x, ldx, cos_t, sin_t, (unsigned int)npairs,
-                                                                                   T, nh, hd, style, inverse, NULL);
-    } else {
-        rope_kernel<size_t, false><<<ew_grid(npairs), EW_BLOCK, 0, stream>>>(out, ldo, x, ldx, cos_t, sin_t, npairs, T, nh, hd, style,
-                                                                             inverse, NULL);
-    }
-    cudaCheck(cudaGetLastError());
-    ew_account(COST_ELEMENTWISE, "rope_kernel", ew_grid(npairs), 6.0 * npairs, npairs * 4 + rope_table_bytes(T, hd), npairs * 4);   /* x pairs (bf16), the tables in; out */
+    rope_launch2(rope_tensor(out, ldo, x, ldx, B, T, nh, hd, NULL, "rope"), ROPE_NONE, cos_t, sin_t, T, hd, style, inverse, false,
+                 "rope_kernel", stream);
+}
+/* Q and K in one launch (the same tables and head size; each its own heads, strides, output and fingerprint), with the
+ * bits of the two single launches: the forward (inverse false: qo, ko contiguous from q, k with the row strides ldq,
+ * ldk: the views of the fused projection output, or contiguous) or the backward (inverse true: q, k contiguous
+ * gradients into qo, ko with the row strides ldq, ldk). fpq, fpk not NULL: the fingerprinting variant (qo / ko may
+ * then be NULL: not written). */
+static void rope_qk(bf16* qo, bf16* ko, const bf16* q, const bf16* k, int ldq, int ldk, const float* cos, const float* sin, int B, int T,
+                    int H, int KV, int hd, int style, bool inverse, unsigned long long* fpq, unsigned long long* fpk, cudaStream_t stream) {
+    const size_t lq = (size_t)H * hd, lk = (size_t)KV * hd;
+    const char* name = fpq ? "rope_kernel_fp" : "rope_kernel";
+    if ((fpq == NULL) != (fpk == NULL)) tsdc_fail("rope_qk: fingerprints for both Q and K or for neither");
+    const RopeT tq = inverse ? rope_tensor(qo, (size_t)ldq, q, lq, B, T, H, hd, fpq, name) : rope_tensor(qo, lq, q, (size_t)ldq, B, T, H, hd, fpq, name);
+    const RopeT tk = inverse ? rope_tensor(ko, (size_t)ldk, k, lk, B, T, KV, hd, fpk, name) : rope_tensor(ko, lk, k, (size_t)ldk, B, T, KV, hd, fpk, name);
+    rope_launch2(tq, tk, cos, sin, T, hd, style, inverse, fpq != NULL, name, stream);
 }
 
 /* out [N, nh*hd] (contiguous) = rope(x), x with row stride ldx (nh*hd: contiguous; out may then equal x) */

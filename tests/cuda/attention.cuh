@@ -487,13 +487,29 @@ static void test_flash_attention(void) {
         int same = !memcmp(out2, out, nq * 4) && !memcmp(lse2, lse, nr * 4) && !memcmp(xdq2, xdq, nq * 4) && !memcmp(xdk2, xdk, nk * 4) &&
                    !memcmp(xdv2, xdv, nk * 4);
         check(same, "    determinism: a second forward + backward, out lse dq dk dv bitwise equal: %s", same ? "yes" : "NO");
-        {   /* dv NULL (-protect qk_bwd's rerun: the dk/dv kernel's dk-only variant): dq and dk bitwise the full backward's */
-            bf16 *gdq4 = d_bf16_poison(nq), *gdk4 = d_bf16_poison(nk);
-            flash_attention_backward(gdq4, gdk4, NULL, dgo, gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s);
+        {   /* -protect qk_bwd's rerun: D computed twice in the first pass (clean: no flag), then dv NULL (the dk/dv kernel's
+             * dk-only variant) from that D (reuse_d): dq and dk bitwise the full backward's */
+            unsigned long long* dflag = (unsigned long long*)d_f32_poison(2);
+            cudaCheck(cudaMemset(dflag, 0, sizeof(unsigned long long)));
+            bf16 *gdq4 = d_bf16_poison(nq), *gdk4 = d_bf16_poison(nk), *gdv4 = d_bf16_poison(nk);
+            flash_attention_backward(gdq4, gdk4, gdv4, dgo, gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s, NULL, dflag);
+            unsigned long long hflag = 1;
+            cudaCheck(cudaMemcpy(&hflag, dflag, sizeof(hflag), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemset(gdq4, 0xff, nq * 2));
+            cudaCheck(cudaMemset(gdk4, 0xff, nk * 2));
+            flash_attention_backward(gdq4, gdk4, NULL, dgo, gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s, NULL, NULL, true);
             float* xdq4 = dl_bf16(gdq4, nq, NULL);
             float* xdk4 = dl_bf16(gdk4, nk, NULL);
             const int same4 = !memcmp(xdq4, xdq, nq * 4) && !memcmp(xdk4, xdk, nk * 4);
-            check(same4, "    dq and dk alone (dv NULL): bitwise the full backward's: %s", same4 ? "yes" : "NO");
+            check(same4 && hflag == 0, "    D computed twice: flag %llu (want 0); dq and dk alone (dv NULL) from that D: bitwise the full backward's: %s",
+                  hflag, same4 ? "yes" : "NO");
+            /* a planted change of the primary D of row 0: the duplicate's comparison flags it */
+            float* Dw = cuda_workspace_f32(FLASH_SLOT, 1);
+            cudaCheck(cudaMemset(dflag, 0, sizeof(unsigned long long)));
+            flash_attention_rowdot_kernel<<<(unsigned)CEIL_DIV(nr, (size_t)8), 256, 0, g_s>>>(Dw, dgo, gout, B, T, H, hd, dflag, 1u);
+            cudaCheck(cudaGetLastError());
+            cudaCheck(cudaMemcpy(&hflag, dflag, sizeof(hflag), cudaMemcpyDeviceToHost));
+            check(hflag != 0, "    D's duplicate: a planted change of row 0's primary sum flagged: %s", hflag ? "yes" : "NO");
             FREE_ALL(xdq4, xdk4);
         }
 

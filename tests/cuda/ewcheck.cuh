@@ -196,6 +196,108 @@ static void test_ewcheck(void) {
     dfree_all();
 }
 
+/* ------------------------------------------------------- the duplicated kernels (llmc/sdc/ewdup.cuh, -protect ew)
+ * Each kernel with an EwDup: (1) its duplicated variant stores bitwise what the plain one stores and sets no flag;
+ * (2) a plant (the lowest mantissa bit of the primary value of one output, at its first, middle and last element)
+ * sets that output's flag and no other, and the stored tensor differs from the plain run's in that element alone,
+ * by that bit. Catches: a duplicate that the compiler merged with the primary or that reads the primary's result (a
+ * plant no flag sees), a comparison on the wrong output or index, a variant whose stores differ from the plain
+ * kernel's (the trainer's bits would move with -protect ew). */
+typedef struct { const char* name; bf16* p; int rows, cols, ld; } EwdOut;   /* output k of the kernel: outs[k] */
+static uint16_t* ewd_bits(const EwdOut* o) {
+    uint16_t* h = (uint16_t*)mallocCheck(sizeof(uint16_t) * (size_t)o->rows * o->cols);
+    for (int r = 0; r < o->rows; r++)
+        cudaCheck(cudaMemcpy(h + (size_t)r * o->cols, o->p + (size_t)r * o->ld, sizeof(uint16_t) * o->cols, cudaMemcpyDeviceToHost));
+    return h;
+}
+template <typename Run>
+static void ewd_case(const char* what, Run run, int* flags, const EwdOut* outs, int nout) {
+    run(ew_dup_none());
+    cudaCheck(cudaDeviceSynchronize());
+    uint16_t* ref[2] = {ewd_bits(&outs[0]), nout > 1 ? ewd_bits(&outs[1]) : NULL};
+    cudaCheck(cudaMemset(flags, 0, 2 * sizeof(int)));
+    run(ew_dup(flags, flags + 1));
+    EwtFlags c = ewt_read(flags);
+    size_t diff = 0;
+    for (int k = 0; k < nout; k++) {
+        uint16_t* h = ewd_bits(&outs[k]);
+        for (size_t i = 0; i < (size_t)outs[k].rows * outs[k].cols; i++) diff += h[i] != ref[k][i];
+        free(h);
+    }
+    check(c.f[0] == 0 && c.f[1] == 0 && diff == 0, "    %-46s duplicated: flags %d %d, %zu stored elements differ from the plain kernel's",
+          what, c.f[0], c.f[1], diff);
+    for (int k = 0; k < nout; k++) {
+        const EwdOut* o = &outs[k];
+        const size_t n = (size_t)o->rows * o->cols, pos[3] = {0, n / 2 + 1, n - 1};
+        int ok = 1, got[3][2];
+        for (int q = 0; q < 3; q++) {
+            EwDup d = ew_dup(flags, flags + 1);
+            d.plant = (long long)pos[q];
+            d.plant_out = k;
+            d.plant_xor = 1u;
+            cudaCheck(cudaMemset(flags, 0, 2 * sizeof(int)));
+            run(d);
+            EwtFlags f = ewt_read(flags);
+            uint16_t* h = ewd_bits(o);
+            size_t other = 0;
+            for (size_t i = 0; i < n; i++)
+                if (i != pos[q]) other += h[i] != ref[k][i];
+            ok &= f.f[k] == 1 && f.f[1 - k] == 0 && h[pos[q]] == (uint16_t)(ref[k][pos[q]] ^ 1u) && other == 0;
+            got[q][0] = f.f[0];
+            got[q][1] = f.f[1];
+            free(h);
+        }
+        check(ok, "    %-46s %s planted at first/middle/last: flags %d%d %d%d %d%d (want only output %d's), the stored element alone changed",
+              what, o->name, got[0][0], got[0][1], got[1][0], got[1][1], got[2][0], got[2][1], k);
+    }
+    FREE_ALL(ref[0], ref[1]);
+}
+static void ewd_shapes(int rows, int C, int F, int ld) {
+    const float eps = 1e-5f;
+    const size_t n = (size_t)rows * C, nf = (size_t)rows * F, nl = (size_t)rows * ld;
+    int* flags = (int*)dalloc_raw(2, 4);
+    char what[96];
+    float *ha = h_normal(n, 1.0, 0.0, 1), *hb = h_normal(n, 1.0, 0.0, 1), *hw = h_normal(C, 0.3, 1.0, 1), *hg = h_normal(n, 0.5, 0.0, 1);
+    bf16 *a = d_bf16(ha, n), *b = d_bf16(hb, n), *w = d_bf16(hw, C), *g = d_bf16(hg, n);
+    bf16 *resid = d_bf16_poison(n), *out = d_bf16_poison(n), *dx = d_bf16_poison(n);
+    float* ms = d_f32_poison(rows);
+    snprintf(what, sizeof(what), "rmsnorm_forward %dx%d", rows, C);
+    EwdOut o1[1] = {{"out", out, rows, C, C}};
+    ewd_case(what, [&](EwDup d) { rmsnorm_forward(out, ms, a, w, rows, C, eps, g_s, d); }, flags, o1, 1);
+    snprintf(what, sizeof(what), "residual_rmsnorm_forward %dx%d", rows, C);
+    EwdOut o2[2] = {{"resid", resid, rows, C, C}, {"out", out, rows, C, C}};
+    ewd_case(what, [&](EwDup d) { residual_rmsnorm_forward(resid, out, ms, a, b, w, rows, C, eps, g_s, d); }, flags, o2, 2);
+    snprintf(what, sizeof(what), "rmsnorm_backward dx, accumulating %dx%d", rows, C);
+    EwdOut o3[1] = {{"dx", dx, rows, C, C}};
+    ewd_case(what, [&](EwDup d) {
+        cudaCheck(cudaMemcpyAsync(dx, b, sizeof(bf16) * n, cudaMemcpyDeviceToDevice, g_s));   /* the accumulated-into gradient */
+        rmsnorm_backward_acc(dx, NULL, g, a, w, ms, rows, C, eps, 1, 1, g_s, d);
+    }, flags, o3, 1);
+    /* the MLP: gate, up (and their gradients) columns 0 and F of [rows, ld] buffers (ld >= 2F), act, prod contiguous */
+    float *hG = h_normal(nl, 1.5, 0.0, 1), *hdp = h_normal(nf, 0.2, 0.0, 1);
+    bf16 *G = d_bf16(hG, nl), *dprod = d_bf16(hdp, nf), *act = d_bf16_poison(nf), *prod = d_bf16_poison(nf);
+    bf16 *D = d_bf16_poison(nl);
+    snprintf(what, sizeof(what), "swiglu_forward %dx%d ld %d", rows, F, ld);
+    EwdOut o4[2] = {{"act", act, rows, F, F}, {"prod", prod, rows, F, F}};
+    ewd_case(what, [&](EwDup d) { swiglu_forward(act, prod, G, G + F, rows, F, ld, g_s, d); }, flags, o4, 2);
+    snprintf(what, sizeof(what), "swiglu_backward %dx%d ld %d", rows, F, ld);
+    EwdOut o5[2] = {{"dup", D + F, rows, F, ld}, {"dgate", D, rows, F, ld}};
+    ewd_case(what, [&](EwDup d) { swiglu_backward(D, D + F, dprod, act, G, G + F, rows, F, ld, g_s, d); }, flags, o5, 2);
+    snprintf(what, sizeof(what), "relu2_forward %dx%d ld %d", rows, F, ld);
+    EwdOut o6[1] = {{"act", act, rows, F, F}};
+    ewd_case(what, [&](EwDup d) { relu2_forward(act, G, rows, F, ld, g_s, d); }, flags, o6, 1);
+    snprintf(what, sizeof(what), "relu2_backward %dx%d ld %d", rows, F, ld);
+    EwdOut o7[1] = {{"dx", D, rows, F, ld}};
+    ewd_case(what, [&](EwDup d) { relu2_backward(D, dprod, G, rows, F, ld, g_s, d); }, flags, o7, 1);
+    FREE_ALL(ha, hb, hw, hg, hG, hdp);
+    dfree_all();
+}
+static void test_ew_dup(void) {
+    printf("element-wise kernels duplicated (llmc/sdc/ewdup.cuh, -protect ew): the plain kernels' bits, no flag clean, a planted primary flagged\n");
+    ewd_shapes(33, 128, 64, 128);   /* 16-byte packs */
+    ewd_shapes(7, 100, 37, 74);     /* scalar path, partial last packs */
+}
+
 /* -protect bound's kernels (llmc/sdc/bound.cuh) on the trainer's own GEMM: linear_forward into one [rows, 2 cols]
  * output whose second half is checked as a strided view (row stride 2 cols, as v or gate/up of the fused GEMMs), in
  * one launch with two flags (columns below split and from it, as gate | up). The weight rows' norms equal the CPU's
@@ -265,9 +367,123 @@ static void mmbt_case(int rows, int cols, int K) {
           "1%% under: %d of 6 quiet", rows, cols, K, split, flagged, quiet);
     FREE_ALL(hw, hx, gw, rx, rw, hy);
 }
+/* the gate/up check fused into SwiGLU's forward (the trainer's path): the input rows' norms from the norm kernel that
+ * produced the input (rmsnorm_forward's onorm) within 2 ulp of mmb_row_norms on the stored tensor; the fused kernel
+ * stores the plain kernel's act and prod, is quiet on the GEMM's clean outputs, and flags a gate (up) value 1% over
+ * its bound of either sign, NaN or Inf in the gate (up) flag alone, and stays quiet 1% under it. Then down's check
+ * fused into the residual add and norm that reads it: the product's row norms SwiGLU's forward left (xo) within 2 ulp
+ * of mmb_row_norms on the stored product; resid, out and ms the plain kernel's; quiet on the GEMM's clean output;
+ * 1% over, NaN, Inf flagged, 1% under quiet.
+ * Catches: input norms of the unrounded norm output or of another row, a weight norm of the wrong half, a
+ * comparison on act instead of gate, a flag swap, the product's norms of the unrounded values or summed over part of
+ * the row, the residual kernel checking a instead of b. */
+static void mmbt_fused(int rows, int F, int K) {
+    const int O = 2 * F;
+    float *hw = h_normal((size_t)O * K, 1.0, 0.0, 1), *hx = h_normal((size_t)rows * K, 1.0, 0.0, 1);
+    bf16 *xr = d_bf16(hx, (size_t)rows * K), *w = d_bf16(hw, (size_t)O * K), *x = d_bf16_poison((size_t)rows * K);
+    bf16 *gu = d_bf16_poison((size_t)rows * O), *act = d_bf16_poison((size_t)rows * F), *prod = d_bf16_poison((size_t)rows * F);
+    bf16 *act0 = d_bf16_poison((size_t)rows * F), *prod0 = d_bf16_poison((size_t)rows * F);
+    float *ms = d_f32_poison(rows), *xn = d_f32_poison(rows), *xn2 = d_f32_poison(rows), *nw = d_f32_poison(O);
+    rmsnorm_forward(x, ms, xr, NULL, rows, K, 1e-5f, g_s, ew_dup_none(), xn);
+    mmb_row_norms(xn2, x, rows, K, K, g_s);
+    mmb_row_norms(nw, w, O, K, K, g_s);
+    linear_forward(gu, x, w, rows, K, O, g_s);
+    float *g1 = dl_f32(xn, rows, NULL), *g2 = dl_f32(xn2, rows, NULL);
+    double worst = 0;
+    for (int r = 0; r < rows; r++) worst = fmax(worst, fabs((double)g1[r] - g2[r]) / mmbt_ulp(g2[r]));
+    check(worst <= 2.0, "    fused %dx%d K %d: the norm kernel's output row norms = mmb_row_norms' of the stored tensor within %.0f ulp", rows, F, K, worst);
+    const float c = mmb_factor(K);
+    int* flag = (int*)dalloc_raw(2, 4);
+    const MmbFused mb = {xn, nw, nw + F, c, flag, flag + 1};
+    auto run = [&]() {
+        cudaCheck(cudaMemset(flag, 0, 2 * sizeof(int)));
+        swiglu_forward(act, prod, gu, gu + F, rows, F, O, g_s, ew_dup_none(), &mb);
+        int f[2] = {0, 0};
+        cudaCheck(cudaDeviceSynchronize());
+        cudaCheck(cudaMemcpy(f, flag, sizeof(f), cudaMemcpyDeviceToHost));
+        return (f[0] != 0) | (f[1] != 0) << 1;
+    };
+    swiglu_forward(act0, prod0, gu, gu + F, rows, F, O, g_s);
+    const int clean = run();
+    uint16_t *a0 = dl_bits(act0, (size_t)rows * F), *p0 = dl_bits(prod0, (size_t)rows * F), *a1 = dl_bits(act, (size_t)rows * F),
+             *p1 = dl_bits(prod, (size_t)rows * F);
+    const int same = !memcmp(a0, a1, (size_t)rows * F * 2) && !memcmp(p0, p1, (size_t)rows * F * 2);
+    check(clean == 0 && same, "    fused %dx%d K %d: clean flags %d (want 0), act and prod the plain kernel's: %s", rows, F, K, clean, same ? "yes" : "NO");
+    float *rx = dl_f32(xn, rows, NULL), *rw = dl_f32(nw, O, NULL);
+    const int pr[3] = {0, rows / 2, rows - 1}, pc[3] = {0, F / 2, F - 1};
+    int flagged = 0, quiet = 0;
+    for (int half = 0; half < 2; half++)
+        for (int q = 0; q < 3; q++) {
+            const size_t i = (size_t)pr[q] * O + half * F + pc[q];
+            const uint16_t keep = mmbt_get16(gu, i);
+            const float b = rx[pr[q]] * rw[half * F + pc[q]] * c + MMB_ABS, up = b * 1.01f, dn = b * 0.99f;
+            uint32_t ub, db;
+            memcpy(&ub, &up, 4); memcpy(&db, &dn, 4);
+            const uint16_t over[4] = {(uint16_t)((ub >> 16) + 1), (uint16_t)(((ub >> 16) + 1) | 0x8000), 0x7fc0, 0x7f80};
+            for (int k = 0; k < 4; k++) { mmbt_set16(gu, i, over[k]); flagged += run() == 1 << half; }
+            mmbt_set16(gu, i, (uint16_t)(db >> 16));
+            quiet += run() == 0;
+            mmbt_set16(gu, i, keep);
+        }
+    check(flagged == 24 && quiet == 6, "    fused %dx%d K %d: over the bound in gate / up at 3 places: %d of 24 set their own flag only; 1%% under: %d of 6 quiet",
+          rows, F, K, flagged, quiet);
+    /* down: y = prod Wd^T [rows, K], its check inside residual_rmsnorm_forward(a + y), the product's norms from SwiGLU */
+    float *pn = d_f32_poison(rows), *pn2 = d_f32_poison(rows), *nwd = d_f32_poison(K);
+    const MmbFused mbx = {xn, nw, nw + F, c, flag, flag + 1, pn};
+    cudaCheck(cudaMemset(flag, 0, 2 * sizeof(int)));
+    swiglu_forward(act, prod, gu, gu + F, rows, F, O, g_s, ew_dup_none(), &mbx);
+    mmb_row_norms(pn2, prod, rows, F, F, g_s);
+    float *hd = h_normal((size_t)K * F, 1.0, 0.0, 1), *ha = h_normal((size_t)rows * K, 1.0, 0.0, 1);
+    bf16 *wd = d_bf16(hd, (size_t)K * F), *ra = d_bf16(ha, (size_t)rows * K), *y = d_bf16_poison((size_t)rows * K);
+    mmb_row_norms(nwd, wd, K, F, F, g_s);
+    linear_forward(y, prod, wd, rows, F, K, g_s);
+    float *q1 = dl_f32(pn, rows, NULL), *q2 = dl_f32(pn2, rows, NULL);
+    worst = 0;
+    for (int r = 0; r < rows; r++) worst = fmax(worst, fabs((double)q1[r] - q2[r]) / mmbt_ulp(q2[r]));
+    bf16 *rs0 = d_bf16_poison((size_t)rows * K), *o0 = d_bf16_poison((size_t)rows * K), *rs1 = d_bf16_poison((size_t)rows * K),
+         *o1 = d_bf16_poison((size_t)rows * K);
+    float *m0 = d_f32_poison(rows), *m1 = d_f32_poison(rows);
+    const float cd = mmb_factor(F);
+    const MmbFused mbd = {pn, nwd, NULL, cd, flag, NULL, NULL};
+    residual_rmsnorm_forward(rs0, o0, m0, ra, y, NULL, rows, K, 1e-5f, g_s);
+    auto rund = [&]() {
+        cudaCheck(cudaMemset(flag, 0, 2 * sizeof(int)));
+        residual_rmsnorm_forward(rs1, o1, m1, ra, y, NULL, rows, K, 1e-5f, g_s, ew_dup_none(), NULL, &mbd);
+        int f[2] = {0, 0};
+        cudaCheck(cudaDeviceSynchronize());
+        cudaCheck(cudaMemcpy(f, flag, sizeof(f), cudaMemcpyDeviceToHost));
+        return (f[0] != 0) | (f[1] != 0) << 1;
+    };
+    const int dclean = rund();
+    uint16_t *r0b = dl_bits(rs0, (size_t)rows * K), *r1b = dl_bits(rs1, (size_t)rows * K), *o0b = dl_bits(o0, (size_t)rows * K),
+             *o1b = dl_bits(o1, (size_t)rows * K);
+    float *m0h = dl_f32(m0, rows, NULL), *m1h = dl_f32(m1, rows, NULL);
+    const int dsame = !memcmp(r0b, r1b, (size_t)rows * K * 2) && !memcmp(o0b, o1b, (size_t)rows * K * 2) && !memcmp(m0h, m1h, (size_t)rows * 4);
+    check(worst <= 2.0 && dclean == 0 && dsame, "    fused down %dx%d K %d: the product's row norms within %.0f ulp; clean flags %d (want 0); resid, out, ms the plain kernel's: %s",
+          rows, K, F, worst, dclean, dsame ? "yes" : "NO");
+    float *rpn = dl_f32(pn, rows, NULL), *rwd = dl_f32(nwd, K, NULL);
+    const int dr[3] = {0, rows / 2, rows - 1}, dc[3] = {0, K / 2, K - 1};
+    int dflag = 0, dquiet = 0;
+    for (int q = 0; q < 3; q++) {
+        const size_t i = (size_t)dr[q] * K + dc[q];
+        const uint16_t keep = mmbt_get16(y, i);
+        const float bnd = rpn[dr[q]] * rwd[dc[q]] * cd + MMB_ABS, up = bnd * 1.01f, dn = bnd * 0.99f;
+        uint32_t ub, db;
+        memcpy(&ub, &up, 4); memcpy(&db, &dn, 4);
+        const uint16_t over[4] = {(uint16_t)((ub >> 16) + 1), (uint16_t)(((ub >> 16) + 1) | 0x8000), 0x7fc0, 0x7f80};
+        for (int k = 0; k < 4; k++) { mmbt_set16(y, i, over[k]); dflag += rund() == 1; }
+        mmbt_set16(y, i, (uint16_t)(db >> 16));
+        dquiet += rund() == 0;
+        mmbt_set16(y, i, keep);
+    }
+    check(dflag == 12 && dquiet == 3, "    fused down %dx%d K %d: over the bound at 3 places: %d of 12 flagged; 1%% under: %d of 3 quiet", rows, K, F, dflag, dquiet);
+    FREE_ALL(hw, hx, g1, g2, a0, p0, a1, p1, rx, rw, hd, ha, q1, q2, r0b, r1b, o0b, o1b, m0h, m1h, rpn, rwd);
+}
 static void test_mmb_bound(void) {
     printf("matrix-product output bounds (llmc/sdc/bound.cuh, -protect bound): the CPU's norms, quiet on the GEMM's outputs, planted values flagged\n");
     mmbt_case(37, 24, 64);
     mmbt_case(29, 19, 300);   /* scalar path; K > the block: the input norm's threads stride */
+    mmbt_fused(37, 64, 96);   /* the gate/up check inside SwiGLU's forward, 16-byte path */
+    mmbt_fused(9, 37, 100);   /* scalar path */
     dfree_all();
 }

@@ -139,6 +139,22 @@ static void test_strided(void) {
         rope_backward(dk1 + qd, ld, g, dcs, dsn, B, T, KV, hd, c->rope_style, g_s);
         rope_backward(dk2, kd, g, dcs, dsn, B, T, KV, hd, c->rope_style, g_s);
         check_view("rope_backward into the k view", dk1, N, ld, qd, kd, dk2, hpoison);
+        {   /* rope_qk: q and k in one launch, forward (with and without fingerprints) and backward, the bits of two */
+            bf16 *oq = d_bf16_poison((size_t)N * qd), *ok = d_bf16_poison((size_t)N * kd);
+            unsigned long long* a2 = (unsigned long long*)d_f32_poison(2 * FP_WORDS * 2);
+            cudaCheck(cudaMemset(a2, 0, 2 * FP_WORDS * sizeof(unsigned long long)));
+            rope_qk(oq, ok, qkv, qkv + qd, ld, ld, dcs, dsn, B, T, H, KV, hd, c->rope_style, false, NULL, NULL, g_s);
+            check_same16("rope_qk forward: q", oq, o2, (size_t)N * qd);
+            check_same16("rope_qk forward: k", ok, k2, (size_t)N * kd);
+            rope_qk(NULL, NULL, qkv, qkv + qd, ld, ld, dcs, dsn, B, T, H, KV, hd, c->rope_style, false, a2, a2 + FP_WORDS, g_s);
+            const Fingerprint gq = fingerprint_read(a2, g_s), gk = fingerprint_read(a2 + FP_WORDS, g_s);
+            check(fp_equal(gq, f2) && fp_equal(gk, f3), "    %-58s %s", "rope_qk fingerprints (q, k) = the single launches'",
+                  fp_equal(gq, f2) && fp_equal(gk, f3) ? "yes" : "NO");
+            bf16* dqk = d_raw16(hpoison, (size_t)N * ld);
+            rope_qk(dqk, dqk + qd, g, g, ld, ld, dcs, dsn, B, T, H, KV, hd, c->rope_style, true, NULL, NULL, g_s);
+            check_view("rope_qk backward: dq into the q view", dqk, N, ld, 0, qd, dv2, NULL);
+            check_view("rope_qk backward: dk into the k view", dqk, N, ld, qd, kd, dk2, NULL);
+        }
         free(hg);
     }
     {   /* the QK norm on the views: forward (strided in), backward (dx into the view, x strided, dw) */
@@ -461,4 +477,94 @@ static void test_fused_faults(const char* preset) {
     FREE_ALL(inp, tgt, gclean, cclean);
     cpu::model_free(cm);
     model_free(gm);
+}
+
+/* ------------------------------------------------- Qwen3's QK norm and RoPE in one kernel (qknorm_rope.cuh)
+ * The fused forward against the trainer's two kernels (rmsnorm_forward_ld on the view, then rope_forward_fp on its
+ * contiguous output): qn, ms and qr bitwise, and the fingerprint of qr, also from the fingerprint-only call (every
+ * output NULL), equal to the two kernels'; the fused backward's fingerprint (rope_qknorm_backward_fp) equal to the two
+ * kernels' (rope_backward, then rmsnorm_backward_ld with its fingerprint), for head_dim 16 to 128, both RoPE styles,
+ * a row count that leaves a warp partly idle, x as a view of a wider buffer. The sign of g's last element flipped
+ * changes the backward's fingerprint (the fused kernel reads every element).
+ * Catches: a RoPE partner taken from the wrong lane or half, cos / sin at the wrong position or head, the norm summed
+ * in another order than rmsnorm.cuh's lane groups (bits differ), the unrounded norm fed to RoPE, a row of the last
+ * warp skipped. */
+static void test_qknorm_rope(void) {
+    printf("Qwen3's QK norm + RoPE fused (llmc/cuda/qknorm_rope.cuh) vs rmsnorm_forward_ld + rope_forward / rope_backward + rmsnorm_backward_ld\n");
+    const Config* c = preset_find("tiny-qwen3");
+    const int hds[4] = {16, 32, 64, 128};
+    for (int hi = 0; hi < 4; hi++)
+        for (int style = ROPE_HF; style <= ROPE_NANOCHAT; style++) {
+            const int hd = hds[hi], B = 2, T = 13, nh = 3, N = B * T, ld = nh * hd + 16, qd = nh * hd, half = hd / 2;
+            Config cc = *c;
+            cc.head_dim = hd;
+            float *cs = h_alloc((size_t)T * half), *sn = h_alloc((size_t)T * half);
+            rope_tables(&cc, T, cs, sn);
+            float *dcs = d_f32(cs, (size_t)T * half), *dsn = d_f32(sn, (size_t)T * half);
+            uint16_t *hx = h_bits((size_t)N * ld, 1.0), *hw = h_bits(hd, 0.5), *hg = h_bits((size_t)N * qd, 1.0);
+            bf16 *x = d_raw16(hx, (size_t)N * ld), *w = d_raw16(hw, hd), *g = d_raw16(hg, (size_t)N * qd);
+            bf16 *qn1 = d_bf16_poison((size_t)N * qd), *qr1 = d_bf16_poison((size_t)N * qd), *qn2 = d_bf16_poison((size_t)N * qd),
+                 *qr2 = d_bf16_poison((size_t)N * qd), *g2 = d_bf16_poison((size_t)N * qd);
+            float *ms1 = d_f32_poison((size_t)N * nh), *ms2 = d_f32_poison((size_t)N * nh);
+            unsigned long long* acc = (unsigned long long*)d_f32_poison(5 * FP_WORDS * 2);
+            cudaCheck(cudaMemset(acc, 0, 5 * FP_WORDS * sizeof(unsigned long long)));
+            unsigned long long *a1 = acc, *a2 = acc + FP_WORDS, *a3 = acc + 2 * FP_WORDS, *b1 = acc + 3 * FP_WORDS, *b2 = acc + 4 * FP_WORDS;
+            const bf16* xv = x + 8;   /* the view: columns 8 .. 8 + qd of each [ld] row */
+            qknorm_rope_forward(qn1, ms1, qr1, xv, ld, w, B, T, nh, hd, 1e-6f, dcs, dsn, style, a1, g_s);
+            qknorm_rope_forward(NULL, NULL, NULL, xv, ld, w, B, T, nh, hd, 1e-6f, dcs, dsn, style, a3, g_s);
+            rmsnorm_forward_ld(qn2, ms2, xv, ld, w, N, nh, hd, 1e-6f, g_s);
+            rope_forward_fp(qr2, qn2, qd, dcs, dsn, B, T, nh, hd, style, a2, g_s);
+            char what[96];
+            snprintf(what, sizeof(what), "hd %d %s: qn", hd, style == ROPE_HF ? "HF" : "nanochat");
+            int ok = check_same16(what, qn1, qn2, (size_t)N * qd);
+            snprintf(what, sizeof(what), "hd %d %s: ms", hd, style == ROPE_HF ? "HF" : "nanochat");
+            ok &= check_same32(what, ms1, ms2, (size_t)N * nh);
+            snprintf(what, sizeof(what), "hd %d %s: qr", hd, style == ROPE_HF ? "HF" : "nanochat");
+            ok &= check_same16(what, qr1, qr2, (size_t)N * qd);
+            const Fingerprint f1 = fingerprint_read(a1, g_s), f2 = fingerprint_read(a2, g_s), f3 = fingerprint_read(a3, g_s);
+            check(fp_equal(f1, f2) && fp_equal(f3, f2), "    %-58s fused %s, fingerprint-only %s", "  forward fingerprints = the two kernels'",
+                  fp_equal(f1, f2) ? "yes" : "NO", fp_equal(f3, f2) ? "yes" : "NO");
+            rope_qknorm_backward_fp(g, xv, ld, w, ms2, B, T, nh, hd, 1e-6f, dcs, dsn, style, b1, g_s);
+            rope_backward(g2, qd, g, dcs, dsn, B, T, nh, hd, style, g_s);
+            rmsnorm_backward_ld(NULL, NULL, g2, xv, ld, w, ms2, N, nh, hd, 1e-6f, 0, 0, g_s, b2);
+            const Fingerprint e1 = fingerprint_read(b1, g_s), e2 = fingerprint_read(b2, g_s);
+            uint16_t one = hg[(size_t)N * qd - 1] ^ 0x8000u;   /* the last element of g, its sign (a low mantissa bit may round away) */
+            cudaCheck(cudaMemcpy((uint16_t*)g + (size_t)N * qd - 1, &one, 2, cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemset(b1, 0, FP_WORDS * sizeof(unsigned long long)));
+            rope_qknorm_backward_fp(g, xv, ld, w, ms2, B, T, nh, hd, 1e-6f, dcs, dsn, style, b1, g_s);
+            const Fingerprint e3 = fingerprint_read(b1, g_s);
+            check(fp_equal(e1, e2) && !fp_equal(e3, e2), "    %-58s %s; the sign of g's last element changes it: %s", "  backward fingerprint = the two kernels'",
+                  fp_equal(e1, e2) ? "yes" : "NO", !fp_equal(e3, e2) ? "yes" : "NO");
+            {   /* Q (nh heads) and K (2 heads of the same view, its own weight) in one launch: each as its single launch */
+                const int nk = 2;
+                uint16_t* hw2 = h_bits(hd, 0.5);
+                bf16 *w2 = d_raw16(hw2, hd), *kn1 = d_bf16_poison((size_t)N * nk * hd), *kr1 = d_bf16_poison((size_t)N * nk * hd),
+                     *kn2 = d_bf16_poison((size_t)N * nk * hd), *kr2 = d_bf16_poison((size_t)N * nk * hd), *qn3 = d_bf16_poison((size_t)N * qd),
+                     *qr3 = d_bf16_poison((size_t)N * qd);
+                float *kms1 = d_f32_poison((size_t)N * nk), *kms2 = d_f32_poison((size_t)N * nk), *qms3 = d_f32_poison((size_t)N * nh);
+                unsigned long long* acc2 = (unsigned long long*)d_f32_poison(6 * FP_WORDS * 2);
+                cudaCheck(cudaMemset(acc2, 0, 6 * FP_WORDS * sizeof(unsigned long long)));
+                unsigned long long *c0 = acc2, *c1 = acc2 + FP_WORDS, *c2 = acc2 + 2 * FP_WORDS, *c3 = acc2 + 3 * FP_WORDS, *c4 = acc2 + 4 * FP_WORDS,
+                                   *c5 = acc2 + 5 * FP_WORDS;
+                qknorm_rope_forward_qk(qn3, qms3, qr3, kn1, kms1, kr1, xv, xv, ld, w, w2, B, T, nh, nk, hd, 1e-6f, dcs, dsn, style, c0, c1, g_s);
+                qknorm_rope_forward(kn2, kms2, kr2, xv, ld, w2, B, T, nk, hd, 1e-6f, dcs, dsn, style, c2, g_s);
+                snprintf(what, sizeof(what), "hd %d %s: q and k in one launch", hd, style == ROPE_HF ? "HF" : "nanochat");
+                check_same16(what, qr3, qr1, (size_t)N * qd);
+                check_same16(what, qn3, qn1, (size_t)N * qd);
+                check_same32(what, qms3, ms1, (size_t)N * nh);
+                check_same16(what, kr1, kr2, (size_t)N * nk * hd);
+                check_same16(what, kn1, kn2, (size_t)N * nk * hd);
+                check_same32(what, kms1, kms2, (size_t)N * nk);
+                rope_qknorm_backward_fp_qk(g, g, xv, xv, ld, w, w2, ms2, kms2, B, T, nh, nk, hd, 1e-6f, dcs, dsn, style, c3, c4, g_s);
+                rope_qknorm_backward_fp(g, xv, ld, w2, kms2, B, T, nk, hd, 1e-6f, dcs, dsn, style, c5, g_s);
+                const Fingerprint h0 = fingerprint_read(c0, g_s), h1 = fingerprint_read(c1, g_s), h2 = fingerprint_read(c2, g_s);
+                const Fingerprint h3 = fingerprint_read(c3, g_s), h4 = fingerprint_read(c4, g_s), h5 = fingerprint_read(c5, g_s);
+                const int fok = fp_equal(h0, f1) && fp_equal(h1, h2) && fp_equal(h3, e3) && fp_equal(h4, h5);
+                check(fok, "    %-58s %s", "  q and k in one launch: the four fingerprints = the single launches'", fok ? "yes" : "NO");
+                free(hw2);
+            }
+            (void)ok;
+            FREE_ALL(cs, sn, hx, hw, hg);
+            dfree_all();
+        }
 }

@@ -173,6 +173,22 @@ static void test_rmsnorm(void) {
             Written wa;
             float *a1 = dl_f32(w1p, C, NULL), *a2 = dl_f32(w2p, C, &wa);
             compare("backward dw, accumulate_dw 0 over poison == += into zeros", a2, a1, C, tol_bitwise(0), &wa);
+            {   /* the one-launch dw (the last block of a column block sums the chunks) == the two-kernel form, bitwise */
+                const int col_blocks = CEIL_DIV(C, RMSNORM_DW_TX);
+                int target = 2048 / col_blocks;
+                if (target < 1) target = 1;
+                int R = CEIL_DIV(rows, target);
+                if (R < 128) R = 128;
+                const int nchunks = CEIL_DIV(rows, R);
+                float *part = d_f32_poison((size_t)nchunks * C), *w3p = d_f32(zeros, C);
+                const dim3 blk(RMSNORM_DW_TX, RMSNORM_DW_TY);
+                rmsnorm_dw_partial_kernel<<<dim3(col_blocks, nchunks), blk, 0, g_s>>>(part, dg, dx, dms2, rows, C, 1, (size_t)C, eps, R, NULL, 0, NULL);
+                rmsnorm_dw_sum_kernel<<<col_blocks, blk, 0, g_s>>>(w3p, part, nchunks, C, 1);
+                cudaCheck(cudaGetLastError());
+                float* a3 = dl_f32(w3p, C, NULL);
+                compare("backward dw: one launch == partials + the sum kernel", a1, a3, C, tol_bitwise(0), NULL);
+                free(a3);
+            }
             FREE_ALL(g, zeros, a1, a2);
         }
         /* backward: both sides get the CPU's ms, so only the kernel's own arithmetic is compared */

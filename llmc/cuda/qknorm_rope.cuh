@@ -1,0 +1,231 @@
+/* qknorm_rope.cuh: Qwen3's QK norm (a weighted RMSNorm over each head, before RoPE) and RoPE in one pass, forward and
+ * (fingerprint-only) backward, with the same bits as the two kernels they fuse (rmsnorm.cuh, rope.cuh).
+ *
+ * Forward, per row r = (token n, head h) of x (the q or k view of the fused projection output, row stride ldx):
+ *   qn = bf16(w * (x * rstd)),  rstd = 1 / sqrtf(ms + eps),  ms = mean x^2   (rmsnorm_forward_ld's expressions and sum)
+ *   qr = bf16(rope(qn))                                                       (rope_forward's rope_rotate_pair)
+ * Backward (the gradient of q_proj's output from the gradient of RoPE's output g, the saved ms and x):
+ *   gn = bf16(rope^-1(g))                                                     (rope_backward: sin negated, rounded as stored)
+ *   dx = bf16((w gn) rstd - x (sum_i (w gn)_i x_i / C) rstd^3)                (rmsnorm_backward_ld's dx, not accumulating)
+ * Parallelism: the head's C = hd values in L = hd / 8 lanes, one 8-element pack each (the lane groups of rmsnorm.cuh
+ * for C = 8 L: the same packs, the same per-lane order, the same xor butterfly, so the norm's sums have its bits);
+ * RoPE pairs dimension i with i + hd/2, which lives in lane l ^ (L/2): one xor shuffle of the 8 values a lane
+ * (both lanes compute rope_rotate_pair on the same pair and keep their half, as rope_kernel's one thread does).
+ * Supported where hd is 16, 32, 64, 128 or 256 and the 16-byte path holds (ldx a multiple of 8, pointers aligned):
+ * qknorm_rope_ok; elsewhere the trainer runs the two kernels.
+ * Uses: the forward writes qn (the q_norm / k_norm site, the trace), ms and qr, qr's Q/K fingerprint into fp
+ * (-protect qk); with every output NULL it only fingerprints (the recomputation of -protect qk). The backward only
+ * fingerprints dx (-protect qk_bwd's recomputation of the q_proj / k_proj gradients: nothing is written). The _qk
+ * launchers run Q's rows and then K's in one launch (each its own outputs, weight and fingerprint).
+ * Accounting (ew_account, COST_NORM): the forward 4 + 6 FLOPs an element (+4 integer operations with a fingerprint),
+ * the backward 7 + 6 + 4; bytes: x (g, x, ms) and w, the tables once, what is written. */
+#ifndef TSDC_QKNORM_ROPE_CUH
+#define TSDC_QKNORM_ROPE_CUH
+
+#include "cuda_common.cuh"
+#include "convert.cuh"
+#include "rmsnorm.cuh"
+#include "rope.cuh"
+#include "../sdc/fingerprint.cuh"
+
+static inline bool qknorm_rope_ok(int hd, int ldx, const void* x, const void* w) {
+    return (hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256) && ldx % 8 == 0 && ptr_aligned(x, 16) && ptr_aligned(w, 16);
+}
+
+/* the partner lane's 8 values (lane ^ m: the other half of the head) */
+__device__ __forceinline__ void qknr_swap8(float o[8], const float v[8], int m) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) o[j] = __shfl_xor_sync(0xffffffffu, v[j], m);
+}
+
+/* one tensor of a launch: the forward's x (a view, row stride ldx), w, outputs qn, ms, qr (each NULL: not written), the
+ * backward's g (contiguous) and saved ms_in; rows = B T nh; fp its fingerprint accumulator (NULL: none) */
+struct QknrT {
+    bf16 *qn, *qr;
+    float* ms;
+    const bf16 *x, *w, *g;
+    const float* ms_in;
+    size_t ldx;
+    int rows, nh;
+    unsigned long long* fp;
+};
+
+/* one thread a lane of a row's group; the rows of t0 then t1 (Q and K in one launch) grid-strided a warp at a time
+ * (every lane reaches the shuffles; a warp may hold rows of both tensors: its lane groups are independent) */
+__global__ static void qknorm_rope_forward_kernel(QknrT t0, QknrT t1, int C, float eps, const float* cos_t, const float* sin_t, int T,
+                                                  int style) {
+    Fingerprint f0 = {0, 0}, f1 = {0, 0};
+    const int L = C / 8, half = C / 2, rows = t0.rows + t1.rows;
+    const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
+    const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
+    for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
+        const int grow = base + lane / L;
+        const bool valid = grow < rows, second = valid && grow >= t0.rows;   /* an idle lane reads t0's row 0 */
+        const QknrT& tt = second ? t1 : t0;
+        const int row = second ? grow - t0.rows : grow;
+        const int n = valid ? row / tt.nh : 0, h = valid ? row % tt.nh : 0, t = n % T;
+        float f[8];
+        load8_f32(f, tt.x + (size_t)n * tt.ldx + (size_t)h * C + gl * 8, 8, true, 0.0f);
+        if (!valid)
+#pragma unroll
+            for (int j = 0; j < 8; j++) f[j] = 0.0f;
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc += f[j] * f[j];
+        const float m = rmsnorm_group_sum(acc, L) / C;
+        const float rstd = 1.0f / sqrtf(m + eps);
+        rmsnorm_scale8(f, tt.w, gl * 8, 8, true, rstd);
+        float nb[8], other[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) nb[j] = __bfloat162float(__float2bfloat16_rn(f[j]));   /* qn as stored */
+        qknr_swap8(other, nb, L / 2);
+        if (!valid) continue;
+        if (gl == 0 && tt.ms) tt.ms[row] = m;
+        const size_t ro = (size_t)row * C + gl * 8;
+        if (tt.qn) store8_bf16(tt.qn + ro, nb, 8, true);
+        const bool lo = gl < L / 2;
+        float y[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int i = (gl & (L / 2 - 1)) * 8 + j;   /* the pair's first-half dimension */
+            float y1, y2;
+            rope_rotate_pair(style, lo ? nb[j] : other[j], lo ? other[j] : nb[j], cos_t[t * half + i], sin_t[t * half + i], &y1, &y2);
+            y[j] = lo ? y1 : y2;
+        }
+        if (tt.qr) store8_bf16(tt.qr + ro, y, 8, true);
+        if (tt.fp)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                fp_add(second ? &f1 : &f0, (uint64_t)ro + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(y[j])), 16);
+    }
+    if (t0.fp) fp_block_reduce(f0, t0.fp);
+    if (t1.fp) {
+        __syncthreads();   /* fp_block_reduce's shared arrays are read again */
+        fp_block_reduce(f1, t1.fp);
+    }
+}
+
+/* the backward, fingerprint-only: per row of t0 then t1, gn = bf16(rope^-1(g)), dx of the QK norm from gn, x, ms_in */
+__global__ static void rope_qknorm_backward_fp_kernel(QknrT t0, QknrT t1, int C, float eps, const float* cos_t, const float* sin_t, int T,
+                                                      int style) {
+    Fingerprint f0 = {0, 0}, f1 = {0, 0};
+    const int L = C / 8, half = C / 2, rows = t0.rows + t1.rows;
+    const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
+    const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
+    for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
+        const int grow = base + lane / L;
+        const bool valid = grow < rows, second = valid && grow >= t0.rows;   /* an idle lane reads t0's row 0 */
+        const QknrT& tt = second ? t1 : t0;
+        const int row = valid ? (second ? grow - t0.rows : grow) : 0;
+        const int n = row / tt.nh, h = row % tt.nh, t = n % T;
+        const size_t ro = (size_t)row * C + gl * 8;
+        float gv[8], other[8], gn[8], xv[8], wv[8];
+        load8_f32(gv, tt.g + ro, 8, true, 0.0f);
+        load8_f32(xv, tt.x + (size_t)n * tt.ldx + (size_t)h * C + gl * 8, 8, true, 0.0f);
+        load8_f32(wv, tt.w + gl * 8, 8, true, 0.0f);
+        qknr_swap8(other, gv, L / 2);
+        const bool lo = gl < L / 2;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {   /* RoPE's backward (sin negated), rounded as rope_backward stores it */
+            const int i = (gl & (L / 2 - 1)) * 8 + j;
+            float y1, y2;
+            rope_rotate_pair(style, lo ? gv[j] : other[j], lo ? other[j] : gv[j], cos_t[t * half + i], -sin_t[t * half + i], &y1, &y2);
+            gn[j] = __bfloat162float(__float2bfloat16_rn(lo ? y1 : y2));
+        }
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            gn[j] = wv[j] * gn[j];
+            acc += gn[j] * xv[j];
+        }
+        if (!valid) acc = 0.0f;
+        const float dot = rmsnorm_group_sum(acc, L);
+        if (!valid) continue;
+        const float rstd = 1.0f / sqrtf(tt.ms_in[row] + eps);
+        const float coef = dot / C * rstd * rstd * rstd;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            fp_add(second ? &f1 : &f0, (uint64_t)ro + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(gn[j] * rstd - xv[j] * coef)), 16);
+    }
+    fp_block_reduce(f0, t0.fp);
+    if (t1.rows) {
+        __syncthreads();
+        fp_block_reduce(f1, t1.fp);
+    }
+}
+
+static int qknorm_rope_grid(int rows, int C) {
+    int g = rmsnorm_grid(rows, C / 8);
+    return g > FP_MAX_GRID ? FP_MAX_GRID : g;
+}
+static QknrT qknr_tensor(bf16* qn, float* ms, bf16* qr, const bf16* x, int ldx, const bf16* w, const bf16* g, const float* ms_in, int rows,
+                         int nh, unsigned long long* fp) {
+    QknrT t = {qn, qr, ms, x, w, g, ms_in, (size_t)ldx, rows, nh, fp};
+    return t;
+}
+static void qknr_check(const char* who, int C, int ldx, const void* x, const void* w, const void* o1, const void* o2) {
+    if (!qknorm_rope_ok(C, ldx, x, w) || (o1 && !ptr_aligned(o1, 16)) || (o2 && !ptr_aligned(o2, 16)))
+        tsdc_fail("%s: head_dim %d, row stride %d or alignment not supported (qknorm_rope_ok)", who, C, ldx);
+}
+static void qknorm_rope_launch(const QknrT& t0, const QknrT& t1, int T, int C, float eps, const float* cos, const float* sin, int style,
+                               cudaStream_t stream) {
+    const int rows = t0.rows + t1.rows;
+    if (rows <= 0) return;
+    const int grid = qknorm_rope_grid(rows, C);
+    qknorm_rope_forward_kernel<<<grid, RMSNORM_BLOCK, 0, stream>>>(t0, t1, C, eps, cos, sin, T, style);
+    cudaCheck(cudaGetLastError());
+    const size_t n = (size_t)rows * C, n0 = (size_t)t0.rows * C, n1 = (size_t)t1.rows * C;
+    const size_t written = (t0.qn ? n0 * 2 : 0) + (t0.ms ? (size_t)t0.rows * 4 : 0) + (t0.qr ? n0 * 2 : 0) + (t1.qn ? n1 * 2 : 0) +
+                           (t1.ms ? (size_t)t1.rows * 4 : 0) + (t1.qr ? n1 * 2 : 0);
+    ew_account(COST_NORM, "qknorm_rope_forward_kernel", grid, 10.0 * n + (t0.fp ? 4.0 * n : 0.0),
+               n * 2 + (size_t)C * 2 * (t1.rows ? 2 : 1) + rope_table_bytes(T, C), written);
+}
+/* qn [N*nh, C] and ms [N*nh] (each NULL: not written) = rmsnorm of x (the view: row (n, h) at n * ldx + h * C), qr
+ * [N*nh, C] (NULL: not written) = rope(qn), qr's fingerprint into fp (NULL: none); qknorm_rope_ok must hold */
+static void qknorm_rope_forward(bf16* qn, float* ms, bf16* qr, const bf16* x, int ldx, const bf16* w, int B, int T, int nh, int C, float eps,
+                                const float* cos, const float* sin, int style, unsigned long long* fp, cudaStream_t stream) {
+    qknr_check("qknorm_rope_forward", C, ldx, x, w, qn, qr);
+    const QknrT none = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 1, NULL};
+    qknorm_rope_launch(qknr_tensor(qn, ms, qr, x, ldx, w, NULL, NULL, B * T * nh, nh, fp), none, T, C, eps, cos, sin, style, stream);
+}
+/* the same for Q (H heads, its norm's weight wq) and K (KV heads, wk) in one launch, each with its outputs and fingerprint */
+static void qknorm_rope_forward_qk(bf16* qn, float* qms, bf16* qr, bf16* kn, float* kms, bf16* kr, const bf16* q, const bf16* k, int ldx,
+                                   const bf16* wq, const bf16* wk, int B, int T, int H, int KV, int C, float eps, const float* cos,
+                                   const float* sin, int style, unsigned long long* fpq, unsigned long long* fpk, cudaStream_t stream) {
+    qknr_check("qknorm_rope_forward_qk", C, ldx, q, wq, qn, qr);
+    qknr_check("qknorm_rope_forward_qk", C, ldx, k, wk, kn, kr);
+    if ((fpq == NULL) != (fpk == NULL)) tsdc_fail("qknorm_rope_forward_qk: fingerprints for both Q and K or for neither");
+    qknorm_rope_launch(qknr_tensor(qn, qms, qr, q, ldx, wq, NULL, NULL, B * T * H, H, fpq), qknr_tensor(kn, kms, kr, k, ldx, wk, NULL, NULL, B * T * KV, KV, fpk),
+                       T, C, eps, cos, sin, style, stream);
+}
+/* the fingerprints of the QK norm's dx from the gradients of RoPE's output gq, gk (nothing written), Q and K in one
+ * launch: x, ms and w the forward's (q, k the views of row stride ldx) */
+static void rope_qknorm_backward_fp_qk(const bf16* gq, const bf16* gk, const bf16* q, const bf16* k, int ldx, const bf16* wq, const bf16* wk,
+                                       const float* qms, const float* kms, int B, int T, int H, int KV, int C, float eps, const float* cos,
+                                       const float* sin, int style, unsigned long long* fpq, unsigned long long* fpk, cudaStream_t stream) {
+    qknr_check("rope_qknorm_backward_fp_qk", C, ldx, q, wq, gq, NULL);
+    qknr_check("rope_qknorm_backward_fp_qk", C, ldx, k, wk, gk, NULL);
+    const QknrT tq = qknr_tensor(NULL, NULL, NULL, q, ldx, wq, gq, qms, B * T * H, H, fpq), tk = qknr_tensor(NULL, NULL, NULL, k, ldx, wk, gk, kms, B * T * KV, KV, fpk);
+    const int rows = tq.rows + tk.rows;
+    if (rows <= 0) return;
+    const int grid = qknorm_rope_grid(rows, C);
+    rope_qknorm_backward_fp_kernel<<<grid, RMSNORM_BLOCK, 0, stream>>>(tq, tk, C, eps, cos, sin, T, style);
+    cudaCheck(cudaGetLastError());
+    const size_t n = (size_t)rows * C;
+    ew_account(COST_NORM, "rope_qknorm_backward_fp_kernel", grid, 17.0 * n, n * 4 + (size_t)rows * 4 + (size_t)C * 4 + rope_table_bytes(T, C), 0);
+}
+/* one tensor alone (tests) */
+static void rope_qknorm_backward_fp(const bf16* g, const bf16* x, int ldx, const bf16* w, const float* ms, int B, int T, int nh, int C,
+                                    float eps, const float* cos, const float* sin, int style, unsigned long long* fp, cudaStream_t stream) {
+    qknr_check("rope_qknorm_backward_fp", C, ldx, x, w, g, NULL);
+    const QknrT t = qknr_tensor(NULL, NULL, NULL, x, ldx, w, g, ms, B * T * nh, nh, fp), none = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 1, NULL};
+    const int rows = t.rows;
+    if (rows <= 0) return;
+    const int grid = qknorm_rope_grid(rows, C);
+    rope_qknorm_backward_fp_kernel<<<grid, RMSNORM_BLOCK, 0, stream>>>(t, none, C, eps, cos, sin, T, style);
+    cudaCheck(cudaGetLastError());
+    const size_t n = (size_t)rows * C;
+    ew_account(COST_NORM, "rope_qknorm_backward_fp_kernel", grid, 17.0 * n, n * 4 + (size_t)rows * 4 + (size_t)C * 2 + rope_table_bytes(T, C), 0);
+}
+
+#endif
