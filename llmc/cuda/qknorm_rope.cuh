@@ -50,6 +50,24 @@ struct QknrT {
     unsigned long long* fp;
 };
 
+/* lane group row grow of a launch over t0's rows then t1's: which tensor, its row, token n, head h, position t (an idle
+ * lane, grow >= all rows, maps to t0's row 0: it reads valid memory and stores nothing) */
+struct QknrRow {
+    bool valid, second;
+    int row, n, h, t;
+};
+__device__ __forceinline__ QknrRow qknr_row(const QknrT& t0, const QknrT& t1, int grow, int T) {
+    QknrRow r;
+    r.valid = grow < t0.rows + t1.rows;
+    r.second = r.valid && grow >= t0.rows;
+    r.row = r.valid ? (r.second ? grow - t0.rows : grow) : 0;
+    const int nh = r.second ? t1.nh : t0.nh;
+    r.n = r.row / nh;
+    r.h = r.row % nh;
+    r.t = r.n % T;
+    return r;
+}
+
 /* one thread a lane of a row's group; the rows of t0 then t1 (Q and K in one launch) grid-strided a warp at a time
  * (every lane reaches the shuffles; a warp may hold rows of both tensors: its lane groups are independent) */
 __global__ static void qknorm_rope_forward_kernel(QknrT t0, QknrT t1, int C, float eps, const float* cos_t, const float* sin_t, int T,
@@ -59,11 +77,10 @@ __global__ static void qknorm_rope_forward_kernel(QknrT t0, QknrT t1, int C, flo
     const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
     const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
     for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
-        const int grow = base + lane / L;
-        const bool valid = grow < rows, second = valid && grow >= t0.rows;   /* an idle lane reads t0's row 0 */
+        const QknrRow R = qknr_row(t0, t1, base + lane / L, T);
+        const bool valid = R.valid, second = R.second;
         const QknrT& tt = second ? t1 : t0;
-        const int row = second ? grow - t0.rows : grow;
-        const int n = valid ? row / tt.nh : 0, h = valid ? row % tt.nh : 0, t = n % T;
+        const int row = R.row, n = R.n, h = R.h, t = R.t;
         float f[8];
         load8_f32(f, tt.x + (size_t)n * tt.ldx + (size_t)h * C + gl * 8, 8, true, 0.0f);
         if (!valid)
@@ -113,11 +130,10 @@ __global__ static void rope_qknorm_backward_fp_kernel(QknrT t0, QknrT t1, int C,
     const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
     const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
     for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
-        const int grow = base + lane / L;
-        const bool valid = grow < rows, second = valid && grow >= t0.rows;   /* an idle lane reads t0's row 0 */
+        const QknrRow R = qknr_row(t0, t1, base + lane / L, T);
+        const bool valid = R.valid, second = R.second;
         const QknrT& tt = second ? t1 : t0;
-        const int row = valid ? (second ? grow - t0.rows : grow) : 0;
-        const int n = row / tt.nh, h = row % tt.nh, t = n % T;
+        const int row = R.row, n = R.n, h = R.h, t = R.t;
         const size_t ro = (size_t)row * C + gl * 8;
         float gv[8], other[8], gn[8], xv[8], wv[8];
         load8_f32(gv, tt.g + ro, 8, true, 0.0f);
@@ -154,6 +170,7 @@ __global__ static void rope_qknorm_backward_fp_kernel(QknrT t0, QknrT t1, int C,
     }
 }
 
+static const QknrT QKNR_NONE = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 1, NULL};   /* no second tensor */
 static int qknorm_rope_grid(int rows, int C) {
     int g = rmsnorm_grid(rows, C / 8);
     return g > FP_MAX_GRID ? FP_MAX_GRID : g;
@@ -185,8 +202,7 @@ static void qknorm_rope_launch(const QknrT& t0, const QknrT& t1, int T, int C, f
 static void qknorm_rope_forward(bf16* qn, float* ms, bf16* qr, const bf16* x, int ldx, const bf16* w, int B, int T, int nh, int C, float eps,
                                 const float* cos, const float* sin, int style, unsigned long long* fp, cudaStream_t stream) {
     qknr_check("qknorm_rope_forward", C, ldx, x, w, qn, qr);
-    const QknrT none = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 1, NULL};
-    qknorm_rope_launch(qknr_tensor(qn, ms, qr, x, ldx, w, NULL, NULL, B * T * nh, nh, fp), none, T, C, eps, cos, sin, style, stream);
+    qknorm_rope_launch(qknr_tensor(qn, ms, qr, x, ldx, w, NULL, NULL, B * T * nh, nh, fp), QKNR_NONE, T, C, eps, cos, sin, style, stream);
 }
 /* the same for Q (H heads, its norm's weight wq) and K (KV heads, wk) in one launch, each with its outputs and fingerprint */
 static void qknorm_rope_forward_qk(bf16* qn, float* qms, bf16* qr, bf16* kn, float* kms, bf16* kr, const bf16* q, const bf16* k, int ldx,
@@ -198,6 +214,17 @@ static void qknorm_rope_forward_qk(bf16* qn, float* qms, bf16* qr, bf16* kn, flo
     qknorm_rope_launch(qknr_tensor(qn, qms, qr, q, ldx, wq, NULL, NULL, B * T * H, H, fpq), qknr_tensor(kn, kms, kr, k, ldx, wk, NULL, NULL, B * T * KV, KV, fpk),
                        T, C, eps, cos, sin, style, stream);
 }
+static void rope_qknorm_backward_launch(const QknrT& t0, const QknrT& t1, int T, int C, float eps, const float* cos, const float* sin,
+                                        int style, cudaStream_t stream) {
+    const int rows = t0.rows + t1.rows;
+    if (rows <= 0) return;
+    const int grid = qknorm_rope_grid(rows, C);
+    rope_qknorm_backward_fp_kernel<<<grid, RMSNORM_BLOCK, 0, stream>>>(t0, t1, C, eps, cos, sin, T, style);
+    cudaCheck(cudaGetLastError());
+    const size_t n = (size_t)rows * C;
+    ew_account(COST_NORM, "rope_qknorm_backward_fp_kernel", grid, 17.0 * n,
+               n * 4 + (size_t)rows * 4 + (size_t)C * 2 * (t1.rows ? 2 : 1) + rope_table_bytes(T, C), 0);   /* g, x, ms, w, the tables in */
+}
 /* the fingerprints of the QK norm's dx from the gradients of RoPE's output gq, gk (nothing written), Q and K in one
  * launch: x, ms and w the forward's (q, k the views of row stride ldx) */
 static void rope_qknorm_backward_fp_qk(const bf16* gq, const bf16* gk, const bf16* q, const bf16* k, int ldx, const bf16* wq, const bf16* wk,
@@ -205,27 +232,14 @@ static void rope_qknorm_backward_fp_qk(const bf16* gq, const bf16* gk, const bf1
                                        const float* sin, int style, unsigned long long* fpq, unsigned long long* fpk, cudaStream_t stream) {
     qknr_check("rope_qknorm_backward_fp_qk", C, ldx, q, wq, gq, NULL);
     qknr_check("rope_qknorm_backward_fp_qk", C, ldx, k, wk, gk, NULL);
-    const QknrT tq = qknr_tensor(NULL, NULL, NULL, q, ldx, wq, gq, qms, B * T * H, H, fpq), tk = qknr_tensor(NULL, NULL, NULL, k, ldx, wk, gk, kms, B * T * KV, KV, fpk);
-    const int rows = tq.rows + tk.rows;
-    if (rows <= 0) return;
-    const int grid = qknorm_rope_grid(rows, C);
-    rope_qknorm_backward_fp_kernel<<<grid, RMSNORM_BLOCK, 0, stream>>>(tq, tk, C, eps, cos, sin, T, style);
-    cudaCheck(cudaGetLastError());
-    const size_t n = (size_t)rows * C;
-    ew_account(COST_NORM, "rope_qknorm_backward_fp_kernel", grid, 17.0 * n, n * 4 + (size_t)rows * 4 + (size_t)C * 4 + rope_table_bytes(T, C), 0);
+    rope_qknorm_backward_launch(qknr_tensor(NULL, NULL, NULL, q, ldx, wq, gq, qms, B * T * H, H, fpq),
+                                qknr_tensor(NULL, NULL, NULL, k, ldx, wk, gk, kms, B * T * KV, KV, fpk), T, C, eps, cos, sin, style, stream);
 }
 /* one tensor alone (tests) */
 static void rope_qknorm_backward_fp(const bf16* g, const bf16* x, int ldx, const bf16* w, const float* ms, int B, int T, int nh, int C,
                                     float eps, const float* cos, const float* sin, int style, unsigned long long* fp, cudaStream_t stream) {
     qknr_check("rope_qknorm_backward_fp", C, ldx, x, w, g, NULL);
-    const QknrT t = qknr_tensor(NULL, NULL, NULL, x, ldx, w, g, ms, B * T * nh, nh, fp), none = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 1, NULL};
-    const int rows = t.rows;
-    if (rows <= 0) return;
-    const int grid = qknorm_rope_grid(rows, C);
-    rope_qknorm_backward_fp_kernel<<<grid, RMSNORM_BLOCK, 0, stream>>>(t, none, C, eps, cos, sin, T, style);
-    cudaCheck(cudaGetLastError());
-    const size_t n = (size_t)rows * C;
-    ew_account(COST_NORM, "rope_qknorm_backward_fp_kernel", grid, 17.0 * n, n * 4 + (size_t)rows * 4 + (size_t)C * 2 + rope_table_bytes(T, C), 0);
+    rope_qknorm_backward_launch(qknr_tensor(NULL, NULL, NULL, x, ldx, w, g, ms, B * T * nh, nh, fp), QKNR_NONE, T, C, eps, cos, sin, style, stream);
 }
 
 #endif
