@@ -201,6 +201,8 @@ typedef struct {
     float* mmb_wn;                       /* -protect bound: weight row norms [n_layer][kd + 2d + 2F] (device, allocated
                                             before the first forward's layer loop) */
     int mmb_wn_valid;                    /* mmb_wn is of the current weights (cleared by every change of them) */
+    MmbJob *mmb_jobs, *mmb_hjobs;        /* -protect bound: the weights' row-norm jobs (device, host), mmb_njobs of them */
+    int mmb_njobs;
     float* mmb_xn;                       /* -protect bound: the rows' norms of mlp_norm [B*T] as its kernel stored it, for
                                             the gate/up check fused into SwiGLU's forward (allocated with mmb_wn) */
     float* mmb_pn;                       /* ... and of SwiGLU's product [B*T] as it stored it, for down's check fused into
@@ -548,6 +550,7 @@ static void model_free(Model* model) {
     if (model->chkb_dev) cudaCheck(cudaFree(model->chkb_dev));
     if (model->qkb_scratch) cudaCheck(cudaFree(model->qkb_scratch));
     if (model->mmb_wn) { cudaCheck(cudaFree(model->mmb_wn)); cudaCheck(cudaFree(model->mmb_xn)); cudaCheck(cudaFree(model->mmb_pn)); }
+    if (model->mmb_jobs) { cudaCheck(cudaFree(model->mmb_jobs)); free(model->mmb_hjobs); }
     if (model->ew_dres) cudaCheck(cudaFree(model->ew_dres));
     cudaCheck(cudaFree(model->rep_dev)); cudaCheck(cudaFreeHost(model->rep_host));
     cudaCheck(cudaFree(model->ms_table));
@@ -793,15 +796,30 @@ static void mmb_prepare(Model* model, cudaStream_t s) {
         cudaCheck(cudaMalloc(&model->mmb_xn, sizeof(float) * (size_t)model->B * model->T));
         cudaCheck(cudaMalloc(&model->mmb_pn, sizeof(float) * (size_t)model->B * model->T));
     }
-    if (model->mmb_wn_valid) return;
-    const int swiglu = c->mlp == MLP_SWIGLU;
-    for (int l = 0; l < c->n_layer; l++) {
-        mmb_row_norms((float*)mmb_wnorms(model, l, MMB_V_PROJ), W(PT_WV, l), kd, d, d, s);
-        mmb_row_norms((float*)mmb_wnorms(model, l, MMB_O_PROJ), W(PT_WO, l), d, qd, qd, s);
-        mmb_row_norms((float*)mmb_wnorms(model, l, MMB_GATE_PROJ), W(swiglu ? PT_WGATE : PT_WFC, l), F, d, d, s);
-        if (swiglu) mmb_row_norms((float*)mmb_wnorms(model, l, MMB_UP_PROJ), W(PT_WUP, l), F, d, d, s);
-        mmb_row_norms((float*)mmb_wnorms(model, l, MMB_DOWN_PROJ), W(PT_WDOWN, l), d, F, F, s);
+    if (!model->mmb_jobs) {   /* the weights' row-norm jobs, every checked matrix of every layer (fixed pointers) */
+        const int swiglu = c->mlp == MLP_SWIGLU;
+        MmbJob* h = (MmbJob*)mallocCheck(sizeof(MmbJob) * 5 * (size_t)c->n_layer);
+        int n = 0;
+        long long first = 0;
+        auto add = [&](float* out, const bf16* x, int rows, int cols) {
+            h[n].out = out; h[n].x = x; h[n].rows = rows; h[n].cols = cols; h[n].ld = cols; h[n].first = first;
+            first += rows;
+            n++;
+        };
+        for (int l = 0; l < c->n_layer; l++) {
+            add((float*)mmb_wnorms(model, l, MMB_V_PROJ), W(PT_WV, l), kd, d);
+            add((float*)mmb_wnorms(model, l, MMB_O_PROJ), W(PT_WO, l), d, qd);
+            add((float*)mmb_wnorms(model, l, MMB_GATE_PROJ), W(swiglu ? PT_WGATE : PT_WFC, l), F, d);
+            if (swiglu) add((float*)mmb_wnorms(model, l, MMB_UP_PROJ), W(PT_WUP, l), F, d);
+            add((float*)mmb_wnorms(model, l, MMB_DOWN_PROJ), W(PT_WDOWN, l), d, F);
+        }
+        cudaCheck(cudaMalloc(&model->mmb_jobs, sizeof(MmbJob) * (size_t)n));
+        cudaCheck(cudaMemcpy(model->mmb_jobs, h, sizeof(MmbJob) * (size_t)n, cudaMemcpyHostToDevice));
+        model->mmb_hjobs = h;
+        model->mmb_njobs = n;
     }
+    if (model->mmb_wn_valid) return;
+    mmb_row_norms_jobs(model->mmb_jobs, model->mmb_hjobs, model->mmb_njobs, s);   /* every weight matrix, one launch */
     model->mmb_wn_valid = 1;
 }
 /* product slot s of layer l (slot s + 1 for the columns from split: gate and up in one launch): y [N, cols] (row

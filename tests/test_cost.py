@@ -97,7 +97,7 @@ def test_cost_only_step_is_the_real_steps_launch_sequence(tmp_path, shard):
     # -protect bound: one check launch per product (v, o) a layer a microbatch, gate and up inside SwiGLU's forward,
     # down inside the block's residual add and norm (their records read the input and weight norms), no input-norm launch
     assert sum(r["kernel"] == "mmb_check_kernel" and r["comp"] == "bound" for r in co) == L * 3 * 2
-    assert sum(r["kernel"] == "mmb_row_norms_kernel" for r in co) == L * 5   # the weights' norms, once in the step
+    assert sum(r["kernel"] == "mmb_row_norms_jobs_kernel" for r in co) == 1   # the weights' norms, once in the step, one launch
     # -protect qk's recomputation: one GEMM over [wq; wk] labelled qk, one a layer a microbatch
     assert sum(r["kernel"] == "cublasLtMatmul" and r["comp"] == "qk" for r in co) == L * 3
 

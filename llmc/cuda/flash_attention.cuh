@@ -77,7 +77,9 @@
  *             j g + sp g/nsplit .. in its own fp32 accumulators; nsplit 1 writes bf16 dk, dv directly,
  *             nsplit > 1 writes fp32 partials [nsplit][2][B,T,KV*hd] (workspace) that
  *             flash_attention_dkdv_sum_kernel adds in split order sp = 0, 1, ... (then * scale for dk)
- *             and rounds once. llama3.2-1b (H 32, KV 8, g 4, T 1024): B 1: 16 x 8 = 128 blocks unsplit,
+ *             and rounds once (inside the dk/dv kernel: the last of a key tile's nsplit blocks to finish adds them,
+             an integer counter after a __threadfence; the separate sum kernel remains for the tests, which hold the
+             two bitwise). llama3.2-1b (H 32, KV 8, g 4, T 1024): B 1: 16 x 8 = 128 blocks unsplit,
  *             nsplit 2 gives 256 < 264, so nsplit 4: 512 blocks (plus the sum pass over 2 x 4 MB of partials
  *             read 4 times); B >= 3: unsplit (B 8: 1024 blocks). qwen3-0.6b (g 2): B 1 nsplit 2, 256 blocks.
  *             The split depends on the shape (B, T, KV, g) only, never on the device, so the bits do too.
@@ -578,7 +580,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
 flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, float* __restrict__ part,
                                      const bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ D,
                                      const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v, int B, int T,
-                                     int H, int KV, int ldv, int nsplit, float scale, FlashPlant pl) {
+                                     int H, int KV, int ldv, int nsplit, float scale, FlashPlant pl, unsigned* done) {
     constexpr int BK = FlashTiles<HD>::DKV_BK, BQ = FlashTiles<HD>::DKV_BQ, LDS = FLASH_LDS(HD);
     constexpr int NB = BQ / 8, KS = BQ / 16, ND = HD / 8;
     static_assert(BK == 16 * FLASH_WARPS && BQ % 16 == 0, "dk/dv: tile shape");
@@ -680,7 +682,55 @@ flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ d
             }
         }
     }
+    if (nsplit == 1 || !done) return;
+    /* the head split's sum in the block that finishes last among the nsplit blocks of this (key tile, b, j): an integer
+     * counter after a __threadfence (the counter left at 0 again), then the partials of its BK keys added in split
+     * order, times scale for dk, rounded once: flash_attention_dkdv_sum_kernel's arithmetic, so its bits */
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    const size_t grp = (size_t)(blockIdx.x / ny) * ((size_t)B * KV) + (size_t)b * KV + j;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(done + grp, 1u) == (unsigned)(nsplit - 1);
+        if (last) done[grp] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const volatile float* vp = part;
+    const int nrow = min(BK, T - s0);
+    for (int e = threadIdx.x; e < nrow * (HD / 2); e += FLASH_THREADS) {
+        const int rr = e / (HD / 2), cc = (e % (HD / 2)) * 2;
+        const size_t off = ((size_t)b * T + s0 + rr) * ldk + (size_t)j * HD + cc;
+        float k0 = vp[off], k1 = vp[off + 1];
+        for (int q2 = 1; q2 < nsplit; q2++) { k0 += vp[(size_t)q2 * 2 * nel + off]; k1 += vp[(size_t)q2 * 2 * nel + off + 1]; }
+        *reinterpret_cast<uint32_t*>(dk + off) = pack_bf16x2(k0 * scale, k1 * scale);
+        if (DV) {
+            float v0 = vp[nel + off], v1 = vp[nel + off + 1];
+            for (int q2 = 1; q2 < nsplit; q2++) { v0 += vp[(size_t)q2 * 2 * nel + nel + off]; v1 += vp[(size_t)q2 * 2 * nel + nel + off + 1]; }
+            *reinterpret_cast<uint32_t*>(dv + ((size_t)b * T + s0 + rr) * ldv + (size_t)j * HD + cc) = pack_bf16x2(v0, v1);
+        }
+    }
 }
+/* the head split's counters (one a key tile, b and kv head): a device array kept across launches (each launch leaves
+ * them at 0), grown (zeroed) on first use; the stream order serialises the launches that share it */
+static unsigned* flash_dkdv_done(size_t groups) {
+    static unsigned* d = NULL;
+    static size_t n = 0;
+    if (groups > n) {
+        if (d) {
+            cudaCheck(cudaDeviceSynchronize());
+            cudaCheck(cudaFree(d));
+        }
+        cudaCheck(cudaMalloc(&d, sizeof(unsigned) * groups));
+        cudaCheck(cudaMemset(d, 0, sizeof(unsigned) * groups));
+        n = groups;
+    }
+    return d;
+}
+/* test-only: 1 runs the head split's sum as its own kernel (flash_attention_dkdv_sum_kernel), the form the one-launch
+ * sum must equal bitwise */
+static int g_flash_sum_kernel = 0;
 
 /* dk = bf16(scale sum_sp part[sp]), dv = bf16(sum_sp part[sp] + n), sp ascending; 4 elements a thread (dv NULL:
  * dk alone) */
@@ -807,18 +857,24 @@ static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16
                    (double)B * T * ((2 * H + 2 * KV) * HD * 2 + H * 8), (double)B * T * H * HD * 2);   /* q, dout, k, v, lse, D in; dq out */
     const unsigned gk = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::DKV_BK) * B * KV * nsplit);
     const int nout = dv ? 2 : 1;   /* dk and dv, or dk alone */
+    /* the head split's sum inside the kernel (the last block of each key tile's splits), unless a test asks for the
+     * separate sum kernel */
+    const bool one = nsplit > 1 && !g_flash_sum_kernel;
+    unsigned* done = one ? flash_dkdv_done((size_t)CEIL_DIV(T, (int)FlashTiles<HD>::DKV_BK) * B * KV) : NULL;
     if (dv)
         flash_attention_backward_dkdv_kernel<HD, true><<<gk, FLASH_THREADS, smk, stream>>>(dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV,
-                                                                                         ldv, nsplit, scale, pl);
+                                                                                         ldv, nsplit, scale, pl, done);
     else
         flash_attention_backward_dkdv_kernel<HD, false><<<gk, FLASH_THREADS, smk, stream>>>(dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV,
-                                                                                          ldv, nsplit, scale, pl);
+                                                                                          ldv, nsplit, scale, pl, done);
     cudaCheck(cudaGetLastError());
+    /* q, dout, lse, D, k, v (per split) in; dk, dv or the partials out; with the sum inside: the partials read back by
+     * the last blocks and dk, dv written too */
     launch_account(COST_ATTENTION, "flash_attention_backward_dkdv_kernel", COST_TC, gk,
-                   (dv ? 8.0 : 6.0) * HD * B * H * flash_pairs_cols(T, FlashTiles<HD>::DKV_BK, FlashTiles<HD>::DKV_BQ),
-                   (double)B * T * ((2 * H + 2 * nsplit * KV) * HD * 2 + H * 8),
-                   nsplit > 1 ? (double)nsplit * nout * nel * 4 : (double)nel * nout * 2);   /* q, dout, lse, D, k, v (per split) in; dk, dv or the partials out */
-    if (nsplit > 1) {
+                   (dv ? 8.0 : 6.0) * HD * B * H * flash_pairs_cols(T, FlashTiles<HD>::DKV_BK, FlashTiles<HD>::DKV_BQ) + (one ? (double)nsplit * nout * nel : 0.0),
+                   (double)B * T * ((2 * H + 2 * nsplit * KV) * HD * 2 + H * 8) + (one ? (double)nsplit * nout * nel * 4 : 0.0),
+                   nsplit > 1 ? (double)nsplit * nout * nel * 4 + (one ? (double)nel * nout * 2 : 0.0) : (double)nel * nout * 2);
+    if (nsplit > 1 && !one) {
         flash_attention_dkdv_sum_kernel<<<(unsigned)CEIL_DIV(nel / 4, (size_t)256), 256, 0, stream>>>(dk, dv, part, nel, KV * HD, ldv, nsplit,
                                                                                                        scale);
         cudaCheck(cudaGetLastError());

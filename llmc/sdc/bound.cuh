@@ -10,7 +10,8 @@
  *       mmb_factor(K) (host); the input rows' norms are reduced inside the check (no launch of their own); columns
  *       below split flag f0, the rest f1 (gate and up in one launch, two flags, as the CPU's two comparisons).
  * So a layer costs 4 check launches (v, o, gate/up, down; 3 with ReLU^2), one per product, besides the weights' norms
- * once a step. Order: the weight norms one warp a row, lane t summing x^2 in double over the columns t, t + 32, ...,
+ * once a step (mmb_row_norms_jobs: every weight matrix of every layer in one launch). The trainer checks gate, up and
+ * down inside the kernels that read them (MmbFused, bound.h), so on its clean path v and o have launches of their own. Order: the weight norms one warp a row, lane t summing x^2 in double over the columns t, t + 32, ...,
  * then the xor butterfly (fixed offsets); the input norms per block, thread t over t, t + 256, ..., the warps'
  * butterflies, then the 8 warp partials in order: the same bits every run, on any grid. The CPU sums in other orders,
  * so the two trainers' norms may differ in the last bits of the double sum, far inside the bound's slack (a norm is
@@ -41,6 +42,55 @@ __global__ static void mmb_row_norms_kernel(float* out, const bf16* x, int rows,
         for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
         if (lane == 0) out[r] = mmb_norm(ss);
     }
+}
+/* many row-norm jobs in one launch (the weights' norms of every checked product of every layer, once a step): job i
+ * writes out[r] for the rows r of x [rows, cols] (row stride ld); the rows of all jobs are numbered in job order
+ * (first: a job's first global row) and a warp takes one at a time, with mmb_row_norms_kernel's arithmetic and order */
+typedef struct {
+    float* out;
+    const bf16* x;
+    int rows, cols, ld;
+    long long first;
+} MmbJob;
+__global__ static void mmb_row_norms_jobs_kernel(const MmbJob* __restrict__ jobs, int njobs, long long total) {
+    const int lane = threadIdx.x & 31;
+    for (long long g = (long long)blockIdx.x * MMB_ROWS_PER_BLOCK + (threadIdx.x >> 5); g < total; g += (long long)gridDim.x * MMB_ROWS_PER_BLOCK) {
+        int lo = 0, hi = njobs - 1;   /* the job whose rows hold g: the last with first <= g */
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (jobs[mid].first <= g) lo = mid;
+            else hi = mid - 1;
+        }
+        const MmbJob& jb = jobs[lo];
+        const int r = (int)(g - jb.first);
+        const bf16* p = jb.x + (size_t)r * jb.ld;
+        double ss = 0.0;
+        for (int k = lane; k < jb.cols; k += 32) {
+            const double v = (double)__bfloat162float(p[k]);
+            ss += v * v;
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+        if (lane == 0) jb.out[r] = mmb_norm(ss);
+    }
+}
+/* jobs_dev: njobs jobs on the device (their first rows numbered), host_jobs: the same on the host (for the accounting) */
+static void mmb_row_norms_jobs(const MmbJob* jobs_dev, const MmbJob* host_jobs, int njobs, cudaStream_t stream) {
+    if (njobs <= 0) return;
+    const long long total = host_jobs[njobs - 1].first + host_jobs[njobs - 1].rows;
+    if (total <= 0) return;
+    const long long gb = (total + MMB_ROWS_PER_BLOCK - 1) / MMB_ROWS_PER_BLOCK;
+    const int g = gb < 65535 ? (int)gb : 65535;
+    mmb_row_norms_jobs_kernel<<<g, 32 * MMB_ROWS_PER_BLOCK, 0, stream>>>(jobs_dev, njobs, total);
+    cudaCheck(cudaGetLastError());
+    double fl = 0.0;
+    size_t rd = 0, wr = 0;
+    for (int i = 0; i < njobs; i++) {
+        fl += 2.0 * host_jobs[i].rows * host_jobs[i].cols;
+        rd += (size_t)host_jobs[i].rows * host_jobs[i].cols * 2;
+        wr += (size_t)host_jobs[i].rows * 4;
+    }
+    ew_account("bound", "mmb_row_norms_jobs_kernel", dim3(g), fl, rd + (size_t)njobs * sizeof(MmbJob), wr);
 }
 static void mmb_row_norms(float* out, const bf16* x, int rows, int cols, int ld, cudaStream_t stream) {
     if (rows <= 0 || cols <= 0) return;

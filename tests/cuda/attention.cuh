@@ -487,6 +487,18 @@ static void test_flash_attention(void) {
         int same = !memcmp(out2, out, nq * 4) && !memcmp(lse2, lse, nr * 4) && !memcmp(xdq2, xdq, nq * 4) && !memcmp(xdk2, xdk, nk * 4) &&
                    !memcmp(xdv2, xdv, nk * 4);
         check(same, "    determinism: a second forward + backward, out lse dq dk dv bitwise equal: %s", same ? "yes" : "NO");
+        if (flash_dkdv_splits(B, T, KV, H / KV, 64) > 1) {   /* the head split's sum inside the dk/dv kernel == the sum kernel's */
+            bf16 *gdq5 = d_bf16_poison(nq), *gdk5 = d_bf16_poison(nk), *gdv5 = d_bf16_poison(nk);
+            g_flash_sum_kernel = 1;
+            flash_attention_backward(gdq5, gdk5, gdv5, dgo, gout2, glse2, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s);
+            g_flash_sum_kernel = 0;
+            float* xdk5 = dl_bf16(gdk5, nk, NULL);
+            float* xdv5 = dl_bf16(gdv5, nk, NULL);
+            const int same5 = !memcmp(xdk5, xdk, nk * 4) && !memcmp(xdv5, xdv, nk * 4);
+            check(same5, "    head split %d: the sum inside the dk/dv kernel == the separate sum kernel, dk dv bitwise: %s",
+                  flash_dkdv_splits(B, T, KV, H / KV, 64), same5 ? "yes" : "NO");
+            FREE_ALL(xdk5, xdv5);
+        }
         {   /* -protect qk_bwd's rerun: D computed twice in the first pass (clean: no flag), then dv NULL (the dk/dv kernel's
              * dk-only variant) from that D (reuse_d): dq and dk bitwise the full backward's */
             unsigned long long* dflag = (unsigned long long*)d_f32_poison(2);

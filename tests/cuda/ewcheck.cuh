@@ -483,6 +483,33 @@ static void test_mmb_bound(void) {
     printf("matrix-product output bounds (llmc/sdc/bound.cuh, -protect bound): the CPU's norms, quiet on the GEMM's outputs, planted values flagged\n");
     mmbt_case(37, 24, 64);
     mmbt_case(29, 19, 300);   /* scalar path; K > the block: the input norm's threads stride */
+    {   /* the weights' norms of many matrices in one launch (mmb_row_norms_jobs) == one launch each, bitwise */
+        const int shp[3][2] = {{37, 64}, {5, 300}, {70, 33}};
+        MmbJob hj[3];
+        float* outs[3];
+        float* refs[3];
+        long long first = 0;
+        for (int i = 0; i < 3; i++) {
+            float* hx = h_normal((size_t)shp[i][0] * shp[i][1], 1.0, 0.0, 1);
+            bf16* x = d_bf16(hx, (size_t)shp[i][0] * shp[i][1]);
+            outs[i] = d_f32_poison(shp[i][0]);
+            refs[i] = d_f32_poison(shp[i][0]);
+            mmb_row_norms(refs[i], x, shp[i][0], shp[i][1], shp[i][1], g_s);
+            hj[i].out = outs[i]; hj[i].x = x; hj[i].rows = shp[i][0]; hj[i].cols = shp[i][1]; hj[i].ld = shp[i][1]; hj[i].first = first;
+            first += shp[i][0];
+            free(hx);
+        }
+        MmbJob* dj = (MmbJob*)d_f32_poison(sizeof(hj) / 4 + 1);
+        cudaCheck(cudaMemcpy(dj, hj, sizeof(hj), cudaMemcpyHostToDevice));
+        mmb_row_norms_jobs(dj, hj, 3, g_s);
+        size_t diff = 0;
+        for (int i = 0; i < 3; i++) {
+            float *a = dl_f32(outs[i], shp[i][0], NULL), *b = dl_f32(refs[i], shp[i][0], NULL);
+            diff += bits_differ(a, b, shp[i][0]);
+            FREE_ALL(a, b);
+        }
+        check(diff == 0, "    weights' norms of 3 matrices in one launch: bitwise one launch each (%zu of 112 differ)", diff);
+    }
     mmbt_fused(37, 64, 96);   /* the gate/up check inside SwiGLU's forward, 16-byte path */
     mmbt_fused(9, 37, 100);   /* scalar path */
     dfree_all();
