@@ -290,6 +290,45 @@ static void test_attention_fast(void) {
  * gemm_portable bit for bit (the same k-ordered FMAs). Catches: a tile edge computed wrong or left unwritten,
  * a lost K chunk or pair, a packer that swaps the pair halves, accumulate ignored, a thread-dependent
  * split of K, a change of summation order the header does not document. */
+/* vexp.h: the vectorised expf against its scalar model bit for bit, and against libm's expf (glibc's algorithm with
+ * FMA: equal bit for bit on a CPU with FMA, which is what keeps the trainer's SiLU and softmax bits). A sweep of every
+ * 4099th float bit pattern (about a million: every exponent, both signs, NaN, infinities, the |x| >= 88 cases),
+ * spans whose length is not a multiple of 16, in place. Catches a wrong table entry, a lost FMA, a lane order. */
+static void test_vexp(void) {
+    printf("vectorised expf (vexp.h)\n");
+    enum { CH = 4096 };
+    static float x[CH + 7], y[CH + 7], z[CH + 7];
+    long n_ref = 0, n_lib = 0, total = 0;
+    int fma_cpu = 0;
+#if TSDC_VEXP_X86
+    __builtin_cpu_init();
+    fma_cpu = __builtin_cpu_supports("fma");
+#endif
+    uint64_t u = 0;
+    while (u < (1ull << 32)) {
+        int len = CH - (int)(total / CH % 13);   /* lengths that end mid-vector */
+        int i = 0;
+        for (; i < len && u < (1ull << 32); i++, u += 4099) { uint32_t b = (uint32_t)u; memcpy(&x[i], &b, 4); }
+        len = i;
+        memcpy(z, x, sizeof(float) * len);
+        vexpf_span(y, x, len);
+        vexpf_span(z, z, len);   /* in place */
+        for (i = 0; i < len; i++) {
+            float r = vexpf_ref(x[i]), l = expf(x[i]);
+            uint32_t by = f32_bits(y[i]), bz = f32_bits(z[i]), br = f32_bits(r), bl = f32_bits(l);
+            int nan = isnan(r) && isnan(y[i]) && isnan(z[i]);
+            n_ref += !nan && (by != br || bz != br);
+            n_lib += !(isnan(l) && isnan(y[i])) && by != bl;
+        }
+        total += len;
+    }
+    check(n_ref == 0, "  vexpf_span = vexpf_ref bit for bit, in place too (%ld of %ld differ)", n_ref, total);
+    if (fma_cpu)
+        check(n_lib == 0, "  vexpf_span = libm expf bit for bit on this FMA CPU (%ld of %ld differ)", n_lib, total);
+    else
+        printf("  (no FMA on this CPU: libm's expf is its non-FMA build, %ld of %ld differ from vexpf_ref)\n", n_lib, total);
+}
+
 static void test_gemm_paths(void) {
     printf("GEMM paths (this CPU offers up to %s)\n", gemm_path_names[gemm_machine_level()]);
     struct { int M, K, N, tr, acc; } sh[] = {{37, 129, 200, 0, 0}, {1, 1, 1, 0, 1}, {13, 7, 33, 1, 1}, {192, 512, 256, 0, 0},
@@ -1010,6 +1049,7 @@ int main(int argc, char** argv) {
     test_att_checks_tolerance();
     test_att_bwd_checks_tolerance();
     test_gemm_paths();
+    test_vexp();
     test_mmb_bound();
     test_attention_fast();
 #ifdef _OPENMP

@@ -265,16 +265,23 @@ flags = next((l.split(":", 1)[1].split() for l in open("/proc/cpuinfo") if l.sta
 want = ["avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"]
 have = [f for f in want if f in flags]
 def gemm_line(path):
+    # columns by the header: the fp32 paths, then "bf16 <path>" (the default bf16 path first, then the CPU's bf16
+    # unit when the default is not it)
     t = open(path).read()
-    peak = re.search(r"peak of one core: ([0-9.]+) GFLOP/s", t).group(1)
+    peak = re.search(r"FMA peak of one core: ([0-9.]+) GFLOP/s", t).group(1)
+    dp = re.search(r"VDPBF16PS peak of one core: ([0-9.]+) GFLOP/s", t)
+    cols = re.findall(r"(bf16 \w+|\w+)", re.search(r"^layer\s+I\s+O(.*?)(\(|$)", t, re.M).group(1))
     allrow = re.search(r"^all \(FLOP-weighted\)(.*)$", t, re.M).group(1)
-    return peak, re.findall(r"([0-9]+) GFLOP/s \(\s*([0-9]+)%\)", allrow)
-p1, a1 = gemm_line(g1); p2, a2 = gemm_line(g2)
+    return peak, dp.group(1) if dp else None, dict(zip(cols, re.findall(r"([0-9]+) GFLOP/s \(\s*([0-9]+)%\)", allrow))), cols
+p1, d1, a1, cols = gemm_line(g1); p2, d2, a2, _ = gemm_line(g2)
+f32 = [c for c in cols if not c.startswith("bf16")][-1]; bfc = [c for c in cols if c.startswith("bf16")]
 print(f"- CPU: {cpu}; flags: {' '.join(have) or 'none of ' + ' '.join(want)}; torch {torchv}")
-print(f"- fp32 FMA peak of one core (./bench_gemm, 24 chains of zmm/ymm FMAs): {p1} GFLOP/s")
+print(f"- fp32 FMA peak of one core (./bench_gemm, 24 chains of zmm/ymm FMAs): {p1} GFLOP/s"
+      + (f"; VDPBF16PS peak {d1} GFLOP/s" if d1 else ""))
 print(f"- GEMMs of the wide row (forward + dx + dW, all layers, FLOP-weighted; ./bench_gemm): "
-      f"best fp32 path {a1[-2][0]} GFLOP/s = {a1[-2][1]}% of the peak at 1 thread, {a2[-2][0]} GFLOP/s = {a2[-2][1]}% at 2; "
-      f"bf16 path {a1[-1][0]} / {a2[-1][0]} GFLOP/s")
+      f"best fp32 path ({f32}) {a1[f32][0]} GFLOP/s = {a1[f32][1]}% of the peak at 1 thread, {a2[f32][0]} GFLOP/s = {a2[f32][1]}% at 2; "
+      + "; ".join(f"{c} path {a1[c][0]} / {a2[c][0]} GFLOP/s" + (" (the default)" if i == 0 and len(bfc) > 1 else "")
+                  for i, c in enumerate(bfc)))
 print()
 print("| model, B x T | precision | threads | train_sdc tokens/s | PyTorch tokens/s | ratio | goal |")
 print("|---|---|---|---|---|---|---|")

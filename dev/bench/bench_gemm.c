@@ -45,7 +45,39 @@ __attribute__((target("avx2,fma"), noinline)) static float peak_avx2(long iters)
     _mm256_storeu_ps(r, s);
     return r[0] + r[7];
 }
+/* 24 chains of VDPBF16PS: 32 bf16 pairs (64 FLOP) an instruction */
+__attribute__((target("avx512f,avx512bf16"), noinline)) static float peak_dpbf16(long iters) {
+    __m512 a[CHAINS];
+    __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = (__m512bh)_mm512_set1_epi32(0x3f803f80);
+    for (int i = 0; i < CHAINS; i++) a[i] = _mm512_set1_ps((float)i);
+    for (long n = 0; n < iters; n++) {
+#pragma GCC unroll 24
+        for (int i = 0; i < CHAINS; i++) a[i] = _mm512_dpbf16_ps(a[i], x, y);
+    }
+    __m512 s = a[0];
+    for (int i = 1; i < CHAINS; i++) s = _mm512_add_ps(s, a[i]);
+    return _mm512_reduce_add_ps(s);
+}
 #endif
+
+/* GFLOP/s of one core's VDPBF16PS peak (0 without AVX512-BF16) */
+static double dpbf16_peak(void) {
+#if TSDC_GEMM_X86
+    if (gemm_machine_level() < GEMM_AVX512BF16) return 0;
+    volatile float sink = 0;
+    double g = 0;
+    for (int w = 0; w < 2; w++) {
+        long iters = 20000000;
+        double t0 = now_s();
+        sink += peak_dpbf16(iters);
+        g = iters * CHAINS * 64.0 / (now_s() - t0) / 1e9;
+    }
+    (void)sink;
+    return g;
+#else
+    return 0;
+#endif
+}
 
 /* GFLOP/s of one core's FMA peak, and which unit */
 static double fma_peak(const char** unit) {
@@ -101,12 +133,19 @@ int main(int argc, char** argv) {
     const char* unit;
     double peak = fma_peak(&unit);
     printf("fp32 FMA peak of one core: %.1f GFLOP/s (%s); x %d thread%s = %.1f\n", peak, unit, threads, threads == 1 ? "" : "s", peak * threads);
+    double dpk = dpbf16_peak();
+    if (dpk > 0) printf("VDPBF16PS peak of one core: %.1f GFLOP/s (%.2f x the FMA peak; 24 chains)\n", dpk, peak > 0 ? dpk / peak : 0);
     struct { const char* name; int I, O; } lin[] = {{"q/o", d, d}, {"k/v", d, kv}, {"gate/up", d, F}, {"down", F, d}, {"classifier", d, V}};
     int top = gemm_machine_level();
     printf("%-11s %-5s %-5s", "layer", "I", "O");
     for (int lv = 1; lv <= (top < GEMM_AVX512 ? top : GEMM_AVX512); lv++) printf("  %-22s", gemm_path_names[lv]);
-    gemm_set_level(top);
-    printf("  bf16 %-17s\n", gemm_bf16_path());
+    /* the bf16 columns: the path -precision bf16 takes by default, then the machine's best bf16 unit if that differs */
+    int bfl[2] = {gemm_default_level(top), top}, nbf = bfl[0] == top || top < GEMM_AVX512BF16 ? 1 : 2;
+    for (int b = 0; b < nbf; b++) {
+        gemm_set_level(bfl[b]);
+        printf("  bf16 %-17s", gemm_bf16_path());
+    }
+    printf("%s\n", nbf == 2 ? "  (the default bf16 path first)" : "");
     double tflop[8] = {0}, tsec[8] = {0};
     for (int s = 0; s < 5; s++) {
         int I = lin[s].I, O = lin[s].O;
@@ -119,10 +158,10 @@ int main(int argc, char** argv) {
         printf("%-11s %-5d %-5d", lin[s].name, I, O);
         double f = 2.0 * Nt * I * O;
         int col = 0;
-        for (int lv = 1; lv <= top + 1; lv++) {
-            int bf = lv == top + 1;
+        for (int lv = 1; lv <= top + nbf; lv++) {
+            int bf = lv > top;
             if (!bf && lv > GEMM_AVX512) continue;
-            gemm_set_level(bf ? top : lv);
+            gemm_set_level(bf ? bfl[lv - top - 1] : lv);
             double t = time_gemm(bf, y, x, I, 1, wT, Nt, I, O, 0, reps) + time_gemm(bf, dx, y, O, 1, w, Nt, O, I, 0, reps) +
                        time_gemm(bf, dw, y, 1, O, x, O, Nt, I, 1, reps);
             double g = 3 * f / t / 1e9;

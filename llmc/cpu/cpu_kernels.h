@@ -17,6 +17,7 @@
 #include <string.h>
 #include "rope.h"
 #include "bf16.h"
+#include "vexp.h"
 
 #ifndef MIN
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -378,7 +379,9 @@ static void attention_softmax_forward(float* probs, const float* logits, int B, 
         float* prow = probs + (size_t)row * T;
         float mx = rowmax(lrow, t + 1);
         float sum = 0.0f;
-        for (int s = 0; s <= t; s++) { prow[s] = expf(lrow[s] - mx); sum += prow[s]; }
+        for (int s = 0; s <= t; s++) prow[s] = lrow[s] - mx;
+        vexpf_span(prow, prow, t + 1);   /* libm's expf bits, 16 at a time (vexp.h) */
+        for (int s = 0; s <= t; s++) sum += prow[s];
         float inv = 1.0f / sum;
         for (int s = 0; s <= t; s++) prow[s] *= inv;
         for (int s = t + 1; s < T; s++) prow[s] = 0.0f;
@@ -736,7 +739,10 @@ static void silu_forward_r(float* act, const float* gate, size_t n, int round) {
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < EW_BLOCKS(n); b++) {
         EW_RANGE(b, n, i0, i1);
-        for (size_t i = i0; i < i1; i++) act[i] = gate[i] / (1.0f + expf(-gate[i]));
+        float e[EW_BLK];   /* expf(-gate) for the block, 16 at a time (vexp.h: libm's bits) */
+        for (size_t i = i0; i < i1; i++) e[i - i0] = -gate[i];
+        vexpf_span(e, e, (long)(i1 - i0));
+        for (size_t i = i0; i < i1; i++) act[i] = gate[i] / (1.0f + e[i - i0]);
         if (round) bf16_round_span(act + i0, (int)(i1 - i0));
     }
 }
@@ -745,8 +751,11 @@ static void silu_backward_r(float* dgate, const float* dact, const float* gate, 
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < EW_BLOCKS(n); b++) {
         EW_RANGE(b, n, i0, i1);
+        float e[EW_BLK];
+        for (size_t i = i0; i < i1; i++) e[i - i0] = -gate[i];
+        vexpf_span(e, e, (long)(i1 - i0));
         for (size_t i = i0; i < i1; i++) {
-            float s = 1.0f / (1.0f + expf(-gate[i]));
+            float s = 1.0f / (1.0f + e[i - i0]);
             dgate[i] = dact[i] * (s + gate[i] * s * (1.0f - s));
         }
         if (round) bf16_round_span(dgate + i0, (int)(i1 - i0));

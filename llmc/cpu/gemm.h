@@ -16,7 +16,8 @@
  *          avx2        6 x 16 micro-tile, 12 ymm accumulators, VFMADD231PS
  *          portable    gemm_portable (cpu_kernels.h): C loops the compiler vectorises
  *   bf16:  amx         TDPBF16PS on 16 x 16 fp32 tiles, C blocks of 32 x 32 (4 tiles), K steps of 32
- *          avx512bf16  VDPBF16PS, 12 x 32 micro-tile (k in pairs)
+ *          avx512bf16  VDPBF16PS, 12 x 32 micro-tile (k in pairs); by default on AMD only (gemm_default_level:
+ *                      on Intel CPUs without AMX it runs at half the FMAs' rate)
  *          otherwise   the fp32 path (the values are bf16, the products exact in fp32)
  * TSDC_CPU_GEMM=portable|avx2|avx512|avx512bf16|amx caps the choice at that level (portable < avx2 <
  * avx512 < avx512bf16 < amx; the fp32 product takes the best fp32 path at or below the cap), so a test
@@ -76,6 +77,9 @@ static const char* const gemm_path_names[] = {"portable", "avx2", "avx512", "avx
  * gemm_blocked halves them down to 96 x 64 when a GEMM has fewer than 4 blocks a thread */
 #define GM_MB 192
 #define GM_NB 256
+#ifndef TSDC_GEMM_KC
+#define TSDC_GEMM_KC 384
+#endif
 
 /* one rounding of fp32 like VDPBF16PS: denormal results flushed to zero (sign kept) */
 static inline float gemm_ftz(float x) {
@@ -330,7 +334,21 @@ static int gemm_machine_level(void) {
 #endif
     return level;
 }
-/* the level in use: the machine's, capped by TSDC_CPU_GEMM (read once; gemm_set_level overrides, for tests) */
+/* the default level: the machine's, except that VDPBF16PS is used by default only on AMD CPUs. On Intel CPUs that
+ * report AVX512-BF16 without AMX (Cooper Lake; Sapphire / Emerald Rapids whose tile state a hypervisor or the OS
+ * withholds) it was measured at half the rate of the fp32 FMAs (./bench_gemm prints both peaks: 83-88 against
+ * 175 GFLOP/s on one core of this project's Xeon), so there the bf16 products run on the fp32 FMA path (bf16
+ * inputs, exact products, fp32 accumulation in k order: the same numerics class, twice as fast). A fixed rule
+ * from CPUID, not a timing taken at start-up, so that the path and with it the bits never change between runs
+ * on one machine. TSDC_CPU_GEMM=avx512bf16 still selects it (the tests run every path the CPU has). */
+static int gemm_default_level(int lv) {
+#if TSDC_GEMM_X86
+    if (lv == GEMM_AVX512BF16 && !__builtin_cpu_is("amd")) return GEMM_AVX512;
+#endif
+    return lv;
+}
+/* the level in use: the default above, or the cap TSDC_CPU_GEMM names (read once; gemm_set_level overrides, for
+ * tests) */
 static int gemm_level_cached = -1;
 static int gemm_parse_level(const char* s) {
     for (int i = 0; i <= GEMM_AMX; i++) if (!strcmp(s, gemm_path_names[i])) return i;
@@ -347,7 +365,8 @@ static int gemm_level(void) {
         if (want < 0) { fprintf(stderr, "error: TSDC_CPU_GEMM=%s: expected portable, avx2, avx512, avx512bf16, amx or fp32\n", env); exit(2); }
         if (want > lv) { fprintf(stderr, "error: TSDC_CPU_GEMM=%s: this CPU offers at most %s\n", env, gemm_path_names[lv]); exit(2); }
         lv = want;
-    }
+    } else
+        lv = gemm_default_level(lv);
     gemm_level_cached = lv;
     return lv;
 }
@@ -515,6 +534,37 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_bt_am
     }
 }
 
+/* fp32 B panels of 32 columns from Bt [N, K] (a weight read as W^T): 16 x 16 blocks transposed in registers, each
+ * source row read 64 bytes at a time in order (the scalar gm_pack_bt_f32 wrote one float every 128 bytes) */
+__attribute__((target("avx512f"))) static void gm_pack_bt_f32_avx512(float* bp, const float* Bt, int N, int K, int p) {
+    float* dst = bp + (size_t)p * K * 32;
+    for (int h = 0; h < 2; h++) {
+        int n0 = p * 32 + h * 16;
+        for (int k0 = 0; k0 < K; k0 += 16) {
+            __m512i t[16], u[16];
+            __mmask16 mk = gm_mask(K - k0);
+            for (int j = 0; j < 16; j++)
+                t[j] = n0 + j < N ? _mm512_castps_si512(_mm512_maskz_loadu_ps(mk, Bt + (size_t)(n0 + j) * K + k0)) : _mm512_setzero_si512();
+            gm_transpose16(u, t);   /* u[kk]: column k0 + kk of the 16 rows, i.e. B row k0 + kk at columns n0.. */
+            int kn = K - k0 < 16 ? K - k0 : 16;
+            for (int kk = 0; kk < kn; kk++) _mm512_storeu_si512(dst + (size_t)(k0 + kk) * 32 + h * 16, u[kk]);
+        }
+    }
+}
+
+/* fp32 B panel p (32 columns) from row-major B [K, N]: two masked zmm moves a row (a memcpy call a row cost 2% of a
+ * wide step) */
+__attribute__((target("avx512f"))) static void gm_pack_b_f32_avx512(float* bp, const float* B, int N, int K, int p) {
+    float* dst = bp + (size_t)p * K * 32;
+    int n0 = p * 32;
+    __mmask16 m0 = gm_mask(N - n0), m1 = gm_mask(N - n0 - 16);
+    for (int k = 0; k < K; k++) {
+        const float* src = B + (size_t)k * N + n0;
+        _mm512_storeu_ps(dst + (size_t)k * 32, _mm512_maskz_loadu_ps(m0, src));
+        _mm512_storeu_ps(dst + (size_t)k * 32 + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+    }
+}
+
 /* grow-only packing buffers (the GEMMs are called from one thread; their packing and tasks are parallel) */
 static void* gm_buf[2];
 static size_t gm_cap[2];
@@ -549,7 +599,8 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
     size_t pa = (size_t)Kp * MR, pb = (size_t)Kp * NR;   /* elements a panel */
     /* K is walked in chunks (a multiple of 32, so of every layout's k step) so that a task's A and B chunks stay
      * in L2; C holds the fp32 partial sums between chunks, exactly, so the chunks do not change a bit */
-    const int KC = kind == 3 ? 1024 : 512;
+    const int KCMAX = kind == 3 ? 1024 : TSDC_GEMM_KC;
+    const int KC = ((Kp + (Kp + KCMAX - 1) / KCMAX - 1) / ((Kp + KCMAX - 1) / KCMAX) + 31) / 32 * 32;   /* equal chunks */
     /* an AMX block takes two panels of each: one zero panel past the last, for an odd count */
     /* fp32: A stored by rows (sak 1) is read in place, only a partial last panel packed, per task and chunk;
      * A read transposed (sam 1) is packed whole, reading each of its rows once: in place, the micro-kernel
@@ -616,8 +667,10 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
                 if (btr) {
                     if (kind == 3) gm_pack_bt_amx_vec((uint16_t*)bbuf, B, N, K, p);
                     else if (kind == 2) gm_pack_bt_bf16((uint16_t*)bbuf + (size_t)p * pb, B, K, n0, nr, NR);
+                    else if (kind == 0) gm_pack_bt_f32_avx512((float*)bbuf, B, N, K, p);
                     else gm_pack_bt_f32((float*)bbuf + (size_t)p * pb, B, K, n0, nr, NR);
                 } else if (kind == 2) gm_pack_b_bf16((uint16_t*)bbuf + (size_t)p * pb, B, N, n0, nr, 0, K, NR);
+                else if (kind == 0) gm_pack_b_f32_avx512((float*)bbuf, B, N, K, p);
                 else gm_pack_b_f32((float*)bbuf + (size_t)p * pb, B, N, n0, nr, 0, K, NR);
             }
         }
