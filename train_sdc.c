@@ -851,11 +851,16 @@ static void model_set_threads(int n) {
 static int model_device_stats(Model* model, DeviceStats* st) { (void)model; DEVICE_STATS_UNKNOWN(st); return 0; }
 /* grads *= s (exact for a power of two), and whether any gradient is non-finite */
 static int model_unscale_check(Model* model, float s) {
-    if (s != 1.0f) scale_grads(model, s);
     size_t P = model->L.total;
+    float* g = model->grads;
     int bad = 0;
+    if (s != 1.0f) {   /* one pass: each gradient scaled and checked while it is in a register */
 #pragma omp parallel for reduction(| : bad) schedule(static)
-    for (size_t i = 0; i < P; i++) bad |= !isfinite(model->grads[i]);
+        for (size_t i = 0; i < P; i++) { g[i] *= s; bad |= !isfinite(g[i]); }
+    } else {
+#pragma omp parallel for reduction(| : bad) schedule(static)
+        for (size_t i = 0; i < P; i++) bad |= !isfinite(g[i]);
+    }
     return bad;
 }
 
