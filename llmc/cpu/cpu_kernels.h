@@ -40,6 +40,8 @@ static inline float dotf(const float* a, const float* b, int n) {
  * of vmaxss: 40% of the cross-entropy pass), so on AVX-512 it is spelled out: VMAXPS(a, b) is a > b ? a : b lane by
  * lane, the C expression below exactly (NaN and signed zeros included) */
 #if TSDC_VEXP_X86
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"   /* GCC 12's false positive in C++ builds: vexp.h */
 __attribute__((target("avx512f"))) static inline float rowmax_avx512(const float* z, int n) {
     __m512 lane = _mm512_set1_ps(-INFINITY);
     int i = 0;
@@ -50,6 +52,7 @@ __attribute__((target("avx512f"))) static inline float rowmax_avx512(const float
     for (; i < n; i++) m = z[i] > m ? z[i] : m;
     return m;
 }
+#pragma GCC diagnostic pop
 #endif
 static inline float rowmax(const float* z, int n) {
 #if TSDC_VEXP_X86

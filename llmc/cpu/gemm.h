@@ -25,18 +25,18 @@
  * the best fp32 path for both products (bf16 inputs summed by fp32 FMAs in k order, the numerics the
  * cross-trainer tests compare the GPU emulation with).
  *
- * Blocking (every SIMD path): B is packed once per call into NR-column panels (k-major strips over all of
- * K, each element converted once; a B given transposed is read row by row), zero-padded at the edges
- * (padded rows and columns are computed and dropped). A: the fp32 paths read A stored by rows in place
- * (only a partial last panel is packed, per task and chunk); A read transposed (the dW products) and
- * every bf16 A are packed once into MR-row panels, the transposed ones walking k outermost so that the
- * source rows are read in order; the packing is split over the threads. Then tasks, blocks of GM_MB rows
- * x GM_NB columns of C (halved to 96 x 64 when there are fewer than 4 a thread) taken by the threads in
- * any order, walk K in chunks (512, AMX 1024) so that the task's chunk of A and B stays in L2, and run the
- * micro-kernel on every micro-tile for each chunk: accumulators in registers (AMX: tiles), loaded from C
- * (zero at the first chunk unless accumulating) and stored back after it. fp32 partial sums survive the
- * store exactly, so neither the blocks nor the chunks change a bit. round_out rounds each finished tile
- * to bf16 while it is in cache (the trainer's bf16 store of the output, without a pass of its own).
+ * Blocking (every SIMD path): B is packed once per call into NR-column panels (k-major strips over all of K, each
+ * element converted once; a B given transposed is read row by row), zero-padded at the edges (padded rows and
+ * columns are computed and dropped). A: the fp32 paths read A stored by rows in place (only a partial last panel
+ * is packed, per task and chunk); A read transposed (the dW products) and every bf16 A are packed once into MR-row
+ * panels, the transposed ones walking k outermost (fp32: 16 k at a time, each panel then written 16 k contiguous)
+ * so that the source rows are read in order; the packing is split over the threads. Then tasks, blocks of GM_MB
+ * rows x GM_NB columns of C (halved to 96 x 64 when there are fewer than 4 a thread) taken by the threads in any
+ * order, walk K in equal chunks of at most GM_KC (384; AMX 1024) so that the task's chunk of A and B stays in L2,
+ * and run the micro-kernel on every micro-tile for each chunk: accumulators in registers (AMX: tiles), loaded from
+ * C (zero at the first chunk unless accumulating) and stored back after it. fp32 partial sums survive the store
+ * exactly, so neither the blocks nor the chunks change a bit. round_out rounds each finished tile to bf16 while it
+ * is in cache (the trainer's bf16 store of the output, without a pass of its own).
  * Summation order of each element, fixed by K alone (not by M, N, the thread count, the task or the
  * panel an element falls in), so results are bitwise identical run after run and across thread counts:
  *   avx512, avx2: c = fma(a_k, b_k, c) for k = 0, 1, ..., K-1 (one rounding each). gemm_portable under
@@ -77,9 +77,8 @@ static const char* const gemm_path_names[] = {"portable", "avx2", "avx512", "avx
  * gemm_blocked halves them down to 96 x 64 when a GEMM has fewer than 4 blocks a thread */
 #define GM_MB 192
 #define GM_NB 256
-#ifndef TSDC_GEMM_KC
-#define TSDC_GEMM_KC 384
-#endif
+/* the largest chunk of K a task walks with its accumulators in registers (fp32, AVX512-BF16; AMX 1024) */
+#define GM_KC 384
 
 /* one rounding of fp32 like VDPBF16PS: denormal results flushed to zero (sign kept) */
 static inline float gemm_ftz(float x) {
@@ -602,8 +601,8 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
     size_t pa = (size_t)Kp * MR, pb = (size_t)Kp * NR;   /* elements a panel */
     /* K is walked in chunks (a multiple of 32, so of every layout's k step) so that a task's A and B chunks stay
      * in L2; C holds the fp32 partial sums between chunks, exactly, so the chunks do not change a bit */
-    const int KCMAX = kind == 3 ? 1024 : TSDC_GEMM_KC;
-    const int KC = ((Kp + (Kp + KCMAX - 1) / KCMAX - 1) / ((Kp + KCMAX - 1) / KCMAX) + 31) / 32 * 32;   /* equal chunks */
+    const int KCMAX = kind == 3 ? 1024 : GM_KC, nch = (Kp + KCMAX - 1) / KCMAX;
+    const int KC = ((Kp + nch - 1) / nch + 31) / 32 * 32;   /* nch chunks of about equal length (576: 288 + 288, not 384 + 192) */
     /* an AMX block takes two panels of each: one zero panel past the last, for an odd count */
     /* fp32: A stored by rows (sak 1) is read in place, only a partial last panel packed, per task and chunk;
      * A read transposed (sam 1) is packed whole, reading each of its rows once: in place, the micro-kernel
@@ -680,7 +679,7 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
         /* the tasks: blocks of GM_MB rows x GM_NB columns of C (whole micro-tiles) */
         if (kind == 3) gm_amx_config();
         float tmp[32 * 32] __attribute__((aligned(64)));
-        float edge[12 * 512] __attribute__((aligned(64)));   /* a partial A panel of one fp32 chunk (KC 512) */
+        float edge[12 * GM_KC] __attribute__((aligned(64)));   /* a partial A panel of one fp32 chunk (KC <= GM_KC) */
         int mt = kind == 3 ? 32 : MR, nt = kind == 3 ? 32 : NR;   /* the micro-tile */
         int nmb = (M + mbs - 1) / mbs, nnb = (N + nbs - 1) / nbs;
 #pragma omp for schedule(static)
