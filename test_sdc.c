@@ -245,8 +245,9 @@ static void test_mmb_bound(void) {
  * (other bits: the fault-free reference and every hash in the tests would move), a causal triangle
  * visited beyond s <= t, a block edge dropped. */
 static void test_attention_fast(void) {
-    printf("attention products, register-blocked = the reference loops bit for bit\n");
-    struct { int B, T, H, KV, hd; } sh[] = {{2, 37, 4, 2, 32}, {1, 16, 3, 1, 64}, {1, 53, 6, 2, 128}, {2, 9, 2, 2, 40}, {1, 21, 4, 2, 48}, {1, 128, 4, 4, 64}};
+    printf("attention products, register-blocked = the reference loops bit for bit; the fused attention = the materialised one\n");
+    struct { int B, T, H, KV, hd; } sh[] = {{2, 37, 4, 2, 32}, {1, 16, 3, 1, 64}, {1, 53, 6, 2, 128}, {2, 9, 2, 2, 40}, {1, 21, 4, 2, 48}, {1, 128, 4, 4, 64},
+                                            {1, 1100, 2, 1, 16}};   /* T 1100: the fused backward in 20 query tiles of 56 rows */
     for (int c = 0; c < (int)(sizeof(sh) / sizeof(sh[0])); c++) {
         int B = sh[c].B, T = sh[c].T, H = sh[c].H, KV = sh[c].KV, hd = sh[c].hd;
         size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
@@ -275,6 +276,27 @@ static void test_attention_fast(void) {
         int ok_dq = memcmp(dq1, dq2, sizeof(float) * nq) == 0 && memcmp(dv1, dv2, sizeof(float) * nk) == 0;
         check(ok_l && ok_o && ok_dp && ok_dq, "  B %d T %-3d H %d KV %d hd %-3d: logits %s, out %s, dprobs+dv %s, dq+dk %s", B, T, H, KV, hd,
               ok_l ? "=" : "DIFFER", ok_o ? "=" : "DIFFER", ok_dp ? "=" : "DIFFER", ok_dq ? "=" : "DIFFER");
+        /* the fused attention against the materialised path it replaces, in fp32 and in bf16 (round): out, dq, dk, dv
+         * bit for bit (no infinity here: the materialised path's probs of a row with an infinite logit are NaN and
+         * so are the fused path's, but NaN payloads need not agree) */
+        if (attention_fused_supported(hd))
+            for (int round = 0; round < 2; round++) {
+                q[(size_t)(T - 1) * H * hd + 1] = 0.5f; v[(size_t)(T / 2) * KV * hd + 3] = 0.5f;
+                float *dk1 = mallocCheck(sizeof(float) * nk), *dk2 = mallocCheck(sizeof(float) * nk);
+                attention_logits_forward(r1, q, k, B, T, H, KV, hd, round);
+                attention_softmax_forward(p, r1, B, H, T, round);
+                attention_av_forward(o1, p, v, B, T, H, KV, hd, round);
+                attention_fused_forward(o2, q, k, v, B, T, H, KV, hd, round);
+                attention_av_backward(r1, dv1, go, p, v, B, T, H, KV, hd, round);
+                attention_softmax_backward(r1, r1, p, B, H, T, round);
+                attention_logits_backward(dq1, dk1, r1, q, k, B, T, H, KV, hd, round);
+                attention_fused_backward(dq2, dk2, dv2, go, q, k, v, B, T, H, KV, hd, round);
+                int fo = memcmp(o1, o2, sizeof(float) * nq) == 0, fq = memcmp(dq1, dq2, sizeof(float) * nq) == 0;
+                int fk = memcmp(dk1, dk2, sizeof(float) * nk) == 0, fv = memcmp(dv1, dv2, sizeof(float) * nk) == 0;
+                check(fo && fq && fk && fv, "  B %d T %-3d H %d KV %d hd %-3d %s: fused = materialised: out %s, dq %s, dk %s, dv %s", B, T, H, KV, hd,
+                      round ? "bf16" : "fp32", fo ? "=" : "DIFFER", fq ? "=" : "DIFFER", fk ? "=" : "DIFFER", fv ? "=" : "DIFFER");
+                free(dk1); free(dk2);
+            }
         free(q); free(k); free(v); free(go); free(p); free(dl); free(r1); free(r2); free(o1); free(o2);
         free(dv1); free(dv2); free(dq1); free(dq2);
     }

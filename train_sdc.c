@@ -56,7 +56,9 @@ typedef struct {
     float *qn, *kn, *qn_ms, *kn_ms;      /* weighted QK norm before RoPE    q_norm k_norm (Qwen3) */
     float *qr, *kr;                      /* after RoPE                      q_rope k_rope */
     float *qf, *kf, *qf_ms, *kf_ms;      /* plain QK norm after RoPE        q_norm k_norm (nanochat) */
-    float *logits, *probs;               /* [B,H,T,T]                       att_logits att_probs */
+    float *logits, *probs;               /* [B,H,T,T]                       att_logits att_probs (materialised path only:
+                                            in Model.att_mem, NULL until something needs them) */
+    int fused;                           /* the last forward took the fused attention here (the backward follows it) */
     float *att_out;                      /* [N,H*hd]                        att_out */
     float *o;                            /* [N,d]                           o_proj */
     float *resid_mid;                    /* [N,d] x + o                     attn_residual */
@@ -85,7 +87,13 @@ typedef struct {
     int *inputs, *targets;
     /* backward scratch */
     float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt, *dF, *dF2, *dF3;
-    float* dlog;               /* [B,H,T,T]: dprobs, then dlogits, of the layer being differentiated */
+    float* dlog;               /* [B,H,T,T]: dprobs, then dlogits, of the layer being differentiated (materialised path;
+                                  in att_mem) */
+    float* qk_ms;              /* [N*H]: the Q/K recomputation's QK-norm mean squares */
+    float *att_mem, *trace_att_mem;   /* the materialised attention's tensors (model_att_buffers), the trace's copy */
+    size_t att_floats;
+    int att_mode;              /* ATT_AUTO, ATT_MATERIALISED or ATT_FUSED (TSDC_CPU_ATTENTION, model_set_attention_materialised) */
+    int last_B, last_T;        /* the shape of the last forward (the trace materialises with it) */
     Protect prot;              /* protection and fault injection state (llmc/sdc/checks.h, llmc/host/backend.h) */
     float* ew_scratch;         /* ew's scratch: 2 x [N, max(F, d)] + [N] (allocated on first use) */
     float *mmb_wn, *mmb_xn;    /* bound's weight row norms [n_layer][kd + 2d + 2F] and input row norms [2][N] (first use) */
@@ -132,10 +140,27 @@ static float* tensor_ptr(const Model* m, float* base, int type, int layer) {
 #define W(type, l) tensor_ptr(model, model->wr, type, l)
 #define GR(type, l) tensor_ptr(model, model->grads, type, l)
 
+/* Which attention a forward takes where both may: the fused one from T 512 up, the materialised one below (measured
+ * on a 2-core Xeon, 1 thread, the SmolLM2 width, one layer's forward + backward: T 1024 fused 75 ms against 89;
+ * T 256 21 against 20; tiny-llama's T 128 3.2 against 2.7: the fused backward's second logits product costs more
+ * than the T^2 tensors' traffic until they outgrow the caches; above T 512 the tensors, 2 L + 1 of [B, H, T, T]
+ * floats, also grow to GBs). Both give the same bits, so this is a speed and memory choice only;
+ * TSDC_CPU_ATTENTION=fused|materialised|auto sets it (the benchmarks and tests compare the two). */
+enum { ATT_AUTO, ATT_MATERIALISED, ATT_FUSED };
+static int att_mode_from_env(void) {
+    const char* e = getenv("TSDC_CPU_ATTENTION");
+    if (!e || !*e || !strcmp(e, "auto")) return ATT_AUTO;
+    if (!strcmp(e, "fused")) return ATT_FUSED;
+    if (!strcmp(e, "materialised") || !strcmp(e, "materialized")) return ATT_MATERIALISED;
+    tsdc_fail("TSDC_CPU_ATTENTION=%s: not fused, materialised or auto", e);
+    return ATT_AUTO;
+}
+#define ATT_FUSED_FROM_T 512
 static void model_build(Model* model, const Config* c, int B, int T, int precision) {
     memset(model, 0, sizeof(*model));
     model->c = *c;
     model->B = B; model->T = T; model->precision = precision;
+    model->att_mode = att_mode_from_env();
     param_layout_build(c, &model->L);
     model->tidx = param_tensor_index(c, &model->L);
     size_t P = model->L.total;
@@ -151,10 +176,10 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
 
     /* activations: one allocation carved into tensors */
     size_t N = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_head * c->head_dim, kd = (size_t)c->n_kv_head * c->head_dim;
-    size_t F = c->ffn_dim, V = c->vocab_size, att = (size_t)B * c->n_head * T * T, H = c->n_head, KV = c->n_kv_head;
-    size_t per_layer = N * d * 6 + N * 2 + N * qd * 5 + N * kd * 5 + N * (H + KV) * 2 + att * 2 + N * F * 4;
+    size_t F = c->ffn_dim, V = c->vocab_size, H = c->n_head, KV = c->n_kv_head;
+    size_t per_layer = N * d * 6 + N * 2 + N * qd * 5 + N * kd * 5 + N * (H + KV) * 2 + N * F * 4;
     size_t total = N * d * 2 + N + (size_t)c->n_layer * per_layer + N * d + N + N * V + N * 2 /* forward */
-                 + N * d * 2 + N * qd * 3 + N * kd * 3 + N * F * 3 + att;                   /* backward */
+                 + N * d * 2 + N * qd * 3 + N * kd * 3 + N * F * 3 + N * H;                 /* backward */
     model->act_mem = (float*)callocCheck(total, sizeof(float));
     model->act_floats = total;
     float* p = model->act_mem;
@@ -168,7 +193,6 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
         CARVE(a->qn, N * qd); CARVE(a->kn, N * kd); CARVE(a->qn_ms, N * H); CARVE(a->kn_ms, N * KV);
         CARVE(a->qr, N * qd); CARVE(a->kr, N * kd);
         CARVE(a->qf, N * qd); CARVE(a->kf, N * kd); CARVE(a->qf_ms, N * H); CARVE(a->kf_ms, N * KV);
-        CARVE(a->logits, att); CARVE(a->probs, att);
         CARVE(a->att_out, N * qd); CARVE(a->o, N * d); CARVE(a->resid_mid, N * d);
         CARVE(a->mlp_norm, N * d); CARVE(a->mlp_ms, N);
         CARVE(a->gate, N * F); CARVE(a->up, N * F); CARVE(a->act, N * F); CARVE(a->prod, N * F);
@@ -178,7 +202,7 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     CARVE(model->dres, N * d); CARVE(model->dbuf, N * d);
     CARVE(model->dq, N * qd); CARVE(model->dq2, N * qd); CARVE(model->datt, N * qd);
     CARVE(model->dk, N * kd); CARVE(model->dk2, N * kd); CARVE(model->dv, N * kd);
-    CARVE(model->dF, N * F); CARVE(model->dF2, N * F); CARVE(model->dF3, N * F); CARVE(model->dlog, att);
+    CARVE(model->dF, N * F); CARVE(model->dF2, N * F); CARVE(model->dF3, N * F); CARVE(model->qk_ms, N * H);
 #undef CARVE
     if ((size_t)(p - model->act_mem) > total) tsdc_fail("internal: activation carve overflow");
     model->inputs = (int*)callocCheck(N, sizeof(int));
@@ -190,8 +214,58 @@ static void model_free(Model* model) {
     free(model->params); free(model->grads); free(model->m); free(model->v);
     free(model->rope_cos); free(model->rope_sin); free(model->act_mem); free(model->la);
     free(model->inputs); free(model->targets); free(model->tidx); free(model->trace_mem); free(model->prot.exp_hist); free(model->upd);
-    free(model->ew_scratch); free(model->mmb_wn); free(model->mmb_xn);
+    free(model->ew_scratch); free(model->mmb_wn); free(model->mmb_xn); free(model->att_mem); free(model->trace_att_mem);
 }
+
+/* The materialised attention's logits and probs, [B,H,T,T] floats for every layer, and the backward's dlog (the
+ * model's B and T): (2 L + 1) B H T^2 floats in one allocation outside the activations, made the first time a
+ * forward takes the materialised path somewhere (attention_fused) or the trace needs them. A run that never
+ * needs them never allocates them: at T 1024 they would be the bulk of the memory. */
+static void model_att_buffers(Model* model, const char* why) {
+    if (model->att_mem) return;
+    const Config* c = &model->c;
+    size_t att = (size_t)model->B * c->n_head * model->T * model->T, n = att * (2 * (size_t)c->n_layer + 1);
+    model->att_mem = (float*)calloc(n, sizeof(float));
+    if (!model->att_mem)
+        tsdc_fail("cannot allocate %.2f GiB for the materialised attention's logits and probs (2 x [B %d, H %d, T %d, T] floats a "
+                  "layer, %d layers, and one for the backward), which %s needs; lower -B or -seq", n * 4.0 / 1073741824.0, model->B,
+                  c->n_head, model->T, c->n_layer, why);
+    model->att_floats = n;
+    for (int l = 0; l < c->n_layer; l++) {
+        model->la[l].logits = model->att_mem + 2 * att * l;
+        model->la[l].probs = model->att_mem + 2 * att * l + att;
+    }
+    model->dlog = model->att_mem + 2 * att * c->n_layer;
+}
+/* the fused attention (llmc/cpu/cpu_kernels.h: the same bits, no [B,H,T,T] tensor) at layer l, unless something
+ * reads the materialised tensors there: -protect att (the logits' and probs' row checks) or att_bwd (dprobs and
+ * dlogits), qk_bwd (its rerun starts from the stored dlogits), -detect abft, an att_logits / att_probs fault due at
+ * this layer in this microbatch (either pass: the backward injects into the stored dprobs / dlogits),
+ * model_set_attention_materialised, or a head_dim the fused kernels lack. The forward records the choice in the
+ * layer; the backward follows it. Either path gives the same bits, so a layer may switch for a fault event and
+ * the run stays the clean run's elsewhere. */
+static int attention_fused(const Model* model, int l) {
+    const FaultCtx* fx = model->prot.fx;
+    const int* on = model->prot.on;
+    if (model->att_mode == ATT_MATERIALISED || model->prot.abft || on[PK_ATT] || on[PK_ATT_BWD] || on[PK_QK_BWD] ||
+        !attention_fused_supported(model->c.head_dim))
+        return 0;
+    if (model->att_mode == ATT_AUTO && model->T < ATT_FUSED_FROM_T) return 0;
+    return !(fault_due(fx, SITE_ATT_LOGITS, l, PASS_FWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_FWD) ||
+             fault_due(fx, SITE_ATT_LOGITS, l, PASS_BWD) || fault_due(fx, SITE_ATT_PROBS, l, PASS_BWD));
+}
+/* what makes a forward take the materialised path (model_att_buffers' error message) */
+static const char* model_materialised_reason(const Model* model) {
+    if (model->att_mode == ATT_MATERIALISED) return "TSDC_CPU_ATTENTION=materialised";
+    if (model->att_mode == ATT_AUTO && model->T < ATT_FUSED_FROM_T) return "T below 512 (TSDC_CPU_ATTENTION=fused takes the fused path)";
+    if (model->prot.abft) return "-detect abft";
+    if (model->prot.on[PK_ATT] || model->prot.on[PK_ATT_BWD] || model->prot.on[PK_QK_BWD]) return "-protect att, att_bwd or qk_bwd";
+    if (!attention_fused_supported(model->c.head_dim)) return "this head_dim (the fused attention needs a multiple of 16)";
+    return "an att_logits / att_probs fault event";
+}
+/* ATT_MATERIALISED: the materialised attention at every layer; ATT_FUSED: the fused one wherever attention_fused
+ * allows; ATT_AUTO: by T (the tests compare the two) */
+static __attribute__((unused)) void model_set_attention_mode(Model* model, int mode) { model->att_mode = mode; }
 
 static void model_prepare_weights(Model* model);
 
@@ -216,7 +290,7 @@ static void model_prepare_weights(Model* model) {
 
 /* ---------------------------------------------------------------- Q/K path recomputation
  * The whole Q/K path of layer l (projections, QK norm, RoPE) run again from the same attn_norm output
- * and weights into backward scratch (dq, dq2, dk, dk2; the mean squares into dlog), both results
+ * and weights into backward scratch (dq, dq2, dk, dk2; the mean squares into qk_ms), both results
  * reduced to 128-bit fingerprints and compared with those of the Q and K the forward gave attention.
  * The recomputation has no injection points: a transient fault hits one execution, not both. */
 static void qk_recompute_check(Model* model, int l, int B, int T, const float* q_used, const float* k_used) {
@@ -225,7 +299,7 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const float* q
     int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
     float eps = (float)c->norm_eps;
     int width = model->precision ? 16 : 32;
-    float *q1 = model->dq, *q2 = model->dq2, *k1 = model->dk, *k2 = model->dk2, *ms = model->dlog, *t;
+    float *q1 = model->dq, *q2 = model->dq2, *k1 = model->dk, *k2 = model->dk2, *ms = model->qk_ms, *t;
     matmul_forward_w(q1, a->attn_norm, W(PT_WQ, l), N, d, qd, model->precision, model->precision);
     matmul_forward_w(k1, a->attn_norm, W(PT_WK, l), N, d, kd, model->precision, model->precision);
     if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
@@ -445,6 +519,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
     int qd = H * hd, kd = KV * hd, F = c->ffn_dim, V = c->vocab_size;
     float eps = (float)c->norm_eps;
     const int* inputs = model->inputs;
+    model->last_B = B; model->last_T = T;
 
     embedding_forward(model->emb, inputs, W(PT_WTE, -1), N, d);                   /* [N,d] */
     BF16_STORE(model, model->emb, (size_t)N * d);
@@ -478,21 +553,26 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             qc = a->qf; kc = a->kf;
         }
         if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, qc, kc);
-        size_t natt = (size_t)B * H * T * T;
-        attention_logits_forward(a->logits, qc, kc, B, T, H, KV, hd, model->precision);   STORE_RND(SITE_ATT_LOGITS, l, a->logits, natt);
-        int width = model->precision ? 16 : 32;
-        if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_logits_check(a->logits, qc, kc, B, T, H, KV, hd, width));
-        int att_n[2] = {0, 0};   /* failed heads of the logits and the probability checks */
-        if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[0] = att_logits_rowcheck(a->logits, qc, kc, B, T, H, KV, hd, width));
-        attention_softmax_forward(a->probs, a->logits, B, H, T, model->precision);        STORE_RND(SITE_ATT_PROBS, l, a->probs, natt);
-        if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[1] = att_probs_rowcheck(a->probs, B, H, T, width));
-        if (model->prot.on[PK_ATT] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
-            double st[4];
-            att_fwd_stats(a->logits, a->probs, qc, kc, B, T, H, KV, hd, width, st);
-            check_dump_attf(l, att_n[0], att_n[1], st);
+        if ((a->fused = attention_fused(model, l))) {
+            attention_fused_forward(a->att_out, qc, kc, a->v, B, T, H, KV, hd, model->precision);   STORE_RND(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
+        } else {
+            model_att_buffers(model, model_materialised_reason(model));
+            size_t natt = (size_t)B * H * T * T;
+            attention_logits_forward(a->logits, qc, kc, B, T, H, KV, hd, model->precision);   STORE_RND(SITE_ATT_LOGITS, l, a->logits, natt);
+            int width = model->precision ? 16 : 32;
+            if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_logits_check(a->logits, qc, kc, B, T, H, KV, hd, width));
+            int att_n[2] = {0, 0};   /* failed heads of the logits and the probability checks */
+            if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[0] = att_logits_rowcheck(a->logits, qc, kc, B, T, H, KV, hd, width));
+            attention_softmax_forward(a->probs, a->logits, B, H, T, model->precision);        STORE_RND(SITE_ATT_PROBS, l, a->probs, natt);
+            if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[1] = att_probs_rowcheck(a->probs, B, H, T, width));
+            if (model->prot.on[PK_ATT] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
+                double st[4];
+                att_fwd_stats(a->logits, a->probs, qc, kc, B, T, H, KV, hd, width, st);
+                check_dump_attf(l, att_n[0], att_n[1], st);
+            }
+            attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd, model->precision); STORE_RND(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
+            if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
         }
-        attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd, model->precision); STORE_RND(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
-        if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
         matmul_forward_w(a->o, a->att_out, W(PT_WO, l), N, qd, d, model->precision, model->precision);                         STORE_RND(SITE_O_PROJ, l, a->o, (size_t)N * d);
         if (mmb) mmb_check(model, l, MMB_O_PROJ, a->o, N, d, mmb_input_norms(model, 0, a->att_out, N, qd), qd);
         residual_forward_r(a->resid_mid, x, a->o, (size_t)N * d, model->precision);      STORE_RND(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
@@ -633,25 +713,30 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         matmul_backward_r(model->datt, GR(PT_WO, l), dout_o, a->att_out, W(PT_WO, l), N, qd, d, 0, model->precision, model->precision);      STORE_GRAD_RND(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
         const float* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
         const float* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
-        attention_av_backward(model->dlog, model->dv, model->datt, a->probs, a->v, B, T, H, KV, hd, model->precision);
-        FAULT_BWD(SITE_ATT_PROBS, l, model->dlog, natt);
-        FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
-        int width = model->precision ? 16 : 32;
-        int attb_n[3] = {0, 0, 0};   /* dprobs, dlogits, dV failed heads (the GPU's ATTB_* order) */
-        if (model->prot.on[PK_ATT_BWD]) {
-            check_alarm(model, CHECK_ATT_BWD, l, attb_n[0] = att_dprobs_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
-            check_alarm(model, CHECK_ATT_BWD, l, attb_n[2] = att_dv_colcheck(model->dv, model->datt, B, T, H, KV, hd, width));
+        if (a->fused) {   /* the probs again from q and k (the forward kept none): dq, dk, dv with the materialised bits */
+            attention_fused_backward(model->dq, model->dk, model->dv, model->datt, qc, kc, a->v, B, T, H, KV, hd, model->precision);
+            FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
+        } else {
+            attention_av_backward(model->dlog, model->dv, model->datt, a->probs, a->v, B, T, H, KV, hd, model->precision);
+            FAULT_BWD(SITE_ATT_PROBS, l, model->dlog, natt);
+            FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
+            int width = model->precision ? 16 : 32;
+            int attb_n[3] = {0, 0, 0};   /* dprobs, dlogits, dV failed heads (the GPU's ATTB_* order) */
+            if (model->prot.on[PK_ATT_BWD]) {
+                check_alarm(model, CHECK_ATT_BWD, l, attb_n[0] = att_dprobs_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
+                check_alarm(model, CHECK_ATT_BWD, l, attb_n[2] = att_dv_colcheck(model->dv, model->datt, B, T, H, KV, hd, width));
+            }
+            attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T, model->precision); STORE_GRAD_RND(SITE_ATT_LOGITS, l, model->dlog, natt);
+            if (model->prot.on[PK_ATT_BWD])
+                check_alarm(model, CHECK_ATT_BWD, l, attb_n[1] = att_dlogits_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
+            if (model->prot.on[PK_ATT_BWD] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
+                double tb[3];
+                att_bwd_bound_sums(model->datt, a->v, B, T, H, KV, hd, width, tb);
+                fprintf(check_dump_file(), "{\"kind\":\"att\",\"bwd\":%lld,\"layer\":%d,\"att\":[%d,%d,%d],\"tol\":[%.17g,%.17g,%.17g]}\n",
+                        check_dump_bwd, l, attb_n[0], attb_n[1], attb_n[2], tb[0], tb[1], tb[2]);
+            }
+            attention_logits_backward(model->dq, model->dk, model->dlog, qc, kc, B, T, H, KV, hd, model->precision);
         }
-        attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T, model->precision); STORE_GRAD_RND(SITE_ATT_LOGITS, l, model->dlog, natt);
-        if (model->prot.on[PK_ATT_BWD])
-            check_alarm(model, CHECK_ATT_BWD, l, attb_n[1] = att_dlogits_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
-        if (model->prot.on[PK_ATT_BWD] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
-            double tb[3];
-            att_bwd_bound_sums(model->datt, a->v, B, T, H, KV, hd, width, tb);
-            fprintf(check_dump_file(), "{\"kind\":\"att\",\"bwd\":%lld,\"layer\":%d,\"att\":[%d,%d,%d],\"tol\":[%.17g,%.17g,%.17g]}\n",
-                    check_dump_bwd, l, attb_n[0], attb_n[1], attb_n[2], tb[0], tb[1], tb[2]);
-        }
-        attention_logits_backward(model->dq, model->dk, model->dlog, qc, kc, B, T, H, KV, hd, model->precision);
         float *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
@@ -865,14 +950,33 @@ static int model_unscale_check(Model* model, float s) {
 }
 
 DEFINE_MODEL_SITE_TENSOR(float)   /* llmc/sdc/fault.h */
+/* The trace reads att_logits / att_probs at every layer: a layer whose last forward took the fused path gets them
+ * materialised from its stored q and k (the bits the materialised path would have stored: the same functions) */
+static void model_materialise_attention(Model* model, int l) {
+    const Config* c = &model->c;
+    LayerActs* a = &model->la[l];
+    if (!a->fused) return;
+    const float* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
+    const float* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
+    model_att_buffers(model, "the propagation trace (-trace_out)");
+    attention_logits_forward(a->logits, qc, kc, model->last_B, model->last_T, c->n_head, c->n_kv_head, c->head_dim, model->precision);
+    attention_softmax_forward(a->probs, a->logits, model->last_B, c->n_head, model->last_T, model->precision);
+}
+/* the snapshot: the activations and the logits and probs of every layer (two allocations, each copied whole) */
 static void model_trace_snapshot(Model* model) {
+    model_att_buffers(model, "the propagation trace (-trace_out)");
+    for (int l = 0; l < model->c.n_layer; l++) model_materialise_attention(model, l);
     if (!model->trace_mem) model->trace_mem = (float*)mallocCheck(sizeof(float) * model->act_floats);
+    if (!model->trace_att_mem) model->trace_att_mem = (float*)mallocCheck(sizeof(float) * model->att_floats);
     memcpy(model->trace_mem, model->act_mem, sizeof(float) * model->act_floats);
+    memcpy(model->trace_att_mem, model->att_mem, sizeof(float) * model->att_floats);
 }
 static void model_trace_diff(Model* model, int site, int l, int B, int T, double* num, double* den) {
     size_t n;
+    if (site == SITE_ATT_LOGITS || site == SITE_ATT_PROBS) model_materialise_attention(model, l);
     const float* x = model_site_tensor(model, site, l, B, T, &n);
-    const float* y = model->trace_mem + (x - model->act_mem);
+    int in_att = model->att_mem && x >= model->att_mem && x < model->att_mem + model->att_floats;
+    const float* y = in_att ? model->trace_att_mem + (x - model->att_mem) : model->trace_mem + (x - model->act_mem);
     double a = 0, b = 0;
     for (size_t i = 0; i < n; i++) { double e = (double)x[i] - y[i]; a += e * e; b += (double)y[i] * y[i]; }
     *num = a; *den = b;

@@ -375,6 +375,16 @@ static void rope_backward(float* dx, const float* dout, const float* cos_t, cons
  *   probs = softmax_s(logits),  out[b,t,h] = sum_s probs[b,h,t,s] v[b,s,h/g]
  * In three steps (logits, softmax, probs x v) so that a fault can be injected into the logits and the
  * probabilities between them; the backward likewise (dprobs and dv; dlogits; dq and dk). */
+/* a loop gcc unrolls n times; nothing in the C++ test programs, which compile these loops as references under nvcc
+ * (unrolling changes no bits: the operations and their order are the loop's) */
+#ifdef __CUDACC__
+#define TSDC_UNROLL(n)
+#else
+#define TSDC_PRAGMA_(x) _Pragma(#x)
+#define TSDC_UNROLL(n) TSDC_PRAGMA_(GCC unroll n)
+#endif
+#define ATT_KB 16   /* keys a dot-product block */
+#define ATT_RB 8    /* output rows a sum block */
 static void attention_logits_forward_ref(float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd) {
     int g = H / KV;
     float scale = 1.0f / sqrtf((float)hd);
@@ -389,23 +399,95 @@ static void attention_logits_forward_ref(float* logits, const float* q, const fl
                 for (int s = t + 1; s < T; s++) lrow[s] = 0.0f;
             }
 }
-/* probs = causal softmax of each row of logits (entries above the diagonal are 0) */
-/* round: each row stored as bf16 once written (-precision bf16; the same bits as rounding after) */
+/* The causal softmax of the nr <= ATT_RB consecutive rows t0 .. t0+nr-1 of a head, in place (row r at p + r * rs,
+ * row t holding logits s <= t): per row, the max, exp(l - max) (libm's expf bits, 16 at a time: vexp.h), their sum
+ * in s order, each times 1/sum, 0 above the diagonal; round: stored as bf16 once written (-precision bf16; the same
+ * bits as rounding after). The rows' sums run in one loop, so that their serial chains of adds (each row's own, in s
+ * order) go side by side instead of one after another. The materialised and the fused attention both call it. */
+static inline void att_softmax_rows(float* p, size_t rs, int nr, int t0, int T, int round) {
+    float mx[ATT_RB], sum[ATT_RB];
+    for (int r = 0; r < nr; r++) {
+        float* row = p + (size_t)r * rs;
+        int n = t0 + r + 1;
+        mx[r] = rowmax(row, n);
+        for (int s = 0; s < n; s++) row[s] -= mx[r];
+        vexpf_span(row, row, n);
+        sum[r] = 0.0f;
+    }
+    if (nr == ATT_RB)
+        for (int s = 0; s <= t0; s++) {
+TSDC_UNROLL(8)
+            for (int r = 0; r < ATT_RB; r++) sum[r] += p[(size_t)r * rs + s];
+        }
+    else
+        for (int s = 0; s <= t0; s++)
+            for (int r = 0; r < nr; r++) sum[r] += p[(size_t)r * rs + s];
+    for (int r = 1; r < nr; r++)
+        for (int s = t0 + 1; s <= t0 + r; s++) sum[r] += p[(size_t)r * rs + s];
+    for (int r = 0; r < nr; r++) {
+        float* row = p + (size_t)r * rs;
+        int t = t0 + r;
+        float inv = 1.0f / sum[r];
+        for (int s = 0; s <= t; s++) row[s] *= inv;
+        for (int s = t + 1; s < T; s++) row[s] = 0.0f;
+        if (round) bf16_round_span(row, t + 1);
+    }
+}
+/* dlogits = probs * (dprobs - sum_s probs*dprobs) for nr <= ATT_RB consecutive causal rows of a head, in place on d
+ * (dprobs in, dlogits out; rows at d + r * rs, probs at p + r * rs). The sum over s <= t in s order: the first
+ * 8 floor((t+1)/8) products rounded before their add, the rest fused into it (fmaf; on a build with FMA): what GCC
+ * made of the one-row loop this replaced (products vectorised 16 and 8 at a time ahead of in-order adds, the <= 7 left
+ * as scalar FMAs), written out so that the reference's bits stay those and no compiler's choice moves them. The
+ * rows' sums side by side, as in att_softmax_rows. */
+#ifdef __CUDACC__
+#define TSDC_NO_CONTRACT
+#else
+#define TSDC_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
+static inline float att_pd_tail(float pd, float p, float d) {
+#ifdef __FMA__
+    return fmaf(p, d, pd);
+#else
+    return pd + p * d;
+#endif
+}
+TSDC_NO_CONTRACT static void att_softmax_bwd_rows(float* d, const float* p, size_t rs, int nr, int t0, int T, int round) {
+    float pd[ATT_RB];
+    int n8[ATT_RB], c8 = (t0 + 1) / 8 * 8;   /* row r's unfused products: s < n8[r]; all rows: s < c8 */
+    for (int r = 0; r < nr; r++) { pd[r] = 0.0f; n8[r] = (t0 + r + 1) / 8 * 8; }
+    if (nr == ATT_RB)
+        for (int s = 0; s < c8; s++) {
+TSDC_UNROLL(8)
+            for (int r = 0; r < ATT_RB; r++) pd[r] += p[(size_t)r * rs + s] * d[(size_t)r * rs + s];
+        }
+    else
+        for (int s = 0; s < c8; s++)
+            for (int r = 0; r < nr; r++) pd[r] += p[(size_t)r * rs + s] * d[(size_t)r * rs + s];
+    for (int r = 0; r < nr; r++) {
+        const float *pr = p + (size_t)r * rs, *dr = d + (size_t)r * rs;
+        int s = c8;
+        for (; s < n8[r]; s++) pd[r] += pr[s] * dr[s];
+        for (; s <= t0 + r; s++) pd[r] = att_pd_tail(pd[r], pr[s], dr[s]);
+    }
+    for (int r = 0; r < nr; r++) {
+        float* dl = d + (size_t)r * rs;
+        const float* prow = p + (size_t)r * rs;
+        int t = t0 + r;
+        for (int s = 0; s <= t; s++) dl[s] = prow[s] * (dl[s] - pd[r]);
+        for (int s = t + 1; s < T; s++) dl[s] = 0.0f;
+        if (round) bf16_round_span(dl, t + 1);
+    }
+}
+/* probs = causal softmax of each row of logits (entries above the diagonal are 0); ATT_RB rows of a head a task */
 static void attention_softmax_forward(float* probs, const float* logits, int B, int H, int T, int round) {
+    int nb = (T + ATT_RB - 1) / ATT_RB;
 #pragma omp parallel for schedule(static)
-    for (long long row = 0; row < (long long)B * H * T; row++) {
-        int t = (int)(row % T);
-        const float* lrow = logits + (size_t)row * T;
-        float* prow = probs + (size_t)row * T;
-        float mx = rowmax(lrow, t + 1);
-        float sum = 0.0f;
-        for (int s = 0; s <= t; s++) prow[s] = lrow[s] - mx;
-        vexpf_span(prow, prow, t + 1);   /* libm's expf bits, 16 at a time (vexp.h) */
-        for (int s = 0; s <= t; s++) sum += prow[s];
-        float inv = 1.0f / sum;
-        for (int s = 0; s <= t; s++) prow[s] *= inv;
-        for (int s = t + 1; s < T; s++) prow[s] = 0.0f;
-        if (round) bf16_round_span(prow, t + 1);
+    for (long long blk = 0; blk < (long long)B * H * nb; blk++) {
+        long long bh = blk / nb;
+        int t0 = (int)(blk % nb) * ATT_RB, nr = T - t0 < ATT_RB ? T - t0 : ATT_RB;
+        size_t off = ((size_t)bh * T + t0) * T;
+        if (probs != logits) memcpy(probs + off, logits + off, sizeof(float) * T * nr);
+        att_softmax_rows(probs + off, T, nr, t0, T, round);
     }
 }
 static void attention_av_forward_ref(float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd) {
@@ -447,8 +529,8 @@ static void attention_logits_backward_ref(float* dq, float* dk, const float* dlo
 #define TSDC_THREAD_LOCAL _Thread_local
 #endif
 static float* att_scratch(int which, size_t n) {
-    static TSDC_THREAD_LOCAL float* buf[2];
-    static TSDC_THREAD_LOCAL size_t cap[2];
+    static TSDC_THREAD_LOCAL float* buf[4];
+    static TSDC_THREAD_LOCAL size_t cap[4];
     if (n > cap[which]) {
         free(buf[which]);
         buf[which] = (float*)mallocCheck(sizeof(float) * n);
@@ -456,16 +538,6 @@ static float* att_scratch(int which, size_t n) {
     }
     return buf[which];
 }
-/* a loop gcc unrolls n times; nothing in the C++ test programs, which compile these loops as references under nvcc
- * (unrolling changes no bits: the operations and their order are the loop's) */
-#ifdef __CUDACC__
-#define TSDC_UNROLL(n)
-#else
-#define TSDC_PRAGMA_(x) _Pragma(#x)
-#define TSDC_UNROLL(n) TSDC_PRAGMA_(GCC unroll n)
-#endif
-#define ATT_KB 16   /* keys a dot-product block */
-#define ATT_RB 8    /* output rows a sum block */
 /* 16 floats as one vector (GCC vector extension: zmm with AVX-512, split into narrower ones elsewhere). Its
  * arithmetic is the scalar loops' element by element; `a += p * x` is contracted to an FMA exactly where the
  * compiler contracts the _ref loops' `o[i] += p * v[i]` (-ffp-contract=fast, an FMA build), so the bits agree. */
@@ -491,6 +563,35 @@ TSDC_UNROLL(4)
     lane[0] += lane[1];
     for (; i < hd; i++) lane[0] += q[i] * att_load16(kT + (size_t)i * ATT_KB);
     att_store16(out, lane[0]);
+}
+/* att_dot16 for 4 query rows at once (hd % 16 == 0): out + r * ATT_KB gets row r's 16 dot products, each with
+ * att_dot16's operations (lane j's chain over i = j, j+16, ... in order from zero, then the same tree: lane j + lane
+ * j+8, then + the partner 4 away, 2 away, 1 away). Only the order in which the lanes are computed differs: the lane
+ * pairs (j, j+8) one after another, the tree's upper levels as soon as both halves exist, so that four rows'
+ * partials stay in registers and each kT load serves four rows (att_dot16: two loads an FMA; here 1.25). */
+static inline void att_dot16x4(float* out, const float* const* x, const float* kT, int hd) {
+#define ATT_PAIR(j, U)                                                                                     \
+    do {                                                                                                   \
+        att_v16 a_[4] = {{0}, {0}, {0}, {0}}, b_[4] = {{0}, {0}, {0}, {0}};                                \
+        for (int i = 0; i < hd; i += 16) {                                                                 \
+            att_v16 ka = att_load16(kT + (size_t)(i + (j)) * ATT_KB), kb = att_load16(kT + (size_t)(i + (j) + 8) * ATT_KB); \
+            TSDC_UNROLL(4)                                                                                 \
+            for (int r = 0; r < 4; r++) { a_[r] += x[r][i + (j)] * ka; b_[r] += x[r][i + (j) + 8] * kb; }  \
+        }                                                                                                  \
+        TSDC_UNROLL(4)                                                                                     \
+        for (int r = 0; r < 4; r++) U[r] = a_[r] + b_[r];                                                  \
+    } while (0)
+    att_v16 u[4], w0[4], w1[4], x0[4], x1[4];
+    ATT_PAIR(0, w0); ATT_PAIR(4, u);
+    for (int r = 0; r < 4; r++) w0[r] += u[r];          /* lanes 0 (+8) + 4 (+12) */
+    ATT_PAIR(2, x0); ATT_PAIR(6, u);
+    for (int r = 0; r < 4; r++) { x0[r] += u[r]; x0[r] = w0[r] + x0[r]; }   /* lane 2 + 6, then lane 0 + lane 2 */
+    ATT_PAIR(1, w1); ATT_PAIR(5, u);
+    for (int r = 0; r < 4; r++) w1[r] += u[r];
+    ATT_PAIR(3, x1); ATT_PAIR(7, u);
+    for (int r = 0; r < 4; r++) { x1[r] += u[r]; x1[r] = w1[r] + x1[r]; }   /* lane 1 + lane 3 */
+    for (int r = 0; r < 4; r++) att_store16(out + (size_t)r * ATT_KB, x0[r] + x1[r]);
+#undef ATT_PAIR
 }
 /* rows s0..s0+15 of x (row stride xs, hd wide) into kT [hd][16], rows past n as zeros */
 static inline void att_block_T(float* kT, const float* x, size_t xs, int s0, int n, int hd) {
@@ -544,6 +645,32 @@ static inline void att_causal_row(float* row, const float* x, const float* kT, i
     for (int s = t + 1; s < T; s++) row[s] = 0.0f;
     if (round) bf16_round_span(row, t + 1);
 }
+/* att_causal_row for the nr <= 4 rows t0 .. t0+nr-1 (row r at rows + r * rs, its x at x + r * xs), by att_dot16x4;
+ * a key block wholly at or below a row's diagonal is stored by one vector store */
+static inline void att_causal_rows4(float* rows, size_t rs, const float* x, size_t xs, int nr, const float* kT, int t0, int T, int hd,
+                                    int scaled, float scale, int round) {
+    float dots[4 * ATT_KB];
+    const float* xp[4];
+    for (int r = 0; r < 4; r++) xp[r] = x + (size_t)(r < nr ? r : 0) * xs;
+    for (int j = 0; j * ATT_KB <= t0 + nr - 1; j++) {
+        att_dot16x4(dots, xp, kT + (size_t)j * hd * ATT_KB, hd);
+        for (int r = 0; r < nr; r++) {
+            float* row = rows + (size_t)r * rs + (size_t)j * ATT_KB;
+            int t = t0 + r;
+            if (j * ATT_KB + ATT_KB - 1 <= t) {
+                att_v16 dv = att_load16(dots + r * ATT_KB);
+                att_store16(row, scaled ? dv * scale : dv);
+            } else
+                for (int c = 0; c < ATT_KB && j * ATT_KB + c <= t; c++) row[c] = scaled ? dots[r * ATT_KB + c] * scale : dots[r * ATT_KB + c];
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        float* row = rows + (size_t)r * rs;
+        int t = t0 + r;
+        for (int s = t + 1; s < T; s++) row[s] = 0.0f;
+        if (round) bf16_round_span(row, t + 1);
+    }
+}
 static void attention_logits_forward(float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd, int round) {
     if (hd % 16) {
         attention_logits_forward_ref(logits, q, k, B, T, H, KV, hd);
@@ -561,9 +688,9 @@ static void attention_logits_forward(float* logits, const float* q, const float*
             for (int h = 0; h < H; h++) {
                 const float* kb = k + (size_t)b * T * ks + (size_t)(h / g) * hd;
                 for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, ks, j * ATT_KB, T, hd);
-                for (int t = 0; t < T; t++)
-                    att_causal_row(logits + (((size_t)b * H + h) * T + t) * T, q + ((size_t)b * T + t) * qs + (size_t)h * hd, kT, t, T,
-                                   hd, 1, scale, round);
+                for (int t = 0; t < T; t += 4)
+                    att_causal_rows4(logits + (((size_t)b * H + h) * T + t) * T, T, q + ((size_t)b * T + t) * qs + (size_t)h * hd, qs,
+                                     T - t < 4 ? T - t : 4, kT, t, T, hd, 1, scale, round);
             }
     }
 }
@@ -616,8 +743,9 @@ static void attention_av_backward(float* dprobs, float* dv, const float* dout, c
                         for (int r = 0; r < nr; r++) { lo[r] = s0 + r; hi[r] = T - 1; }
                         att_rows_accumulate(dvb + (size_t)s0 * ks, ks, nr, pb + s0, 1, T, gob, qs, lo, hi, hd);
                     }
-                    for (int t = 0; t < T; t++)
-                        att_causal_row(dprobs + (((size_t)b * H + h) * T + t) * T, gob + (size_t)t * qs, vT, t, T, hd, 0, 1.0f, round);
+                    for (int t = 0; t < T; t += 4)
+                        att_causal_rows4(dprobs + (((size_t)b * H + h) * T + t) * T, T, gob + (size_t)t * qs, qs, T - t < 4 ? T - t : 4, vT,
+                                         t, T, hd, 0, 1.0f, round);
                 }
                 if (round) for (int s = 0; s < T; s++) bf16_round_span(dvb + (size_t)s * ks, hd);   /* every head of the group added */
             }
@@ -666,6 +794,134 @@ static void attention_logits_backward(float* dq, float* dk, const float* dlogits
             }
     }
 }
+/* ---- the fused attention: the materialised path's outputs, bit for bit, without its [B,H,T,T] tensors
+ * For where nothing reads the stored logits, probabilities or their gradients (train_sdc.c's attention_fused: no
+ * -protect att / att_bwd / qk_bwd, no -detect abft, no att_logits / att_probs fault due, no trace). The forward
+ * makes ATT_RB query rows' logits and probabilities at a time in a scratch [ATT_RB][T] (L1 / L2) and adds them
+ * into out at once; the backward makes them again a tile of R query rows at a time (R x T floats, two tiles in
+ * 512 KB: att_fused_tile_rows), with the tile's dprobs and dlogits beside them, and adds the tile into dv, dq and
+ * dk. Every element goes through the materialised path's own functions: the row functions att_causal_row,
+ * att_softmax_row, att_softmax_bwd_row, and att_rows_accumulate's sums, each dv / dk element over t ascending in
+ * tiles that follow each other (the heads of a group in order), as the materialised loops add them. So out, dq,
+ * dk and dv are the materialised path's bits (test_sdc compares them bit for bit), run after run and at any
+ * thread count (one task owns each output). The cost: the backward's logits and softmax again (one more T^2 hd / 2
+ * product a head, and its exps); the gain: no T^2 tensor written and read back (logits, probs, dprobs, dlogits),
+ * and no [B,H,T,T] buffer allocated. Needs hd % 16 == 0 (attention_fused_supported). */
+static inline int attention_fused_supported(int hd) { return hd % 16 == 0; }
+static inline int att_fused_tile_rows(int T) {
+    int r = (65536 / T) / ATT_RB * ATT_RB;
+    int rt = (T + ATT_RB - 1) / ATT_RB * ATT_RB;
+    if (r < ATT_RB) r = ATT_RB;
+    return r < rt ? r : rt;
+}
+/* acc rows s (stride as) += w[t][s] x[t] over the tile's rows t (t0 .. t0+nt-1, those >= s), ascending; w a tile
+ * [nt][T] (row t - t0), x the tile's first row (stride xs): dv (w = probs, x = dout) and dk (w = scale * dlogits,
+ * x = q), rows s0 .. t0+nt-1 ATT_RB at a time */
+static void att_tile_cols_accumulate(float* acc, size_t as, const float* w, int T, const float* x, size_t xs, int t0, int nt, int hd) {
+    int t1 = t0 + nt - 1;
+    for (int s0 = 0; s0 <= t1; s0 += ATT_RB) {
+        int nr = t1 + 1 - s0 < ATT_RB ? t1 + 1 - s0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
+        for (int r = 0; r < nr; r++) { lo[r] = (s0 + r > t0 ? s0 + r : t0) - t0; hi[r] = nt - 1; }
+        att_rows_accumulate(acc + (size_t)s0 * as, as, nr, w + s0, 1, T, x, xs, lo, hi, hd);
+    }
+}
+/* out = the causal GQA attention of q, k, v (overwritten): attention_logits_forward, attention_softmax_forward and
+ * attention_av_forward's bits; one task per (b, head) */
+static void attention_fused_forward(float* out, const float* q, const float* k, const float* v, int B, int T, int H, int KV, int hd,
+                                    int round) {
+    int g = H / KV, nkb = (T + ATT_KB - 1) / ATT_KB;
+    float scale = 1.0f / sqrtf((float)hd);
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel
+    {
+        float* kT = att_scratch(0, (size_t)nkb * hd * ATT_KB);
+        float* P = att_scratch(1, (size_t)ATT_RB * T);
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++) {
+                const float* kb = k + (size_t)b * T * ks + (size_t)(h / g) * hd;
+                const float* vb = v + (size_t)b * T * ks + (size_t)(h / g) * hd;
+                for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, ks, j * ATT_KB, T, hd);
+                for (int t0 = 0; t0 < T; t0 += ATT_RB) {
+                    int nr = T - t0 < ATT_RB ? T - t0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
+                    float* o = out + ((size_t)b * T + t0) * qs + (size_t)h * hd;
+                    for (int r = 0; r < nr; r += 4)
+                        att_causal_rows4(P + (size_t)r * T, T, q + ((size_t)b * T + t0 + r) * qs + (size_t)h * hd, qs, nr - r < 4 ? nr - r : 4,
+                                         kT, t0 + r, T, hd, 1, scale, round);
+                    att_softmax_rows(P, T, nr, t0, T, round);
+                    for (int r = 0; r < nr; r++) {
+                        lo[r] = 0; hi[r] = t0 + r;
+                        memset(o + (size_t)r * qs, 0, sizeof(float) * hd);
+                    }
+                    att_rows_accumulate(o, qs, nr, P, T, 1, vb, ks, lo, hi, hd);
+                    if (round) for (int r = 0; r < nr; r++) bf16_round_span(o + (size_t)r * qs, hd);
+                }
+            }
+    }
+}
+/* dq, dk, dv (overwritten) from dout, q, k, v: attention_av_backward, attention_softmax_backward and
+ * attention_logits_backward's bits; one task per (b, kv head), which owns that head's dk and dv rows */
+static void attention_fused_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
+                                     int B, int T, int H, int KV, int hd, int round) {
+    int g = H / KV, nkb = (T + ATT_KB - 1) / ATT_KB, R = att_fused_tile_rows(T);
+    float scale = 1.0f / sqrtf((float)hd);
+    size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
+#pragma omp parallel
+    {
+        float* kT = att_scratch(0, (size_t)nkb * hd * ATT_KB);
+        float* vT = att_scratch(1, (size_t)nkb * hd * ATT_KB);
+        float* P = att_scratch(2, (size_t)R * T);   /* the tile's probs */
+        float* D = att_scratch(3, (size_t)R * T);   /* its dprobs, then dlogits, then scale * dlogits */
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int kh = 0; kh < KV; kh++) {
+                const float* kb = k + (size_t)b * T * ks + (size_t)kh * hd;
+                const float* vb = v + (size_t)b * T * ks + (size_t)kh * hd;
+                float* dkb = dk + (size_t)b * T * ks + (size_t)kh * hd;
+                float* dvb = dv + (size_t)b * T * ks + (size_t)kh * hd;
+                for (int s = 0; s < T; s++) {
+                    memset(dkb + (size_t)s * ks, 0, sizeof(float) * hd);
+                    memset(dvb + (size_t)s * ks, 0, sizeof(float) * hd);
+                }
+                for (int j = 0; j < nkb; j++) {
+                    att_block_T(kT + (size_t)j * hd * ATT_KB, kb, ks, j * ATT_KB, T, hd);
+                    att_block_T(vT + (size_t)j * hd * ATT_KB, vb, ks, j * ATT_KB, T, hd);
+                }
+                for (int h = kh * g; h < kh * g + g; h++) {
+                    const float* qb = q + (size_t)b * T * qs + (size_t)h * hd;
+                    const float* gob = dout + (size_t)b * T * qs + (size_t)h * hd;
+                    float* dqb = dq + (size_t)b * T * qs + (size_t)h * hd;
+                    for (int t0 = 0; t0 < T; t0 += R) {
+                        int nt = T - t0 < R ? T - t0 : R;
+                        for (int r = 0; r < nt; r += ATT_RB) {
+                            int nr = nt - r < ATT_RB ? nt - r : ATT_RB;
+                            float *pr = P + (size_t)r * T, *dr = D + (size_t)r * T;
+                            for (int r4 = 0; r4 < nr; r4 += 4) {
+                                int n4 = nr - r4 < 4 ? nr - r4 : 4, t = t0 + r + r4;
+                                att_causal_rows4(pr + (size_t)r4 * T, T, qb + (size_t)t * qs, qs, n4, kT, t, T, hd, 1, scale, round);
+                                att_causal_rows4(dr + (size_t)r4 * T, T, gob + (size_t)t * qs, qs, n4, vT, t, T, hd, 0, 1.0f, round);
+                            }
+                            att_softmax_rows(pr, T, nr, t0 + r, T, round);
+                            att_softmax_bwd_rows(dr, pr, T, nr, t0 + r, T, round);
+                            for (int i = 0; i < nr; i++)
+                                for (int s = 0; s <= t0 + r + i; s++) dr[(size_t)i * T + s] *= scale;
+                        }
+                        att_tile_cols_accumulate(dvb, ks, P, T, gob + (size_t)t0 * qs, qs, t0, nt, hd);
+                        for (int r0 = 0; r0 < nt; r0 += ATT_RB) {   /* dq rows t: += d[t, s] k[s], s = 0 .. t */
+                            int nr = nt - r0 < ATT_RB ? nt - r0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
+                            float* dqr = dqb + (size_t)(t0 + r0) * qs;
+                            for (int r = 0; r < nr; r++) { lo[r] = 0; hi[r] = t0 + r0 + r; memset(dqr + (size_t)r * qs, 0, sizeof(float) * hd); }
+                            att_rows_accumulate(dqr, qs, nr, D + (size_t)r0 * T, T, 1, kb, ks, lo, hi, hd);
+                            if (round) for (int r = 0; r < nr; r++) bf16_round_span(dqr + (size_t)r * qs, hd);
+                        }
+                        att_tile_cols_accumulate(dkb, ks, D, T, qb + (size_t)t0 * qs, qs, t0, nt, hd);
+                    }
+                }
+                if (round)   /* every head of the group added */
+                    for (int s = 0; s < T; s++) { bf16_round_span(dkb + (size_t)s * ks, hd); bf16_round_span(dvb + (size_t)s * ks, hd); }
+            }
+    }
+}
 static void attention_forward(float* out, float* logits, float* probs, const float* q, const float* k, const float* v,
                               int B, int T, int H, int KV, int hd) {
     attention_logits_forward(logits, q, k, B, T, H, KV, hd, 0);
@@ -701,17 +957,14 @@ static void attention_av_backward_ref(float* dprobs, float* dv, const float* dou
 }
 /* dlogits = probs * (dprobs - sum_s probs*dprobs), s <= t (in place allowed: dlogits == dprobs) */
 static void attention_softmax_backward(float* dlogits, const float* dprobs, const float* probs, int B, int H, int T, int round) {
+    int nb = (T + ATT_RB - 1) / ATT_RB;
 #pragma omp parallel for schedule(static)
-    for (long long row = 0; row < (long long)B * H * T; row++) {
-        int t = (int)(row % T);
-        const float* prow = probs + (size_t)row * T;
-        const float* dp = dprobs + (size_t)row * T;
-        float* dl = dlogits + (size_t)row * T;
-        float pd = 0.0f;
-        for (int s = 0; s <= t; s++) pd += prow[s] * dp[s];
-        for (int s = 0; s <= t; s++) dl[s] = prow[s] * (dp[s] - pd);
-        for (int s = t + 1; s < T; s++) dl[s] = 0.0f;
-        if (round) bf16_round_span(dl, t + 1);
+    for (long long blk = 0; blk < (long long)B * H * nb; blk++) {
+        long long bh = blk / nb;
+        int t0 = (int)(blk % nb) * ATT_RB, nr = T - t0 < ATT_RB ? T - t0 : ATT_RB;
+        size_t off = ((size_t)bh * T + t0) * T;
+        if (dlogits != dprobs) memcpy(dlogits + off, dprobs + off, sizeof(float) * T * nr);
+        att_softmax_bwd_rows(dlogits + off, probs + off, T, nr, t0, T, round);
     }
 }
 /* dq = scale * dlogits k, dk = scale * dlogits^T q (overwritten); one task per (b, kv head) */
