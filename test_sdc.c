@@ -297,6 +297,45 @@ static void test_attention_fast(void) {
                       round ? "bf16" : "fp32", fo ? "=" : "DIFFER", fq ? "=" : "DIFFER", fk ? "=" : "DIFFER", fv ? "=" : "DIFFER");
                 free(dk1); free(dk2);
             }
+        /* the softmax and its backward (rows side by side) against their one-row specification: each row's sum in s
+         * order; the backward's sum of probs * dprobs with the first 8 floor((t+1)/8) products rounded before their
+         * add and the rest fused (on an FMA build), as cpu_kernels.h writes down */
+        {
+            q[(size_t)(T - 1) * H * hd + 1] = 0.5f; v[(size_t)(T / 2) * KV * hd + 3] = 0.5f;   /* finite: no NaN payloads to compare */
+            attention_logits_forward(r1, q, k, B, T, H, KV, hd, 0);
+            attention_softmax_forward(p, r1, B, H, T, 0);
+            attention_softmax_backward(r2, dl, p, B, H, T, 0);
+            int sp = 1, sb = 1;
+            for (long long row = 0; row < (long long)B * H * T; row++) {
+                int t = (int)(row % T);
+                const float *lr = r1 + (size_t)row * T, *pr = p + (size_t)row * T, *dp = dl + (size_t)row * T;
+                float mx = lr[0], sum = 0.0f, pd = 0.0f;
+                for (int s = 1; s <= t; s++) mx = lr[s] > mx ? lr[s] : mx;
+                for (int s = 0; s <= t; s++) { volatile float e = expf(lr[s] - mx); sum += e; }
+                float inv = 1.0f / sum;
+                for (int s = 0; s < T; s++) {
+                    float want = s <= t ? expf(lr[s] - mx) * inv : 0.0f;
+                    sp &= f32_bits(want) == f32_bits(pr[s]);
+                }
+                for (int s = 0; s <= t; s++) {
+                    if (s < (t + 1) / 8 * 8) { volatile float prod = pr[s] * dp[s]; pd += prod; }
+                    else {
+#ifdef __FMA__
+                        pd = fmaf(pr[s], dp[s], pd);
+#else
+                        volatile float prod = pr[s] * dp[s]; pd += prod;
+#endif
+                    }
+                }
+                for (int s = 0; s < T; s++) {
+                    volatile float diff = dp[s] - pd;
+                    float want = s <= t ? pr[s] * diff : 0.0f;
+                    sb &= f32_bits(want) == f32_bits(r2[(size_t)row * T + s]);
+                }
+            }
+            check(sp && sb, "  B %d T %-3d H %d KV %d hd %-3d: softmax %s, its backward %s its one-row specification", B, T, H, KV, hd,
+                  sp ? "=" : "DIFFERS FROM", sb ? "=" : "DIFFERS FROM");
+        }
         free(q); free(k); free(v); free(go); free(p); free(dl); free(r1); free(r2); free(o1); free(o2);
         free(dv1); free(dv2); free(dq1); free(dq2);
     }
@@ -521,24 +560,26 @@ static void test_thread_independence(void) {
         free(ms2);
         free(x); free(g); free(ms); free(dx); free(dw); free(ref); free(w);
     }
-    /* a full forward + backward of tiny-qwen3 (GQA, QK norm) */
+    /* a full forward + backward of tiny-qwen3 (GQA, QK norm), on the materialised and on the fused attention */
     Config c = *preset_find("tiny-qwen3");
     c.vocab_size = 256; c.seq_len = 16;
-    Model m1, m2;
-    float* g1 = NULL;
-    for (int pass = 0; pass < 2; pass++) {
-        Model* m = pass ? &m2 : &m1;
-        omp_set_num_threads(pass ? 3 : 1);
-        model_build(m, &c, 2, 16, 0);
-        model_init_weights(m, 5);
-        model_prepare_weights(m);
-        for (int i = 0; i < 32; i++) { m->inputs[i] = (i * 37) % 256; m->targets[i] = (i * 91 + 3) % 256; }
-        model_forward(m, 2, 16, m->targets);
-        model_backward(m, 2, 16, m->targets, 1.0f / 32);
-        if (!pass) g1 = m->grads;
+    Model m[4];
+    for (int pass = 0; pass < 4; pass++) {
+        omp_set_num_threads(pass & 1 ? 3 : 1);
+        model_build(&m[pass], &c, 2, 16, 0);
+        model_set_attention_mode(&m[pass], pass < 2 ? ATT_MATERIALISED : ATT_FUSED);
+        model_init_weights(&m[pass], 5);
+        model_prepare_weights(&m[pass]);
+        for (int i = 0; i < 32; i++) { m[pass].inputs[i] = (i * 37) % 256; m[pass].targets[i] = (i * 91 + 3) % 256; }
+        model_forward(&m[pass], 2, 16, m[pass].targets);
+        model_backward(&m[pass], 2, 16, m[pass].targets, 1.0f / 32);
     }
-    check(memcmp(g1, m2.grads, sizeof(float) * m1.L.total) == 0, "  tiny-qwen3 forward+backward gradients, 1 vs 3 threads");
-    model_free(&m1); model_free(&m2);
+    size_t gb = sizeof(float) * m[0].L.total;
+    check(memcmp(m[0].grads, m[1].grads, gb) == 0, "  tiny-qwen3 forward+backward gradients, 1 vs 3 threads");
+    check(memcmp(m[0].grads, m[2].grads, gb) == 0 && memcmp(m[0].grads, m[3].grads, gb) == 0 && m[2].la[0].fused && !m[0].la[0].fused &&
+          !m[2].att_mem && m[0].att_mem,
+          "  ... the same gradients on the fused attention at 1 and 3 threads (and no [B,H,T,T] buffer allocated)");
+    for (int pass = 0; pass < 4; pass++) model_free(&m[pass]);
     omp_set_num_threads(saved);
     free(A); free(B); free(C1); free(C2);
 }

@@ -92,7 +92,7 @@ typedef struct {
     float* qk_ms;              /* [N*H]: the Q/K recomputation's QK-norm mean squares */
     float *att_mem, *trace_att_mem;   /* the materialised attention's tensors (model_att_buffers), the trace's copy */
     size_t att_floats;
-    int att_mode;              /* ATT_AUTO, ATT_MATERIALISED or ATT_FUSED (TSDC_CPU_ATTENTION, model_set_attention_materialised) */
+    int att_mode;              /* ATT_AUTO, ATT_MATERIALISED or ATT_FUSED (TSDC_CPU_ATTENTION, model_set_attention_mode) */
     int last_B, last_T;        /* the shape of the last forward (the trace materialises with it) */
     Protect prot;              /* protection and fault injection state (llmc/sdc/checks.h, llmc/host/backend.h) */
     float* ew_scratch;         /* ew's scratch: 2 x [N, max(F, d)] + [N] (allocated on first use) */
@@ -141,10 +141,10 @@ static float* tensor_ptr(const Model* m, float* base, int type, int layer) {
 #define GR(type, l) tensor_ptr(model, model->grads, type, l)
 
 /* Which attention a forward takes where both may: the fused one from T 512 up, the materialised one below (measured
- * on a 2-core Xeon, 1 thread, the SmolLM2 width, one layer's forward + backward: T 1024 fused 75 ms against 89;
- * T 256 21 against 20; tiny-llama's T 128 3.2 against 2.7: the fused backward's second logits product costs more
- * than the T^2 tensors' traffic until they outgrow the caches; above T 512 the tensors, 2 L + 1 of [B, H, T, T]
- * floats, also grow to GBs). Both give the same bits, so this is a speed and memory choice only;
+ * on a 2-core Xeon, 1 thread, the SmolLM2 width, one layer's forward + backward: T 1024 fused 61 ms against 72;
+ * T 256 and 320 within 5% of each other; T 192 9.7 against 8.6; tiny-llama's T 128 2.6 against 2.4: the fused
+ * backward's second logits product costs about what the T^2 tensors' traffic costs until they outgrow the caches;
+ * from T 512 the tensors, 2 L + 1 of [B, H, T, T] floats, also grow to GBs). Both give the same bits, so this is a speed and memory choice only;
  * TSDC_CPU_ATTENTION=fused|materialised|auto sets it (the benchmarks and tests compare the two). */
 enum { ATT_AUTO, ATT_MATERIALISED, ATT_FUSED };
 static int att_mode_from_env(void) {
@@ -241,9 +241,9 @@ static void model_att_buffers(Model* model, const char* why) {
  * reads the materialised tensors there: -protect att (the logits' and probs' row checks) or att_bwd (dprobs and
  * dlogits), qk_bwd (its rerun starts from the stored dlogits), -detect abft, an att_logits / att_probs fault due at
  * this layer in this microbatch (either pass: the backward injects into the stored dprobs / dlogits),
- * model_set_attention_materialised, or a head_dim the fused kernels lack. The forward records the choice in the
- * layer; the backward follows it. Either path gives the same bits, so a layer may switch for a fault event and
- * the run stays the clean run's elsewhere. */
+ * the materialised mode (TSDC_CPU_ATTENTION, model_set_attention_mode; or T below 512 in the auto mode), or a
+ * head_dim the fused kernels lack. The forward records the choice in the layer; the backward follows it. Either
+ * path gives the same bits, so a layer may switch for a fault event and the run stays the clean run's elsewhere. */
 static int attention_fused(const Model* model, int l) {
     const FaultCtx* fx = model->prot.fx;
     const int* on = model->prot.on;

@@ -404,7 +404,7 @@ static void attention_logits_forward_ref(float* logits, const float* q, const fl
  * in s order, each times 1/sum, 0 above the diagonal; round: stored as bf16 once written (-precision bf16; the same
  * bits as rounding after). The rows' sums run in one loop, so that their serial chains of adds (each row's own, in s
  * order) go side by side instead of one after another. The materialised and the fused attention both call it. */
-static inline void att_softmax_rows(float* p, size_t rs, int nr, int t0, int T, int round) {
+static inline void att_softmax_rows(float* p, size_t rs, int nr, int t0, int T, int round, int zero) {
     float mx[ATT_RB], sum[ATT_RB];
     for (int r = 0; r < nr; r++) {
         float* row = p + (size_t)r * rs;
@@ -429,7 +429,7 @@ TSDC_UNROLL(8)
         int t = t0 + r;
         float inv = 1.0f / sum[r];
         for (int s = 0; s <= t; s++) row[s] *= inv;
-        for (int s = t + 1; s < T; s++) row[s] = 0.0f;
+        if (zero) for (int s = t + 1; s < T; s++) row[s] = 0.0f;
         if (round) bf16_round_span(row, t + 1);
     }
 }
@@ -451,7 +451,7 @@ static inline float att_pd_tail(float pd, float p, float d) {
     return pd + p * d;
 #endif
 }
-TSDC_NO_CONTRACT static void att_softmax_bwd_rows(float* d, const float* p, size_t rs, int nr, int t0, int T, int round) {
+TSDC_NO_CONTRACT static void att_softmax_bwd_rows(float* d, const float* p, size_t rs, int nr, int t0, int T, int round, int zero) {
     float pd[ATT_RB];
     int n8[ATT_RB], c8 = (t0 + 1) / 8 * 8;   /* row r's unfused products: s < n8[r]; all rows: s < c8 */
     for (int r = 0; r < nr; r++) { pd[r] = 0.0f; n8[r] = (t0 + r + 1) / 8 * 8; }
@@ -474,7 +474,7 @@ TSDC_UNROLL(8)
         const float* prow = p + (size_t)r * rs;
         int t = t0 + r;
         for (int s = 0; s <= t; s++) dl[s] = prow[s] * (dl[s] - pd[r]);
-        for (int s = t + 1; s < T; s++) dl[s] = 0.0f;
+        if (zero) for (int s = t + 1; s < T; s++) dl[s] = 0.0f;
         if (round) bf16_round_span(dl, t + 1);
     }
 }
@@ -487,7 +487,7 @@ static void attention_softmax_forward(float* probs, const float* logits, int B, 
         int t0 = (int)(blk % nb) * ATT_RB, nr = T - t0 < ATT_RB ? T - t0 : ATT_RB;
         size_t off = ((size_t)bh * T + t0) * T;
         if (probs != logits) memcpy(probs + off, logits + off, sizeof(float) * T * nr);
-        att_softmax_rows(probs + off, T, nr, t0, T, round);
+        att_softmax_rows(probs + off, T, nr, t0, T, round, 1);
     }
 }
 static void attention_av_forward_ref(float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd) {
@@ -511,11 +511,12 @@ static void attention_av_forward_ref(float* out, const float* probs, const float
  * The _ref loops above define the math and the order; these compute every element with the same operations in
  * the same order (so the same bits: test_sdc holds them to the _ref loops bit for bit), faster:
  *  - a dot product over hd (a logit, a dprobs entry) is dotf's: 16 lanes, lane j summing i = j, j+16, ... in
- *    order, then the fixed tree; here 16 keys at once, the keys transposed into a [hd][16] block so that each lane
- *    step is one vector operation over the 16 keys;
+ *    order, then the fixed tree; here 16 keys and 4 query rows at once, the keys transposed into a [hd][16] block
+ *    so that each lane step is one vector operation over the 16 keys (att_dot16x4);
  *  - a sum over keys or queries (out, dv, dq, dk) keeps its order (s, or h then t, ascending) and runs 8 output
- *    rows at once over 16-float chunks of hd, the accumulators in registers (only the causal triangle is added:
- *    no masked term, so no -0 or non-finite value enters an element the _ref loop would not touch).
+ *    rows at once over 32- (then 16-) float chunks of hd, the accumulators in registers (only the causal triangle
+ *    is added: no masked term, so no -0 or non-finite value enters an element the _ref loop would not touch);
+ *  - the softmax and its backward take 8 rows at once, each row's sums still in s order (att_softmax_rows).
  * They need hd % 16 == 0 (every preset) and fall back to the _ref loops otherwise. */
 static void attention_av_backward_ref(float* dprobs, float* dv, const float* dout, const float* probs, const float* v,
                                       int B, int T, int H, int KV, int hd);
@@ -545,30 +546,11 @@ typedef float att_v16 __attribute__((vector_size(64)));
 typedef float att_v16u __attribute__((vector_size(64), aligned(4), may_alias));   /* unaligned access */
 #define att_load16(p) ((att_v16) * (const att_v16u*)(p))
 #define att_store16(p, v) (*(att_v16u*)(p) = (v))
-/* out[c] = dotf(q, key c) for the ATT_KB keys of kT ([hd][ATT_KB], key c in column c) */
-static inline void att_dot16(float* out, const float* q, const float* kT, int hd) {
-    att_v16 lane[16];
-TSDC_UNROLL(16)
-    for (int j = 0; j < 16; j++) lane[j] = (att_v16){0};
-    int i = 0;
-    for (; i + 16 <= hd; i += 16) {
-TSDC_UNROLL(16)
-        for (int j = 0; j < 16; j++) lane[j] += q[i + j] * att_load16(kT + (size_t)(i + j) * ATT_KB);
-    }
-TSDC_UNROLL(8)
-    for (int j = 0; j < 8; j++) lane[j] += lane[j + 8];
-TSDC_UNROLL(4)
-    for (int j = 0; j < 4; j++) lane[j] += lane[j + 4];
-    lane[0] += lane[2]; lane[1] += lane[3];
-    lane[0] += lane[1];
-    for (; i < hd; i++) lane[0] += q[i] * att_load16(kT + (size_t)i * ATT_KB);
-    att_store16(out, lane[0]);
-}
-/* att_dot16 for 4 query rows at once (hd % 16 == 0): out + r * ATT_KB gets row r's 16 dot products, each with
- * att_dot16's operations (lane j's chain over i = j, j+16, ... in order from zero, then the same tree: lane j + lane
- * j+8, then + the partner 4 away, 2 away, 1 away). Only the order in which the lanes are computed differs: the lane
- * pairs (j, j+8) one after another, the tree's upper levels as soon as both halves exist, so that four rows'
- * partials stay in registers and each kT load serves four rows (att_dot16: two loads an FMA; here 1.25). */
+/* out + r * ATT_KB = dotf(x_r, key c) for 4 query rows x_r and the ATT_KB keys of kT ([hd][ATT_KB], key c in
+ * column c; hd % 16 == 0): dotf's operations for each (lane j's chain over i = j, j+16, ... in order from zero, then
+ * the fixed tree: lane j + lane j+8, then + the partner 4 away, 2 away, 1 away), the lane pairs (j, j+8) one after
+ * another and the tree's upper levels as soon as both halves exist, so that four rows' partials stay in registers
+ * and each kT load serves four rows (1.25 loads an FMA; one row at a time took two). */
 static inline void att_dot16x4(float* out, const float* const* x, const float* kT, int hd) {
 #define ATT_PAIR(j, U)                                                                                     \
     do {                                                                                                   \
@@ -607,7 +589,44 @@ static void att_rows_accumulate(float* acc0, size_t as, int nr, const float* w, 
                                 const int* lo, const int* hi, int hd) {
     int clo = lo[0], chi = hi[0];
     for (int r = 1; r < nr; r++) { clo = lo[r] > clo ? lo[r] : clo; chi = hi[r] < chi ? hi[r] : chi; }
-    for (int i0 = 0; i0 < hd; i0 += 16) {
+    int i0 = 0;
+    /* two 16-float chunks at a time where hd allows (each w broadcast serves 16 FMAs: 0.6 loads an FMA) */
+    for (; i0 + 32 <= hd; i0 += 32) {
+        att_v16 a[ATT_RB], b[ATT_RB];
+TSDC_UNROLL(8)
+        for (int r = 0; r < ATT_RB; r++) {
+            a[r] = r < nr ? att_load16(acc0 + (size_t)r * as + i0) : (att_v16){0};
+            b[r] = r < nr ? att_load16(acc0 + (size_t)r * as + i0 + 16) : (att_v16){0};
+        }
+        for (int r = 0; r < nr; r++)
+            for (int s = lo[r]; s < clo && s <= hi[r]; s++) {
+                float ws = w[(size_t)r * wrs + (size_t)s * wss];
+                a[r] += ws * att_load16(x + (size_t)s * xs + i0);
+                b[r] += ws * att_load16(x + (size_t)s * xs + i0 + 16);
+            }
+        if (nr == ATT_RB)
+            for (int s = clo; s <= chi; s++) {
+                att_v16 xa = att_load16(x + (size_t)s * xs + i0), xb = att_load16(x + (size_t)s * xs + i0 + 16);
+                const float* ws = w + (size_t)s * wss;
+TSDC_UNROLL(8)
+                for (int r = 0; r < ATT_RB; r++) { a[r] += ws[(size_t)r * wrs] * xa; b[r] += ws[(size_t)r * wrs] * xb; }
+            }
+        else
+            for (int s = clo; s <= chi; s++) {
+                att_v16 xa = att_load16(x + (size_t)s * xs + i0), xb = att_load16(x + (size_t)s * xs + i0 + 16);
+                for (int r = 0; r < nr; r++) { a[r] += w[(size_t)r * wrs + (size_t)s * wss] * xa; b[r] += w[(size_t)r * wrs + (size_t)s * wss] * xb; }
+            }
+        for (int r = 0; r < nr; r++)
+            for (int s = (chi + 1 > lo[r] ? chi + 1 : lo[r]); s <= hi[r]; s++) {
+                float ws = w[(size_t)r * wrs + (size_t)s * wss];
+                a[r] += ws * att_load16(x + (size_t)s * xs + i0);
+                b[r] += ws * att_load16(x + (size_t)s * xs + i0 + 16);
+            }
+TSDC_UNROLL(8)
+        for (int r = 0; r < ATT_RB; r++)
+            if (r < nr) { att_store16(acc0 + (size_t)r * as + i0, a[r]); att_store16(acc0 + (size_t)r * as + i0 + 16, b[r]); }
+    }
+    for (; i0 < hd; i0 += 16) {
         att_v16 a[ATT_RB];
 TSDC_UNROLL(8)
         for (int r = 0; r < ATT_RB; r++) a[r] = r < nr ? att_load16(acc0 + (size_t)r * as + i0) : (att_v16){0};
@@ -635,20 +654,12 @@ TSDC_UNROLL(8)
 
 /* round (here and below): every output stored as bf16 as soon as it is final, while it is in cache (-precision
  * bf16: the same bits as a rounding pass after) */
-/* row[s] = dotf(x, key s) (* scale when scaled) for s <= t from the transposed key blocks kT, 0 above the diagonal */
-static inline void att_causal_row(float* row, const float* x, const float* kT, int t, int T, int hd, int scaled, float scale, int round) {
-    float dots[ATT_KB];
-    for (int j = 0; j * ATT_KB <= t; j++) {
-        att_dot16(dots, x, kT + (size_t)j * hd * ATT_KB, hd);
-        for (int c = 0; c < ATT_KB && j * ATT_KB + c <= t; c++) row[j * ATT_KB + c] = scaled ? dots[c] * scale : dots[c];
-    }
-    for (int s = t + 1; s < T; s++) row[s] = 0.0f;
-    if (round) bf16_round_span(row, t + 1);
-}
-/* att_causal_row for the nr <= 4 rows t0 .. t0+nr-1 (row r at rows + r * rs, its x at x + r * xs), by att_dot16x4;
- * a key block wholly at or below a row's diagonal is stored by one vector store */
+/* row t[s] = dotf(x_t, key s) (* scale when scaled) for s <= t, for the nr <= 4 rows t0 .. t0+nr-1 (row r at
+ * rows + r * rs, its x at x + r * xs) from the transposed key blocks kT, by att_dot16x4; a key block wholly at or
+ * below a row's diagonal is stored by one vector store. zero: 0 above the diagonal (a stored tensor's masked
+ * triangle; the fused path's scratch rows are never read there) */
 static inline void att_causal_rows4(float* rows, size_t rs, const float* x, size_t xs, int nr, const float* kT, int t0, int T, int hd,
-                                    int scaled, float scale, int round) {
+                                    int scaled, float scale, int round, int zero) {
     float dots[4 * ATT_KB];
     const float* xp[4];
     for (int r = 0; r < 4; r++) xp[r] = x + (size_t)(r < nr ? r : 0) * xs;
@@ -667,7 +678,7 @@ static inline void att_causal_rows4(float* rows, size_t rs, const float* x, size
     for (int r = 0; r < nr; r++) {
         float* row = rows + (size_t)r * rs;
         int t = t0 + r;
-        for (int s = t + 1; s < T; s++) row[s] = 0.0f;
+        if (zero) for (int s = t + 1; s < T; s++) row[s] = 0.0f;
         if (round) bf16_round_span(row, t + 1);
     }
 }
@@ -690,7 +701,7 @@ static void attention_logits_forward(float* logits, const float* q, const float*
                 for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, ks, j * ATT_KB, T, hd);
                 for (int t = 0; t < T; t += 4)
                     att_causal_rows4(logits + (((size_t)b * H + h) * T + t) * T, T, q + ((size_t)b * T + t) * qs + (size_t)h * hd, qs,
-                                     T - t < 4 ? T - t : 4, kT, t, T, hd, 1, scale, round);
+                                     T - t < 4 ? T - t : 4, kT, t, T, hd, 1, scale, round, 1);
             }
     }
 }
@@ -745,7 +756,7 @@ static void attention_av_backward(float* dprobs, float* dv, const float* dout, c
                     }
                     for (int t = 0; t < T; t += 4)
                         att_causal_rows4(dprobs + (((size_t)b * H + h) * T + t) * T, T, gob + (size_t)t * qs, qs, T - t < 4 ? T - t : 4, vT,
-                                         t, T, hd, 0, 1.0f, round);
+                                         t, T, hd, 0, 1.0f, round, 1);
                 }
                 if (round) for (int s = 0; s < T; s++) bf16_round_span(dvb + (size_t)s * ks, hd);   /* every head of the group added */
             }
@@ -800,8 +811,9 @@ static void attention_logits_backward(float* dq, float* dk, const float* dlogits
  * makes ATT_RB query rows' logits and probabilities at a time in a scratch [ATT_RB][T] (L1 / L2) and adds them
  * into out at once; the backward makes them again a tile of R query rows at a time (R x T floats, two tiles in
  * 512 KB: att_fused_tile_rows), with the tile's dprobs and dlogits beside them, and adds the tile into dv, dq and
- * dk. Every element goes through the materialised path's own functions: the row functions att_causal_row,
- * att_softmax_row, att_softmax_bwd_row, and att_rows_accumulate's sums, each dv / dk element over t ascending in
+ * dk. Every element goes through the materialised path's own functions: the row functions att_causal_rows4,
+ * att_softmax_rows, att_softmax_bwd_rows (the scratch rows left unwritten above the diagonal, where nothing reads
+ * them), and att_rows_accumulate's sums, each dv / dk element over t ascending in
  * tiles that follow each other (the heads of a group in order), as the materialised loops add them. So out, dq,
  * dk and dv are the materialised path's bits (test_sdc compares them bit for bit), run after run and at any
  * thread count (one task owns each output). The cost: the backward's logits and softmax again (one more T^2 hd / 2
@@ -847,8 +859,8 @@ static void attention_fused_forward(float* out, const float* q, const float* k, 
                     float* o = out + ((size_t)b * T + t0) * qs + (size_t)h * hd;
                     for (int r = 0; r < nr; r += 4)
                         att_causal_rows4(P + (size_t)r * T, T, q + ((size_t)b * T + t0 + r) * qs + (size_t)h * hd, qs, nr - r < 4 ? nr - r : 4,
-                                         kT, t0 + r, T, hd, 1, scale, round);
-                    att_softmax_rows(P, T, nr, t0, T, round);
+                                         kT, t0 + r, T, hd, 1, scale, round, 0);
+                    att_softmax_rows(P, T, nr, t0, T, round, 0);
                     for (int r = 0; r < nr; r++) {
                         lo[r] = 0; hi[r] = t0 + r;
                         memset(o + (size_t)r * qs, 0, sizeof(float) * hd);
@@ -898,11 +910,11 @@ static void attention_fused_backward(float* dq, float* dk, float* dv, const floa
                             float *pr = P + (size_t)r * T, *dr = D + (size_t)r * T;
                             for (int r4 = 0; r4 < nr; r4 += 4) {
                                 int n4 = nr - r4 < 4 ? nr - r4 : 4, t = t0 + r + r4;
-                                att_causal_rows4(pr + (size_t)r4 * T, T, qb + (size_t)t * qs, qs, n4, kT, t, T, hd, 1, scale, round);
-                                att_causal_rows4(dr + (size_t)r4 * T, T, gob + (size_t)t * qs, qs, n4, vT, t, T, hd, 0, 1.0f, round);
+                                att_causal_rows4(pr + (size_t)r4 * T, T, qb + (size_t)t * qs, qs, n4, kT, t, T, hd, 1, scale, round, 0);
+                                att_causal_rows4(dr + (size_t)r4 * T, T, gob + (size_t)t * qs, qs, n4, vT, t, T, hd, 0, 1.0f, round, 0);
                             }
-                            att_softmax_rows(pr, T, nr, t0 + r, T, round);
-                            att_softmax_bwd_rows(dr, pr, T, nr, t0 + r, T, round);
+                            att_softmax_rows(pr, T, nr, t0 + r, T, round, 0);
+                            att_softmax_bwd_rows(dr, pr, T, nr, t0 + r, T, round, 0);
                             for (int i = 0; i < nr; i++)
                                 for (int s = 0; s <= t0 + r + i; s++) dr[(size_t)i * T + s] *= scale;
                         }
@@ -964,7 +976,7 @@ static void attention_softmax_backward(float* dlogits, const float* dprobs, cons
         int t0 = (int)(blk % nb) * ATT_RB, nr = T - t0 < ATT_RB ? T - t0 : ATT_RB;
         size_t off = ((size_t)bh * T + t0) * T;
         if (dlogits != dprobs) memcpy(dlogits + off, dprobs + off, sizeof(float) * T * nr);
-        att_softmax_bwd_rows(dlogits + off, probs + off, T, nr, t0, T, round);
+        att_softmax_bwd_rows(dlogits + off, probs + off, T, nr, t0, T, round, 1);
     }
 }
 /* dq = scale * dlogits k, dk = scale * dlogits^T q (overwritten); one task per (b, kv head) */
