@@ -399,18 +399,19 @@ static void attention_logits_forward_ref(float* logits, const float* q, const fl
                 for (int s = t + 1; s < T; s++) lrow[s] = 0.0f;
             }
 }
-/* The causal softmax of the nr <= ATT_RB consecutive rows t0 .. t0+nr-1 of a head, in place (row r at p + r * rs,
- * row t holding logits s <= t): per row, the max, exp(l - max) (libm's expf bits, 16 at a time: vexp.h), their sum
+/* The causal softmax of the nr <= ATT_RB consecutive rows t0 .. t0+nr-1 of a head: row r of the logits at l + r * rs
+ * (s <= t read), of the probs at p + r * rs (p == l allowed): per row, the max, exp(l - max) (libm's expf bits, 16 at a time: vexp.h), their sum
  * in s order, each times 1/sum, 0 above the diagonal; round: stored as bf16 once written (-precision bf16; the same
  * bits as rounding after). The rows' sums run in one loop, so that their serial chains of adds (each row's own, in s
  * order) go side by side instead of one after another. The materialised and the fused attention both call it. */
-static inline void att_softmax_rows(float* p, size_t rs, int nr, int t0, int T, int round, int zero) {
+static inline void att_softmax_rows(float* p, const float* l, size_t rs, int nr, int t0, int T, int round, int zero) {
     float mx[ATT_RB], sum[ATT_RB];
     for (int r = 0; r < nr; r++) {
         float* row = p + (size_t)r * rs;
+        const float* lrow = l + (size_t)r * rs;
         int n = t0 + r + 1;
-        mx[r] = rowmax(row, n);
-        for (int s = 0; s < n; s++) row[s] -= mx[r];
+        mx[r] = rowmax(lrow, n);
+        for (int s = 0; s < n; s++) row[s] = lrow[s] - mx[r];
         vexpf_span(row, row, n);
         sum[r] = 0.0f;
     }
@@ -486,8 +487,7 @@ static void attention_softmax_forward(float* probs, const float* logits, int B, 
         long long bh = blk / nb;
         int t0 = (int)(blk % nb) * ATT_RB, nr = T - t0 < ATT_RB ? T - t0 : ATT_RB;
         size_t off = ((size_t)bh * T + t0) * T;
-        if (probs != logits) memcpy(probs + off, logits + off, sizeof(float) * T * nr);
-        att_softmax_rows(probs + off, T, nr, t0, T, round, 1);
+        att_softmax_rows(probs + off, logits + off, T, nr, t0, T, round, 1);
     }
 }
 static void attention_av_forward_ref(float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd) {
@@ -860,7 +860,7 @@ static void attention_fused_forward(float* out, const float* q, const float* k, 
                     for (int r = 0; r < nr; r += 4)
                         att_causal_rows4(P + (size_t)r * T, T, q + ((size_t)b * T + t0 + r) * qs + (size_t)h * hd, qs, nr - r < 4 ? nr - r : 4,
                                          kT, t0 + r, T, hd, 1, scale, round, 0);
-                    att_softmax_rows(P, T, nr, t0, T, round, 0);
+                    att_softmax_rows(P, P, T, nr, t0, T, round, 0);
                     for (int r = 0; r < nr; r++) {
                         lo[r] = 0; hi[r] = t0 + r;
                         memset(o + (size_t)r * qs, 0, sizeof(float) * hd);
@@ -913,7 +913,7 @@ static void attention_fused_backward(float* dq, float* dk, float* dv, const floa
                                 att_causal_rows4(pr + (size_t)r4 * T, T, qb + (size_t)t * qs, qs, n4, kT, t, T, hd, 1, scale, round, 0);
                                 att_causal_rows4(dr + (size_t)r4 * T, T, gob + (size_t)t * qs, qs, n4, vT, t, T, hd, 0, 1.0f, round, 0);
                             }
-                            att_softmax_rows(pr, T, nr, t0 + r, T, round, 0);
+                            att_softmax_rows(pr, pr, T, nr, t0 + r, T, round, 0);
                             att_softmax_bwd_rows(dr, pr, T, nr, t0 + r, T, round, 0);
                             for (int i = 0; i < nr; i++)
                                 for (int s = 0; s <= t0 + r + i; s++) dr[(size_t)i * T + s] *= scale;
