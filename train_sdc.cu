@@ -207,6 +207,8 @@ typedef struct {
                                             the gate/up check fused into SwiGLU's forward (allocated with mmb_wn) */
     float* mmb_pn;                       /* ... and of SwiGLU's product [B*T] as it stored it, for down's check fused into
                                             the block's residual add and next norm */
+    float* mmb_an;                       /* ... and of attn_norm [B*T] as its kernel stored it, for v's check riding on the
+                                            launch that rotates q and k */
     bf16* ew_dres;                       /* -protect ew: dres kept before a norm backward accumulates into it, then the
                                             accumulation rerun on it [N, d] (device, allocated before the first backward's loop) */
     size_t* upd_seg_end;                 /* model_update_norm: end offset and decay flag per tensor (device), */
@@ -549,7 +551,9 @@ static void model_free(Model* model) {
     if (model->chk_dev) cudaCheck(cudaFree(model->chk_dev));
     if (model->chkb_dev) cudaCheck(cudaFree(model->chkb_dev));
     if (model->qkb_scratch) cudaCheck(cudaFree(model->qkb_scratch));
-    if (model->mmb_wn) { cudaCheck(cudaFree(model->mmb_wn)); cudaCheck(cudaFree(model->mmb_xn)); cudaCheck(cudaFree(model->mmb_pn)); }
+    if (model->mmb_wn) {
+        cudaCheck(cudaFree(model->mmb_wn)); cudaCheck(cudaFree(model->mmb_xn)); cudaCheck(cudaFree(model->mmb_pn)); cudaCheck(cudaFree(model->mmb_an));
+    }
     if (model->mmb_jobs) { cudaCheck(cudaFree(model->mmb_jobs)); free(model->mmb_hjobs); }
     if (model->ew_dres) cudaCheck(cudaFree(model->ew_dres));
     cudaCheck(cudaFree(model->rep_dev)); cudaCheck(cudaFreeHost(model->rep_host));
@@ -777,8 +781,12 @@ static int ew_due(const Model* model, int pass, int l0, int site0, int l1 = -1, 
 /* Matrix-product output bounds (-protect bound; llmc/sdc/bound.h the math, bound.cuh the kernels): v_proj, o_proj,
  * gate_proj (fc), up_proj and down_proj checked after their injection points, |y_ij| <= c(K) ||x_i|| ||w_j||, against
  * the input the GEMM read and the bf16 weights it read. The weights' row norms once after every change of the weights
- * (mmb_prepare, before the layer loop: the step's microbatches and its replay share them); the input rows' norms inside
- * each product's one check launch (gate and up: one launch over the fused [N, 2F] output, two slots). A layer's
+ * (mmb_prepare, before the layer loop: the step's microbatches and its replay share them). On the clean path no product
+ * has a check launch of its own: v rides on the launch that rotates q and k (MmbTail, against attn_norm's row norms
+ * its norm kernel left), o is checked in the residual add and norm that read it (its input rows' norms taken there from
+ * att_out), gate and up in SwiGLU's forward, down in the block's closing residual add and norm; where a fault or a path
+ * splits those kernels, mmb_product's one check launch takes the input rows' norms itself (gate and up: one launch over
+ * the fused [N, 2F] output, two slots). A layer's
  * slots (MMB_*) of the forward's report come back with its one copy; the alarm count is the number of slots set,
  * the CPU's count of failed products. */
 static size_t mmb_wn_offset(const Config* c, int slot) {
@@ -795,6 +803,7 @@ static void mmb_prepare(Model* model, cudaStream_t s) {
         cudaCheck(cudaMalloc(&model->mmb_wn, sizeof(float) * mmb_wn_offset(c, MMB_SLOTS) * c->n_layer));
         cudaCheck(cudaMalloc(&model->mmb_xn, sizeof(float) * (size_t)model->B * model->T));
         cudaCheck(cudaMalloc(&model->mmb_pn, sizeof(float) * (size_t)model->B * model->T));
+        cudaCheck(cudaMalloc(&model->mmb_an, sizeof(float) * (size_t)model->B * model->T));
     }
     if (!model->mmb_jobs) {   /* the weights' row-norm jobs, every checked matrix of every layer (fixed pointers) */
         const int swiglu = c->mlp == MLP_SWIGLU;
@@ -1139,8 +1148,12 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
         const LayerPlan P = layer_plan(model, l);
-        if (!normed) rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, s, ew_dupf(model, 0, l, EWF_ATTN_NORM, -1, -1));
+        /* -protect bound: the norm's kernel also leaves its output rows' norms (mmb_an) for v's check; the previous block's
+         * residual add and norm left them where it made attn_norm; a fault written into attn_norm: taken again from it */
+        float* an = mmb ? model->mmb_an : NULL;
+        if (!normed) rmsnorm_forward(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, s, ew_dupf(model, 0, l, EWF_ATTN_NORM, -1, -1), an);
         FAULT_FWD(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
+        if (an && fault_due(model->prot.fx, SITE_ATTN_NORM, l, PASS_FWD)) mmb_row_norms(an, a->attn_norm, N, d, d, s);
         if (ew && ew_due(model, PASS_FWD, l, SITE_ATTN_NORM, l - 1, SITE_BLOCK_OUT)) {
             /* attn_norm from x; x = the previous block's out, from its residual add (fused with this norm or not) */
             const LayerActs* p = l > 0 ? &model->la[l - 1] : NULL;
@@ -1152,17 +1165,21 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         FAULT_FWD_LD(SITE_Q_PROJ, l, a->q, N, qd, ldqkv);
         FAULT_FWD_LD(SITE_K_PROJ, l, a->k, N, kd, ldqkv);
         FAULT_FWD_LD(SITE_V_PROJ, l, a->v, N, kd, ldqkv);
-        if (mmb) mmb_product(model, l, MMB_V_PROJ, kd, a->v, N, kd, ldqkv, a->attn_norm, d, s);
+        /* -protect bound on v: riding on the launch below that rotates q and k (MmbTail), else its own check launch */
+        const MmbTail vt = mmb ? mmb_tail(a->v, (size_t)ldqkv, N, kd, an, mmb_wnorms(model, l, MMB_V_PROJ), mmb_factor(d),
+                                          mmb_flag(model, l, MMB_V_PROJ)) : MMB_TAIL_NONE;
+        int v_rode = 0;
         bf16 *qc = a->q, *kc = a->k;
         int ldq = ldqkv, ldk = ldqkv;   /* the row strides of qc, kc: the views, then contiguous */
         /* the kernel producing the Q and K attention consumes also fingerprints them (-protect qk), into the
          * layer's accumulators of the report, compared on the host after the forward. Qwen3's QK norm and RoPE run
          * as one kernel (qknorm_rope.cuh: the same bits) where no fault is due between them (P.qknr_q, P.qknr_k) */
         unsigned long long *pq = qk_fp(model, 0, l, QKF_Q), *pk = qk_fp(model, 0, l, QKF_K);
-        if (P.qknr_q && P.qknr_k)   /* q and k in one launch */
+        if (P.qknr_q && P.qknr_k) {   /* q and k in one launch */
             qknorm_rope_forward_qk(a->qn, a->qn_ms, a->qr, a->kn, a->kn_ms, a->kr, qc, kc, ldq, W(PT_QNORM, l), W(PT_KNORM, l), B, T, H, KV,
-                                   hd, eps, model->rope_cos, model->rope_sin, c->rope_style, P.fp_rope ? pq : NULL, P.fp_rope ? pk : NULL, s);
-        else if (P.qknr_q)
+                                   hd, eps, model->rope_cos, model->rope_sin, c->rope_style, P.fp_rope ? pq : NULL, P.fp_rope ? pk : NULL, s, vt);
+            v_rode = 1;
+        } else if (P.qknr_q)
             qknorm_rope_forward(a->qn, a->qn_ms, a->qr, qc, ldq, W(PT_QNORM, l), B, T, H, hd, eps, model->rope_cos, model->rope_sin,
                                 c->rope_style, P.fp_rope ? pq : NULL, s);
         else if (P.qknr_k)
@@ -1181,7 +1198,8 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         }
         if (!P.qknr_q && !P.qknr_k) {   /* RoPE of q and k in one launch (rope_qk: the bits of two) */
             rope_qk(a->qr, a->kr, qc, kc, ldq, ldk, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, false,
-                    P.fp_rope ? pq : NULL, P.fp_rope ? pk : NULL, s);
+                    P.fp_rope ? pq : NULL, P.fp_rope ? pk : NULL, s, vt);
+            v_rode = 1;
         } else if (!P.qknr_q) {
             if (P.fp_rope) rope_forward_fp(a->qr, qc, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);
             else rope_forward(a->qr, qc, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, s);
@@ -1189,6 +1207,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             if (P.fp_rope) rope_forward_fp(a->kr, kc, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, pk, s);
             else rope_forward(a->kr, kc, ldk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, s);
         }
+        if (mmb && !v_rode) mmb_product(model, l, MMB_V_PROJ, kd, a->v, N, kd, ldqkv, a->attn_norm, d, s);
         store_qk(model, SITE_Q_ROPE, l, a->qr, (size_t)N * qd, P.fp_rope ? pq : NULL, s);
         store_qk(model, SITE_K_ROPE, l, a->kr, (size_t)N * kd, P.fp_rope ? pk : NULL, s);
         qc = a->qr; kc = a->kr;
@@ -1230,13 +1249,17 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         if (checks) attf_dump(model, l, B, T, P.flash, a->logits, a->probs, s);   /* test-only: nothing without TSDC_CHECK_DUMP */
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
-        if (mmb) mmb_product(model, l, MMB_O_PROJ, d, a->o, N, d, d, a->att_out, qd, s);
+        /* -protect bound on o: inside the residual add and norm that read it, the input rows' norms taken there from
+         * att_out; elsewhere (a fault due between the add and the norm) its own check launch */
+        if (mmb && !P.resid_norm) mmb_product(model, l, MMB_O_PROJ, d, a->o, N, d, d, a->att_out, qd, s);
         /* -protect bound: the norm's kernel also leaves its output rows' norms (mmb_xn) for the gate/up check fused into
          * SwiGLU; where a fault is written into mlp_norm after it, they are taken again from the stored tensor */
         float* xn = mmb && c->mlp == MLP_SWIGLU ? model->mmb_xn : NULL;
         if (P.resid_norm) {
+            const MmbFused mbo = {NULL, mmb_wnorms(model, l, MMB_O_PROJ), NULL, mmb_factor(qd), mmb_flag(model, l, MMB_O_PROJ), NULL, NULL,
+                                  a->att_out, qd};
             residual_rmsnorm_forward(a->resid_mid, a->mlp_norm, a->mlp_ms, x, a->o, W(PT_MLP_NORM, l), N, d, eps, s,
-                                     ew_dupf(model, 0, l, EWF_ATTN_RESIDUAL, l, EWF_MLP_NORM), xn);
+                                     ew_dupf(model, 0, l, EWF_ATTN_RESIDUAL, l, EWF_MLP_NORM), xn, mmb ? &mbo : NULL);
         } else {
             residual_forward(a->resid_mid, x, a->o, (size_t)N * d, s);
             FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
@@ -1289,12 +1312,12 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         if (normed) {   /* the next norm: layer l+1's attn_norm, or the final norm */
             const int last = l + 1 == c->n_layer;
             const MmbFused mbd = {model->mmb_pn, mmb_wnorms(model, l, MMB_DOWN_PROJ), NULL, mmb_factor(F), mmb_flag(model, l, MMB_DOWN_PROJ),
-                                  NULL, NULL};
+                                  NULL, NULL, NULL, 0};
             residual_rmsnorm_forward(a->out, last ? model->final_norm : model->la[l + 1].attn_norm,
                                      last ? model->final_ms : model->la[l + 1].attn_ms, a->resid_mid, a->down,
                                      last ? W(PT_FINAL_NORM, -1) : W(PT_ATTN_NORM, l + 1), N, d, eps, s,
                                      ew_dupf(model, 0, l, EWF_BLOCK_OUT, last ? -1 : l + 1, EWF_ATTN_NORM),   /* the final norm: not checked */
-                                     NULL, down_fused ? &mbd : NULL);
+                                     mmb && !last ? model->mmb_an : NULL, down_fused ? &mbd : NULL);
         } else {
             residual_forward(a->out, a->resid_mid, a->down, (size_t)N * d, s);
             FAULT_FWD(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
@@ -1575,10 +1598,7 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             flash_attention_backward(model->dq, model->dk, dvv, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s,
                                      rows ? &fc : NULL, model->prot.on[PK_QK_BWD] ? qk_fp(model, 1, l, QKF_D) : NULL);
             attention_fused_log_empty(model, l, B, T, PASS_BWD);
-            if (rows)
-                attcheck_fused_backward(attb_counts(model, l), attb_flags(model, l), model->chk_scratch, model->datt, qd, a->v, ldqkv, B, T, H,
-                                        KV, hd, s);
-            qkb_o = o;
+            qkb_o = o;   /* its rows are checked with dV below, one launch */
         } else {
             const bf16* probs = a->probs;
             if (fault_due(model->prot.fx, SITE_ATT_PROBS, l, PASS_FWD)) {
@@ -1611,8 +1631,12 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         if (model->prot.on[PK_ATT_BWD]) {
             /* the chunked dV check's partials after the rows the scans use (chk_scratch holds 6 B H T of the model's) */
             const size_t nmax = (size_t)model->B * H * model->T;
-            attcheck_backward_dv(attb_counts(model, l), attb_flags(model, l), attb_dump_bound(model), dvv, ldqkv, model->datt, qd, B, T, H,
-                                 KV, hd, s, model->chk_scratch + 5 * nmax, nmax, attb_done(model, l));
+            if (a->fused)   /* the dq kernel's rows against the scan's bounds, and dV: one launch */
+                attcheck_fused_backward(attb_counts(model, l), attb_flags(model, l), model->chk_scratch, model->datt, qd, a->v, ldqkv, dvv, ldqkv,
+                                        B, T, H, KV, hd, s, attb_dump_bound(model), model->chk_scratch + 5 * nmax, nmax, attb_done(model, l));
+            else
+                attcheck_backward_dv(attb_counts(model, l), attb_flags(model, l), attb_dump_bound(model), dvv, ldqkv, model->datt, qd, B, T, H,
+                                     KV, hd, s, model->chk_scratch + 5 * nmax, nmax, attb_done(model, l));
             attb_dump(model, l, B, T, s);
         }
         bf16 *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;

@@ -94,10 +94,14 @@ def test_cost_only_step_is_the_real_steps_launch_sequence(tmp_path, shard):
     dup = {r["kernel"] for r in co if r["kernel"].endswith("_dup")}
     assert {"residual_rmsnorm_forward_kernel_dup", "swiglu_forward_kernel_dup", "swiglu_backward_kernel_dup",
             "rmsnorm_backward_dx_kernel_dup"} <= dup, dup
-    # -protect bound: one check launch per product (v, o) a layer a microbatch, gate and up inside SwiGLU's forward,
-    # down inside the block's residual add and norm (their records read the input and weight norms), no input-norm launch
-    assert sum(r["kernel"] == "mmb_check_kernel" and r["comp"] == "bound" for r in co) == L * 3 * 2
+    # -protect bound: no check launch of its own on a clean step: v on the launch that rotates q and k, o and down inside
+    # the residual adds and norms that read them, gate and up inside SwiGLU's forward; no input-norm launch either
+    assert sum(r["kernel"] in ("mmb_check_kernel", "mmb_row_norms_kernel") for r in co) == 0
     assert sum(r["kernel"] == "mmb_row_norms_jobs_kernel" for r in co) == 1   # the weights' norms, once in the step, one launch
+    # -protect qk_bwd's rerun of the flash backward: dq and dk alone, one launch a layer a microbatch; -protect att_bwd on
+    # the flash backward: its row checks and the dV check, one launch a layer a microbatch
+    assert sum(r["kernel"] == "flash_attention_backward_dqdk_kernel" and r["comp"] == "qk_bwd" for r in co) == L * 3
+    assert [r["kernel"] for r in co if r["comp"] == "att_bwd"] == ["attbwd_fused_kernel"] * (L * 3)
     # -protect qk's recomputation: one GEMM over [wq; wk] labelled qk, one a layer a microbatch
     assert sum(r["kernel"] == "cublasLtMatmul" and r["comp"] == "qk" for r in co) == L * 3
 

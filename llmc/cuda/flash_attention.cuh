@@ -83,15 +83,19 @@
  *             nsplit 2 gives 256 < 264, so nsplit 4: 512 blocks (plus the sum pass over 2 x 4 MB of partials
  *             read 4 times); B >= 3: unsplit (B 8: 1024 blocks). qwen3-0.6b (g 2): B 1 nsplit 2, 256 blocks.
  *             The split depends on the shape (B, T, KV, g) only, never on the device, so the bits do too.
+ *   rerun     dq and dk alone (dv NULL: -protect qk_bwd's recomputation from the first pass's D) in one launch,
+ *             flash_attention_backward_dqdk_kernel: the dk-only grid, then the dq grid, each block running its
+ *             kernel's body (the same bits as two launches). The first pass keeps its two launches: the dk/dv
+ *             variant's registers (below) would take the dq blocks from 3 to 2 resident a SM.
  * Tiles (FlashTiles<HD>): forward BQ 64, BK 64; dq BQ 64, BK 64 (32 at hd 128); dk/dv BK 64, BQ 64 (32 at
  * hd 128). Dynamic shared memory (bytes), hd 32 / 64 / 128: forward 25600 / 46080 / 87040 (Q + 2 x K + 2 x V);
  * dq 30720 / 55296 / 69632 (Q + dO + 2 x K + 2 x V); dk/dv 31744 / 56320 / 70144 (K + V + 2 x Q + 2 x dO + 2 x
- * lse, D). Registers (ptxas -v, CUDA 13.0, sm_90; sm_80 the same within 2 except where noted), hd 32 / 64 / 128:
- * forward 105 / 127 / 168; dq 128 / 168 / 166; dk/dv 188 / 199 / 255 with 24 bytes of spill stores at hd 128
- * (sm_80: 200 / 224 / 255, 52 bytes of spills: the two 16 x 128 fp32 accumulators of a warp are 128 registers
- * a lane); the sum and D kernels 40 and 29. No spills elsewhere. The CHK variants of the forward and dq kernels
- * (FlashCheck) hold 4 more fp32 a lane: their ptxas counts are not yet taken. The accounting leaves out their extra
- * CUDA-core adds (about 2 a live entry) and their 8 bytes a row (the checks' own launches carry their cost).
+ * lse, D). Registers (ptxas -v, CUDA 13.0.88, sm_90; sm_80 in brackets where it differs), hd 32 / 64 / 128:
+ * forward 96 / 128 / 168 (the CHK variant the same); dq 128 / 166 / 164 (CHK 128 / 168 / 166); dk/dv 168 / 228 / 255
+ * with 24 / 0 / 12 bytes of spill stores (sm_80: 161 / 224 / 252, no spills: the two 16 x 128 fp32 accumulators of a
+ * warp are 128 registers a lane); the rerun's dq + dk-only kernel 128 / 168 / 168, 4 / 8 / 0 bytes of spills (sm_80
+ * 4 / 0 / 0); the sum and D kernels 34 and 31. The accounting leaves out the CHK variants' extra CUDA-core adds
+ * (about 2 a live entry) and their 8 bytes a row (the checks' own launches carry their cost).
  *
  * Summation order (bitwise reproducible, no atomics, one order per output): every dot over d in mma
  * k-steps of 16, ascending; o and dq over key tiles ascending, within a tile over its k-steps of 16 keys
@@ -458,13 +462,14 @@ __global__ void flash_attention_rowdot_kernel(float* __restrict__ D, const bf16*
     }
 }
 
-/* grid as the forward's: one block per (query tile, b, h), the last query tile first */
+/* grid as the forward's: one block per (query tile, b, h), the last query tile first; bid: the block's index in
+ * that grid (bid, or its place in the rerun's one launch, flash_attention_backward_dqdk_kernel) */
 template <int HD, bool CHK>
-__global__ void __launch_bounds__(FLASH_THREADS)
-flash_attention_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const float* __restrict__ lse,
-                                   const float* __restrict__ D, const bf16* __restrict__ q, const bf16* __restrict__ k,
-                                   const bf16* __restrict__ v, int B, int T, int H, int KV, int ldv, float scale, float* __restrict__ rows_a,
-                                   float* __restrict__ rows_b, FlashPlant pl) {
+__device__ __forceinline__ void flash_backward_dq_block(unsigned bid, bf16* __restrict__ dq, const bf16* __restrict__ dout,
+                                                        const float* __restrict__ lse, const float* __restrict__ D,
+                                                        const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+                                                        int B, int T, int H, int KV, int ldv, float scale, float* __restrict__ rows_a,
+                                                        float* __restrict__ rows_b, FlashPlant pl) {
     constexpr int BQ = FlashTiles<HD>::DQ_BQ, BK = FlashTiles<HD>::DQ_BK, LDS = FLASH_LDS(HD);
     constexpr int NB = BK / 8, KS = BK / 16, ND = HD / 8;
     static_assert(BQ == 16 * FLASH_WARPS && BK % 16 == 0, "dq: tile shape");
@@ -474,8 +479,8 @@ flash_attention_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict
     bf16* sK = sO + BQ * LDS;                        /* [2][BK][LDS] */
     bf16* sV = sK + 2 * BK * LDS;                    /* [2][BK][LDS] */
     const int nqt = CEIL_DIV(T, BQ), nbh = B * H;
-    const int t0 = (nqt - 1 - (int)(blockIdx.x / nbh)) * BQ;
-    const int h = (int)(blockIdx.x % nbh) % H, b = (int)(blockIdx.x % nbh) / H, j = h / (H / KV);
+    const int t0 = (nqt - 1 - (int)(bid / nbh)) * BQ;
+    const int h = (int)(bid % nbh) % H, b = (int)(bid % nbh) / H, j = h / (H / KV);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3;
     const size_t ldq = (size_t)H * HD, ldk = (size_t)KV * HD;
     const bf16* kb = k + (size_t)b * T * ldk + (size_t)j * HD;
@@ -576,11 +581,11 @@ __device__ __forceinline__ void flash_dkv_load_q(bf16* sQ, bf16* sO, float* sL, 
  * DV false: dk alone (-protect qk_bwd's rerun): no P^T dO product, no dv accumulators, nothing written for dv;
  * dk's arithmetic and order are those of DV true, so its bits are too. */
 template <int HD, bool DV>
-__global__ void __launch_bounds__(FLASH_THREADS)
-flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, float* __restrict__ part,
-                                     const bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ D,
-                                     const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v, int B, int T,
-                                     int H, int KV, int ldv, int nsplit, float scale, FlashPlant pl, unsigned* done) {
+__device__ __forceinline__ void flash_backward_dkdv_block(unsigned bid, bf16* __restrict__ dk, bf16* __restrict__ dv, float* __restrict__ part,
+                                                          const bf16* __restrict__ dout, const float* __restrict__ lse,
+                                                          const float* __restrict__ D, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                                          const bf16* __restrict__ v, int B, int T, int H, int KV, int ldv, int nsplit,
+                                                          float scale, FlashPlant pl, unsigned* done) {
     constexpr int BK = FlashTiles<HD>::DKV_BK, BQ = FlashTiles<HD>::DKV_BQ, LDS = FLASH_LDS(HD);
     constexpr int NB = BQ / 8, KS = BQ / 16, ND = HD / 8;
     static_assert(BK == 16 * FLASH_WARPS && BQ % 16 == 0, "dk/dv: tile shape");
@@ -592,8 +597,8 @@ flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ d
     float* sL = reinterpret_cast<float*>(sO + 2 * BQ * LDS); /* lse [2][BQ] */
     float* sD = sL + 2 * BQ;                                  /* D [2][BQ] */
     const int g = H / KV, hps = g / nsplit, ny = B * KV * nsplit;
-    const int s0 = (int)(blockIdx.x / ny) * BK;
-    const int sp = (int)(blockIdx.x % ny) % nsplit, j = (int)(blockIdx.x % ny) / nsplit % KV, b = (int)(blockIdx.x % ny) / (nsplit * KV);
+    const int s0 = (int)(bid / ny) * BK;
+    const int sp = (int)(bid % ny) % nsplit, j = (int)(bid % ny) / nsplit % KV, b = (int)(bid % ny) / (nsplit * KV);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3;
     const size_t ldk = (size_t)KV * HD;
     const int qt0 = s0 / BQ, ntq = CEIL_DIV(T, BQ) - qt0; /* the query tiles from the diagonal on */
@@ -689,7 +694,7 @@ flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ d
     __shared__ int last;
     __threadfence();
     __syncthreads();
-    const size_t grp = (size_t)(blockIdx.x / ny) * ((size_t)B * KV) + (size_t)b * KV + j;
+    const size_t grp = (size_t)(bid / ny) * ((size_t)B * KV) + (size_t)b * KV + j;
     if (threadIdx.x == 0) {
         last = atomicAdd(done + grp, 1u) == (unsigned)(nsplit - 1);
         if (last) done[grp] = 0;
@@ -712,6 +717,42 @@ flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ d
         }
     }
 }
+
+/* the kernels: one block a grid entry as described above each body */
+template <int HD, bool CHK>
+__global__ void __launch_bounds__(FLASH_THREADS)
+flash_attention_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const float* __restrict__ lse,
+                                   const float* __restrict__ D, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                   const bf16* __restrict__ v, int B, int T, int H, int KV, int ldv, float scale, float* __restrict__ rows_a,
+                                   float* __restrict__ rows_b, FlashPlant pl) {
+    flash_backward_dq_block<HD, CHK>(blockIdx.x, dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale, rows_a, rows_b, pl);
+}
+template <int HD, bool DV>
+__global__ void __launch_bounds__(FLASH_THREADS)
+flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, float* __restrict__ part,
+                                     const bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ D,
+                                     const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v, int B, int T,
+                                     int H, int KV, int ldv, int nsplit, float scale, FlashPlant pl, unsigned* done) {
+    flash_backward_dkdv_block<HD, DV>(blockIdx.x, dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV, ldv, nsplit, scale, pl, done);
+}
+/* dq and dk alone in one launch (dv NULL: -protect qk_bwd's rerun, which reads a D already made): blocks 0 .. gk-1
+ * are the dk-only grid (its heaviest key tile first), blocks gk .. the dq grid (its heaviest query tile first). The
+ * two bodies share nothing but the launch: each output is written by the block and in the order of its own kernel,
+ * so the bits are the two launches'. Only the dk-only variant is fused: its registers are the dq kernel's (ptxas,
+ * sm_90: 164-168 at head_dim 64 and 128), so one launch costs neither body an SM's occupancy; the dk/dv variant
+ * (228-255 registers) would take the dq blocks from 3 to 2 a SM, which is why the first pass keeps two launches. */
+template <int HD>
+__global__ void __launch_bounds__(FLASH_THREADS)
+flash_attention_backward_dqdk_kernel(bf16* __restrict__ dq, bf16* __restrict__ dk, float* __restrict__ part,
+                                     const bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ D,
+                                     const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v, int B, int T,
+                                     int H, int KV, int ldv, int nsplit, float scale, FlashPlant pl, unsigned* done, unsigned gk) {
+    if (blockIdx.x < gk)
+        flash_backward_dkdv_block<HD, false>(blockIdx.x, dk, NULL, part, dout, lse, D, q, k, v, B, T, H, KV, ldv, nsplit, scale, pl, done);
+    else
+        flash_backward_dq_block<HD, false>(blockIdx.x - gk, dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale, NULL, NULL, pl);
+}
+
 /* the head split's counters (one a key tile, b and kv head): a device array kept across launches (each launch leaves
  * them at 0), grown (zeroed) on first use; the stream order serialises the launches that share it */
 static unsigned* flash_dkdv_done(size_t groups) {
@@ -832,48 +873,56 @@ template <int HD>
 static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const float* lse, float* ws, const bf16* q,
                                         const bf16* k, const bf16* v, int B, int T, int H, int KV, int ldv, int nsplit, const FlashCheck* chk,
                                         cudaStream_t stream) {
-    static int optin_dq = 0, optin_dq_chk = 0, optin_dkv = 0, optin_dk = 0;
+    static int optin_dq = 0, optin_dq_chk = 0, optin_dkv = 0, optin_dqdk = 0;
     const float scale = 1.0f / sqrtf((float)HD);
     const size_t rows = (size_t)B * T * H, nel = (size_t)B * T * KV * HD;
     const float* D = ws;
     float* part = ws + CEIL_DIV(rows, (size_t)4) * 4;
     const int smq = flash_dq_smem<HD>(), smk = flash_dkv_smem<HD>();
-    if (dv) flash_smem_optin(flash_attention_backward_dkdv_kernel<HD, true>, smk, &optin_dkv);
-    else flash_smem_optin(flash_attention_backward_dkdv_kernel<HD, false>, smk, &optin_dk);
     const unsigned gq = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::DQ_BQ) * B * H);
-    const FlashPlant pl = flash_plant_of(chk);
-    if (chk && chk->rows_a) {
-        flash_smem_optin(flash_attention_backward_dq_kernel<HD, true>, smq, &optin_dq_chk);
-        flash_attention_backward_dq_kernel<HD, true><<<gq, FLASH_THREADS, smq, stream>>>(dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale,
-                                                                                       chk->rows_a, chk->rows_b, pl);
-    } else {
-        flash_smem_optin(flash_attention_backward_dq_kernel<HD, false>, smq, &optin_dq);
-        flash_attention_backward_dq_kernel<HD, false><<<gq, FLASH_THREADS, smq, stream>>>(dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale,
-                                                                                        NULL, NULL, pl);
-    }
-    cudaCheck(cudaGetLastError());
-    launch_account(COST_ATTENTION, "flash_attention_backward_dq_kernel", COST_TC, gq,
-                   6.0 * HD * B * H * flash_pairs_rows(T, FlashTiles<HD>::DQ_BQ, FlashTiles<HD>::DQ_BK),
-                   (double)B * T * ((2 * H + 2 * KV) * HD * 2 + H * 8), (double)B * T * H * HD * 2);   /* q, dout, k, v, lse, D in; dq out */
     const unsigned gk = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::DKV_BK) * B * KV * nsplit);
-    const int nout = dv ? 2 : 1;   /* dk and dv, or dk alone */
+    const FlashPlant pl = flash_plant_of(chk);
+    const double dq_flops = 6.0 * HD * B * H * flash_pairs_rows(T, FlashTiles<HD>::DQ_BQ, FlashTiles<HD>::DQ_BK);
+    const double dq_read = (double)B * T * ((2 * H + 2 * KV) * HD * 2 + H * 8);   /* q, dout, k, v, lse, D */
     /* the head split's sum inside the kernel (the last block of each key tile's splits), unless a test asks for the
      * separate sum kernel */
     const bool one = nsplit > 1 && !g_flash_sum_kernel;
     unsigned* done = one ? flash_dkdv_done((size_t)CEIL_DIV(T, (int)FlashTiles<HD>::DKV_BK) * B * KV) : NULL;
-    if (dv)
+    const int nout = dv ? 2 : 1;   /* dk and dv, or dk alone */
+    /* the dk/dv kernel's work: q, dout, lse, D, k, v (per split) in; dk, dv or the partials out; with the sum inside:
+     * the partials read back by the last blocks and dk, dv written too */
+    const double dk_flops = (dv ? 8.0 : 6.0) * HD * B * H * flash_pairs_cols(T, FlashTiles<HD>::DKV_BK, FlashTiles<HD>::DKV_BQ) +
+                            (one ? (double)nsplit * nout * nel : 0.0);
+    const double dk_read = (double)B * T * ((2 * H + 2 * nsplit * KV) * HD * 2 + H * 8) + (one ? (double)nsplit * nout * nel * 4 : 0.0);
+    const double dk_written = nsplit > 1 ? (double)nsplit * nout * nel * 4 + (one ? (double)nel * nout * 2 : 0.0) : (double)nel * nout * 2;
+    if (!dv && chk && chk->rows_a) tsdc_fail("flash_attention_backward: dv NULL (dq and dk alone) takes no FlashCheck rows");
+    if (!dv) {   /* dq and dk alone: one launch (flash_attention_backward_dqdk_kernel) */
+        const int sm = smq > smk ? smq : smk;
+        flash_smem_optin(flash_attention_backward_dqdk_kernel<HD>, sm, &optin_dqdk);
+        flash_attention_backward_dqdk_kernel<HD><<<gk + gq, FLASH_THREADS, sm, stream>>>(dq, dk, part, dout, lse, D, q, k, v, B, T, H, KV, ldv,
+                                                                                       nsplit, scale, pl, done, gk);
+        cudaCheck(cudaGetLastError());
+        /* the two kernels' work summed (each body reads its inputs; the second reads come from L2 on a GPU, counted anyway) */
+        launch_account(COST_ATTENTION, "flash_attention_backward_dqdk_kernel", COST_TC, gk + gq, dq_flops + dk_flops, dq_read + dk_read,
+                       (double)B * T * H * HD * 2 + dk_written);
+    } else {
+        flash_smem_optin(flash_attention_backward_dkdv_kernel<HD, true>, smk, &optin_dkv);
+        if (chk && chk->rows_a) {
+            flash_smem_optin(flash_attention_backward_dq_kernel<HD, true>, smq, &optin_dq_chk);
+            flash_attention_backward_dq_kernel<HD, true><<<gq, FLASH_THREADS, smq, stream>>>(dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale,
+                                                                                           chk->rows_a, chk->rows_b, pl);
+        } else {
+            flash_smem_optin(flash_attention_backward_dq_kernel<HD, false>, smq, &optin_dq);
+            flash_attention_backward_dq_kernel<HD, false><<<gq, FLASH_THREADS, smq, stream>>>(dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale,
+                                                                                            NULL, NULL, pl);
+        }
+        cudaCheck(cudaGetLastError());
+        launch_account(COST_ATTENTION, "flash_attention_backward_dq_kernel", COST_TC, gq, dq_flops, dq_read, (double)B * T * H * HD * 2);   /* dq out */
         flash_attention_backward_dkdv_kernel<HD, true><<<gk, FLASH_THREADS, smk, stream>>>(dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV,
                                                                                          ldv, nsplit, scale, pl, done);
-    else
-        flash_attention_backward_dkdv_kernel<HD, false><<<gk, FLASH_THREADS, smk, stream>>>(dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV,
-                                                                                          ldv, nsplit, scale, pl, done);
-    cudaCheck(cudaGetLastError());
-    /* q, dout, lse, D, k, v (per split) in; dk, dv or the partials out; with the sum inside: the partials read back by
-     * the last blocks and dk, dv written too */
-    launch_account(COST_ATTENTION, "flash_attention_backward_dkdv_kernel", COST_TC, gk,
-                   (dv ? 8.0 : 6.0) * HD * B * H * flash_pairs_cols(T, FlashTiles<HD>::DKV_BK, FlashTiles<HD>::DKV_BQ) + (one ? (double)nsplit * nout * nel : 0.0),
-                   (double)B * T * ((2 * H + 2 * nsplit * KV) * HD * 2 + H * 8) + (one ? (double)nsplit * nout * nel * 4 : 0.0),
-                   nsplit > 1 ? (double)nsplit * nout * nel * 4 + (one ? (double)nel * nout * 2 : 0.0) : (double)nel * nout * 2);
+        cudaCheck(cudaGetLastError());
+        launch_account(COST_ATTENTION, "flash_attention_backward_dkdv_kernel", COST_TC, gk, dk_flops, dk_read, dk_written);
+    }
     if (nsplit > 1 && !one) {
         flash_attention_dkdv_sum_kernel<<<(unsigned)CEIL_DIV(nel / 4, (size_t)256), 256, 0, stream>>>(dk, dv, part, nel, KV * HD, ldv, nsplit,
                                                                                                        scale);

@@ -288,7 +288,7 @@ __global__ static void swiglu_forward_kernel(bf16* act, bf16* prod, const bf16* 
 template <int VEC, bool DUP>
 static void swiglu_forward_launch(int g, bf16* act, bf16* prod, const bf16* gate, const bf16* up, size_t rows, size_t cols, size_t ld,
                                   EwDup dup, const MmbFused* mb, cudaStream_t stream) {
-    const MmbFused none = {NULL, NULL, NULL, 0.0f, NULL, NULL, NULL};
+    const MmbFused none = {NULL, NULL, NULL, 0.0f, NULL, NULL, NULL, NULL, 0};
     const int gr = rows < (size_t)EW_MAX_GRID ? (int)rows : EW_MAX_GRID;   /* one block a row */
     if (mb) swiglu_forward_kernel<VEC, DUP, true><<<gr, EW_BLOCK, 0, stream>>>(act, prod, gate, up, rows, cols, ld, dup, *mb);
     else swiglu_forward_kernel<VEC, DUP, false><<<g, EW_BLOCK, 0, stream>>>(act, prod, gate, up, rows, cols, ld, dup, none);

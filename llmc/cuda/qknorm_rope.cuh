@@ -71,7 +71,7 @@ __device__ __forceinline__ QknrRow qknr_row(const QknrT& t0, const QknrT& t1, in
 /* one thread a lane of a row's group; the rows of t0 then t1 (Q and K in one launch) grid-strided a warp at a time
  * (every lane reaches the shuffles; a warp may hold rows of both tensors: its lane groups are independent) */
 __global__ static void qknorm_rope_forward_kernel(QknrT t0, QknrT t1, int C, float eps, const float* cos_t, const float* sin_t, int T,
-                                                  int style) {
+                                                  int style, MmbTail mt) {
     Fingerprint f0 = {0, 0}, f1 = {0, 0};
     const int L = C / 8, half = C / 2, rows = t0.rows + t1.rows;
     const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
@@ -115,6 +115,7 @@ __global__ static void qknorm_rope_forward_kernel(QknrT t0, QknrT t1, int C, flo
             for (int j = 0; j < 8; j++)
                 fp_add(second ? &f1 : &f0, (uint64_t)ro + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(y[j])), 16);
     }
+    mmb_tail_run(mt, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);   /* a riding bound check (v) */
     if (t0.fp) fp_block_reduce(f0, t0.fp);
     if (t1.fp) {
         __syncthreads();   /* fp_block_reduce's shared arrays are read again */
@@ -185,17 +186,17 @@ static void qknr_check(const char* who, int C, int ldx, const void* x, const voi
         tsdc_fail("%s: head_dim %d, row stride %d or alignment not supported (qknorm_rope_ok)", who, C, ldx);
 }
 static void qknorm_rope_launch(const QknrT& t0, const QknrT& t1, int T, int C, float eps, const float* cos, const float* sin, int style,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, const MmbTail& mt = MMB_TAIL_NONE) {
     const int rows = t0.rows + t1.rows;
     if (rows <= 0) return;
     const int grid = qknorm_rope_grid(rows, C);
-    qknorm_rope_forward_kernel<<<grid, RMSNORM_BLOCK, 0, stream>>>(t0, t1, C, eps, cos, sin, T, style);
+    qknorm_rope_forward_kernel<<<grid, RMSNORM_BLOCK, 0, stream>>>(t0, t1, C, eps, cos, sin, T, style, mt);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C, n0 = (size_t)t0.rows * C, n1 = (size_t)t1.rows * C;
     const size_t written = (t0.qn ? n0 * 2 : 0) + (t0.ms ? (size_t)t0.rows * 4 : 0) + (t0.qr ? n0 * 2 : 0) + (t1.qn ? n1 * 2 : 0) +
                            (t1.ms ? (size_t)t1.rows * 4 : 0) + (t1.qr ? n1 * 2 : 0);
-    ew_account(COST_NORM, "qknorm_rope_forward_kernel", grid, 10.0 * n + (t0.fp ? 4.0 * n : 0.0),
-               n * 2 + (size_t)C * 2 * (t1.rows ? 2 : 1) + rope_table_bytes(T, C), written);
+    ew_account(COST_NORM, "qknorm_rope_forward_kernel", grid, 10.0 * n + (t0.fp ? 4.0 * n : 0.0) + mmb_tail_flops(mt),
+               n * 2 + (size_t)C * 2 * (t1.rows ? 2 : 1) + rope_table_bytes(T, C) + mmb_tail_bytes(mt), written);
 }
 /* qn [N*nh, C] and ms [N*nh] (each NULL: not written) = rmsnorm of x (the view: row (n, h) at n * ldx + h * C), qr
  * [N*nh, C] (NULL: not written) = rope(qn), qr's fingerprint into fp (NULL: none); qknorm_rope_ok must hold */
@@ -204,15 +205,17 @@ static void qknorm_rope_forward(bf16* qn, float* ms, bf16* qr, const bf16* x, in
     qknr_check("qknorm_rope_forward", C, ldx, x, w, qn, qr);
     qknorm_rope_launch(qknr_tensor(qn, ms, qr, x, ldx, w, NULL, NULL, B * T * nh, nh, fp), QKNR_NONE, T, C, eps, cos, sin, style, stream);
 }
-/* the same for Q (H heads, its norm's weight wq) and K (KV heads, wk) in one launch, each with its outputs and fingerprint */
+/* the same for Q (H heads, its norm's weight wq) and K (KV heads, wk) in one launch, each with its outputs and fingerprint;
+ * mt: a bound check riding on the launch (v's: rope.cuh's MmbTail) */
 static void qknorm_rope_forward_qk(bf16* qn, float* qms, bf16* qr, bf16* kn, float* kms, bf16* kr, const bf16* q, const bf16* k, int ldx,
                                    const bf16* wq, const bf16* wk, int B, int T, int H, int KV, int C, float eps, const float* cos,
-                                   const float* sin, int style, unsigned long long* fpq, unsigned long long* fpk, cudaStream_t stream) {
+                                   const float* sin, int style, unsigned long long* fpq, unsigned long long* fpk, cudaStream_t stream,
+                                   const MmbTail& mt = MMB_TAIL_NONE) {
     qknr_check("qknorm_rope_forward_qk", C, ldx, q, wq, qn, qr);
     qknr_check("qknorm_rope_forward_qk", C, ldx, k, wk, kn, kr);
     if ((fpq == NULL) != (fpk == NULL)) tsdc_fail("qknorm_rope_forward_qk: fingerprints for both Q and K or for neither");
     qknorm_rope_launch(qknr_tensor(qn, qms, qr, q, ldx, wq, NULL, NULL, B * T * H, H, fpq), qknr_tensor(kn, kms, kr, k, ldx, wk, NULL, NULL, B * T * KV, KV, fpk),
-                       T, C, eps, cos, sin, style, stream);
+                       T, C, eps, cos, sin, style, stream, mt);
 }
 static void rope_qknorm_backward_launch(const QknrT& t0, const QknrT& t1, int T, int C, float eps, const float* cos, const float* sin,
                                         int style, cudaStream_t stream) {

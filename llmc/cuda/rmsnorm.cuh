@@ -202,15 +202,33 @@ __global__ static void residual_rmsnorm_forward_kernel(bf16* resid, bf16* out, f
         const int row = base + lane / L;
         const bool valid = row < rows;
         const size_t ro = (size_t)row * C;
-        float acc = 0.0f, acc2 = 0.0f;
+        float acc = 0.0f, acc2 = 0.0f, nxb = 0.0f;
+        if (BND) {   /* the product's input row norm: given (mb.xn), or taken here from the input (mb.xin), every lane of
+                      * the warp in the group's butterfly: each lane its packs in double, in order */
+            if (mb.xin) {
+                const bf16* xi = static_cast<const bf16*>(mb.xin) + (size_t)row * mb.kin;
+                const bool vx = mb.kin % 8 == 0 && (uintptr_t)mb.xin % 16 == 0;
+                double ss = 0.0;
+                if (valid)
+                    for (int c0 = gl * 8; c0 < mb.kin; c0 += L * 8) {
+                        const int cnt = min(8, mb.kin - c0);
+                        float f[8];
+                        load8_f32(f, xi + c0, cnt, vx, 0.0f);
+                        for (int j = 0; j < cnt; j++) ss += (double)f[j] * f[j];
+                    }
+                nxb = mmb_norm(rmsnorm_group_sum_f64(ss, L));
+            } else if (valid) {
+                nxb = mb.xn[row];
+            }
+        }
         if (valid) {
             for (int c0 = gl * 8; c0 < C; c0 += L * 8) {
                 const int cnt = min(8, C - c0);
                 float fa[8], fb[8], f2[8];
                 load8_f32(fa, a + ro + c0, cnt, vec, 0.0f);
                 load8_f32(fb, b + ro + c0, cnt, vec, 0.0f);
-                if (BND)   /* -protect bound on b (a product's output: down) as read here (llmc/sdc/bound.h) */
-                    for (int j = 0; j < cnt; j++) bad_b |= mmb_violates(fb[j], mb.xn[row], mb.wn0[c0 + j], mb.c);
+                if (BND)   /* -protect bound on b (a product's output: o, down) as read here (llmc/sdc/bound.h) */
+                    for (int j = 0; j < cnt; j++) bad_b |= mmb_violates(fb[j], nxb, mb.wn0[c0 + j], mb.c);
                 if (DUP)
 #pragma unroll
                     for (int j = 0; j < 8; j++) f2[j] = __bfloat162float(__float2bfloat16_rn(dup_opaque(fa[j]) + dup_opaque(fb[j])));
@@ -457,12 +475,13 @@ static void rmsnorm_forward(bf16* out, float* ms, const bf16* x, const bf16* w, 
 }
 /* resid = a + b (residual.cuh's add, rounded to bf16 and stored), then out, ms = rmsnorm_forward(resid):
  * the same bits as residual_forward followed by rmsnorm_forward, in one pass */
-/* mb (not NULL): -protect bound's check of b (the down projection's output) fused in: |b_ij| against mb->xn[i] (its
- * input rows' norms), mb->wn0[j], mb->c, flag mb->f0 (llmc/sdc/bound.h) */
+/* mb (not NULL): -protect bound's check of b (the o or down projection's output) fused in: |b_ij| against mb->xn[i]
+ * (its input rows' norms) or the norm of row i of mb->xin (the input, [rows, mb->kin], taken here), mb->wn0[j], mb->c,
+ * flag mb->f0 (llmc/sdc/bound.h) */
 template <bool DUP>
 static void residual_rmsnorm_launch(int g, bf16* resid, bf16* out, float* ms, const bf16* a, const bf16* b, const bf16* w, int rows, int C,
                                     float eps, int L, bool vec, EwDup dup, float* onorm, const MmbFused* mb, cudaStream_t stream) {
-    const MmbFused none = {NULL, NULL, NULL, 0.0f, NULL, NULL, NULL};
+    const MmbFused none = {NULL, NULL, NULL, 0.0f, NULL, NULL, NULL, NULL, 0};
     if (mb) residual_rmsnorm_forward_kernel<DUP, true><<<g, RMSNORM_BLOCK, 0, stream>>>(resid, out, ms, a, b, w, rows, C, eps, L, vec, dup, onorm, *mb);
     else residual_rmsnorm_forward_kernel<DUP, false><<<g, RMSNORM_BLOCK, 0, stream>>>(resid, out, ms, a, b, w, rows, C, eps, L, vec, dup, onorm, none);
 }
@@ -478,9 +497,9 @@ static void residual_rmsnorm_forward(bf16* resid, bf16* out, float* ms, const bf
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
     ew_account(COST_NORM, d ? "residual_rmsnorm_forward_kernel_dup" : "residual_rmsnorm_forward_kernel", rmsnorm_grid(rows, L),
-               (d ? 11.0 : 5.0) * n + (onorm ? 2.0 * n : 0.0) + (mb ? 3.0 * n : 0.0),
-               n * 4 + (w ? (size_t)C * 2 : 0) + (mb ? (size_t)rows * 4 + (size_t)C * 4 : 0),
-               n * 4 + (ms ? (size_t)rows * 4 : 0) + (onorm ? (size_t)rows * 4 : 0));   /* a, b (w, the bound's norms) in; resid, out, ms (norms) out */
+               (d ? 11.0 : 5.0) * n + (onorm ? 2.0 * n : 0.0) + (mb ? 3.0 * n : 0.0) + (mb && mb->xin ? 2.0 * rows * mb->kin : 0.0),
+               n * 4 + (w ? (size_t)C * 2 : 0) + (mb ? (mb->xin ? (size_t)rows * mb->kin * 2 : (size_t)rows * 4) + (size_t)C * 4 : 0),
+               n * 4 + (ms ? (size_t)rows * 4 : 0) + (onorm ? (size_t)rows * 4 : 0));   /* a, b (w, the bound's input norms or input) in; resid, out, ms (norms) out */
 }
 /* rmsnorm_forward with the Q/K fingerprint of its output (out, ms NULL: fingerprint only) XORed into the
  * accumulator fp (fingerprint.cuh); does not wait */

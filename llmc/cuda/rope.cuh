@@ -24,6 +24,51 @@
 #include "convert.cuh"
 #include "../cpu/rope.h"
 #include "../sdc/fingerprint.cuh"
+#include "../sdc/bound.h"
+
+/* -protect bound's check of another product's output riding on a launch that runs right after the GEMM that wrote it
+ * (v: a column view of the fused Q/K/V output, checked by the launch that rotates q and k, here or in
+ * qknorm_rope.cuh): y [rows, cols] (row stride ld) against mmb_violates(y, xn[row], wn[col], c) (llmc/sdc/bound.h),
+ * xn the input rows' norms its norm kernel left, the flag set by atomicOr. vec: 8 elements an item (cols and ld
+ * multiples of 8, y 16-byte aligned), else one. The launch's threads take the items after their own work, grid-stride. */
+struct MmbTail {
+    const bf16* y;
+    size_t ld;
+    int rows, cols;
+    bool vec;
+    const float *xn, *wn;
+    float c;
+    int* flag;
+};
+static const MmbTail MMB_TAIL_NONE = {NULL, 0, 0, 0, false, NULL, NULL, 0.0f, NULL};
+__host__ __device__ static inline size_t mmb_tail_items(const MmbTail& m) { return m.y ? (size_t)m.rows * m.cols / (m.vec ? 8 : 1) : 0; }
+static inline MmbTail mmb_tail(const bf16* y, size_t ld, int rows, int cols, const float* xn, const float* wn, float c, int* flag) {
+    const MmbTail m = {y, ld, rows, cols, cols % 8 == 0 && ld % 8 == 0 && ptr_aligned(y, 16), xn, wn, c, flag};
+    return m;
+}
+/* item i of the check: true on a violation */
+__device__ __forceinline__ bool mmb_tail_item(const MmbTail& m, size_t i) {
+    const int per = m.vec ? 8 : 1, ipr = m.cols / per;
+    const size_t r = i / (size_t)ipr;
+    const int c0 = (int)(i - r * ipr) * per;
+    float f[8];
+    load8_f32(f, m.y + r * m.ld + c0, per, m.vec, 0.0f);
+    const float nx = m.xn[r];
+    bool bad = false;
+    for (int j = 0; j < per; j++) bad |= mmb_violates(f[j], nx, m.wn[c0 + j], m.c);
+    return bad;
+}
+/* the items of m, grid-stride from thread g over nthreads, the flag set once a thread */
+__device__ __forceinline__ void mmb_tail_run(const MmbTail& m, size_t g, size_t nthreads) {
+    if (!m.y) return;
+    const size_t n = mmb_tail_items(m);
+    bool bad = false;
+    for (size_t i = g; i < n; i += nthreads) bad |= mmb_tail_item(m, i);
+    if (bad) atomicOr(m.flag, 1);
+}
+/* its work: 3 FLOPs an element, y and the input norms read (the weights' norms from L2) */
+static inline double mmb_tail_flops(const MmbTail& m) { return m.y ? 3.0 * m.rows * m.cols : 0.0; }
+static inline size_t mmb_tail_bytes(const MmbTail& m) { return m.y ? (size_t)m.rows * m.cols * 2 + (size_t)m.rows * 4 + (size_t)m.cols * 4 : 0; }
 
 /* one tensor of a launch: out (row stride ldo; NULL with FP: fingerprint only) = the rotation of x (row stride ldx), nh
  * heads a token, npairs = B T nh hd/2 pairs, its fingerprint into fp (FP) */
@@ -63,13 +108,15 @@ __device__ __forceinline__ void rope_pair(const RopeT& tt, I idx, const float* c
  * FP: every output element also folded into its tensor's Q/K fingerprint accumulator (fingerprint.cuh); out may then
  * be NULL (fingerprint only: the recomputation of Q/K path protection) */
 template <typename I, bool FP>
-__global__ static void rope_kernel(RopeT t0, RopeT t1, const float* cos_t, const float* sin_t, int T, int hd, int style, bool inverse) {
+__global__ static void rope_kernel(RopeT t0, RopeT t1, const float* cos_t, const float* sin_t, int T, int hd, int style, bool inverse,
+                                   MmbTail mt) {
     Fingerprint f0 = {0, 0}, f1 = {0, 0};
     const I stride = (I)gridDim.x * blockDim.x, n0 = (I)t0.npairs, np = (I)(t0.npairs + t1.npairs);
     for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < np; idx += stride) {
         if (idx < n0) rope_pair<I, FP>(t0, idx, cos_t, sin_t, T, hd, style, inverse, &f0);
         else rope_pair<I, FP>(t1, idx - n0, cos_t, sin_t, T, hd, style, inverse, &f1);
     }
+    mmb_tail_run(mt, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
     if (FP) {
         fp_block_reduce(f0, t0.fp);
         if (t1.npairs) {
@@ -90,21 +137,23 @@ static RopeT rope_tensor(bf16* out, size_t ldo, const bf16* x, size_t ldx, int B
 }
 /* rope_kernel over t0 and t1 (t1.npairs 0: t0 alone); fp: the fingerprinting variant; does not wait */
 static void rope_launch2(const RopeT& t0, const RopeT& t1, const float* cos, const float* sin, int T, int hd, int style, bool inverse,
-                         bool fp, const char* name, cudaStream_t stream) {
+                         bool fp, const char* name, cudaStream_t stream, const MmbTail& mt = MMB_TAIL_NONE) {
     const size_t npairs = t0.npairs + t1.npairs;
     if (npairs == 0) return;
     int grid = ew_grid(npairs);
     if (fp) {
         if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
-        rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, cos, sin, T, hd, style, inverse);
+        rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, cos, sin, T, hd, style, inverse, mt);
     } else if (npairs <= 0xffffffffull - ((size_t)EW_MAX_GRID * EW_BLOCK)) {   /* idx + stride must not wrap in 32 bits */
-        rope_kernel<unsigned int, false><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, cos, sin, T, hd, style, inverse);
+        rope_kernel<unsigned int, false><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, cos, sin, T, hd, style, inverse, mt);
     } else {
-        rope_kernel<size_t, false><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, cos, sin, T, hd, style, inverse);
+        rope_kernel<size_t, false><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, cos, sin, T, hd, style, inverse, mt);
     }
     cudaCheck(cudaGetLastError());
     const size_t written = (t0.out ? t0.npairs : 0) + (t1.out ? t1.npairs : 0);
-    ew_account(COST_ELEMENTWISE, name, grid, (fp ? 14.0 : 6.0) * npairs, npairs * 4 + rope_table_bytes(T, hd), written * 4);   /* x pairs (bf16), the tables in; out written */
+    /* x pairs (bf16), the tables (and a riding bound check's y and norms) in; out written */
+    ew_account(COST_ELEMENTWISE, name, grid, (fp ? 14.0 : 6.0) * npairs + mmb_tail_flops(mt), npairs * 4 + rope_table_bytes(T, hd) + mmb_tail_bytes(mt),
+               written * 4);
 }
 static const RopeT ROPE_NONE = {NULL, 0, NULL, 0, 1, 0, NULL};
 /* rope_kernel<.., true>: out (NULL: not written) = the rotation of x (sin negated: inverse), its fingerprint XORed
@@ -122,15 +171,16 @@ static void rope_launch(bf16* out, size_t ldo, const bf16* x, size_t ldx, const 
  * bits of the two single launches: the forward (inverse false: qo, ko contiguous from q, k with the row strides ldq,
  * ldk: the views of the fused projection output, or contiguous) or the backward (inverse true: q, k contiguous
  * gradients into qo, ko with the row strides ldq, ldk). fpq, fpk not NULL: the fingerprinting variant (qo / ko may
- * then be NULL: not written). */
+ * then be NULL: not written). mt: a bound check riding on the launch (v's, in the forward; MmbTail above). */
 static void rope_qk(bf16* qo, bf16* ko, const bf16* q, const bf16* k, int ldq, int ldk, const float* cos, const float* sin, int B, int T,
-                    int H, int KV, int hd, int style, bool inverse, unsigned long long* fpq, unsigned long long* fpk, cudaStream_t stream) {
+                    int H, int KV, int hd, int style, bool inverse, unsigned long long* fpq, unsigned long long* fpk, cudaStream_t stream,
+                    const MmbTail& mt = MMB_TAIL_NONE) {
     const size_t lq = (size_t)H * hd, lk = (size_t)KV * hd;
     const char* name = fpq ? "rope_kernel_fp" : "rope_kernel";
     if ((fpq == NULL) != (fpk == NULL)) tsdc_fail("rope_qk: fingerprints for both Q and K or for neither");
     const RopeT tq = inverse ? rope_tensor(qo, (size_t)ldq, q, lq, B, T, H, hd, fpq, name) : rope_tensor(qo, lq, q, (size_t)ldq, B, T, H, hd, fpq, name);
     const RopeT tk = inverse ? rope_tensor(ko, (size_t)ldk, k, lk, B, T, KV, hd, fpk, name) : rope_tensor(ko, lk, k, (size_t)ldk, B, T, KV, hd, fpk, name);
-    rope_launch2(tq, tk, cos, sin, T, hd, style, inverse, fpq != NULL, name, stream);
+    rope_launch2(tq, tk, cos, sin, T, hd, style, inverse, fpq != NULL, name, stream, mt);
 }
 
 /* out [N, nh*hd] (contiguous) = rope(x), x with row stride ldx (nh*hd: contiguous; out may then equal x) */

@@ -398,6 +398,8 @@ static void attcheck_fused_forward(int* counts, int* flags, double* scratch, con
  *      row ty sums t = ty, ty + ATTC_AV_ROWS, ... of its chunk of dv[t,i] and of dout[t,h,i], |dout[t,h,i]| over the
  *      group's heads h in order; the rows combined in ty order, the chunks in chunk order (the last block to finish
  *      adds them): |sum dv - sum dout| <= 2 rel sum |dout| + 1e-30.
+ *  attbwd_fused_kernel  the fused (flash) backward's checks in one launch: the chunked scan, comparing the dq kernel's
+ *      rows as it makes the bounds, and the chunked dV check, each block running one of the two bodies above.
  * Cost per layer: the rows kernels read dprobs and dlogits once each (B H T^2/2 live bf16 elements each: the
  * split backward writes and reads both anyway), the scan reads dout and v once (O(B T (H + KV) hd)), the dV
  * kernel dv and dout once; scratch 3 B*H*T doubles (attbwd_scratch_doubles, within the forward's). */
@@ -406,20 +408,20 @@ enum { ATTB_DPROBS = 0, ATTB_DLOGITS = 1, ATTB_DV = 2, ATTB_NCHECK = 3 };
 /* ref, tol_dp, tol_dl [B*H][T]; blockIdx.y the chunk of `chunk` positions (the forward scan's shape). rows_a not NULL
  * (the fused backward's FlashCheck rows of its dq kernel): each row is also compared at once, rows_a[t] (dP) against ref
  * within tol_dp (ATTB_DPROBS), rows_b[t] (the rounded dZ) against 0 within tol_dl (ATTB_DLOGITS), into counts / flags */
-__global__ void __launch_bounds__(ATTC_WARPS * 32)
-attbwd_scan_kernel(double* __restrict__ ref, double* __restrict__ tol_dp, double* __restrict__ tol_dl, const bf16* __restrict__ dout,
-                   int ld_o, const bf16* __restrict__ v, int ld_v, int T, int H, int KV, int hd, double rel, int chunk,
-                   const float* __restrict__ rows_a, const float* __restrict__ rows_b, int* counts, int* flags) {
+__device__ __forceinline__ void attbwd_scan_block(int bh, int by, int nbh, double* __restrict__ ref, double* __restrict__ tol_dp,
+                                                  double* __restrict__ tol_dl, const bf16* __restrict__ dout, int ld_o,
+                                                  const bf16* __restrict__ v, int ld_v, int T, int H, int KV, int hd, double rel, int chunk,
+                                                  const float* __restrict__ rows_a, const float* __restrict__ rows_b, int* counts, int* flags) {
     __shared__ double sp[2][ATTC_WARPS][ATTC_MAX_HD];
     __shared__ double sn[2][ATTC_WARPS], sm[2][ATTC_WARPS];
-    const int nbh = (int)gridDim.x, bh = (int)blockIdx.x, b = bh / H, h = bh % H, j = h / (H / KV);
+    const int b = bh / H, h = bh % H, j = h / (H / KV);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const bf16* x = v + (size_t)b * T * ld_v + (size_t)j * hd;      /* scanned: v of kv head j */
     const bf16* y = dout + (size_t)b * T * ld_o + (size_t)h * hd;   /* dotted: dout of head h */
     double* R = ref + (size_t)bh * T;
     double* E = tol_dp + (size_t)bh * T;
     double* M = tol_dl + (size_t)bh * T;
-    const int c0 = min(T, (int)blockIdx.y * chunk), c1 = min(T, c0 + chunk);
+    const int c0 = min(T, by * chunk), c1 = min(T, c0 + chunk);
     const int pre = CEIL_DIV(c0, ATTC_WARPS), sub = CEIL_DIV(c1 - c0, ATTC_WARPS);
     const int p0 = min(c1, c0 + warp * sub), p1 = min(c1, p0 + sub);
     AttcScanSums sp_pre, sp_own, st;
@@ -461,6 +463,14 @@ attbwd_scan_kernel(double* __restrict__ ref, double* __restrict__ tol_dp, double
     }
 }
 
+__global__ void __launch_bounds__(ATTC_WARPS * 32)
+attbwd_scan_kernel(double* __restrict__ ref, double* __restrict__ tol_dp, double* __restrict__ tol_dl, const bf16* __restrict__ dout,
+                   int ld_o, const bf16* __restrict__ v, int ld_v, int T, int H, int KV, int hd, double rel, int chunk,
+                   const float* __restrict__ rows_a, const float* __restrict__ rows_b, int* counts, int* flags) {
+    attbwd_scan_block((int)blockIdx.x, (int)blockIdx.y, (int)gridDim.x, ref, tol_dp, tol_dl, dout, ld_o, v, ld_v, T, H, KV, hd, rel, chunk,
+                      rows_a, rows_b, counts, flags);
+}
+
 /* one warp per row of [B*H*T, T]: sum_{s<=t} m[t,s] vs ref[row] (NULL: 0) within tol[row], check c */
 __global__ void __launch_bounds__(ATTC_WARPS * 32)
 attbwd_rows_kernel(int* counts, int* flags, const bf16* __restrict__ m, const double* __restrict__ ref, const double* __restrict__ tol,
@@ -482,14 +492,14 @@ attbwd_rows_kernel(int* counts, int* flags, const bf16* __restrict__ m, const do
  * [32] and counts itself done in done[(bk, by)] (an integer atomic after a __threadfence); the block that counts last
  * adds the chunks' partials in chunk order and compares: the same bits whichever block is last. done must be zero on
  * entry (the trainer zeroes it with the backward's flags); the last block leaves it at nchunk. */
-__global__ void __launch_bounds__(32 * ATTC_AV_ROWS)
-attbwd_dv_kernel(int* counts, int* flags, double* bound, const bf16* __restrict__ dv, int ld_dv, const bf16* __restrict__ dout, int ld_o,
-                 int T, int H, int KV, int hd, double rel2, int nbh, int chunk, double* part, unsigned* done) {
+__device__ __forceinline__ void attbwd_dv_block(int bk, int by, int bz, int gy, int nc, int tx, int ty, int* counts, int* flags,
+                                                double* bound, const bf16* __restrict__ dv, int ld_dv, const bf16* __restrict__ dout,
+                                                int ld_o, int T, int H, int KV, int hd, double rel2, int nbh, int chunk, double* part,
+                                                unsigned* done) {
     __shared__ double red[3][ATTC_AV_ROWS][32];
     __shared__ int last;
-    const int bk = (int)blockIdx.x, b = bk / KV, kh = bk % KV, g = H / KV, nc = (int)gridDim.z;
-    const int tx = threadIdx.x, ty = threadIdx.y, i = (int)blockIdx.y * 32 + tx;
-    const int c0 = min(T, (int)blockIdx.z * chunk), c1 = min(T, c0 + chunk);
+    const int b = bk / KV, kh = bk % KV, g = H / KV, i = by * 32 + tx;
+    const int c0 = min(T, bz * chunk), c1 = min(T, c0 + chunk);
     const bf16* dvh = dv + (size_t)b * T * ld_dv + (size_t)kh * hd;
     const bf16* oh = dout + (size_t)b * T * ld_o + (size_t)kh * g * hd;
     double sv = 0.0, so = 0.0, sa = 0.0;
@@ -509,9 +519,9 @@ attbwd_dv_kernel(int* counts, int* flags, double* bound, const bf16* __restrict_
         for (int r = 0; r < ATTC_AV_ROWS; r++) { sv += red[0][r][tx]; so += red[1][r][tx]; sa += red[2][r][tx]; }
     }
     if (nc > 1) {
-        const size_t col = (size_t)bk * gridDim.y + blockIdx.y;
+        const size_t col = (size_t)bk * gy + by;
         volatile double* pc = part + col * nc * 96;
-        if (ty == 0) { pc[(size_t)blockIdx.z * 96 + tx] = sv; pc[(size_t)blockIdx.z * 96 + 32 + tx] = so; pc[(size_t)blockIdx.z * 96 + 64 + tx] = sa; }
+        if (ty == 0) { pc[(size_t)bz * 96 + tx] = sv; pc[(size_t)bz * 96 + 32 + tx] = so; pc[(size_t)bz * 96 + 64 + tx] = sa; }
         __threadfence();
         __syncthreads();
         if (tx == 0 && ty == 0) last = atomicAdd(done + col, 1u) == (unsigned)(nc - 1);
@@ -528,6 +538,33 @@ attbwd_dv_kernel(int* counts, int* flags, double* bound, const bf16* __restrict_
         if (bound) bound[(size_t)bk * hd + i] = rel2 * sa + 1e-30;
     }
 }
+__global__ void __launch_bounds__(32 * ATTC_AV_ROWS)
+attbwd_dv_kernel(int* counts, int* flags, double* bound, const bf16* __restrict__ dv, int ld_dv, const bf16* __restrict__ dout, int ld_o,
+                 int T, int H, int KV, int hd, double rel2, int nbh, int chunk, double* part, unsigned* done) {
+    attbwd_dv_block((int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, (int)gridDim.y, (int)gridDim.z, (int)threadIdx.x, (int)threadIdx.y,
+                    counts, flags, bound, dv, ld_dv, dout, ld_o, T, H, KV, hd, rel2, nbh, chunk, part, done);
+}
+/* the fused backward's two checks in one launch (attcheck_fused_backward): blocks 0 .. nscan-1 are the scan's grid
+ * (B*H, nchunk) in its order (x fastest), the rest the dV kernel's (B*KV, gy, nc) in its order, 256 threads either
+ * way (thread x = tx + 32 ty for the dV body). Each body does what its own kernel does, so the counts, flags and
+ * bounds are the two launches'. Its shared memory is both bodies' (32.4 + 6 KB) */
+static_assert(ATTC_WARPS * 32 == 32 * ATTC_AV_ROWS, "the scan and the dV blocks: one block shape");
+__global__ void __launch_bounds__(ATTC_WARPS * 32)
+attbwd_fused_kernel(double* __restrict__ ref, double* __restrict__ tol_dp, double* __restrict__ tol_dl, const bf16* __restrict__ dout,
+                    int ld_o, const bf16* __restrict__ v, int ld_v, int T, int H, int KV, int hd, double rel, int chunk,
+                    const float* __restrict__ rows_a, const float* __restrict__ rows_b, int* counts, int* flags, int nbh, int nscan,
+                    double* bound, const bf16* __restrict__ dv, int ld_dv, double rel2, int dv_chunk, double* part, unsigned* done, int gx,
+                    int gy, int nc) {
+    const int i = (int)blockIdx.x;
+    if (i < nscan) {
+        attbwd_scan_block(i % nbh, i / nbh, nbh, ref, tol_dp, tol_dl, dout, ld_o, v, ld_v, T, H, KV, hd, rel, chunk, rows_a, rows_b, counts,
+                          flags);
+    } else {
+        const int jb = i - nscan;
+        attbwd_dv_block(jb % gx, jb / gx % gy, jb / (gx * gy), gy, nc, (int)threadIdx.x % 32, (int)threadIdx.x / 32, counts, flags, bound,
+                        dv, ld_dv, dout, ld_o, T, H, KV, hd, rel2, nbh, dv_chunk, part, done);
+    }
+}
 
 static inline size_t attbwd_scratch_doubles(int B, int H, int T) { return (size_t)3 * B * H * T; }
 
@@ -535,18 +572,17 @@ static void attbwd_check_args(const char* who, int B, int T, int H, int KV, int 
     if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || hd <= 0 || H % KV != 0 || hd > ATTC_MAX_HD)
         tsdc_fail("%s: bad shape B %d T %d H %d KV %d hd %d (H a multiple of KV, hd <= %d)", who, B, T, H, KV, hd, ATTC_MAX_HD);
 }
-/* the backward checks' references and bounds into scratch: ref, tol_dp, tol_dl [B*H][T] each (attbwd_scan_kernel);
- * rows_a not NULL: the fused backward's rows compared as they are made (nchunk chunks a head), else one block a head */
+/* the backward checks' references and bounds into scratch: ref, tol_dp, tol_dl [B*H][T] each (attbwd_scan_kernel), one
+ * block a head (the split path's; the fused path's scan is chunked, inside attbwd_fused_kernel) */
 static void attbwd_scan(double* scratch, const bf16* dout, int ld_o, const bf16* v, int ld_v, int B, int T, int H, int KV, int hd,
-                        const float* rows_a, const float* rows_b, int* counts, int* flags, cudaStream_t stream) {
-    const int nbh = B * H, nc = rows_a ? attc_scan_chunks(nbh, T) : 1;
+                        cudaStream_t stream) {
+    const int nbh = B * H;
     const size_t n = (size_t)nbh * T;
-    const dim3 grid((unsigned)nbh, (unsigned)nc);
-    attbwd_scan_kernel<<<grid, ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + n, scratch + 2 * n, dout, ld_o, v, ld_v, T, H, KV, hd,
-                                                            ATT_TOL_REL(16), CEIL_DIV(T, nc), rows_a, rows_b, counts, flags);
+    attbwd_scan_kernel<<<(unsigned)nbh, ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + n, scratch + 2 * n, dout, ld_o, v, ld_v, T, H, KV, hd,
+                                                                     ATT_TOL_REL(16), T, NULL, NULL, NULL, NULL);
     cudaCheck(cudaGetLastError());
-    launch_account("att_bwd", "attbwd_scan_kernel", COST_FP64, grid, 4.0 * n * hd + 2.0 * n * hd * (nc - 1) / 2.0,
-                   (double)B * T * (H + KV) * hd * 2 + (rows_a ? (double)n * 8 : 0.0), (double)n * 24);   /* dout, v (rows) in; 3 bounds out */
+    launch_account("att_bwd", "attbwd_scan_kernel", COST_FP64, (unsigned)nbh, 4.0 * n * hd, (double)B * T * (H + KV) * hd * 2,
+                   (double)n * 24);   /* dout, v (rows) in; 3 bounds out */
 }
 /* the dprobs row check (ATTB_DPROBS); leaves in scratch the bounds attcheck_backward_dlogits reads, so it runs first,
  * on the same dout and v. counts [ATTB_NCHECK], flags [ATTB_NCHECK * B*H] (zero for this layer), scratch
@@ -556,7 +592,7 @@ static void attcheck_backward_dprobs(int* counts, int* flags, double* scratch, c
     attbwd_check_args("attcheck_backward_dprobs", B, T, H, KV, hd);
     const int nbh = B * H;
     const size_t n = (size_t)nbh * T;
-    attbwd_scan(scratch, dout, ld_o, v, ld_v, B, T, H, KV, hd, NULL, NULL, NULL, NULL, stream);
+    attbwd_scan(scratch, dout, ld_o, v, ld_v, B, T, H, KV, hd, stream);
     attbwd_rows_kernel<<<(unsigned)CEIL_DIV(n, (size_t)ATTC_WARPS), ATTC_WARPS * 32, 0, stream>>>(counts, flags, dprobs, scratch,
                                                                                                   scratch + n, n, T, nbh, ATTB_DPROBS);
     cudaCheck(cudaGetLastError());
@@ -595,16 +631,28 @@ static void attcheck_backward_dv(int* counts, int* flags, double* bound, const b
     launch_account("att_bwd", "attbwd_dv_kernel", COST_FP64, grid, 2.0 * B * T * (H + KV) * hd, (double)B * T * (H + KV) * hd * 2, 0.0);   /* dv, dout in */
 }
 
-/* -protect att_bwd on the fused backward's dq kernel: its rows (attcheck_fused_rows: rows_a dP, rows_b dZ) against
- * the bounds of attbwd_scan_kernel, compared by the scan as it makes them (one launch), the bounds left in scratch as
- * attcheck_backward_dprobs leaves them (the dump reads them) */
-static void attcheck_fused_backward(int* counts, int* flags, double* scratch, const bf16* dout, int ld_o, const bf16* v, int ld_v, int B,
-                                    int T, int H, int KV, int hd, cudaStream_t stream) {
+/* -protect att_bwd on the fused backward, one launch (attbwd_fused_kernel): its dq kernel's rows (attcheck_fused_rows:
+ * rows_a dP, rows_b dZ) against the bounds of attbwd_scan_kernel, compared by the scan as it makes them, the bounds left
+ * in scratch as attcheck_backward_dprobs leaves them (the dump reads them); and the dV column check of dv (row stride
+ * ld_dv) as attcheck_backward_dv makes it, with its bound, work, work_doubles and done. Called where dv is final (after
+ * v_proj's backward injection point): the scan reads only dout, v and the rows, which nothing writes in between. */
+static void attcheck_fused_backward(int* counts, int* flags, double* scratch, const bf16* dout, int ld_o, const bf16* v, int ld_v,
+                                    const bf16* dv, int ld_dv, int B, int T, int H, int KV, int hd, cudaStream_t stream, double* bound = NULL,
+                                    double* work = NULL, size_t work_doubles = 0, unsigned* done = NULL) {
     attbwd_check_args("attcheck_fused_backward", B, T, H, KV, hd);
-    const int nbh = B * H;
+    const int nbh = B * H, nc = attc_scan_chunks(nbh, T);
     const size_t n = (size_t)nbh * T;
     const float* rows = attcheck_fused_rows(scratch, B, H, T);
-    attbwd_scan(scratch, dout, ld_o, v, ld_v, B, T, H, KV, hd, rows, rows + n, counts, flags, stream);
+    const int nc2 = work && done ? attbwd_dv_chunks(B, KV, hd, T, work_doubles) : 1;
+    const int gx = B * KV, gy = CEIL_DIV(hd, 32), nscan = nbh * nc, ndv = gx * gy * nc2;
+    attbwd_fused_kernel<<<(unsigned)(nscan + ndv), ATTC_WARPS * 32, 0, stream>>>(
+        scratch, scratch + n, scratch + 2 * n, dout, ld_o, v, ld_v, T, H, KV, hd, ATT_TOL_REL(16), CEIL_DIV(T, nc), rows, rows + n, counts,
+        flags, nbh, nscan, bound, dv, ld_dv, 2.0 * ATT_TOL_REL(16), CEIL_DIV(T, nc2), work, done, gx, gy, nc2);
+    cudaCheck(cudaGetLastError());
+    /* the scan's work (dout, v rows and the kernel's row sums in; 3 bounds out) and the dV check's (dv, dout in) */
+    launch_account("att_bwd", "attbwd_fused_kernel", COST_FP64, (unsigned)(nscan + ndv),
+                   4.0 * n * hd + 2.0 * n * hd * (nc - 1) / 2.0 + 2.0 * B * T * (H + KV) * hd,
+                   (double)B * T * (H + KV) * hd * 2 + (double)n * 8 + (double)B * T * (H + KV) * hd * 2, (double)n * 24);
 }
 
 #endif

@@ -9,9 +9,11 @@
  *       gate/up are column views of the fused GEMMs' outputs) violates mmb_violates(y, ||x_r||, nw[j], c), c =
  *       mmb_factor(K) (host); the input rows' norms are reduced inside the check (no launch of their own); columns
  *       below split flag f0, the rest f1 (gate and up in one launch, two flags, as the CPU's two comparisons).
- * So a layer costs 4 check launches (v, o, gate/up, down; 3 with ReLU^2), one per product, besides the weights' norms
- * once a step (mmb_row_norms_jobs: every weight matrix of every layer in one launch). The trainer checks gate, up and
- * down inside the kernels that read them (MmbFused, bound.h), so on its clean path v and o have launches of their own. Order: the weight norms one warp a row, lane t summing x^2 in double over the columns t, t + 32, ...,
+ * Used alone, a layer costs 4 check launches (v, o, gate/up, down; 3 with ReLU^2), one per product, besides the weights'
+ * norms once a step (mmb_row_norms_jobs: every weight matrix of every layer in one launch). The trainer's clean path
+ * makes none of them: gate, up, o and down are checked inside the kernels that read them (MmbFused, bound.h: SwiGLU's
+ * forward, the two residual adds fused with the next norm), v by the launch that rotates q and k (MmbTail, rope.cuh);
+ * mmb_check remains for the paths those kernels are split on (a fault due between their steps) and ReLU^2's MLP. Order: the weight norms one warp a row, lane t summing x^2 in double over the columns t, t + 32, ...,
  * then the xor butterfly (fixed offsets); the input norms per block, thread t over t, t + 256, ..., the warps'
  * butterflies, then the 8 warp partials in order: the same bits every run, on any grid. The CPU sums in other orders,
  * so the two trainers' norms may differ in the last bits of the double sum, far inside the bound's slack (a norm is

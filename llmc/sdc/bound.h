@@ -66,15 +66,19 @@ static inline float mmb_factor(int K) {
     return (double)f < c ? nextafterf(f, INFINITY) : f;
 }
 /* the check of a product's output fused into the kernel that reads it next (on the GPU: gate and up in SwiGLU's
- * forward, llmc/cuda/mlp.cuh; down in the residual add fused with the next norm, llmc/cuda/rmsnorm.cuh): the input
- * rows' norms xn (left by the kernel that produced the input), the weight rows' norms of the output's columns wn0
- * (and of a second column half wn1: gate, up), c = mmb_factor(K), the flags f0 (f1); xo (not NULL) receives the
- * norms of the reading kernel's own output rows (SwiGLU's product: the down projection's input) */
+ * forward, llmc/cuda/mlp.cuh; o and down in the residual adds fused with the next norm, llmc/cuda/rmsnorm.cuh): the
+ * input rows' norms xn (left by the kernel that produced the input), the weight rows' norms of the output's columns
+ * wn0 (and of a second column half wn1: gate, up), c = mmb_factor(K), the flags f0 (f1); xo (not NULL) receives the
+ * norms of the reading kernel's own output rows (SwiGLU's product: the down projection's input). xin (xn NULL): the
+ * input itself, bf16 [rows, kin] contiguous, whose row norms the reading kernel takes as it goes (o: att_out, which no
+ * kernel before it reads whole rows of) */
 typedef struct {
     const float *xn, *wn0, *wn1;
     float c;
     int *f0, *f1;
     float* xo;
+    const void* xin;
+    int kin;
 } MmbFused;
 /* a row norm from its sum of squares, rounded up to fp32 */
 TSDC_HD static inline float mmb_norm(double ss) { return (float)(sqrt(ss) * (1.0 + 0x1p-20)); }

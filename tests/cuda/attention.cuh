@@ -500,7 +500,8 @@ static void test_flash_attention(void) {
             FREE_ALL(xdk5, xdv5);
         }
         {   /* -protect qk_bwd's rerun: D computed twice in the first pass (clean: no flag), then dv NULL (the dk/dv kernel's
-             * dk-only variant) from that D (reuse_d): dq and dk bitwise the full backward's */
+             * dk-only variant, both in one launch: flash_attention_backward_dqdk_kernel) from that D (reuse_d): dq and dk bitwise
+             * the full backward's (two launches) */
             unsigned long long* dflag = (unsigned long long*)d_f32_poison(2);
             cudaCheck(cudaMemset(dflag, 0, sizeof(unsigned long long)));
             bf16 *gdq4 = d_bf16_poison(nq), *gdk4 = d_bf16_poison(nk), *gdv4 = d_bf16_poison(nk);
@@ -513,7 +514,7 @@ static void test_flash_attention(void) {
             float* xdq4 = dl_bf16(gdq4, nq, NULL);
             float* xdk4 = dl_bf16(gdk4, nk, NULL);
             const int same4 = !memcmp(xdq4, xdq, nq * 4) && !memcmp(xdk4, xdk, nk * 4);
-            check(same4 && hflag == 0, "    D computed twice: flag %llu (want 0); dq and dk alone (dv NULL) from that D: bitwise the full backward's: %s",
+            check(same4 && hflag == 0, "    D computed twice: flag %llu (want 0); dq and dk alone (dv NULL: one launch) from that D: bitwise the full backward's: %s",
                   hflag, same4 ? "yes" : "NO");
             /* a planted change of the primary D of row 0: the duplicate's comparison flags it */
             float* Dw = cuda_workspace_f32(FLASH_SLOT, 1);
@@ -990,8 +991,9 @@ static void fused_fwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTC_NCHECK]) {
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaMemcpy(cnt, f->dbuf, sizeof(int) * ATTC_NCHECK, cudaMemcpyDeviceToHost));
 }
+static int g_fused_chunked = 0;   /* calls of fused_bwd_checks whose dV check had more than one chunk */
 /* the fused backward (from the clean forward's out, lse) with plant pl, then the dq kernel's row checks and the dV
- * column check: failed heads per ATTB check */
+ * column check (one launch): failed heads per ATTB check */
 static void fused_bwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTB_NCHECK]) {
     const int nbh = f->B * f->H, qd = f->H * f->hd, kd = f->KV * f->hd;
     const size_t n = (size_t)nbh * f->T;
@@ -999,11 +1001,24 @@ static void fused_bwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTB_NCHECK]) {
     const FlashCheck fc = {rows, rows + n, pl};
     cudaCheck(cudaMemset(f->dbuf, 0, sizeof(int) * ATTB_NCHECK * (1 + (size_t)nbh)));
     flash_attention_backward(f->gdq, f->gdk, f->gdv, f->go, f->out, f->lse, f->q, f->k, f->v, f->B, f->T, f->H, f->KV, f->hd, kd, g_s, &fc);
-    attcheck_fused_backward(f->dbuf, f->dbuf + ATTB_NCHECK, f->scr, f->go, qd, f->v, kd, f->B, f->T, f->H, f->KV, f->hd, g_s);
-    attcheck_backward_dv(f->dbuf, f->dbuf + ATTB_NCHECK, NULL, f->gdv, kd, f->go, qd, f->B, f->T, f->H, f->KV, f->hd, g_s);
+    attcheck_fused_backward(f->dbuf, f->dbuf + ATTB_NCHECK, f->scr, f->go, qd, f->v, kd, f->gdv, kd, f->B, f->T, f->H, f->KV, f->hd, g_s);
     cudaCheck(cudaStreamSynchronize(g_s));
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaMemcpy(cnt, f->dbuf, sizeof(int) * ATTB_NCHECK, cudaMemcpyDeviceToHost));
+    /* again with the dV check's positions cut into chunks inside the one launch (the trainer's grid): the same counts,
+     * else each differing count reads -1 (want is never -1) */
+    const size_t nwork = (size_t)f->B * f->KV * CEIL_DIV(f->hd, 32) * 16 * 96, ndone = (size_t)f->B * f->KV * CEIL_DIV(f->hd, 32);
+    double* work = (double*)d_f32_poison(2 * nwork);
+    unsigned* done = (unsigned*)d_f32_poison(ndone);
+    cudaCheck(cudaMemset(done, 0, sizeof(unsigned) * ndone));
+    cudaCheck(cudaMemset(f->dbuf, 0, sizeof(int) * ATTB_NCHECK * (1 + (size_t)nbh)));
+    attcheck_fused_backward(f->dbuf, f->dbuf + ATTB_NCHECK, f->scr, f->go, qd, f->v, kd, f->gdv, kd, f->B, f->T, f->H, f->KV, f->hd, g_s, NULL,
+                            work, nwork, done);
+    int c2[ATTB_NCHECK];
+    cudaCheck(cudaMemcpy(c2, f->dbuf, sizeof(int) * ATTB_NCHECK, cudaMemcpyDeviceToHost));
+    for (int c = 0; c < ATTB_NCHECK; c++)
+        if (c2[c] != cnt[c]) cnt[c] = -1;
+    g_fused_chunked += attbwd_dv_chunks(f->B, f->KV, f->hd, f->T, nwork) > 1;
 }
 static FlashPlant plant_at(int where, int b, int h, int t, int s, float mul, float add) {
     FlashPlant p = {where, b, h, t, s, mul, add};
@@ -1182,4 +1197,5 @@ static void test_flash_attcheck(void) {
         FREE_ALL(q, k, v, go, rows, hs, rlg, rpr, rout, out, lse, hb, brows);
         dfree_all();
     }
+    check(g_fused_chunked > 0, "  the one-launch checks' dV part ran with more than one chunk in %d of the calls above", g_fused_chunked);
 }

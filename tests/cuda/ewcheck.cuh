@@ -377,6 +377,32 @@ static void mmbt_case(int rows, int cols, int K) {
  * Catches: input norms of the unrounded norm output or of another row, a weight norm of the wrong half, a
  * comparison on act instead of gate, a flag swap, the product's norms of the unrounded values or summed over part of
  * the row, the residual kernel checking a instead of b. */
+/* values planted at 3 places (row pr[q], column pc[q]) of y (element r * ld + c), each restored after: 4 just over the
+ * bound nx[r] nw[c] c + MMB_ABS (+1% rounded up to bf16, its negative, NaN, Inf), then one 1% under. run(false) runs
+ * the check under test, run(true) mmb_check's own launch (the reference; a run without one returns -1), both
+ * returning their flags. Counts: *flagged the over values the check flags as `want`, *quiet the under values it passes,
+ * *agree its verdicts equal to the reference's (15 when all are) */
+template <class R>
+static void mmbt_plant3(bf16* y, size_t ld, const int pr[3], const int pc[3], const float* nx, const float* nw, float c, int want, R run,
+                        int* flagged, int* quiet, int* agree) {
+    *flagged = *quiet = *agree = 0;
+    for (int q = 0; q < 3; q++) {
+        const size_t i = (size_t)pr[q] * ld + pc[q];
+        const uint16_t keep = mmbt_get16(y, i);
+        const float bnd = nx[pr[q]] * nw[pc[q]] * c + MMB_ABS, up = bnd * 1.01f, dn = bnd * 0.99f;
+        uint32_t ub, db;
+        memcpy(&ub, &up, 4); memcpy(&db, &dn, 4);
+        const uint16_t vals[5] = {(uint16_t)((ub >> 16) + 1), (uint16_t)(((ub >> 16) + 1) | 0x8000), 0x7fc0, 0x7f80, (uint16_t)(db >> 16)};
+        for (int k = 0; k < 5; k++) {
+            mmbt_set16(y, i, vals[k]);
+            const int f = run(false);
+            if (k < 4) *flagged += f == want;
+            else *quiet += f == 0;
+            *agree += f == run(true);
+        }
+        mmbt_set16(y, i, keep);
+    }
+}
 static void mmbt_fused(int rows, int F, int K) {
     const int O = 2 * F;
     float *hw = h_normal((size_t)O * K, 1.0, 0.0, 1), *hx = h_normal((size_t)rows * K, 1.0, 0.0, 1);
@@ -463,21 +489,90 @@ static void mmbt_fused(int rows, int F, int K) {
           rows, K, F, worst, dclean, dsame ? "yes" : "NO");
     float *rpn = dl_f32(pn, rows, NULL), *rwd = dl_f32(nwd, K, NULL);
     const int dr[3] = {0, rows / 2, rows - 1}, dc[3] = {0, K / 2, K - 1};
-    int dflag = 0, dquiet = 0;
-    for (int q = 0; q < 3; q++) {
-        const size_t i = (size_t)dr[q] * K + dc[q];
-        const uint16_t keep = mmbt_get16(y, i);
-        const float bnd = rpn[dr[q]] * rwd[dc[q]] * cd + MMB_ABS, up = bnd * 1.01f, dn = bnd * 0.99f;
-        uint32_t ub, db;
-        memcpy(&ub, &up, 4); memcpy(&db, &dn, 4);
-        const uint16_t over[4] = {(uint16_t)((ub >> 16) + 1), (uint16_t)(((ub >> 16) + 1) | 0x8000), 0x7fc0, 0x7f80};
-        for (int k = 0; k < 4; k++) { mmbt_set16(y, i, over[k]); dflag += rund() == 1; }
-        mmbt_set16(y, i, (uint16_t)(db >> 16));
-        dquiet += rund() == 0;
-        mmbt_set16(y, i, keep);
-    }
+    int dflag, dquiet, dnone;
+    mmbt_plant3(y, K, dr, dc, rpn, rwd, cd, 1, [&](bool own) { return own ? -1 : rund(); }, &dflag, &dquiet, &dnone);
     check(dflag == 12 && dquiet == 3, "    fused down %dx%d K %d: over the bound at 3 places: %d of 12 flagged; 1%% under: %d of 3 quiet", rows, K, F, dflag, dquiet);
+    /* o: the same product, checked inside residual_rmsnorm_forward with its input rows' norms taken there from the input
+     * itself (mb.xin: att_out in the trainer), no norms handed over; the same flags as mmb_check's own launch */
+    const MmbFused mbo = {NULL, nwd, NULL, cd, flag, NULL, NULL, prod, F};
+    auto runo = [&](bool own) {
+        cudaCheck(cudaMemset(flag, 0, 2 * sizeof(int)));
+        if (own) mmb_check(flag, flag, K, y, rows, K, K, prod, F, nwd, cd, g_s);
+        else residual_rmsnorm_forward(rs1, o1, m1, ra, y, NULL, rows, K, 1e-5f, g_s, ew_dup_none(), NULL, &mbo);
+        int f[2] = {0, 0};
+        cudaCheck(cudaDeviceSynchronize());
+        cudaCheck(cudaMemcpy(f, flag, sizeof(f), cudaMemcpyDeviceToHost));
+        return (f[0] != 0) | (f[1] != 0) << 1;
+    };
+    const int oclean = runo(false);
+    uint16_t *r2b = dl_bits(rs1, (size_t)rows * K), *o2b = dl_bits(o1, (size_t)rows * K);
+    float* m2h = dl_f32(m1, rows, NULL);
+    const int osame = !memcmp(r0b, r2b, (size_t)rows * K * 2) && !memcmp(o0b, o2b, (size_t)rows * K * 2) && !memcmp(m0h, m2h, (size_t)rows * 4);
+    check(oclean == 0 && osame, "    fused o %dx%d K %d (input norms in the kernel): clean flags %d (want 0); resid, out, ms the plain kernel's: %s",
+          rows, K, F, oclean, osame ? "yes" : "NO");
+    int oflag, oquiet, oagree;
+    mmbt_plant3(y, K, dr, dc, rpn, rwd, cd, 1, runo, &oflag, &oquiet, &oagree);
+    check(oflag == 12 && oquiet == 3 && oagree == 15, "    fused o %dx%d K %d: over the bound at 3 places: %d of 12 flagged; 1%% under: %d of 3 quiet; "
+          "the same verdict as mmb_check's own launch: %d of 15", rows, K, F, oflag, oquiet, oagree);
+    FREE_ALL(r2b, o2b, m2h);
     FREE_ALL(hw, hx, g1, g2, a0, p0, a1, p1, rx, rw, hd, ha, q1, q2, r0b, r1b, o0b, o1b, m0h, m1h, rpn, rwd);
+}
+/* v's check riding on the launch that rotates q and k (MmbTail: rope_qk, or Qwen3's qknorm_rope_forward_qk): q, k, v
+ * the views of one [N, qd + 2 kd] GEMM output from x [N, K]; the rotation's outputs bitwise those without the check, a
+ * clean run quiet, values over the bound at 3 places flagged (1% under: quiet), each verdict mmb_check's own launch's */
+static void mmbt_rope_tail(int B, int T, int H, int KV, int hd, int K, bool qknr, bool scalar = false) {
+    const int N = B * T, qd = H * hd, kd = KV * hd, O = qd + 2 * kd, half = hd / 2;
+    float *hw = h_normal((size_t)O * K, 1.0, 0.0, 1), *hx = h_normal((size_t)N * K, 1.0, 0.0, 1);
+    bf16 *x = d_bf16(hx, (size_t)N * K), *w = d_bf16(hw, (size_t)O * K), *qkv = d_bf16_poison((size_t)N * O);
+    linear_forward(qkv, x, w, N, K, O, g_s);
+    const bf16 *q = qkv, *k = qkv + qd;
+    bf16* v = qkv + qd + kd;
+    float *xn = d_f32_poison(N), *nwv = d_f32_poison(kd);
+    mmb_row_norms(xn, x, N, K, K, g_s);
+    mmb_row_norms(nwv, w + (size_t)(qd + kd) * K, kd, K, K, g_s);
+    Config cc = *preset_find("tiny-llama");
+    cc.head_dim = hd;
+    float *cs = h_alloc((size_t)T * half), *sn = h_alloc((size_t)T * half);
+    rope_tables(&cc, T, cs, sn);
+    float *dcs = d_f32(cs, (size_t)T * half), *dsn = d_f32(sn, (size_t)T * half);
+    uint16_t* hnw = h_bits(hd, 0.5);
+    bf16* nwt = d_raw16(hnw, hd);   /* the QK norms' weight (Qwen3) */
+    bf16 *qr0 = d_bf16_poison((size_t)N * qd), *kr0 = d_bf16_poison((size_t)N * kd), *qr1 = d_bf16_poison((size_t)N * qd),
+         *kr1 = d_bf16_poison((size_t)N * kd);
+    const float c = mmb_factor(K);
+    int* flag = (int*)dalloc_raw(2, 4);
+    auto rot = [&](bf16* qo, bf16* ko, const MmbTail& mt) {
+        if (qknr) qknorm_rope_forward_qk(NULL, NULL, qo, NULL, NULL, ko, q, k, O, nwt, nwt, B, T, H, KV, hd, 1e-6f, dcs, dsn, cc.rope_style,
+                                         NULL, NULL, g_s, mt);
+        else rope_qk(qo, ko, q, k, O, O, dcs, dsn, B, T, H, KV, hd, cc.rope_style, false, NULL, NULL, g_s, mt);
+    };
+    MmbTail mt = mmb_tail(v, (size_t)O, N, kd, xn, nwv, c, flag);
+    if (scalar) mt.vec = false;   /* one element an item (the path of a row stride or width not a multiple of 8) */
+    auto run = [&](bool own) {
+        cudaCheck(cudaMemset(flag, 0, 2 * sizeof(int)));
+        if (own) mmb_check(flag, flag, kd, v, N, kd, O, x, K, nwv, c, g_s);
+        else rot(qr1, kr1, mt);
+        int f = 0;
+        cudaCheck(cudaDeviceSynchronize());
+        cudaCheck(cudaMemcpy(&f, flag, sizeof(f), cudaMemcpyDeviceToHost));
+        return f != 0;
+    };
+    rot(qr0, kr0, MMB_TAIL_NONE);
+    const int clean = run(false);
+    uint16_t *a0 = dl_bits(qr0, (size_t)N * qd), *a1 = dl_bits(qr1, (size_t)N * qd), *b0 = dl_bits(kr0, (size_t)N * kd),
+             *b1 = dl_bits(kr1, (size_t)N * kd);
+    const int same = !memcmp(a0, a1, (size_t)N * qd * 2) && !memcmp(b0, b1, (size_t)N * kd * 2);
+    const char* who = qknr ? "qknorm_rope_forward_qk" : "rope_qk";
+    check(clean == 0 && same, "    v's check on %s, N %d kd %d K %d%s: clean flag %d (want 0); q, k rotated as without it: %s", who, N, kd, K,
+          scalar ? ", scalar items" : "", clean,
+          same ? "yes" : "NO");
+    float *rx = dl_f32(xn, N, NULL), *rw = dl_f32(nwv, kd, NULL);
+    const int pr[3] = {0, N / 2, N - 1}, pc[3] = {0, kd / 2, kd - 1};
+    int flagged, quiet, agree;
+    mmbt_plant3(v, O, pr, pc, rx, rw, c, 1, run, &flagged, &quiet, &agree);
+    check(flagged == 12 && quiet == 3 && agree == 15, "    v's check on %s: over the bound at 3 places: %d of 12 flagged; 1%% under: %d of 3 quiet; "
+          "the same verdict as mmb_check's own launch: %d of 15", who, flagged, quiet, agree);
+    FREE_ALL(hw, hx, cs, sn, hnw, a0, a1, b0, b1, rx, rw);
 }
 static void test_mmb_bound(void) {
     printf("matrix-product output bounds (llmc/sdc/bound.cuh, -protect bound): the CPU's norms, quiet on the GEMM's outputs, planted values flagged\n");
@@ -512,5 +607,9 @@ static void test_mmb_bound(void) {
     }
     mmbt_fused(37, 64, 96);   /* the gate/up check inside SwiGLU's forward, 16-byte path */
     mmbt_fused(9, 37, 100);   /* scalar path */
+    mmbt_rope_tail(2, 19, 4, 2, 64, 96, false);   /* v's check on RoPE's launch, 16-byte items */
+    mmbt_rope_tail(1, 23, 4, 1, 64, 40, true);    /* on Qwen3's QK norm + RoPE */
+    mmbt_rope_tail(1, 11, 2, 1, 16, 24, false);   /* hd 16: kd 16, items of 8 */
+    mmbt_rope_tail(1, 11, 2, 1, 16, 24, false, true);   /* items of one element */
     dfree_all();
 }
