@@ -664,19 +664,31 @@ static int qk_fp_differ(const Model* model, int backward, int l) {
     const Fingerprint rq = fingerprint_of(f + QKF_RQ * FP_WORDS), rk = fingerprint_of(f + QKF_RK * FP_WORDS);
     return !fp_equal(q, rq) || !fp_equal(k, rk) || f[QKF_D * FP_WORDS] != 0;
 }
+/* the recomputation's GEMM: [wq; wk] again from attn_norm into scratch the forward does not use (the backward's dqkv);
+ * returns the views of its Q and K and the layer's recomputation fingerprints (QkFpPair), for the pass that follows:
+ * qk_recompute_check's own, or the first pass's RoPE launch (qk_rides: the same kernel) */
+static QkFpPair qk_recompute_gemm(Model* model, int l, int B, int T) {
+    const Config* c = &model->c;
+    CostScope cost_scope("qk");
+    const int qd = c->n_head * c->head_dim, kd = c->n_kv_head * c->head_dim, ldqk = qd + kd;
+    bf16* qk = model->dqkv;
+    linear_forward(qk, model->la[l].attn_norm, W(PT_WQ, l), B * T, c->d_model, ldqk, model->stream);   /* the first qd + kd rows of [wq; wk; wv] */
+    const QkFpPair rr = {qk, qk + qd, ldqk, qk_fp(model, 0, l, QKF_RQ), qk_fp(model, 0, l, QKF_RK)};
+    return rr;
+}
+static void qk_recompute_dump(Model* model, int l, int B, int T, const bf16* qc, const bf16* kc);
 static void qk_recompute_check(Model* model, int l, int B, int T, const bf16* qc, const bf16* kc) {
     const Config* c = &model->c;
     cudaStream_t s = model->stream;
     CostScope cost_scope("qk");   /* every launch here exists for -protect qk */
-    LayerActs* a = &model->la[l];
-    int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
+    int N = B * T, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
     float eps = (float)c->norm_eps;
     const int ldqk = qd + kd;
-    bf16 *qk = model->dqkv, *q2 = model->dq, *k2 = model->dk;
-    const bf16 *q1 = qk, *k1 = qk + qd;   /* views of the recomputed [N, qd + kd] with row stride ldqk */
+    bf16 *q2 = model->dq, *k2 = model->dk;
     float* ms = model->ms_scratch;   /* the recomputation's mean squares (not read) */
-    linear_forward(qk, a->attn_norm, W(PT_WQ, l), N, d, ldqk, s);   /* [wq; wk]: the first qd + kd rows of [wq; wk; wv] */
-    unsigned long long *rq = qk_fp(model, 0, l, QKF_RQ), *rk = qk_fp(model, 0, l, QKF_RK);
+    const QkFpPair rr = qk_recompute_gemm(model, l, B, T);
+    const bf16 *q1 = rr.q, *k1 = rr.k;   /* views of the recomputed [N, qd + kd] with row stride ldqk */
+    unsigned long long *rq = rr.fpq, *rk = rr.fpk;
     if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE && qknorm_rope_ok(hd, ldqk, q1, W(PT_QNORM, l)) && qknorm_rope_ok(hd, ldqk, k1, W(PT_KNORM, l))) {
         /* Qwen3: its QK norm and RoPE in one fingerprint-only kernel (qknorm_rope.cuh), nothing written */
         qknorm_rope_forward_qk(NULL, NULL, NULL, NULL, NULL, NULL, q1, k1, ldqk, W(PT_QNORM, l), W(PT_KNORM, l), B, T, H, KV, hd, eps,
@@ -692,7 +704,15 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const bf16* qc
     } else {   /* no QK norm: RoPE fingerprint-only on the views, q and k in one launch */
         rope_qk(NULL, NULL, q1, k1, ldqk, ldqk, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, false, rq, rk, s);
     }
-    if (check_dump_file()) {   /* test-only (llmc/sdc/checks.h): synchronises */
+    qk_recompute_dump(model, l, B, T, qc, kc);
+}
+/* test-only (llmc/sdc/checks.h): the layer's fingerprints, both passes' and the host's of the stored tensors; synchronises */
+static void qk_recompute_dump(Model* model, int l, int B, int T, const bf16* qc, const bf16* kc) {
+    const Config* c = &model->c;
+    cudaStream_t s = model->stream;
+    const int N = B * T, qd = c->n_head * c->head_dim, kd = c->n_kv_head * c->head_dim;
+    unsigned long long *rq = qk_fp(model, 0, l, QKF_RQ), *rk = qk_fp(model, 0, l, QKF_RK);
+    if (check_dump_file()) {
         const Fingerprint fq = fingerprint_read(qk_fp(model, 0, l, QKF_Q), s), fk = fingerprint_read(qk_fp(model, 0, l, QKF_K), s);
         const Fingerprint gq = fingerprint_read(rq, s), gk = fingerprint_read(rk, s);
         const int flag = !fp_equal(fq, gq) || !fp_equal(fk, gk);
@@ -1056,6 +1076,16 @@ static LayerPlan layer_plan(const Model* model, int l) {
     p.block_norm = !fault_due(fx, SITE_BLOCK_OUT, l, PASS_FWD);
     return p;
 }
+/* whether the recomputation's fingerprint pass rides on the first pass's launch that rotates Q and K: where both are
+ * one kernel (no QK norm: rope_qk; Qwen3's norm and RoPE fused, on both sides: qknorm_rope_forward_qk) */
+static int qk_rides(const Model* model, int l, const LayerPlan& P) {
+    const Config* c = &model->c;
+    const int qd = c->n_head * c->head_dim, kd = c->n_kv_head * c->head_dim, ldqk = qd + kd;
+    if (!model->prot.on[PK_QK]) return 0;
+    if (c->qk_norm == QKNORM_NONE) return !P.qknr_q && !P.qknr_k;
+    return c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE && P.qknr_q && P.qknr_k && qknorm_rope_ok(c->head_dim, ldqk, model->dqkv, W(PT_QNORM, l)) &&
+           qknorm_rope_ok(c->head_dim, ldqk, model->dqkv + qd, W(PT_KNORM, l));
+}
 
 /* test-only (TSDC_CHECK_DUMP, llmc/sdc/checks.h): layer l's forward attention checks as they ran, for comparison with
  * the CPU trainer's att_fwd_stats: the failed heads of the logits and the probability checks (the report's counters),
@@ -1169,6 +1199,10 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         const MmbTail vt = mmb ? mmb_tail(a->v, (size_t)ldqkv, N, kd, an, mmb_wnorms(model, l, MMB_V_PROJ), mmb_factor(d),
                                           mmb_flag(model, l, MMB_V_PROJ)) : MMB_TAIL_NONE;
         int v_rode = 0;
+        /* -protect qk: where its recomputation's fingerprint pass is the kernel below, the GEMM goes first and the pass
+         * rides on that launch (qk_rides); elsewhere qk_recompute_check after the path */
+        const int qk_ride = qk_rides(model, l, P);
+        const QkFpPair rr = qk_ride ? qk_recompute_gemm(model, l, B, T) : QkFpPair{NULL, NULL, 0, NULL, NULL};
         bf16 *qc = a->q, *kc = a->k;
         int ldq = ldqkv, ldk = ldqkv;   /* the row strides of qc, kc: the views, then contiguous */
         /* the kernel producing the Q and K attention consumes also fingerprints them (-protect qk), into the
@@ -1177,7 +1211,8 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         unsigned long long *pq = qk_fp(model, 0, l, QKF_Q), *pk = qk_fp(model, 0, l, QKF_K);
         if (P.qknr_q && P.qknr_k) {   /* q and k in one launch */
             qknorm_rope_forward_qk(a->qn, a->qn_ms, a->qr, a->kn, a->kn_ms, a->kr, qc, kc, ldq, W(PT_QNORM, l), W(PT_KNORM, l), B, T, H, KV,
-                                   hd, eps, model->rope_cos, model->rope_sin, c->rope_style, P.fp_rope ? pq : NULL, P.fp_rope ? pk : NULL, s, vt);
+                                   hd, eps, model->rope_cos, model->rope_sin, c->rope_style, P.fp_rope ? pq : NULL, P.fp_rope ? pk : NULL, s, vt,
+                                   qk_ride ? &rr : NULL);
             v_rode = 1;
         } else if (P.qknr_q)
             qknorm_rope_forward(a->qn, a->qn_ms, a->qr, qc, ldq, W(PT_QNORM, l), B, T, H, hd, eps, model->rope_cos, model->rope_sin,
@@ -1198,7 +1233,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         }
         if (!P.qknr_q && !P.qknr_k) {   /* RoPE of q and k in one launch (rope_qk: the bits of two) */
             rope_qk(a->qr, a->kr, qc, kc, ldq, ldk, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, false,
-                    P.fp_rope ? pq : NULL, P.fp_rope ? pk : NULL, s, vt);
+                    P.fp_rope ? pq : NULL, P.fp_rope ? pk : NULL, s, vt, qk_ride && c->qk_norm == QKNORM_NONE ? &rr : NULL);
             v_rode = 1;
         } else if (!P.qknr_q) {
             if (P.fp_rope) rope_forward_fp(a->qr, qc, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);
@@ -1220,7 +1255,8 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             store_qk(model, SITE_K_NORM, l, a->kf, (size_t)N * kd, P.fp_norm ? pk : NULL, s);
             qc = a->qf; kc = a->kf;
         }
-        if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, qc, kc);
+        if (qk_ride) qk_recompute_dump(model, l, B, T, qc, kc);
+        else if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, qc, kc);
         a->fused = P.flash;
         if (P.flash) {
             /* -protect att: the kernel's row sums of the logits and probabilities, checked below */

@@ -50,18 +50,20 @@ struct QknrT {
     unsigned long long* fp;
 };
 
-/* lane group row grow of a launch over t0's rows then t1's: which tensor, its row, token n, head h, position t (an idle
- * lane, grow >= all rows, maps to t0's row 0: it reads valid memory and stores nothing) */
+/* lane group row grow of a launch over t0's rows, then t1's, t2's, t3's: which tensor (0 .. 3), its row, token n, head
+ * h, position t (an idle lane, grow >= all rows, maps to t0's row 0: it reads valid memory and stores nothing) */
 struct QknrRow {
     bool valid, second;
-    int row, n, h, t;
+    int which, row, n, h, t;
 };
-__device__ __forceinline__ QknrRow qknr_row(const QknrT& t0, const QknrT& t1, int grow, int T) {
+__device__ __forceinline__ QknrRow qknr_row(const QknrT& t0, const QknrT& t1, const QknrT& t2, const QknrT& t3, int grow, int T) {
     QknrRow r;
-    r.valid = grow < t0.rows + t1.rows;
-    r.second = r.valid && grow >= t0.rows;
-    r.row = r.valid ? (r.second ? grow - t0.rows : grow) : 0;
-    const int nh = r.second ? t1.nh : t0.nh;
+    const int e0 = t0.rows, e1 = e0 + t1.rows, e2 = e1 + t2.rows, e3 = e2 + t3.rows;
+    r.valid = grow < e3;
+    r.which = !r.valid ? 0 : grow < e0 ? 0 : grow < e1 ? 1 : grow < e2 ? 2 : 3;
+    r.second = r.which == 1;
+    r.row = !r.valid ? 0 : grow - (r.which == 0 ? 0 : r.which == 1 ? e0 : r.which == 2 ? e1 : e2);
+    const int nh = r.which == 0 ? t0.nh : r.which == 1 ? t1.nh : r.which == 2 ? t2.nh : t3.nh;
     r.n = r.row / nh;
     r.h = r.row % nh;
     r.t = r.n % T;
@@ -70,16 +72,17 @@ __device__ __forceinline__ QknrRow qknr_row(const QknrT& t0, const QknrT& t1, in
 
 /* one thread a lane of a row's group; the rows of t0 then t1 (Q and K in one launch) grid-strided a warp at a time
  * (every lane reaches the shuffles; a warp may hold rows of both tensors: its lane groups are independent) */
-__global__ static void qknorm_rope_forward_kernel(QknrT t0, QknrT t1, int C, float eps, const float* cos_t, const float* sin_t, int T,
-                                                  int style, MmbTail mt) {
-    Fingerprint f0 = {0, 0}, f1 = {0, 0};
-    const int L = C / 8, half = C / 2, rows = t0.rows + t1.rows;
+__global__ static void qknorm_rope_forward_kernel(QknrT t0, QknrT t1, QknrT t2, QknrT t3, int C, float eps, const float* cos_t,
+                                                  const float* sin_t, int T, int style, MmbTail mt) {
+    Fingerprint f0 = {0, 0}, f1 = {0, 0}, f2 = {0, 0}, f3 = {0, 0};
+    const int L = C / 8, half = C / 2, rows = t0.rows + t1.rows + t2.rows + t3.rows;
     const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
     const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
     for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
-        const QknrRow R = qknr_row(t0, t1, base + lane / L, T);
-        const bool valid = R.valid, second = R.second;
-        const QknrT& tt = second ? t1 : t0;
+        const QknrRow R = qknr_row(t0, t1, t2, t3, base + lane / L, T);
+        const bool valid = R.valid;
+        const int which = R.which;
+        const QknrT& tt = which == 0 ? t0 : which == 1 ? t1 : which == 2 ? t2 : t3;
         const int row = R.row, n = R.n, h = R.h, t = R.t;
         float f[8];
         load8_f32(f, tt.x + (size_t)n * tt.ldx + (size_t)h * C + gl * 8, 8, true, 0.0f);
@@ -112,26 +115,38 @@ __global__ static void qknorm_rope_forward_kernel(QknrT t0, QknrT t1, int C, flo
         if (tt.qr) store8_bf16(tt.qr + ro, y, 8, true);
         if (tt.fp)
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                fp_add(second ? &f1 : &f0, (uint64_t)ro + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(y[j])), 16);
+            for (int j = 0; j < 8; j++) {
+                const uint64_t bits = (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(y[j]));
+                if (which == 0) fp_add(&f0, (uint64_t)ro + j, bits, 16);
+                else if (which == 1) fp_add(&f1, (uint64_t)ro + j, bits, 16);
+                else if (which == 2) fp_add(&f2, (uint64_t)ro + j, bits, 16);
+                else fp_add(&f3, (uint64_t)ro + j, bits, 16);
+            }
     }
     mmb_tail_run(mt, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);   /* a riding bound check (v) */
-    if (t0.fp) fp_block_reduce(f0, t0.fp);
-    if (t1.fp) {
-        __syncthreads();   /* fp_block_reduce's shared arrays are read again */
-        fp_block_reduce(f1, t1.fp);
-    }
+    bool first = true;   /* fp_block_reduce's shared arrays: a barrier before each reuse */
+    const QknrT* ts[4] = {&t0, &t1, &t2, &t3};
+    const Fingerprint fs[4] = {f0, f1, f2, f3};
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        if (ts[i]->rows && ts[i]->fp) {
+            if (!first) __syncthreads();
+            fp_block_reduce(fs[i], ts[i]->fp);
+            first = false;
+        }
 }
 
 /* the backward, fingerprint-only: per row of t0 then t1, gn = bf16(rope^-1(g)), dx of the QK norm from gn, x, ms_in */
 __global__ static void rope_qknorm_backward_fp_kernel(QknrT t0, QknrT t1, int C, float eps, const float* cos_t, const float* sin_t, int T,
                                                       int style) {
     Fingerprint f0 = {0, 0}, f1 = {0, 0};
+    QknrT none = t1;   /* no third or fourth tensor */
+    none.rows = 0;
     const int L = C / 8, half = C / 2, rows = t0.rows + t1.rows;
     const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
     const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
     for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
-        const QknrRow R = qknr_row(t0, t1, base + lane / L, T);
+        const QknrRow R = qknr_row(t0, t1, none, none, base + lane / L, T);
         const bool valid = R.valid, second = R.second;
         const QknrT& tt = second ? t1 : t0;
         const int row = R.row, n = R.n, h = R.h, t = R.t;
@@ -185,18 +200,26 @@ static void qknr_check(const char* who, int C, int ldx, const void* x, const voi
     if (!qknorm_rope_ok(C, ldx, x, w) || (o1 && !ptr_aligned(o1, 16)) || (o2 && !ptr_aligned(o2, 16)))
         tsdc_fail("%s: head_dim %d, row stride %d or alignment not supported (qknorm_rope_ok)", who, C, ldx);
 }
+/* a tensor's bytes written, its FLOPs (with its fingerprint's integer operations) and its weight's bytes read */
+static size_t qknr_written(const QknrT& t, int C) {
+    const size_t n = (size_t)t.rows * C;
+    return (t.qn ? n * 2 : 0) + (t.ms ? (size_t)t.rows * 4 : 0) + (t.qr ? n * 2 : 0);
+}
+static double qknr_flops(const QknrT& t, int C) { return (10.0 + (t.fp ? 4.0 : 0.0)) * t.rows * C; }
+static size_t qknr_wbytes(const QknrT& t, int C) { return t.rows ? (size_t)C * 2 : 0; }
 static void qknorm_rope_launch(const QknrT& t0, const QknrT& t1, int T, int C, float eps, const float* cos, const float* sin, int style,
-                               cudaStream_t stream, const MmbTail& mt = MMB_TAIL_NONE) {
-    const int rows = t0.rows + t1.rows;
+                               cudaStream_t stream, const MmbTail& mt = MMB_TAIL_NONE, const QknrT& t2 = QKNR_NONE,
+                               const QknrT& t3 = QKNR_NONE) {
+    const int rows = t0.rows + t1.rows + t2.rows + t3.rows;
     if (rows <= 0) return;
     const int grid = qknorm_rope_grid(rows, C);
-    qknorm_rope_forward_kernel<<<grid, RMSNORM_BLOCK, 0, stream>>>(t0, t1, C, eps, cos, sin, T, style, mt);
+    qknorm_rope_forward_kernel<<<grid, RMSNORM_BLOCK, 0, stream>>>(t0, t1, t2, t3, C, eps, cos, sin, T, style, mt);
     cudaCheck(cudaGetLastError());
-    const size_t n = (size_t)rows * C, n0 = (size_t)t0.rows * C, n1 = (size_t)t1.rows * C;
-    const size_t written = (t0.qn ? n0 * 2 : 0) + (t0.ms ? (size_t)t0.rows * 4 : 0) + (t0.qr ? n0 * 2 : 0) + (t1.qn ? n1 * 2 : 0) +
-                           (t1.ms ? (size_t)t1.rows * 4 : 0) + (t1.qr ? n1 * 2 : 0);
-    ew_account(COST_NORM, "qknorm_rope_forward_kernel", grid, 10.0 * n + (t0.fp ? 4.0 * n : 0.0) + mmb_tail_flops(mt),
-               n * 2 + (size_t)C * 2 * (t1.rows ? 2 : 1) + rope_table_bytes(T, C) + mmb_tail_bytes(mt), written);
+    const size_t n = (size_t)rows * C;
+    ew_account(COST_NORM, "qknorm_rope_forward_kernel", grid,
+               qknr_flops(t0, C) + qknr_flops(t1, C) + qknr_flops(t2, C) + qknr_flops(t3, C) + mmb_tail_flops(mt),
+               n * 2 + qknr_wbytes(t0, C) + qknr_wbytes(t1, C) + qknr_wbytes(t2, C) + qknr_wbytes(t3, C) + rope_table_bytes(T, C) + mmb_tail_bytes(mt),
+               qknr_written(t0, C) + qknr_written(t1, C) + qknr_written(t2, C) + qknr_written(t3, C));
 }
 /* qn [N*nh, C] and ms [N*nh] (each NULL: not written) = rmsnorm of x (the view: row (n, h) at n * ldx + h * C), qr
  * [N*nh, C] (NULL: not written) = rope(qn), qr's fingerprint into fp (NULL: none); qknorm_rope_ok must hold */
@@ -206,16 +229,26 @@ static void qknorm_rope_forward(bf16* qn, float* ms, bf16* qr, const bf16* x, in
     qknorm_rope_launch(qknr_tensor(qn, ms, qr, x, ldx, w, NULL, NULL, B * T * nh, nh, fp), QKNR_NONE, T, C, eps, cos, sin, style, stream);
 }
 /* the same for Q (H heads, its norm's weight wq) and K (KV heads, wk) in one launch, each with its outputs and fingerprint;
- * mt: a bound check riding on the launch (v's: rope.cuh's MmbTail) */
+ * mt: a bound check riding on the launch (v's: rope.cuh's MmbTail); rr: a second Q and K (the views of -protect qk's
+ * recomputed [N, qd + kd] output, rope.cuh's QkFpPair) normed and rotated in the same launch, fingerprint-only */
 static void qknorm_rope_forward_qk(bf16* qn, float* qms, bf16* qr, bf16* kn, float* kms, bf16* kr, const bf16* q, const bf16* k, int ldx,
                                    const bf16* wq, const bf16* wk, int B, int T, int H, int KV, int C, float eps, const float* cos,
                                    const float* sin, int style, unsigned long long* fpq, unsigned long long* fpk, cudaStream_t stream,
-                                   const MmbTail& mt = MMB_TAIL_NONE) {
+                                   const MmbTail& mt = MMB_TAIL_NONE, const QkFpPair* rr = NULL) {
     qknr_check("qknorm_rope_forward_qk", C, ldx, q, wq, qn, qr);
     qknr_check("qknorm_rope_forward_qk", C, ldx, k, wk, kn, kr);
     if ((fpq == NULL) != (fpk == NULL)) tsdc_fail("qknorm_rope_forward_qk: fingerprints for both Q and K or for neither");
-    qknorm_rope_launch(qknr_tensor(qn, qms, qr, q, ldx, wq, NULL, NULL, B * T * H, H, fpq), qknr_tensor(kn, kms, kr, k, ldx, wk, NULL, NULL, B * T * KV, KV, fpk),
-                       T, C, eps, cos, sin, style, stream, mt);
+    const QknrT tq = qknr_tensor(qn, qms, qr, q, ldx, wq, NULL, NULL, B * T * H, H, fpq);
+    const QknrT tk = qknr_tensor(kn, kms, kr, k, ldx, wk, NULL, NULL, B * T * KV, KV, fpk);
+    if (!rr) {
+        qknorm_rope_launch(tq, tk, T, C, eps, cos, sin, style, stream, mt);
+        return;
+    }
+    qknr_check("qknorm_rope_forward_qk", C, rr->ld, rr->q, wq, NULL, NULL);
+    qknr_check("qknorm_rope_forward_qk", C, rr->ld, rr->k, wk, NULL, NULL);
+    if (!rr->fpq || !rr->fpk) tsdc_fail("qknorm_rope_forward_qk: the second pair needs both fingerprints");
+    qknorm_rope_launch(tq, tk, T, C, eps, cos, sin, style, stream, mt, qknr_tensor(NULL, NULL, NULL, rr->q, rr->ld, wq, NULL, NULL, B * T * H, H, rr->fpq),
+                       qknr_tensor(NULL, NULL, NULL, rr->k, rr->ld, wk, NULL, NULL, B * T * KV, KV, rr->fpk));
 }
 static void rope_qknorm_backward_launch(const QknrT& t0, const QknrT& t1, int T, int C, float eps, const float* cos, const float* sin,
                                         int style, cudaStream_t stream) {

@@ -104,25 +104,36 @@ __device__ __forceinline__ void rope_pair(const RopeT& tt, I idx, const float* c
         fp_add(f, (uint64_t)(base + i + half), (uint64_t)__bfloat16_as_ushort(o2), 16);
     }
 }
-/* one launch over the pairs of t0 then t1 (t1.npairs 0: one tensor; Q and K in one launch otherwise), grid-stride.
- * FP: every output element also folded into its tensor's Q/K fingerprint accumulator (fingerprint.cuh); out may then
- * be NULL (fingerprint only: the recomputation of Q/K path protection) */
+/* a tensor's fingerprint into its accumulator (none: nothing), a barrier before each reuse of fp_block_reduce's shared
+ * arrays (block-uniform: every thread sees the same tensors) */
+__device__ __forceinline__ void rope_fp_reduce(const Fingerprint& f, const RopeT& t, bool* first) {
+    if (!t.npairs || !t.fp) return;
+    if (!*first) __syncthreads();
+    fp_block_reduce(f, t.fp);
+    *first = false;
+}
+/* one launch over the pairs of t0, t1, t2, t3 in turn (an empty tensor: npairs 0; Q and K in one launch, and with t2,
+ * t3 the fingerprint-only Q and K of -protect qk's recomputation beside them), grid-stride. FP: every output element
+ * also folded into its tensor's Q/K fingerprint accumulator (fingerprint.cuh; a tensor with fp NULL: not kept); out
+ * may then be NULL (fingerprint only) */
 template <typename I, bool FP>
-__global__ static void rope_kernel(RopeT t0, RopeT t1, const float* cos_t, const float* sin_t, int T, int hd, int style, bool inverse,
-                                   MmbTail mt) {
-    Fingerprint f0 = {0, 0}, f1 = {0, 0};
-    const I stride = (I)gridDim.x * blockDim.x, n0 = (I)t0.npairs, np = (I)(t0.npairs + t1.npairs);
+__global__ static void rope_kernel(RopeT t0, RopeT t1, RopeT t2, RopeT t3, const float* cos_t, const float* sin_t, int T, int hd,
+                                   int style, bool inverse, MmbTail mt) {
+    Fingerprint f0 = {0, 0}, f1 = {0, 0}, f2 = {0, 0}, f3 = {0, 0};
+    const I stride = (I)gridDim.x * blockDim.x, n0 = (I)t0.npairs, n1 = n0 + (I)t1.npairs, n2 = n1 + (I)t2.npairs, np = n2 + (I)t3.npairs;
     for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < np; idx += stride) {
         if (idx < n0) rope_pair<I, FP>(t0, idx, cos_t, sin_t, T, hd, style, inverse, &f0);
-        else rope_pair<I, FP>(t1, idx - n0, cos_t, sin_t, T, hd, style, inverse, &f1);
+        else if (idx < n1) rope_pair<I, FP>(t1, idx - n0, cos_t, sin_t, T, hd, style, inverse, &f1);
+        else if (idx < n2) rope_pair<I, FP>(t2, idx - n1, cos_t, sin_t, T, hd, style, inverse, &f2);
+        else rope_pair<I, FP>(t3, idx - n2, cos_t, sin_t, T, hd, style, inverse, &f3);
     }
     mmb_tail_run(mt, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
     if (FP) {
-        fp_block_reduce(f0, t0.fp);
-        if (t1.npairs) {
-            __syncthreads();   /* fp_block_reduce's shared arrays are read again */
-            fp_block_reduce(f1, t1.fp);
-        }
+        bool first = true;
+        rope_fp_reduce(f0, t0, &first);
+        rope_fp_reduce(f1, t1, &first);
+        rope_fp_reduce(f2, t2, &first);
+        rope_fp_reduce(f3, t3, &first);
     }
 }
 
@@ -136,26 +147,27 @@ static RopeT rope_tensor(bf16* out, size_t ldo, const bf16* x, size_t ldx, int B
     return t;
 }
 /* rope_kernel over t0 and t1 (t1.npairs 0: t0 alone); fp: the fingerprinting variant; does not wait */
+static const RopeT ROPE_NONE = {NULL, 0, NULL, 0, 1, 0, NULL};
 static void rope_launch2(const RopeT& t0, const RopeT& t1, const float* cos, const float* sin, int T, int hd, int style, bool inverse,
-                         bool fp, const char* name, cudaStream_t stream, const MmbTail& mt = MMB_TAIL_NONE) {
-    const size_t npairs = t0.npairs + t1.npairs;
+                         bool fp, const char* name, cudaStream_t stream, const MmbTail& mt = MMB_TAIL_NONE, const RopeT& t2 = ROPE_NONE,
+                         const RopeT& t3 = ROPE_NONE) {
+    const size_t npairs = t0.npairs + t1.npairs + t2.npairs + t3.npairs;
     if (npairs == 0) return;
     int grid = ew_grid(npairs);
     if (fp) {
         if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
-        rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, cos, sin, T, hd, style, inverse, mt);
+        rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt);
     } else if (npairs <= 0xffffffffull - ((size_t)EW_MAX_GRID * EW_BLOCK)) {   /* idx + stride must not wrap in 32 bits */
-        rope_kernel<unsigned int, false><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, cos, sin, T, hd, style, inverse, mt);
+        rope_kernel<unsigned int, false><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt);
     } else {
-        rope_kernel<size_t, false><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, cos, sin, T, hd, style, inverse, mt);
+        rope_kernel<size_t, false><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt);
     }
     cudaCheck(cudaGetLastError());
-    const size_t written = (t0.out ? t0.npairs : 0) + (t1.out ? t1.npairs : 0);
+    const size_t written = (t0.out ? t0.npairs : 0) + (t1.out ? t1.npairs : 0) + (t2.out ? t2.npairs : 0) + (t3.out ? t3.npairs : 0);
     /* x pairs (bf16), the tables (and a riding bound check's y and norms) in; out written */
     ew_account(COST_ELEMENTWISE, name, grid, (fp ? 14.0 : 6.0) * npairs + mmb_tail_flops(mt), npairs * 4 + rope_table_bytes(T, hd) + mmb_tail_bytes(mt),
                written * 4);
 }
-static const RopeT ROPE_NONE = {NULL, 0, NULL, 0, 1, 0, NULL};
 /* rope_kernel<.., true>: out (NULL: not written) = the rotation of x (sin negated: inverse), its fingerprint XORed
  * into the accumulator fp; does not wait */
 static void rope_launch_fp(bf16* out, size_t ldo, const bf16* x, size_t ldx, const float* cos, const float* sin, int B, int T, int nh,
@@ -171,16 +183,29 @@ static void rope_launch(bf16* out, size_t ldo, const bf16* x, size_t ldx, const 
  * bits of the two single launches: the forward (inverse false: qo, ko contiguous from q, k with the row strides ldq,
  * ldk: the views of the fused projection output, or contiguous) or the backward (inverse true: q, k contiguous
  * gradients into qo, ko with the row strides ldq, ldk). fpq, fpk not NULL: the fingerprinting variant (qo / ko may
- * then be NULL: not written). mt: a bound check riding on the launch (v's, in the forward; MmbTail above). */
+ * then be NULL: not written). mt: a bound check riding on the launch (v's, in the forward; MmbTail above). rr (forward
+ * only): a second Q and K rotated in the same launch, fingerprint-only (QkFpPair: -protect qk's recomputation). */
+struct QkFpPair {
+    const bf16 *q, *k;   /* the views of the recomputed [N, qd + kd] output, row stride ld */
+    int ld;
+    unsigned long long *fpq, *fpk;
+};
 static void rope_qk(bf16* qo, bf16* ko, const bf16* q, const bf16* k, int ldq, int ldk, const float* cos, const float* sin, int B, int T,
                     int H, int KV, int hd, int style, bool inverse, unsigned long long* fpq, unsigned long long* fpk, cudaStream_t stream,
-                    const MmbTail& mt = MMB_TAIL_NONE) {
+                    const MmbTail& mt = MMB_TAIL_NONE, const QkFpPair* rr = NULL) {
     const size_t lq = (size_t)H * hd, lk = (size_t)KV * hd;
     const char* name = fpq ? "rope_kernel_fp" : "rope_kernel";
     if ((fpq == NULL) != (fpk == NULL)) tsdc_fail("rope_qk: fingerprints for both Q and K or for neither");
     const RopeT tq = inverse ? rope_tensor(qo, (size_t)ldq, q, lq, B, T, H, hd, fpq, name) : rope_tensor(qo, lq, q, (size_t)ldq, B, T, H, hd, fpq, name);
     const RopeT tk = inverse ? rope_tensor(ko, (size_t)ldk, k, lk, B, T, KV, hd, fpk, name) : rope_tensor(ko, lk, k, (size_t)ldk, B, T, KV, hd, fpk, name);
-    rope_launch2(tq, tk, cos, sin, T, hd, style, inverse, fpq != NULL, name, stream, mt);
+    if (rr && (inverse || !rr->fpq || !rr->fpk)) tsdc_fail("rope_qk: the second pair is the forward's, with both fingerprints");
+    if (!rr) {
+        rope_launch2(tq, tk, cos, sin, T, hd, style, inverse, fpq != NULL, name, stream, mt);
+        return;
+    }
+    const RopeT rq = rope_tensor(NULL, lq, rr->q, (size_t)rr->ld, B, T, H, hd, rr->fpq, name);
+    const RopeT rk = rope_tensor(NULL, lk, rr->k, (size_t)rr->ld, B, T, KV, hd, rr->fpk, name);
+    rope_launch2(tq, tk, cos, sin, T, hd, style, inverse, true, "rope_kernel_fp", stream, mt, rq, rk);
 }
 
 /* out [N, nh*hd] (contiguous) = rope(x), x with row stride ldx (nh*hd: contiguous; out may then equal x) */

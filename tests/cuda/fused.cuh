@@ -150,6 +150,27 @@ static void test_strided(void) {
             const Fingerprint gq = fingerprint_read(a2, g_s), gk = fingerprint_read(a2 + FP_WORDS, g_s);
             check(fp_equal(gq, f2) && fp_equal(gk, f3), "    %-58s %s", "rope_qk fingerprints (q, k) = the single launches'",
                   fp_equal(gq, f2) && fp_equal(gk, f3) ? "yes" : "NO");
+            {   /* a second pair riding on the launch (-protect qk's recomputation, fingerprint-only): the first pair's outputs and
+                 * fingerprints as without it, the second's as its own launch's; the second pair a copy of the views with one q
+                 * element's sign flipped: its q fingerprint alone differs */
+                uint16_t* h2 = (uint16_t*)malloc((size_t)N * ld * 2);
+                memcpy(h2, hqkv, (size_t)N * ld * 2);
+                h2[(size_t)(N - 1) * ld + 3] ^= 0x8000u;
+                bf16 *qkv2 = d_raw16(h2, (size_t)N * ld), *oq2 = d_bf16_poison((size_t)N * qd), *ok2 = d_bf16_poison((size_t)N * kd);
+                unsigned long long* a4 = (unsigned long long*)d_f32_poison(6 * FP_WORDS * 2);
+                cudaCheck(cudaMemset(a4, 0, 6 * FP_WORDS * sizeof(unsigned long long)));
+                const QkFpPair rr = {qkv2, qkv2 + qd, ld, a4 + 2 * FP_WORDS, a4 + 3 * FP_WORDS};
+                rope_qk(oq2, ok2, qkv, qkv + qd, ld, ld, dcs, dsn, B, T, H, KV, hd, c->rope_style, false, a4, a4 + FP_WORDS, g_s, MMB_TAIL_NONE, &rr);
+                rope_qk(NULL, NULL, qkv2, qkv2 + qd, ld, ld, dcs, dsn, B, T, H, KV, hd, c->rope_style, false, a4 + 4 * FP_WORDS, a4 + 5 * FP_WORDS, g_s);
+                check_same16("rope_qk with a second pair riding: q", oq2, o2, (size_t)N * qd);
+                check_same16("rope_qk with a second pair riding: k", ok2, k2, (size_t)N * kd);
+                Fingerprint fr[6];
+                for (int i = 0; i < 6; i++) fr[i] = fingerprint_read(a4 + i * FP_WORDS, g_s);
+                const int rok = fp_equal(fr[0], f2) && fp_equal(fr[1], f3) && fp_equal(fr[2], fr[4]) && fp_equal(fr[3], fr[5]) && !fp_equal(fr[2], f2) &&
+                                fp_equal(fr[3], f3);
+                check(rok, "    %-58s %s", "rope_qk + riding pair: 4 fingerprints = the launches' own", rok ? "yes" : "NO");
+                free(h2);
+            }
             bf16* dqk = d_raw16(hpoison, (size_t)N * ld);
             rope_qk(dqk, dqk + qd, g, g, ld, ld, dcs, dsn, B, T, H, KV, hd, c->rope_style, true, NULL, NULL, g_s);
             check_view("rope_qk backward: dq into the q view", dqk, N, ld, 0, qd, dv2, NULL);
@@ -561,6 +582,29 @@ static void test_qknorm_rope(void) {
                 const Fingerprint h3 = fingerprint_read(c3, g_s), h4 = fingerprint_read(c4, g_s), h5 = fingerprint_read(c5, g_s);
                 const int fok = fp_equal(h0, f1) && fp_equal(h1, h2) && fp_equal(h3, e3) && fp_equal(h4, h5);
                 check(fok, "    %-58s %s", "  q and k in one launch: the four fingerprints = the single launches'", fok ? "yes" : "NO");
+                {   /* a second pair riding (-protect qk's recomputation, fingerprint-only): the first pair's outputs and fingerprints
+                     * as without it, the second pair's as its own launch's; the second pair's x with one sign flipped in q */
+                    uint16_t* hx2 = (uint16_t*)malloc((size_t)N * ld * 2);
+                    memcpy(hx2, hx, (size_t)N * ld * 2);
+                    hx2[(size_t)(N - 1) * ld + 8 + 2 * hd + 3] ^= 0x8000u;   /* head 2: q's only (k reads heads 0, 1 of the view) */
+                    bf16 *x2 = d_raw16(hx2, (size_t)N * ld), *qr4 = d_bf16_poison((size_t)N * qd), *kr4 = d_bf16_poison((size_t)N * nk * hd);
+                    unsigned long long* a6 = (unsigned long long*)d_f32_poison(6 * FP_WORDS * 2);
+                    cudaCheck(cudaMemset(a6, 0, 6 * FP_WORDS * sizeof(unsigned long long)));
+                    const QkFpPair rr = {x2 + 8, x2 + 8, ld, a6 + 2 * FP_WORDS, a6 + 3 * FP_WORDS};
+                    qknorm_rope_forward_qk(NULL, NULL, qr4, NULL, NULL, kr4, xv, xv, ld, w, w2, B, T, nh, nk, hd, 1e-6f, dcs, dsn, style, a6, a6 + FP_WORDS,
+                                           g_s, MMB_TAIL_NONE, &rr);
+                    qknorm_rope_forward_qk(NULL, NULL, NULL, NULL, NULL, NULL, x2 + 8, x2 + 8, ld, w, w2, B, T, nh, nk, hd, 1e-6f, dcs, dsn, style,
+                                           a6 + 4 * FP_WORDS, a6 + 5 * FP_WORDS, g_s);
+                    snprintf(what, sizeof(what), "hd %d %s: q and k with a second pair riding", hd, style == ROPE_HF ? "HF" : "nanochat");
+                    check_same16(what, qr4, qr1, (size_t)N * qd);
+                    check_same16(what, kr4, kr2, (size_t)N * nk * hd);
+                    Fingerprint fr[6];
+                    for (int i = 0; i < 6; i++) fr[i] = fingerprint_read(a6 + i * FP_WORDS, g_s);
+                    const int rok = fp_equal(fr[0], f1) && fp_equal(fr[1], h2) && fp_equal(fr[2], fr[4]) && fp_equal(fr[3], fr[5]) &&
+                                    !fp_equal(fr[2], f1) && fp_equal(fr[3], h2);
+                    check(rok, "    %-58s %s", "  + riding pair: 4 fingerprints = the launches' own", rok ? "yes" : "NO");
+                    free(hx2);
+                }
                 free(hw2);
             }
             (void)ok;
