@@ -1233,7 +1233,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         }
         if (!P.qknr_q && !P.qknr_k) {   /* RoPE of q and k in one launch (rope_qk: the bits of two) */
             rope_qk(a->qr, a->kr, qc, kc, ldq, ldk, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, false,
-                    P.fp_rope ? pq : NULL, P.fp_rope ? pk : NULL, s, vt, qk_ride && c->qk_norm == QKNORM_NONE ? &rr : NULL);
+                    P.fp_rope ? pq : NULL, P.fp_rope ? pk : NULL, s, vt, qk_ride ? &rr : NULL);
             v_rode = 1;
         } else if (!P.qknr_q) {
             if (P.fp_rope) rope_forward_fp(a->qr, qc, ldq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, pq, s);

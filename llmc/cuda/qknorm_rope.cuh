@@ -124,16 +124,11 @@ __global__ static void qknorm_rope_forward_kernel(QknrT t0, QknrT t1, QknrT t2, 
             }
     }
     mmb_tail_run(mt, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);   /* a riding bound check (v) */
-    bool first = true;   /* fp_block_reduce's shared arrays: a barrier before each reuse */
-    const QknrT* ts[4] = {&t0, &t1, &t2, &t3};
-    const Fingerprint fs[4] = {f0, f1, f2, f3};
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        if (ts[i]->rows && ts[i]->fp) {
-            if (!first) __syncthreads();
-            fp_block_reduce(fs[i], ts[i]->fp);
-            first = false;
-        }
+    bool first = true;
+    fp_block_reduce_next(f0, t0.fp, t0.rows > 0, &first);
+    fp_block_reduce_next(f1, t1.fp, t1.rows > 0, &first);
+    fp_block_reduce_next(f2, t2.fp, t2.rows > 0, &first);
+    fp_block_reduce_next(f3, t3.fp, t3.rows > 0, &first);
 }
 
 /* the backward, fingerprint-only: per row of t0 then t1, gn = bf16(rope^-1(g)), dx of the QK norm from gn, x, ms_in */
@@ -179,11 +174,9 @@ __global__ static void rope_qknorm_backward_fp_kernel(QknrT t0, QknrT t1, int C,
         for (int j = 0; j < 8; j++)
             fp_add(second ? &f1 : &f0, (uint64_t)ro + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(gn[j] * rstd - xv[j] * coef)), 16);
     }
-    fp_block_reduce(f0, t0.fp);
-    if (t1.rows) {
-        __syncthreads();
-        fp_block_reduce(f1, t1.fp);
-    }
+    bool first = true;
+    fp_block_reduce_next(f0, t0.fp, true, &first);
+    fp_block_reduce_next(f1, t1.fp, t1.rows > 0, &first);
 }
 
 static const QknrT QKNR_NONE = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 1, NULL};   /* no second tensor */

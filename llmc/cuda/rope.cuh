@@ -104,14 +104,6 @@ __device__ __forceinline__ void rope_pair(const RopeT& tt, I idx, const float* c
         fp_add(f, (uint64_t)(base + i + half), (uint64_t)__bfloat16_as_ushort(o2), 16);
     }
 }
-/* a tensor's fingerprint into its accumulator (none: nothing), a barrier before each reuse of fp_block_reduce's shared
- * arrays (block-uniform: every thread sees the same tensors) */
-__device__ __forceinline__ void rope_fp_reduce(const Fingerprint& f, const RopeT& t, bool* first) {
-    if (!t.npairs || !t.fp) return;
-    if (!*first) __syncthreads();
-    fp_block_reduce(f, t.fp);
-    *first = false;
-}
 /* one launch over the pairs of t0, t1, t2, t3 in turn (an empty tensor: npairs 0; Q and K in one launch, and with t2,
  * t3 the fingerprint-only Q and K of -protect qk's recomputation beside them), grid-stride. FP: every output element
  * also folded into its tensor's Q/K fingerprint accumulator (fingerprint.cuh; a tensor with fp NULL: not kept); out
@@ -130,10 +122,10 @@ __global__ static void rope_kernel(RopeT t0, RopeT t1, RopeT t2, RopeT t3, const
     mmb_tail_run(mt, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
     if (FP) {
         bool first = true;
-        rope_fp_reduce(f0, t0, &first);
-        rope_fp_reduce(f1, t1, &first);
-        rope_fp_reduce(f2, t2, &first);
-        rope_fp_reduce(f3, t3, &first);
+        fp_block_reduce_next(f0, t0.fp, t0.npairs > 0, &first);
+        fp_block_reduce_next(f1, t1.fp, t1.npairs > 0, &first);
+        fp_block_reduce_next(f2, t2.fp, t2.npairs > 0, &first);
+        fp_block_reduce_next(f3, t3.fp, t3.npairs > 0, &first);
     }
 }
 

@@ -44,6 +44,16 @@ __device__ __forceinline__ void fp_block_reduce(Fingerprint f, unsigned long lon
     }
 }
 
+/* fp_block_reduce for one of several accumulators a kernel reduces in turn: nothing when acc is NULL or the tensor is
+ * empty (used false), else a barrier first unless this is the first reduction (its shared arrays are read again);
+ * used and acc the same for the whole block */
+__device__ __forceinline__ void fp_block_reduce_next(const Fingerprint& f, unsigned long long* acc, bool used, bool* first) {
+    if (!used || !acc) return;
+    if (!*first) __syncthreads();
+    fp_block_reduce(f, acc);
+    *first = false;
+}
+
 /* an accumulator's value on the host (synchronises the stream) */
 static Fingerprint fingerprint_read(const unsigned long long* acc, cudaStream_t stream) {
     unsigned long long h[FP_WORDS];
