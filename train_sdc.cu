@@ -891,10 +891,24 @@ static void mmb_collect(Model* model) {
  * path) or in dout are consistent input to both, as on the CPU: those are checked by invariants instead (att_bwd:
  * the dprobs row checksums, dlogits' zero row sums, dV's column sums, attcheck.cuh). No injection points in the rerun.
  * Cost a layer (docs/protection.md): fused path, the flash backward's dq and dk again (6 causal T x T x hd products a
- * head, dv's seventh skipped); split path, the two dQ/dK products; then the norm/RoPE reruns, the last one reading its
- * input and writing nothing; the first pass's fingerprints are folded into its RoPE (QK norm) backward; scratch
- * 2 N qd + 3 N kd bf16. */
+ * head, dv's seventh skipped), with RoPE's and Qwen3's QK norm's backward and the fingerprints in its epilogue (one
+ * launch, nothing written; flash_attention.cuh's FlashQkEpi); nanochat's QK norm after RoPE, the split and the
+ * materialised paths: the attention products again, then the norm/RoPE reruns, the last one reading its input and
+ * writing nothing, in scratch of 2 N qd + 3 N kd bf16. The first pass's fingerprints are folded into its RoPE (QK
+ * norm) backward. */
 enum { QKB_FLASH, QKB_MATERIALISED, QKB_SPLIT };
+/* test-only (llmc/sdc/checks.h; synchronises): the layer's stored and recomputed fingerprints, the verdict, and the
+ * stored gradients' fingerprints taken on the host */
+static void qk_bwd_dump(Model* model, int l, int N, int qd, int kd, const bf16* dq_used, const bf16* dk_used, int ldu, unsigned long long* rq,
+                        unsigned long long* rk, cudaStream_t s) {
+    if (!check_dump_file()) return;
+    const Fingerprint fq = fingerprint_read(qk_fp(model, 1, l, QKF_Q), s), fk = fingerprint_read(qk_fp(model, 1, l, QKF_K), s);
+    const Fingerprint gq = fingerprint_read(rq, s), gk = fingerprint_read(rk, s);
+    const int flag = !fp_equal(fq, gq) || !fp_equal(fk, gk);
+    const Fingerprint hq = host_fingerprint_bf16(dq_used, N, qd, ldu, s), hk = host_fingerprint_bf16(dk_used, N, kd, ldu, s);
+    fprintf(check_dump_file(), "{\"kind\":\"qkb\",\"bwd\":%lld,\"layer\":%d,\"qkb\":%d,\"fp_dev\":" FP_HEX ",\"fp_host\":" FP_HEX "}\n",
+            check_dump_bwd, l, flag, FP_ARGS(fq, fk), FP_ARGS(hq, hk));
+}
 static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, const bf16* o, const bf16* probs, bf16* dlogits,
                                    const bf16* qc, const bf16* kc, const bf16* dq_used, const bf16* dk_used, int ldu) {
     CostScope cost_scope("qk_bwd");   /* every launch here exists for -protect qk_bwd */
@@ -906,6 +920,18 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, 
     /* scratch: q1, q2 [N, qd], k1, k2 [N, kd] contiguous, and one [N, ldqkv] buffer shaped as the fused gradient,
      * which takes the rerun's d(v) (the attention kernels write dv with v's row stride) and, with a weighted QK
      * norm, the norm backward's dq, dk (its dx has x's row stride) */
+    unsigned long long *rq = qk_fp(model, 1, l, QKF_RQ), *rk = qk_fp(model, 1, l, QKF_RK);
+    /* the fused path with no QK norm or Qwen3's: the whole rerun in one launch, RoPE's and the norm's backward in the
+     * flash kernels' epilogue (FlashQkEpi): no scratch, nothing written but the fingerprints */
+    const int wq_ok = c->qk_norm != QKNORM_WEIGHTED_PRE_ROPE || (qknorm_rope_ok(hd, ld, a->q, W(PT_QNORM, l)) && qknorm_rope_ok(hd, ld, a->k, W(PT_KNORM, l)));
+    if (path == QKB_FLASH && c->qk_norm != QKNORM_PLAIN_POST_ROPE && wq_ok) {
+        const int wn = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE;
+        const FlashQkEpi e = {model->rope_cos, model->rope_sin, c->rope_style, eps, wn ? a->q : NULL, wn ? a->k : NULL, ld,
+                              wn ? W(PT_QNORM, l) : NULL, wn ? W(PT_KNORM, l) : NULL, wn ? a->qn_ms : NULL, wn ? a->kn_ms : NULL, rq, rk};
+        flash_attention_backward(NULL, NULL, NULL, model->datt, o, a->lse, qc, kc, a->v, B, T, H, KV, hd, ld, s, NULL, NULL, true, &e);
+        qk_bwd_dump(model, l, N, qd, kd, dq_used, dk_used, ldu, rq, rk, s);
+        return;
+    }
     const size_t per = 2 * (size_t)model->B * model->T * (size_t)(qd + kd) + (size_t)model->B * model->T * ld;
     if (!model->qkb_scratch) {
         cudaError_t e = cudaMalloc(&model->qkb_scratch, per * sizeof(bf16));
@@ -924,7 +950,6 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, 
     }
     /* the last kernel of the path in fingerprint-only mode: the recomputed gradients of q_proj, k_proj are never
      * written, their fingerprints go to the layer's QKF_RQ, QKF_RK accumulators */
-    unsigned long long *rq = qk_fp(model, 1, l, QKF_RQ), *rk = qk_fp(model, 1, l, QKF_RK);
     if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE && qknorm_rope_ok(hd, ld, a->q, W(PT_QNORM, l)) && qknorm_rope_ok(hd, ld, a->k, W(PT_KNORM, l))) {
         /* RoPE's and the QK norm's backward in one fingerprint-only kernel (qknorm_rope.cuh) */
         rope_qknorm_backward_fp_qk(q1, k1, a->q, a->k, ld, W(PT_QNORM, l), W(PT_KNORM, l), a->qn_ms, a->kn_ms, B, T, H, KV, hd, eps,
@@ -936,14 +961,7 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, 
     } else {   /* RoPE's backward of q and k, fingerprint-only, one launch */
         rope_qk(NULL, NULL, q1, k1, qd, kd, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, true, rq, rk, s);
     }
-    if (check_dump_file()) {   /* test-only (llmc/sdc/checks.h): synchronises */
-        const Fingerprint fq = fingerprint_read(qk_fp(model, 1, l, QKF_Q), s), fk = fingerprint_read(qk_fp(model, 1, l, QKF_K), s);
-        const Fingerprint gq = fingerprint_read(rq, s), gk = fingerprint_read(rk, s);
-        const int flag = !fp_equal(fq, gq) || !fp_equal(fk, gk);
-        const Fingerprint hq = host_fingerprint_bf16(dq_used, N, qd, ldu, s), hk = host_fingerprint_bf16(dk_used, N, kd, ldu, s);
-        fprintf(check_dump_file(), "{\"kind\":\"qkb\",\"bwd\":%lld,\"layer\":%d,\"qkb\":%d,\"fp_dev\":" FP_HEX ",\"fp_host\":" FP_HEX "}\n",
-                check_dump_bwd, l, flag, FP_ARGS(fq, fk), FP_ARGS(hq, hk));
-    }
+    qk_bwd_dump(model, l, N, qd, kd, dq_used, dk_used, ldu, rq, rk, s);
 }
 
 /* the backward attention checks of layer l write their failed heads here (report) and flag heads here (device) */

@@ -86,7 +86,9 @@
  *   rerun     dq and dk alone (dv NULL: -protect qk_bwd's recomputation from the first pass's D) in one launch,
  *             flash_attention_backward_dqdk_kernel: the dk-only grid, then the dq grid, each block running its
  *             kernel's body (the same bits as two launches). The first pass keeps its two launches: the dk/dv
- *             variant's registers (below) would take the dq blocks from 3 to 2 resident a SM.
+ *             variant's registers (below) would take the dq blocks from 3 to 2 resident a SM. With a FlashQkEpi the
+ *             rerun writes neither dq nor dk: each block's finished tile goes through RoPE's (and Qwen3's QK norm's)
+ *             backward in shared memory and only its fingerprint leaves (flash_qk_epilogue).
  * Tiles (FlashTiles<HD>): forward BQ 64, BK 64; dq BQ 64, BK 64 (32 at hd 128); dk/dv BK 64, BQ 64 (32 at
  * hd 128). Dynamic shared memory (bytes), hd 32 / 64 / 128: forward 25600 / 46080 / 87040 (Q + 2 x K + 2 x V);
  * dq 30720 / 55296 / 69632 (Q + dO + 2 x K + 2 x V); dk/dv 31744 / 56320 / 70144 (K + V + 2 x Q + 2 x dO + 2 x
@@ -94,7 +96,8 @@
  * forward 96 / 128 / 168 (the CHK variant the same); dq 128 / 166 / 164 (CHK 128 / 168 / 166); dk/dv 168 / 228 / 255
  * with 24 / 0 / 12 bytes of spill stores (sm_80: 161 / 224 / 252, no spills: the two 16 x 128 fp32 accumulators of a
  * warp are 128 registers a lane); the rerun's dq + dk-only kernel 128 / 168 / 168, 4 / 8 / 0 bytes of spills (sm_80
- * 4 / 0 / 0); the sum and D kernels 34 and 31. The accounting leaves out the CHK variants' extra CUDA-core adds
+ * 4 / 0 / 0), with the Q/K epilogue the same registers, 4 / 24 / 0 bytes of spills (sm_80 0 / 0 / 0) and 512 bytes
+ * of static shared memory for the fingerprint's block reduction; the sum and D kernels 34 and 31. The accounting leaves out the CHK variants' extra CUDA-core adds
  * (about 2 a live entry) and their 8 bytes a row (the checks' own launches carry their cost).
  *
  * Summation order (bitwise reproducible, no atomics, one order per output): every dot over d in mma
@@ -149,6 +152,7 @@
 #include <stdint.h>
 #include "cuda_common.cuh"
 #include "ptx.cuh"
+#include "qknorm_rope.cuh"
 
 #define FLASH_WARPS 4                     /* each warp owns 16 rows of the block's tile */
 #define FLASH_THREADS (32 * FLASH_WARPS)
@@ -218,6 +222,46 @@ template <int KS> __device__ __forceinline__ void flash_a_rowsum(float (&r)[2], 
 
 /* a shared tile row: HD bf16 plus 8 bf16 (16 bytes) of padding; the row stride is 16 mod 128 bytes */
 #define FLASH_LDS(HD) ((HD) + 8)
+
+/* -protect qk_bwd's rerun with the rest of the Q/K path inside (FlashQkEpi given to flash_attention_backward, dq, dk and
+ * dv NULL): the dq block's final tile (64 query rows of head h) and the dk block's (64 keys of kv head j, after the head
+ * split's sum where there is one) are rounded to bf16 as they would be stored, put in shared memory, and each row goes
+ * through RoPE's backward (and, with x, Weighted QK norm's backward: Qwen3) in qknr_backward_group_fp, the body of the
+ * separate fingerprint-only kernels (qknorm_rope.cuh), so the fingerprints are theirs; nothing is written but the
+ * block's fingerprint, XORed into fpq / fpk. Saves the rerun's dq, dk round trip through memory and the launch of the
+ * path's last kernel. nanochat's QK norm after RoPE keeps the separate kernels. */
+struct FlashQkEpi {
+    const float *cos, *sin;   /* RoPE's tables [T, hd/2] */
+    int style;
+    float eps;
+    const bf16 *xq, *xk;      /* the forward's QK-norm inputs (views of the fused projection output, row stride ldx); NULL: RoPE alone */
+    int ldx;
+    const bf16 *wq, *wk;      /* the norms' weights */
+    const float *msq, *msk;   /* the forward's mean squares [B T H], [B T KV] */
+    unsigned long long *fpq, *fpk;
+};
+/* the epilogue over a finished tile (shared memory, [64][LDS] bf16, rows 0 .. nvalid-1 hold positions t0 ..): every
+ * thread of the block calls it; the warps take lane groups of L = HD/8 lanes a row, 32/L rows at a time */
+template <int HD>
+__device__ __forceinline__ void flash_qk_epilogue(const bf16* tile, int t0, int nvalid, int b, int T, int head, int nh, const bf16* x,
+                                                  int ldx, const bf16* w, const float* ms, const FlashQkEpi& e, unsigned long long* fp) {
+    constexpr int L = HD / 8, RPW = 32 / L, LDS = FLASH_LDS(HD), ROWS = 16 * FLASH_WARPS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gl = lane & (L - 1);
+    Fingerprint f = {0, 0};
+    for (int r0 = warp * RPW; r0 < ROWS; r0 += FLASH_WARPS * RPW) {
+        const int r = r0 + lane / L;
+        const bool valid = r < nvalid;
+        const int t = valid ? t0 + r : t0;   /* an idle lane reads row t0's inputs (valid memory) and folds nothing */
+        const size_t n = (size_t)b * T + t, row = n * nh + head;
+        float gv[8];
+        const flash_chunk raw = *reinterpret_cast<const flash_chunk*>(tile + r * LDS + gl * 8);   /* 16 bytes, aligned */
+#pragma unroll
+        for (int i = 0; i < 4; i++) { gv[2 * i] = flash_bf16_lo(raw.w[i]); gv[2 * i + 1] = flash_bf16_hi(raw.w[i]); }
+        qknr_backward_group_fp(gv, x ? x + n * ldx + (size_t)head * HD + gl * 8 : NULL, x ? w + gl * 8 : NULL, x && valid ? ms[row] : 0.0f, valid,
+                               gl, L, HD, t, e.eps, e.cos, e.sin, e.style, (uint64_t)(row * HD + gl * 8), &f);
+    }
+    fp_block_reduce(f, fp);
+}
 
 /* bytes of dynamic shared memory of each kernel */
 template <int HD> static constexpr int flash_fwd_smem() { return (FlashTiles<HD>::FWD_BQ + 4 * FlashTiles<HD>::FWD_BK) * FLASH_LDS(HD) * 2; }
@@ -464,12 +508,12 @@ __global__ void flash_attention_rowdot_kernel(float* __restrict__ D, const bf16*
 
 /* grid as the forward's: one block per (query tile, b, h), the last query tile first; bid: the block's index in
  * that grid (bid, or its place in the rerun's one launch, flash_attention_backward_dqdk_kernel) */
-template <int HD, bool CHK>
+template <int HD, bool CHK, bool EPI = false>
 __device__ __forceinline__ void flash_backward_dq_block(unsigned bid, bf16* __restrict__ dq, const bf16* __restrict__ dout,
                                                         const float* __restrict__ lse, const float* __restrict__ D,
                                                         const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                                                         int B, int T, int H, int KV, int ldv, float scale, float* __restrict__ rows_a,
-                                                        float* __restrict__ rows_b, FlashPlant pl) {
+                                                        float* __restrict__ rows_b, FlashPlant pl, const FlashQkEpi* epi = NULL) {
     constexpr int BQ = FlashTiles<HD>::DQ_BQ, BK = FlashTiles<HD>::DQ_BK, LDS = FLASH_LDS(HD);
     constexpr int NB = BK / 8, KS = BK / 16, ND = HD / 8;
     static_assert(BQ == 16 * FLASH_WARPS && BK % 16 == 0, "dq: tile shape");
@@ -545,15 +589,26 @@ __device__ __forceinline__ void flash_backward_dq_block(unsigned bid, bf16* __re
         flash_mma_nn<KS, HD>(acc, pa, sK + buf * BK * LDS, lane);
         __syncthreads();
     }
+    if constexpr (EPI) {   /* the rerun's epilogue: the tile as dq would be stored, into sQ (free after the loop's last barrier) */
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int t = trow[r];
-        const float dpsum = CHK ? flash_quad_sum(dps[r]) : 0.0f, dzsum = CHK ? flash_quad_sum(dzs[r]) : 0.0f;
-        if (t < T) {
-            uint32_t* dst = reinterpret_cast<uint32_t*>(dq + ((size_t)b * T + t) * ldq + (size_t)h * HD) + tq;
+        for (int r = 0; r < 2; r++) {
+            uint32_t* dst = reinterpret_cast<uint32_t*>(sQ + (16 * warp + gq + 8 * r) * LDS) + tq;
 #pragma unroll
             for (int nd = 0; nd < ND; nd++) dst[4 * nd] = pack_bf16x2(acc[nd][2 * r] * scale, acc[nd][2 * r + 1] * scale);
-            if (CHK && tq == 0) { rows_a[((size_t)b * H + h) * T + t] = dpsum; rows_b[((size_t)b * H + h) * T + t] = dzsum; }
+        }
+        __syncthreads();
+        flash_qk_epilogue<HD>(sQ, t0, min(BQ, T - t0), b, T, h, H, epi->xq, epi->ldx, epi->wq, epi->msq, *epi, epi->fpq);
+    } else {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int t = trow[r];
+            const float dpsum = CHK ? flash_quad_sum(dps[r]) : 0.0f, dzsum = CHK ? flash_quad_sum(dzs[r]) : 0.0f;
+            if (t < T) {
+                uint32_t* dst = reinterpret_cast<uint32_t*>(dq + ((size_t)b * T + t) * ldq + (size_t)h * HD) + tq;
+#pragma unroll
+                for (int nd = 0; nd < ND; nd++) dst[4 * nd] = pack_bf16x2(acc[nd][2 * r] * scale, acc[nd][2 * r + 1] * scale);
+                if (CHK && tq == 0) { rows_a[((size_t)b * H + h) * T + t] = dpsum; rows_b[((size_t)b * H + h) * T + t] = dzsum; }
+            }
         }
     }
 }
@@ -580,12 +635,13 @@ __device__ __forceinline__ void flash_dkv_load_q(bf16* sQ, bf16* sO, float* sL, 
  * part[sp] + n (dv), n = B T KV HD, summed in split order by flash_attention_dkdv_sum_kernel.
  * DV false: dk alone (-protect qk_bwd's rerun): no P^T dO product, no dv accumulators, nothing written for dv;
  * dk's arithmetic and order are those of DV true, so its bits are too. */
-template <int HD, bool DV>
+template <int HD, bool DV, bool EPI = false>
 __device__ __forceinline__ void flash_backward_dkdv_block(unsigned bid, bf16* __restrict__ dk, bf16* __restrict__ dv, float* __restrict__ part,
                                                           const bf16* __restrict__ dout, const float* __restrict__ lse,
                                                           const float* __restrict__ D, const bf16* __restrict__ q, const bf16* __restrict__ k,
                                                           const bf16* __restrict__ v, int B, int T, int H, int KV, int ldv, int nsplit,
-                                                          float scale, FlashPlant pl, unsigned* done) {
+                                                          float scale, FlashPlant pl, unsigned* done, const FlashQkEpi* epi = NULL) {
+    static_assert(!(DV && EPI), "dk/dv: the rerun's epilogue is of the dk-only variant");
     constexpr int BK = FlashTiles<HD>::DKV_BK, BQ = FlashTiles<HD>::DKV_BQ, LDS = FLASH_LDS(HD);
     constexpr int NB = BQ / 8, KS = BQ / 16, ND = HD / 8;
     static_assert(BK == 16 * FLASH_WARPS && BQ % 16 == 0, "dk/dv: tile shape");
@@ -664,6 +720,17 @@ __device__ __forceinline__ void flash_backward_dkdv_block(unsigned bid, bf16* __
         __syncthreads();
     }
     const size_t nel = (size_t)B * T * ldk;
+    if (EPI && nsplit == 1) {   /* the rerun's epilogue: the tile as dk would be stored, into sK (free after the loop's last barrier) */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            uint32_t* dst = reinterpret_cast<uint32_t*>(sK + (16 * warp + gq + 8 * r) * LDS) + tq;
+#pragma unroll
+            for (int nd = 0; nd < ND; nd++) dst[4 * nd] = pack_bf16x2(ak[nd][2 * r] * scale, ak[nd][2 * r + 1] * scale);
+        }
+        __syncthreads();
+        flash_qk_epilogue<HD>(sK, s0, min(BK, T - s0), b, T, j, KV, epi->xk, epi->ldx, epi->wk, epi->msk, *epi, epi->fpk);
+        return;
+    }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int s = srow[r];
@@ -709,12 +776,16 @@ __device__ __forceinline__ void flash_backward_dkdv_block(unsigned bid, bf16* __
         const size_t off = ((size_t)b * T + s0 + rr) * ldk + (size_t)j * HD + cc;
         float k0 = vp[off], k1 = vp[off + 1];
         for (int q2 = 1; q2 < nsplit; q2++) { k0 += vp[(size_t)q2 * 2 * nel + off]; k1 += vp[(size_t)q2 * 2 * nel + off + 1]; }
-        *reinterpret_cast<uint32_t*>(dk + off) = pack_bf16x2(k0 * scale, k1 * scale);
+        *reinterpret_cast<uint32_t*>(EPI ? sK + rr * LDS + cc : dk + off) = pack_bf16x2(k0 * scale, k1 * scale);
         if (DV) {
             float v0 = vp[nel + off], v1 = vp[nel + off + 1];
             for (int q2 = 1; q2 < nsplit; q2++) { v0 += vp[(size_t)q2 * 2 * nel + nel + off]; v1 += vp[(size_t)q2 * 2 * nel + nel + off + 1]; }
             *reinterpret_cast<uint32_t*>(dv + ((size_t)b * T + s0 + rr) * ldv + (size_t)j * HD + cc) = pack_bf16x2(v0, v1);
         }
+    }
+    if (EPI) {   /* the rerun's epilogue over the summed tile */
+        __syncthreads();
+        flash_qk_epilogue<HD>(sK, s0, nrow, b, T, j, KV, epi->xk, epi->ldx, epi->wk, epi->msk, *epi, epi->fpk);
     }
 }
 
@@ -741,16 +812,16 @@ flash_attention_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ d
  * so the bits are the two launches'. Only the dk-only variant is fused: its registers are the dq kernel's (ptxas,
  * sm_90: 164-168 at head_dim 64 and 128), so one launch costs neither body an SM's occupancy; the dk/dv variant
  * (228-255 registers) would take the dq blocks from 3 to 2 a SM, which is why the first pass keeps two launches. */
-template <int HD>
+template <int HD, bool EPI>
 __global__ void __launch_bounds__(FLASH_THREADS)
 flash_attention_backward_dqdk_kernel(bf16* __restrict__ dq, bf16* __restrict__ dk, float* __restrict__ part,
                                      const bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ D,
                                      const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v, int B, int T,
-                                     int H, int KV, int ldv, int nsplit, float scale, FlashPlant pl, unsigned* done, unsigned gk) {
+                                     int H, int KV, int ldv, int nsplit, float scale, FlashPlant pl, unsigned* done, unsigned gk, FlashQkEpi epi) {
     if (blockIdx.x < gk)
-        flash_backward_dkdv_block<HD, false>(blockIdx.x, dk, NULL, part, dout, lse, D, q, k, v, B, T, H, KV, ldv, nsplit, scale, pl, done);
+        flash_backward_dkdv_block<HD, false, EPI>(blockIdx.x, dk, NULL, part, dout, lse, D, q, k, v, B, T, H, KV, ldv, nsplit, scale, pl, done, &epi);
     else
-        flash_backward_dq_block<HD, false>(blockIdx.x - gk, dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale, NULL, NULL, pl);
+        flash_backward_dq_block<HD, false, EPI>(blockIdx.x - gk, dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale, NULL, NULL, pl, &epi);
 }
 
 /* the head split's counters (one a key tile, b and kv head): a device array kept across launches (each launch leaves
@@ -872,8 +943,8 @@ static void flash_attention_forward_hd(bf16* out, float* lse, const bf16* q, con
 template <int HD>
 static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const float* lse, float* ws, const bf16* q,
                                         const bf16* k, const bf16* v, int B, int T, int H, int KV, int ldv, int nsplit, const FlashCheck* chk,
-                                        cudaStream_t stream) {
-    static int optin_dq = 0, optin_dq_chk = 0, optin_dkv = 0, optin_dqdk = 0;
+                                        cudaStream_t stream, const FlashQkEpi* epi) {
+    static int optin_dq = 0, optin_dq_chk = 0, optin_dkv = 0, optin_dqdk = 0, optin_dqdk_epi = 0;
     const float scale = 1.0f / sqrtf((float)HD);
     const size_t rows = (size_t)B * T * H, nel = (size_t)B * T * KV * HD;
     const float* D = ws;
@@ -886,7 +957,7 @@ static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16
     const double dq_read = (double)B * T * ((2 * H + 2 * KV) * HD * 2 + H * 8);   /* q, dout, k, v, lse, D */
     /* the head split's sum inside the kernel (the last block of each key tile's splits), unless a test asks for the
      * separate sum kernel */
-    const bool one = nsplit > 1 && !g_flash_sum_kernel;
+    const bool one = nsplit > 1 && (!g_flash_sum_kernel || epi);   /* the epilogue needs the sum inside */
     unsigned* done = one ? flash_dkdv_done((size_t)CEIL_DIV(T, (int)FlashTiles<HD>::DKV_BK) * B * KV) : NULL;
     const int nout = dv ? 2 : 1;   /* dk and dv, or dk alone */
     /* the dk/dv kernel's work: q, dout, lse, D, k, v (per split) in; dk, dv or the partials out; with the sum inside:
@@ -896,11 +967,24 @@ static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16
     const double dk_read = (double)B * T * ((2 * H + 2 * nsplit * KV) * HD * 2 + H * 8) + (one ? (double)nsplit * nout * nel * 4 : 0.0);
     const double dk_written = nsplit > 1 ? (double)nsplit * nout * nel * 4 + (one ? (double)nel * nout * 2 : 0.0) : (double)nel * nout * 2;
     if (!dv && chk && chk->rows_a) tsdc_fail("flash_attention_backward: dv NULL (dq and dk alone) takes no FlashCheck rows");
-    if (!dv) {   /* dq and dk alone: one launch (flash_attention_backward_dqdk_kernel) */
+    if (epi) {   /* the rerun with the Q/K path's epilogue: dq and dk never written, the fingerprints only */
         const int sm = smq > smk ? smq : smk;
-        flash_smem_optin(flash_attention_backward_dqdk_kernel<HD>, sm, &optin_dqdk);
-        flash_attention_backward_dqdk_kernel<HD><<<gk + gq, FLASH_THREADS, sm, stream>>>(dq, dk, part, dout, lse, D, q, k, v, B, T, H, KV, ldv,
-                                                                                       nsplit, scale, pl, done, gk);
+        flash_smem_optin(flash_attention_backward_dqdk_kernel<HD, true>, sm, &optin_dqdk_epi);
+        flash_attention_backward_dqdk_kernel<HD, true><<<gk + gq, FLASH_THREADS, sm, stream>>>(NULL, NULL, part, dout, lse, D, q, k, v, B, T, H, KV,
+                                                                                             ldv, nsplit, scale, pl, done, gk, *epi);
+        cudaCheck(cudaGetLastError());
+        /* as below without dq and dk written; the epilogue reads the tables, and with a QK norm x, its mean squares and
+         * weights (its CUDA-core arithmetic, about 17 operations an element, is left out as the softmax's is) */
+        const double nqk = (double)B * T * (H + KV) * HD;
+        const double epi_read = (double)T * HD * 4 + (epi->xq ? nqk * 2 + (double)B * T * (H + KV) * 4 + 4.0 * HD : 0.0);
+        launch_account(COST_ATTENTION, "flash_attention_backward_dqdk_kernel", COST_TC, gk + gq, dq_flops + dk_flops, dq_read + dk_read + epi_read,
+                       dk_written - (double)nel * 2);   /* dk's bf16 not written */
+    } else if (!dv) {   /* dq and dk alone: one launch (flash_attention_backward_dqdk_kernel) */
+        const int sm = smq > smk ? smq : smk;
+        const FlashQkEpi none = {};
+        flash_smem_optin(flash_attention_backward_dqdk_kernel<HD, false>, sm, &optin_dqdk);
+        flash_attention_backward_dqdk_kernel<HD, false><<<gk + gq, FLASH_THREADS, sm, stream>>>(dq, dk, part, dout, lse, D, q, k, v, B, T, H, KV,
+                                                                                              ldv, nsplit, scale, pl, done, gk, none);
         cudaCheck(cudaGetLastError());
         /* the two kernels' work summed (each body reads its inputs; the second reads come from L2 on a GPU, counted anyway) */
         launch_account(COST_ATTENTION, "flash_attention_backward_dqdk_kernel", COST_TC, gk + gq, dq_flops + dk_flops, dq_read + dk_read,
@@ -946,13 +1030,17 @@ static void flash_attention_forward(bf16* out, float* lse, const bf16* q, const 
  * dq and dk alone (the dk/dv kernel's DV false variant). D (the row dots of dout and out, workspace slot 4): d_dup not
  * NULL: computed twice and compared into *d_dup (an accumulator word, set non-zero on a difference); reuse_d: not
  * computed, the D the previous call left in slot 4 is read (-protect qk_bwd's rerun, right after the same layer's
- * backward with the same dout and out, nothing in between using slot 4: the caller's promise) */
+ * backward with the same dout and out, nothing in between using slot 4: the caller's promise). epi (dq, dk, dv NULL):
+ * that rerun with the rest of the Q/K path's backward in its epilogue, the fingerprints only (FlashQkEpi) */
 static void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* out, const float* lse,
                                      const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV, int hd, int ldv,
                                      cudaStream_t stream, const FlashCheck* chk = NULL, unsigned long long* d_dup = NULL,
-                                     bool reuse_d = false) {
+                                     bool reuse_d = false, const FlashQkEpi* epi = NULL) {
     const void* ptrs[] = {dq, dk, dv, dout, q, k, v};
     flash_attention_check_args("flash_attention_backward", B, T, H, KV, hd, ldv, ptrs, 7);
+    if (epi && (dq || dk || dv || chk || !epi->fpq || !epi->fpk || (epi->xq && !(qknorm_rope_ok(hd, epi->ldx, epi->xq, epi->wq) &&
+                                                                                 qknorm_rope_ok(hd, epi->ldx, epi->xk, epi->wk)))))
+        tsdc_fail("flash_attention_backward: the Q/K epilogue takes no dq, dk, dv or FlashCheck, both fingerprints, and a QK norm qknorm_rope_ok takes");
     const size_t rows = (size_t)B * T * H, nel = (size_t)B * T * KV * hd;
     const int g = H / KV, nsplit = flash_dkdv_splits(B, T, KV, g, 64);
     float* ws = cuda_workspace_f32(FLASH_SLOT, CEIL_DIV(rows, (size_t)4) * 4 + (nsplit > 1 ? 2 * (size_t)nsplit * nel : 0));
@@ -962,9 +1050,9 @@ static void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* d
         launch_account(COST_ATTENTION, "flash_attention_rowdot_kernel", COST_FP32, (unsigned)CEIL_DIV(rows, (size_t)8), (d_dup ? 4.0 : 2.0) * rows * hd,
                        (double)rows * hd * 4, (double)rows * 4);   /* dout, out in; D out */
     }
-    if (hd == 32) flash_attention_backward_hd<32>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream);
-    else if (hd == 64) flash_attention_backward_hd<64>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream);
-    else flash_attention_backward_hd<128>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream);
+    if (hd == 32) flash_attention_backward_hd<32>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream, epi);
+    else if (hd == 64) flash_attention_backward_hd<64>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream, epi);
+    else flash_attention_backward_hd<128>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream, epi);
 }
 
 #endif

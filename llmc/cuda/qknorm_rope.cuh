@@ -131,48 +131,69 @@ __global__ static void qknorm_rope_forward_kernel(QknrT t0, QknrT t1, QknrT t2, 
     fp_block_reduce_next(f3, t3.fp, t3.rows > 0, &first);
 }
 
+/* the backward of one row's lane group, fingerprint-only: gv the lane's 8 values (dimensions gl*8 ..) of the gradient of
+ * RoPE's output, g; then gn = bf16(rope^-1(g)) and, with x (the lane's 8 values of the forward's QK-norm input row) and
+ * w (the norm weight's 8 at gl*8), the QK norm's dx from gn, x and the row's saved mean square ms; each output element's
+ * bf16 bits folded into f under its logical index ro + j. x NULL: RoPE's backward alone (its dx is the output). Every
+ * lane of the warp calls it (shuffles); an idle lane (valid false) takes part in them and folds nothing. The one body of
+ * rope_qknorm_backward_fp_kernel below and of the flash rerun's epilogue (flash_attention.cuh), so both have these bits;
+ * rope_kernel's pair arithmetic (rope_rotate_pair, sin negated, one rounding) in lane form. */
+__device__ __forceinline__ void qknr_backward_group_fp(const float gv[8], const bf16* x, const bf16* w, float ms, bool valid, int gl, int L,
+                                                       int C, int t, float eps, const float* cos_t, const float* sin_t, int style,
+                                                       uint64_t ro, Fingerprint* f) {
+    const int half = C / 2;
+    float other[8], gn[8], xv[8], wv[8];
+    if (x) {
+        load8_f32(xv, x, 8, true, 0.0f);
+        load8_f32(wv, w, 8, true, 0.0f);
+    }
+    qknr_swap8(other, gv, L / 2);
+    const bool lo = gl < L / 2;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {   /* RoPE's backward (sin negated), rounded as rope_backward stores it */
+        const int i = (gl & (L / 2 - 1)) * 8 + j;
+        float y1, y2;
+        rope_rotate_pair(style, lo ? gv[j] : other[j], lo ? other[j] : gv[j], cos_t[t * half + i], -sin_t[t * half + i], &y1, &y2);
+        gn[j] = __bfloat162float(__float2bfloat16_rn(lo ? y1 : y2));
+    }
+    if (!x) {
+        if (valid)
+#pragma unroll
+            for (int j = 0; j < 8; j++) fp_add(f, ro + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(gn[j])), 16);
+        return;
+    }
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        gn[j] = wv[j] * gn[j];
+        acc += gn[j] * xv[j];
+    }
+    if (!valid) acc = 0.0f;
+    const float dot = rmsnorm_group_sum(acc, L);
+    if (!valid) return;
+    const float rstd = 1.0f / sqrtf(ms + eps);
+    const float coef = dot / C * rstd * rstd * rstd;
+#pragma unroll
+    for (int j = 0; j < 8; j++) fp_add(f, ro + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(gn[j] * rstd - xv[j] * coef)), 16);
+}
+
 /* the backward, fingerprint-only: per row of t0 then t1, gn = bf16(rope^-1(g)), dx of the QK norm from gn, x, ms_in */
 __global__ static void rope_qknorm_backward_fp_kernel(QknrT t0, QknrT t1, int C, float eps, const float* cos_t, const float* sin_t, int T,
                                                       int style) {
     Fingerprint f0 = {0, 0}, f1 = {0, 0};
     QknrT none = t1;   /* no third or fourth tensor */
     none.rows = 0;
-    const int L = C / 8, half = C / 2, rows = t0.rows + t1.rows;
+    const int L = C / 8, rows = t0.rows + t1.rows;
     const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
     const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
     for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
         const QknrRow R = qknr_row(t0, t1, none, none, base + lane / L, T);
-        const bool valid = R.valid, second = R.second;
-        const QknrT& tt = second ? t1 : t0;
-        const int row = R.row, n = R.n, h = R.h, t = R.t;
-        const size_t ro = (size_t)row * C + gl * 8;
-        float gv[8], other[8], gn[8], xv[8], wv[8];
+        const QknrT& tt = R.second ? t1 : t0;
+        const size_t ro = (size_t)R.row * C + gl * 8;
+        float gv[8];
         load8_f32(gv, tt.g + ro, 8, true, 0.0f);
-        load8_f32(xv, tt.x + (size_t)n * tt.ldx + (size_t)h * C + gl * 8, 8, true, 0.0f);
-        load8_f32(wv, tt.w + gl * 8, 8, true, 0.0f);
-        qknr_swap8(other, gv, L / 2);
-        const bool lo = gl < L / 2;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {   /* RoPE's backward (sin negated), rounded as rope_backward stores it */
-            const int i = (gl & (L / 2 - 1)) * 8 + j;
-            float y1, y2;
-            rope_rotate_pair(style, lo ? gv[j] : other[j], lo ? other[j] : gv[j], cos_t[t * half + i], -sin_t[t * half + i], &y1, &y2);
-            gn[j] = __bfloat162float(__float2bfloat16_rn(lo ? y1 : y2));
-        }
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            gn[j] = wv[j] * gn[j];
-            acc += gn[j] * xv[j];
-        }
-        if (!valid) acc = 0.0f;
-        const float dot = rmsnorm_group_sum(acc, L);
-        if (!valid) continue;
-        const float rstd = 1.0f / sqrtf(tt.ms_in[row] + eps);
-        const float coef = dot / C * rstd * rstd * rstd;
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            fp_add(second ? &f1 : &f0, (uint64_t)ro + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(gn[j] * rstd - xv[j] * coef)), 16);
+        qknr_backward_group_fp(gv, tt.x + (size_t)R.n * tt.ldx + (size_t)R.h * C + gl * 8, tt.w + gl * 8, R.valid ? tt.ms_in[R.row] : 0.0f,
+                               R.valid, gl, L, C, R.t, eps, cos_t, sin_t, style, (uint64_t)ro, R.second ? &f1 : &f0);
     }
     bool first = true;
     fp_block_reduce_next(f0, t0.fp, true, &first);

@@ -523,6 +523,58 @@ static void test_flash_attention(void) {
             cudaCheck(cudaGetLastError());
             cudaCheck(cudaMemcpy(&hflag, dflag, sizeof(hflag), cudaMemcpyDeviceToHost));
             check(hflag != 0, "    D's duplicate: a planted change of row 0's primary sum flagged: %s", hflag ? "yes" : "NO");
+            /* the rerun with the Q/K path's backward in its epilogue (FlashQkEpi): the fingerprints of RoPE's backward (and,
+             * with the weighted QK norm, of the norm's dx) equal those of the separate fingerprint-only kernels over the dq,
+             * dk the rerun wrote above (rope_qk / rope_qknorm_backward_fp_qk); x as views of a [B T, (H + KV) hd + 8]
+             * buffer, the RoPE style alternating with the case. A flipped sign in the dq the separate kernel reads changes
+             * its fingerprint (the comparison can fail). Catches a tile row or column left out or taken from the wrong
+             * place, the unscaled or unrounded tile, the wrong position, head or kv head in the epilogue, and the head
+             * split's tile fingerprinted before its sum. */
+            {
+                const int style = (int)(ci % 2) ? ROPE_NANOCHAT : ROPE_HF, half = hd / 2, ldx = (H + KV) * hd + 8;
+                Config cc = *preset_find("tiny-qwen3");
+                cc.head_dim = hd;
+                cc.rope_style = style;
+                float *cs = h_alloc((size_t)T * half), *sn = h_alloc((size_t)T * half);
+                rope_tables(&cc, T, cs, sn);
+                float* xh = h_normal((size_t)B * T * ldx, 1.0, 0.0, 1);
+                float* wh = h_normal(2 * (size_t)hd, 0.5, 1.0, 1);
+                float* msh = h_normal((size_t)B * T * (H + KV), 0.3, 1.0, 0);
+                for (size_t i = 0; i < (size_t)B * T * (H + KV); i++) msh[i] = fabsf(msh[i]) + 0.05f;
+                float *dcs = d_f32(cs, (size_t)T * half), *dsn = d_f32(sn, (size_t)T * half), *dms = d_f32(msh, (size_t)B * T * (H + KV));
+                bf16 *dx = d_bf16(xh, (size_t)B * T * ldx), *dw = d_bf16(wh, 2 * (size_t)hd);
+                unsigned long long* fa = (unsigned long long*)d_f32_poison(8 * FP_WORDS * 2);
+                for (int wn = 0; wn <= 1; wn++) {
+                    cudaCheck(cudaMemset(fa, 0, 8 * FP_WORDS * sizeof(unsigned long long)));
+                    unsigned long long *rq = fa, *rk = fa + FP_WORDS, *eq = fa + 2 * FP_WORDS, *ek = fa + 3 * FP_WORDS, *pq = fa + 4 * FP_WORDS;
+                    const bf16 *xq = dx + 8, *xk = dx + 8 + (size_t)H * hd;   /* views: q's columns, then k's */
+                    const float *msq = dms, *msk = dms + (size_t)B * T * H;
+                    if (wn) rope_qknorm_backward_fp_qk(gdq4, gdk4, xq, xk, ldx, dw, dw + hd, msq, msk, B, T, H, KV, hd, 1e-6f, dcs, dsn, style, rq, rk, g_s);
+                    else rope_qk(NULL, NULL, gdq4, gdk4, H * hd, KV * hd, dcs, dsn, B, T, H, KV, hd, style, true, rq, rk, g_s);
+                    const FlashQkEpi e = {dcs, dsn, style, 1e-6f, wn ? xq : NULL, wn ? xk : NULL, ldx, wn ? dw : NULL, wn ? dw + hd : NULL,
+                                          wn ? msq : NULL, wn ? msk : NULL, eq, ek};
+                    /* D made again (the plant above left slot 4's changed) */
+                    flash_attention_backward(NULL, NULL, NULL, dgo, gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s, NULL, NULL, false, &e);
+                    /* the planted difference: the sign of dq's last element flipped for the separate kernel */
+                    uint16_t bit;
+                    cudaCheck(cudaMemcpy(&bit, gdq4 + nq - 1, 2, cudaMemcpyDeviceToHost));
+                    bit ^= 0x8000;
+                    cudaCheck(cudaMemcpy(gdq4 + nq - 1, &bit, 2, cudaMemcpyHostToDevice));
+                    if (wn) rope_qknorm_backward_fp_qk(gdq4, gdk4, xq, xk, ldx, dw, dw + hd, msq, msk, B, T, H, KV, hd, 1e-6f, dcs, dsn, style, pq,
+                                                       pq + FP_WORDS, g_s);
+                    else rope_qk(NULL, NULL, gdq4, gdk4, H * hd, KV * hd, dcs, dsn, B, T, H, KV, hd, style, true, pq, pq + FP_WORDS, g_s);
+                    bit ^= 0x8000;
+                    cudaCheck(cudaMemcpy(gdq4 + nq - 1, &bit, 2, cudaMemcpyHostToDevice));
+                    unsigned long long h[5 * FP_WORDS];
+                    cudaCheck(cudaMemcpy(h, fa, sizeof(h), cudaMemcpyDeviceToHost));
+                    const int eqq = h[0] == h[4] && h[1] == h[5], ekk = h[2] == h[6] && h[3] == h[7], moved = h[8] != h[0] || h[9] != h[1];
+                    check(eqq && ekk && moved && (h[0] | h[1]) != 0,
+                          "    the rerun with %s backward in its epilogue (%s, head split %d): Q, K fingerprints those of the separate kernel: %s, %s; "
+                          "a flipped sign in dq moves Q's: %s", wn ? "RoPE's and the QK norm's" : "RoPE's", style == ROPE_HF ? "HF" : "nanochat",
+                          flash_dkdv_splits(B, T, KV, H / KV, 64), eqq ? "yes" : "NO", ekk ? "yes" : "NO", moved ? "yes" : "NO");
+                }
+                FREE_ALL(cs, sn, xh, wh, msh);
+            }
             FREE_ALL(xdq4, xdk4);
         }
 
