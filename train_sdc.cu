@@ -1682,16 +1682,23 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
             }
         }
         FAULT_BWD_LD(SITE_V_PROJ, l, dvv, N, kd, ldqkv);
+        /* -protect att_bwd on the fused path: the dq kernel's rows against the scan's bounds, and dV, as extra blocks of
+         * the launch that rotates dq and dk back below (nothing between writes dout, v, dv, the rows or the scratch) */
+        AttbFused attb_ride;
+        const AttbFused* attb = NULL;
         if (model->prot.on[PK_ATT_BWD]) {
             /* the chunked dV check's partials after the rows the scans use (chk_scratch holds 6 B H T of the model's) */
             const size_t nmax = (size_t)model->B * H * model->T;
-            if (a->fused)   /* the dq kernel's rows against the scan's bounds, and dV: one launch */
-                attcheck_fused_backward(attb_counts(model, l), attb_flags(model, l), model->chk_scratch, model->datt, qd, a->v, ldqkv, dvv, ldqkv,
-                                        B, T, H, KV, hd, s, attb_dump_bound(model), model->chk_scratch + 5 * nmax, nmax, attb_done(model, l));
-            else
+            if (a->fused) {
+                attb_ride = attcheck_fused_backward_ride(attb_counts(model, l), attb_flags(model, l), model->chk_scratch, model->datt, qd, a->v,
+                                                         ldqkv, dvv, ldqkv, B, T, H, KV, hd, attb_dump_bound(model), model->chk_scratch + 5 * nmax,
+                                                         nmax, attb_done(model, l));
+                attb = &attb_ride;
+            } else {
                 attcheck_backward_dv(attb_counts(model, l), attb_flags(model, l), attb_dump_bound(model), dvv, ldqkv, model->datt, qd, B, T, H,
                                      KV, hd, s, model->chk_scratch + 5 * nmax, nmax, attb_done(model, l));
-            attb_dump(model, l, B, T, s);
+                attb_dump(model, l, B, T, s);
+            }
         }
         bf16 *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
@@ -1707,15 +1714,18 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         const int qkb = model->prot.on[PK_QK_BWD];
         unsigned long long *fpq = qkb ? qk_fp(model, 1, l, QKF_Q) : NULL, *fpk = qkb ? qk_fp(model, 1, l, QKF_K) : NULL;
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {   /* RoPE's backward into scratch (q and k one launch), the QK norm's into the views */
-            rope_qk(dq2, dk2, dq, dk, qd, kd, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, true, NULL, NULL, s);
+            rope_qk(dq2, dk2, dq, dk, qd, kd, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, true, NULL, NULL, s, MMB_TAIL_NONE,
+                    NULL, attb);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
             FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
             rmsnorm_backward_ld(dqv, GR(PT_QNORM, l), dq, a->q, ldqkv, W(PT_QNORM, l), a->qn_ms, N, H, hd, eps, 0, acc, s, fpq);
             rmsnorm_backward_ld(dkv, GR(PT_KNORM, l), dk, a->k, ldqkv, W(PT_KNORM, l), a->kn_ms, N, KV, hd, eps, 0, acc, s, fpk);
         } else {   /* RoPE's backward of q and k into the views, one launch (fingerprinting them under qk_bwd) */
-            rope_qk(dqv, dkv, dq, dk, ldqkv, ldqkv, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, true, fpq, fpk, s);
+            rope_qk(dqv, dkv, dq, dk, ldqkv, ldqkv, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, true, fpq, fpk, s, MMB_TAIL_NONE,
+                    NULL, attb);
         }
+        if (attb) attb_dump(model, l, B, T, s);
         store_dqk(model, SITE_Q_PROJ, l, dqv, N, qd, ldqkv, fpq, s);
         store_dqk(model, SITE_K_PROJ, l, dkv, N, kd, ldqkv, fpk, s);
         if (model->prot.on[PK_QK_BWD]) qk_bwd_recompute_check(model, l, B, T, qkb_path, qkb_o, qkb_probs, qkb_dl, qc, kc, dqv, dkv, ldqkv);
@@ -2129,7 +2139,7 @@ static void model_cost_end(Model* model, const char* path, const char* meta) {
     long long kernels = 0, gemms = 0;
     for (size_t i = 0; i < g_cost_n; i++) {
         if (!strcmp(g_cost_recs[i].kernel, "cublasLtMatmul")) gemms++;
-        else if (g_cost_recs[i].unit != COST_NET) kernels++;
+        else if (g_cost_recs[i].unit != COST_NET && !g_cost_recs[i].ride) kernels++;
     }
     long long peak = -1, now = -1, emu_l = -1, emu_g = -1;
 #ifdef __CUDA_EMU__
@@ -2148,8 +2158,8 @@ static void model_cost_end(Model* model, const char* path, const char* meta) {
             meta, model->L.total, model_cost_only(), peak, now, model->act_bytes, kernels, gemms, emu_l, emu_g, g_cost_n);
     for (size_t i = 0; i < g_cost_n; i++) {
         const CostRec* r = &g_cost_recs[i];
-        fprintf(f, "{\"comp\":\"%s\",\"unit\":\"%s\",\"kernel\":\"%s\",\"grid\":%llu,\"flops\":%.17g,\"read\":%.17g,\"written\":%.17g}\n",
-                r->comp, COST_UNIT_NAMES[r->unit], r->kernel, r->grid, r->flops, r->read, r->written);
+        fprintf(f, "{\"comp\":\"%s\",\"unit\":\"%s\",\"kernel\":\"%s\",\"grid\":%llu,\"flops\":%.17g,\"read\":%.17g,\"written\":%.17g%s}\n",
+                r->comp, COST_UNIT_NAMES[r->unit], r->kernel, r->grid, r->flops, r->read, r->written, r->ride ? ",\"ride\":1" : "");
     }
     if (fclose(f) != 0) tsdc_fail("flag -cost_out: cannot write %s", path);
     g_cost_n = 0;

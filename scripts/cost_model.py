@@ -11,6 +11,7 @@ script turns the records into time (docs/cost_model.md):
 
     t(launch) = max(FLOPs / (peak(unit) x eff(unit) x occ), bytes / (HBM x eff_hbm x occ)) + launch overhead
     occ       = min(1, grid / SMs) for a kernel (a block runs on one SM), 1 for a library call
+    (a record marked "ride": blocks riding on another launch, ride_account: no launch overhead of its own)
 
 and sums them (launches in one stream run one after another; the gradient all-reduces, which run on their own
 stream overlapped with the backward, are listed but not added). MFU = model FLOPs / time / dense bf16 peak,
@@ -78,6 +79,8 @@ def launch_time(r, g, eff):
         t = nbytes / 2 / (g["net"] * eff["net"])   # sent and received at once
     else:
         t = max(r["flops"] / (g[unit] * eff[unit] * occ), nbytes / (g["hbm"] * eff["hbm"] * occ))
+    if r.get("ride"):   # blocks riding on another launch (ride_account): their work, no launch of their own
+        return t
     return t + LAUNCH_S.get(r["kernel"], LAUNCH_S["kernel"])
 
 

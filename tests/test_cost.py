@@ -99,11 +99,12 @@ def test_cost_only_step_is_the_real_steps_launch_sequence(tmp_path, shard):
     assert sum(r["kernel"] in ("mmb_check_kernel", "mmb_row_norms_kernel") for r in co) == 0
     assert sum(r["kernel"] == "mmb_row_norms_jobs_kernel" for r in co) == 1   # the weights' norms, once in the step, one launch
     # -protect qk_bwd's rerun of the flash backward: dq and dk alone, one launch a layer a microbatch; -protect att_bwd on
-    # the flash backward: its row checks and the dV check, one launch a layer a microbatch
+    # the flash backward: its row checks and the dV check, riding on the RoPE backward's launch a layer a microbatch
     assert sum(r["kernel"] == "flash_attention_backward_dqdk_kernel" and r["comp"] == "qk_bwd" for r in co) == L * 3
     # ... with RoPE's backward and the fingerprints in its epilogue: no other qk_bwd launch on a clean step
     assert [r["kernel"] for r in co if r["comp"] == "qk_bwd"] == ["flash_attention_backward_dqdk_kernel"] * (L * 3)
-    assert [r["kernel"] for r in co if r["comp"] == "att_bwd"] == ["attbwd_fused_kernel"] * (L * 3)
+    assert [r["kernel"] for r in co if r["comp"] == "att_bwd"] == ["attbwd_fused_ride"] * (L * 3)
+    assert all(r.get("ride") == 1 for r in co if r["comp"] == "att_bwd")   # extra blocks of the RoPE backward's launch
     # -protect qk's recomputation: one GEMM over [wq; wk] labelled qk, one a layer a microbatch
     assert sum(r["kernel"] == "cublasLtMatmul" and r["comp"] == "qk" for r in co) == L * 3
 

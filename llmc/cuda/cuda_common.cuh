@@ -18,6 +18,7 @@
  * - Work accounting, one call per launch (kernel, cuBLASLt GEMM, NCCL call), right at the launcher:
  *       launch_account(comp, kernel, unit, grid, flops, read, written)
  *       ew_account(comp, kernel, grid, flops, read, written)   (CUDA-core fp32; also adds to -stats' bytes)
+ *       ride_account(...)   (launch_account's arguments: blocks riding on another launch, no launch overhead)
  *   comp is the component label (COST_* below), kernel the kernel's name, unit what executes its
  *   FLOPs (COST_TC: tensor cores, bf16 in, fp32 accumulate; COST_FP32: CUDA cores (integer work counted
  *   there too); COST_FP64: CUDA cores in double; COST_NET: a collective, its bytes are what one rank
@@ -113,6 +114,7 @@ typedef struct {
     int unit;
     unsigned long long grid;
     double flops, read, written;
+    int ride;                     /* work riding on another launch (ride_account): no launch of its own */
 } CostRec;
 
 static unsigned long long g_ew_bytes_read = 0, g_ew_bytes_written = 0;
@@ -121,7 +123,7 @@ static CostRec* g_cost_recs = NULL;
 static size_t g_cost_n = 0, g_cost_cap = 0;
 static const char* g_cost_scope = NULL;
 
-static inline void launch_account(const char* comp, const char* kernel, int unit, dim3 grid, double flops, double read, double written) {
+static inline void cost_record(const char* comp, const char* kernel, int unit, dim3 grid, double flops, double read, double written, int ride) {
     if (!g_cost_on) return;
     if (g_cost_n == g_cost_cap) {
         g_cost_cap = g_cost_cap ? 2 * g_cost_cap : 4096;
@@ -134,6 +136,15 @@ static inline void launch_account(const char* comp, const char* kernel, int unit
     r->unit = unit;
     r->grid = (unsigned long long)grid.x * grid.y * grid.z;
     r->flops = flops; r->read = read; r->written = written;
+    r->ride = ride;
+}
+static inline void launch_account(const char* comp, const char* kernel, int unit, dim3 grid, double flops, double read, double written) {
+    cost_record(comp, kernel, unit, grid, flops, read, written, 0);
+}
+/* a check's blocks riding on another launch (extra blocks of it): its work as its own record, marked, so the cost
+ * model charges its FLOPs and bytes but no launch overhead, and the launch counts leave it out */
+static inline void ride_account(const char* comp, const char* kernel, int unit, dim3 grid, double flops, double read, double written) {
+    cost_record(comp, kernel, unit, grid, flops, read, written, 1);
 }
 static inline void ew_account(const char* comp, const char* kernel, dim3 grid, double flops, size_t read, size_t written) {
     g_ew_bytes_read += read;

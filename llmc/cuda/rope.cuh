@@ -25,6 +25,7 @@
 #include "../cpu/rope.h"
 #include "../sdc/fingerprint.cuh"
 #include "../sdc/bound.h"
+#include "../sdc/attcheck.cuh"
 
 /* -protect bound's check of another product's output riding on a launch that runs right after the GEMM that wrote it
  * (v: a column view of the fused Q/K/V output, checked by the launch that rotates q and k, here or in
@@ -108,18 +109,25 @@ __device__ __forceinline__ void rope_pair(const RopeT& tt, I idx, const float* c
  * t3 the fingerprint-only Q and K of -protect qk's recomputation beside them), grid-stride. FP: every output element
  * also folded into its tensor's Q/K fingerprint accumulator (fingerprint.cuh; a tensor with fp NULL: not kept); out
  * may then be NULL (fingerprint only) */
-template <typename I, bool FP>
+template <typename I, bool FP, bool AB>
 __global__ static void rope_kernel(RopeT t0, RopeT t1, RopeT t2, RopeT t3, const float* cos_t, const float* sin_t, int T, int hd,
-                                   int style, bool inverse, MmbTail mt) {
+                                   int style, bool inverse, MmbTail mt, AttbFused ab) {
+    /* AB: -protect att_bwd's fused checks ride on the launch: its last ab.blocks blocks run them (attcheck.cuh), the
+     * others the pairs over their own grid */
+    const unsigned gr = gridDim.x - (AB ? ab.blocks : 0u);
+    if (AB && blockIdx.x >= gr) {
+        attbwd_fused_block(ab, (int)(blockIdx.x - gr));
+        return;
+    }
     Fingerprint f0 = {0, 0}, f1 = {0, 0}, f2 = {0, 0}, f3 = {0, 0};
-    const I stride = (I)gridDim.x * blockDim.x, n0 = (I)t0.npairs, n1 = n0 + (I)t1.npairs, n2 = n1 + (I)t2.npairs, np = n2 + (I)t3.npairs;
+    const I stride = (I)gr * blockDim.x, n0 = (I)t0.npairs, n1 = n0 + (I)t1.npairs, n2 = n1 + (I)t2.npairs, np = n2 + (I)t3.npairs;
     for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < np; idx += stride) {
         if (idx < n0) rope_pair<I, FP>(t0, idx, cos_t, sin_t, T, hd, style, inverse, &f0);
         else if (idx < n1) rope_pair<I, FP>(t1, idx - n0, cos_t, sin_t, T, hd, style, inverse, &f1);
         else if (idx < n2) rope_pair<I, FP>(t2, idx - n1, cos_t, sin_t, T, hd, style, inverse, &f2);
         else rope_pair<I, FP>(t3, idx - n2, cos_t, sin_t, T, hd, style, inverse, &f3);
     }
-    mmb_tail_run(mt, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
+    mmb_tail_run(mt, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gr * blockDim.x);
     if (FP) {
         bool first = true;
         fp_block_reduce_next(f0, t0.fp, t0.npairs > 0, &first);
@@ -140,20 +148,25 @@ static RopeT rope_tensor(bf16* out, size_t ldo, const bf16* x, size_t ldx, int B
 }
 /* rope_kernel over t0 and t1 (t1.npairs 0: t0 alone); fp: the fingerprinting variant; does not wait */
 static const RopeT ROPE_NONE = {NULL, 0, NULL, 0, 1, 0, NULL};
+static const AttbFused ATTB_NONE = {};
+static int g_rope_grid_cap = 0;   /* test-only: > 0 caps the pairs' grid, so that its threads stride (the trainer's shapes do) */
 static void rope_launch2(const RopeT& t0, const RopeT& t1, const float* cos, const float* sin, int T, int hd, int style, bool inverse,
                          bool fp, const char* name, cudaStream_t stream, const MmbTail& mt = MMB_TAIL_NONE, const RopeT& t2 = ROPE_NONE,
-                         const RopeT& t3 = ROPE_NONE) {
+                         const RopeT& t3 = ROPE_NONE, const AttbFused* ab = NULL) {
+    static_assert(EW_BLOCK == ATTC_WARPS * 32, "the riding attention checks' blocks are the launch's");
     const size_t npairs = t0.npairs + t1.npairs + t2.npairs + t3.npairs;
-    if (npairs == 0) return;
+    if (npairs == 0 && !ab) return;
     int grid = ew_grid(npairs);
-    if (fp) {
-        if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
-        rope_kernel<size_t, true><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt);
-    } else if (npairs <= 0xffffffffull - ((size_t)EW_MAX_GRID * EW_BLOCK)) {   /* idx + stride must not wrap in 32 bits */
-        rope_kernel<unsigned int, false><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt);
-    } else {
-        rope_kernel<size_t, false><<<grid, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt);
-    }
+    if (fp && grid > FP_MAX_GRID) grid = FP_MAX_GRID;
+    if (g_rope_grid_cap > 0 && grid > g_rope_grid_cap) grid = g_rope_grid_cap;
+    const unsigned g = (unsigned)grid + (ab ? ab->blocks : 0u);
+    if (ab && fp) rope_kernel<size_t, true, true><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, *ab);
+    else if (ab) rope_kernel<size_t, false, true><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, *ab);
+    else if (fp) rope_kernel<size_t, true, false><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, ATTB_NONE);
+    else if (npairs <= 0xffffffffull - ((size_t)EW_MAX_GRID * EW_BLOCK))   /* idx + stride must not wrap in 32 bits */
+        rope_kernel<unsigned int, false, false><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, ATTB_NONE);
+    else
+        rope_kernel<size_t, false, false><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, ATTB_NONE);
     cudaCheck(cudaGetLastError());
     const size_t written = (t0.out ? t0.npairs : 0) + (t1.out ? t1.npairs : 0) + (t2.out ? t2.npairs : 0) + (t3.out ? t3.npairs : 0);
     /* x pairs (bf16), the tables (and a riding bound check's y and norms) in; out written */
@@ -175,7 +188,8 @@ static void rope_launch(bf16* out, size_t ldo, const bf16* x, size_t ldx, const 
  * bits of the two single launches: the forward (inverse false: qo, ko contiguous from q, k with the row strides ldq,
  * ldk: the views of the fused projection output, or contiguous) or the backward (inverse true: q, k contiguous
  * gradients into qo, ko with the row strides ldq, ldk). fpq, fpk not NULL: the fingerprinting variant (qo / ko may
- * then be NULL: not written). mt: a bound check riding on the launch (v's, in the forward; MmbTail above). rr (forward
+ * then be NULL: not written). mt: a bound check riding on the launch (v's, in the forward; MmbTail above). ab (backward
+ * only): -protect att_bwd's fused checks riding as extra blocks (attcheck.cuh's AttbFused, attcheck_fused_backward_ride). rr (forward
  * only): a second Q and K rotated in the same launch, fingerprint-only (QkFpPair: -protect qk's recomputation). */
 struct QkFpPair {
     const bf16 *q, *k;   /* the views of the recomputed [N, qd + kd] output, row stride ld */
@@ -184,15 +198,16 @@ struct QkFpPair {
 };
 static void rope_qk(bf16* qo, bf16* ko, const bf16* q, const bf16* k, int ldq, int ldk, const float* cos, const float* sin, int B, int T,
                     int H, int KV, int hd, int style, bool inverse, unsigned long long* fpq, unsigned long long* fpk, cudaStream_t stream,
-                    const MmbTail& mt = MMB_TAIL_NONE, const QkFpPair* rr = NULL) {
+                    const MmbTail& mt = MMB_TAIL_NONE, const QkFpPair* rr = NULL, const AttbFused* ab = NULL) {
     const size_t lq = (size_t)H * hd, lk = (size_t)KV * hd;
     const char* name = fpq ? "rope_kernel_fp" : "rope_kernel";
     if ((fpq == NULL) != (fpk == NULL)) tsdc_fail("rope_qk: fingerprints for both Q and K or for neither");
     const RopeT tq = inverse ? rope_tensor(qo, (size_t)ldq, q, lq, B, T, H, hd, fpq, name) : rope_tensor(qo, lq, q, (size_t)ldq, B, T, H, hd, fpq, name);
     const RopeT tk = inverse ? rope_tensor(ko, (size_t)ldk, k, lk, B, T, KV, hd, fpk, name) : rope_tensor(ko, lk, k, (size_t)ldk, B, T, KV, hd, fpk, name);
     if (rr && (inverse || !rr->fpq || !rr->fpk)) tsdc_fail("rope_qk: the second pair is the forward's, with both fingerprints");
+    if (rr && ab) tsdc_fail("rope_qk: the attention checks ride on the backward's launch, the second pair on the forward's");
     if (!rr) {
-        rope_launch2(tq, tk, cos, sin, T, hd, style, inverse, fpq != NULL, name, stream, mt);
+        rope_launch2(tq, tk, cos, sin, T, hd, style, inverse, fpq != NULL, name, stream, mt, ROPE_NONE, ROPE_NONE, ab);
         return;
     }
     const RopeT rq = rope_tensor(NULL, lq, rr->q, (size_t)rr->ld, B, T, H, hd, rr->fpq, name);

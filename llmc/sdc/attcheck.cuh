@@ -549,22 +549,40 @@ attbwd_dv_kernel(int* counts, int* flags, double* bound, const bf16* __restrict_
  * way (thread x = tx + 32 ty for the dV body). Each body does what its own kernel does, so the counts, flags and
  * bounds are the two launches'. Its shared memory is both bodies' (32.4 + 6 KB) */
 static_assert(ATTC_WARPS * 32 == 32 * ATTC_AV_ROWS, "the scan and the dV blocks: one block shape");
-__global__ void __launch_bounds__(ATTC_WARPS * 32)
-attbwd_fused_kernel(double* __restrict__ ref, double* __restrict__ tol_dp, double* __restrict__ tol_dl, const bf16* __restrict__ dout,
-                    int ld_o, const bf16* __restrict__ v, int ld_v, int T, int H, int KV, int hd, double rel, int chunk,
-                    const float* __restrict__ rows_a, const float* __restrict__ rows_b, int* counts, int* flags, int nbh, int nscan,
-                    double* bound, const bf16* __restrict__ dv, int ld_dv, double rel2, int dv_chunk, double* part, unsigned* done, int gx,
-                    int gy, int nc) {
-    const int i = (int)blockIdx.x;
-    if (i < nscan) {
-        attbwd_scan_block(i % nbh, i / nbh, nbh, ref, tol_dp, tol_dl, dout, ld_o, v, ld_v, T, H, KV, hd, rel, chunk, rows_a, rows_b, counts,
-                          flags);
+/* the two checks' arguments; blocks: nscan + the dV grid's */
+struct AttbFused {
+    double *ref, *tol_dp, *tol_dl;
+    const bf16* dout;
+    int ld_o;
+    const bf16* v;
+    int ld_v, T, H, KV, hd;
+    double rel;
+    int chunk;
+    const float *rows_a, *rows_b;
+    int *counts, *flags;
+    int nbh, nscan;
+    double* bound;
+    const bf16* dv;
+    int ld_dv;
+    double rel2;
+    int dv_chunk;
+    double* part;
+    unsigned* done;
+    int gx, gy, nc;
+    unsigned blocks;
+};
+/* block i of the launch (256 threads): the scan's block or the dV check's */
+__device__ __forceinline__ void attbwd_fused_block(const AttbFused& a, int i) {
+    if (i < a.nscan) {
+        attbwd_scan_block(i % a.nbh, i / a.nbh, a.nbh, a.ref, a.tol_dp, a.tol_dl, a.dout, a.ld_o, a.v, a.ld_v, a.T, a.H, a.KV, a.hd, a.rel, a.chunk,
+                          a.rows_a, a.rows_b, a.counts, a.flags);
     } else {
-        const int jb = i - nscan;
-        attbwd_dv_block(jb % gx, jb / gx % gy, jb / (gx * gy), gy, nc, (int)threadIdx.x % 32, (int)threadIdx.x / 32, counts, flags, bound,
-                        dv, ld_dv, dout, ld_o, T, H, KV, hd, rel2, nbh, dv_chunk, part, done);
+        const int jb = i - a.nscan;
+        attbwd_dv_block(jb % a.gx, jb / a.gx % a.gy, jb / (a.gx * a.gy), a.gy, a.nc, (int)threadIdx.x % 32, (int)threadIdx.x / 32, a.counts,
+                        a.flags, a.bound, a.dv, a.ld_dv, a.dout, a.ld_o, a.T, a.H, a.KV, a.hd, a.rel2, a.nbh, a.dv_chunk, a.part, a.done);
     }
 }
+__global__ void __launch_bounds__(ATTC_WARPS * 32) attbwd_fused_kernel(AttbFused a) { attbwd_fused_block(a, (int)blockIdx.x); }
 
 static inline size_t attbwd_scratch_doubles(int B, int H, int T) { return (size_t)3 * B * H * T; }
 
@@ -631,6 +649,31 @@ static void attcheck_backward_dv(int* counts, int* flags, double* bound, const b
     launch_account("att_bwd", "attbwd_dv_kernel", COST_FP64, grid, 2.0 * B * T * (H + KV) * hd, (double)B * T * (H + KV) * hd * 2, 0.0);   /* dv, dout in */
 }
 
+/* attbwd_fused_kernel's arguments (attcheck_fused_backward below) */
+static AttbFused attcheck_fused_backward_args(int* counts, int* flags, double* scratch, const bf16* dout, int ld_o, const bf16* v, int ld_v,
+                                              const bf16* dv, int ld_dv, int B, int T, int H, int KV, int hd, double* bound, double* work,
+                                              size_t work_doubles, unsigned* done) {
+    attbwd_check_args("attcheck_fused_backward", B, T, H, KV, hd);
+    const int nbh = B * H, nc = attc_scan_chunks(nbh, T);
+    const size_t n = (size_t)nbh * T;
+    const float* rows = attcheck_fused_rows(scratch, B, H, T);
+    const int nc2 = work && done ? attbwd_dv_chunks(B, KV, hd, T, work_doubles) : 1;
+    const int gx = B * KV, gy = CEIL_DIV(hd, 32), nscan = nbh * nc, ndv = gx * gy * nc2;
+    const AttbFused a = {scratch, scratch + n, scratch + 2 * n, dout, ld_o, v, ld_v, T, H, KV, hd, ATT_TOL_REL(16), CEIL_DIV(T, nc), rows, rows + n,
+                         counts, flags, nbh, nscan, bound, dv, ld_dv, 2.0 * ATT_TOL_REL(16), CEIL_DIV(T, nc2), work, done, gx, gy, nc2,
+                         (unsigned)(nscan + ndv)};
+    return a;
+}
+/* the scan's work (dout, v rows and the kernel's row sums in; 3 bounds out) and the dV check's (dv, dout in); ride: on
+ * another launch (llmc/cuda/cuda_common.cuh's ride_account: its work, no launch overhead) */
+static void attbwd_fused_account(const AttbFused& a, int B, bool ride) {
+    const size_t n = (size_t)a.nbh * a.T;
+    const int nc = a.nscan / a.nbh;   /* the scan's chunks */
+    const double fl = 4.0 * n * a.hd + 2.0 * n * a.hd * (nc - 1) / 2.0 + 2.0 * B * a.T * (a.H + a.KV) * a.hd;
+    const double rd = (double)B * a.T * (a.H + a.KV) * a.hd * 2 + (double)n * 8 + (double)B * a.T * (a.H + a.KV) * a.hd * 2;
+    if (ride) ride_account("att_bwd", "attbwd_fused_ride", COST_FP64, a.blocks, fl, rd, (double)n * 24);
+    else launch_account("att_bwd", "attbwd_fused_kernel", COST_FP64, a.blocks, fl, rd, (double)n * 24);
+}
 /* -protect att_bwd on the fused backward, one launch (attbwd_fused_kernel): its dq kernel's rows (attcheck_fused_rows:
  * rows_a dP, rows_b dZ) against the bounds of attbwd_scan_kernel, compared by the scan as it makes them, the bounds left
  * in scratch as attcheck_backward_dprobs leaves them (the dump reads them); and the dV column check of dv (row stride
@@ -639,20 +682,22 @@ static void attcheck_backward_dv(int* counts, int* flags, double* bound, const b
 static void attcheck_fused_backward(int* counts, int* flags, double* scratch, const bf16* dout, int ld_o, const bf16* v, int ld_v,
                                     const bf16* dv, int ld_dv, int B, int T, int H, int KV, int hd, cudaStream_t stream, double* bound = NULL,
                                     double* work = NULL, size_t work_doubles = 0, unsigned* done = NULL) {
-    attbwd_check_args("attcheck_fused_backward", B, T, H, KV, hd);
-    const int nbh = B * H, nc = attc_scan_chunks(nbh, T);
-    const size_t n = (size_t)nbh * T;
-    const float* rows = attcheck_fused_rows(scratch, B, H, T);
-    const int nc2 = work && done ? attbwd_dv_chunks(B, KV, hd, T, work_doubles) : 1;
-    const int gx = B * KV, gy = CEIL_DIV(hd, 32), nscan = nbh * nc, ndv = gx * gy * nc2;
-    attbwd_fused_kernel<<<(unsigned)(nscan + ndv), ATTC_WARPS * 32, 0, stream>>>(
-        scratch, scratch + n, scratch + 2 * n, dout, ld_o, v, ld_v, T, H, KV, hd, ATT_TOL_REL(16), CEIL_DIV(T, nc), rows, rows + n, counts,
-        flags, nbh, nscan, bound, dv, ld_dv, 2.0 * ATT_TOL_REL(16), CEIL_DIV(T, nc2), work, done, gx, gy, nc2);
+    const AttbFused a = attcheck_fused_backward_args(counts, flags, scratch, dout, ld_o, v, ld_v, dv, ld_dv, B, T, H, KV, hd, bound, work,
+                                                     work_doubles, done);
+    attbwd_fused_kernel<<<a.blocks, ATTC_WARPS * 32, 0, stream>>>(a);
     cudaCheck(cudaGetLastError());
-    /* the scan's work (dout, v rows and the kernel's row sums in; 3 bounds out) and the dV check's (dv, dout in) */
-    launch_account("att_bwd", "attbwd_fused_kernel", COST_FP64, (unsigned)(nscan + ndv),
-                   4.0 * n * hd + 2.0 * n * hd * (nc - 1) / 2.0 + 2.0 * B * T * (H + KV) * hd,
-                   (double)B * T * (H + KV) * hd * 2 + (double)n * 8 + (double)B * T * (H + KV) * hd * 2, (double)n * 24);
+    attbwd_fused_account(a, B, false);
+}
+/* the same checks riding on another launch of 256-thread blocks that runs after dv is final and before anything writes
+ * dout, v, the rows or the scratch (the trainer: the RoPE backward of q and k, rope_qk): the arguments for it, and the
+ * work accounted as a ride (no launch of its own) */
+static AttbFused attcheck_fused_backward_ride(int* counts, int* flags, double* scratch, const bf16* dout, int ld_o, const bf16* v, int ld_v,
+                                              const bf16* dv, int ld_dv, int B, int T, int H, int KV, int hd, double* bound, double* work,
+                                              size_t work_doubles, unsigned* done) {
+    const AttbFused a = attcheck_fused_backward_args(counts, flags, scratch, dout, ld_o, v, ld_v, dv, ld_dv, B, T, H, KV, hd, bound, work,
+                                                     work_doubles, done);
+    attbwd_fused_account(a, B, true);
+    return a;
 }
 
 #endif

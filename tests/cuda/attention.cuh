@@ -1044,6 +1044,7 @@ static void fused_fwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTC_NCHECK]) {
     cudaCheck(cudaMemcpy(cnt, f->dbuf, sizeof(int) * ATTC_NCHECK, cudaMemcpyDeviceToHost));
 }
 static int g_fused_chunked = 0;   /* calls of fused_bwd_checks whose dV check had more than one chunk */
+static int g_ride_rope_diff = 0, g_ride_rope_runs = 0;   /* the riding checks' RoPE launches whose outputs differed, of all */
 /* the fused backward (from the clean forward's out, lse) with plant pl, then the dq kernel's row checks and the dV
  * column check (one launch): failed heads per ATTB check */
 static void fused_bwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTB_NCHECK]) {
@@ -1064,13 +1065,59 @@ static void fused_bwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTB_NCHECK]) {
     unsigned* done = (unsigned*)d_f32_poison(ndone);
     cudaCheck(cudaMemset(done, 0, sizeof(unsigned) * ndone));
     cudaCheck(cudaMemset(f->dbuf, 0, sizeof(int) * ATTB_NCHECK * (1 + (size_t)nbh)));
-    attcheck_fused_backward(f->dbuf, f->dbuf + ATTB_NCHECK, f->scr, f->go, qd, f->v, kd, f->gdv, kd, f->B, f->T, f->H, f->KV, f->hd, g_s, NULL,
+    const size_t nbd = (size_t)f->B * f->KV * f->hd;
+    double *bnd1 = (double*)d_f32_poison(2 * nbd), *bnd2 = (double*)d_f32_poison(2 * nbd);
+    attcheck_fused_backward(f->dbuf, f->dbuf + ATTB_NCHECK, f->scr, f->go, qd, f->v, kd, f->gdv, kd, f->B, f->T, f->H, f->KV, f->hd, g_s, bnd1,
                             work, nwork, done);
     int c2[ATTB_NCHECK];
     cudaCheck(cudaMemcpy(c2, f->dbuf, sizeof(int) * ATTB_NCHECK, cudaMemcpyDeviceToHost));
     for (int c = 0; c < ATTB_NCHECK; c++)
         if (c2[c] != cnt[c]) cnt[c] = -1;
     g_fused_chunked += attbwd_dv_chunks(f->B, f->KV, f->hd, f->T, nwork) > 1;
+    /* and riding on the launch that rotates dq and dk back (the trainer's: attcheck_fused_backward_ride on rope_qk), with and
+     * without that launch's fingerprints: the counts of the one launch with the same chunks, the scan's and the dV check's
+     * bounds bitwise its (every block ran), and the rotated dq, dk and their fingerprints bitwise those of the launch without the ride,
+     * once with the pairs' grid capped at 3 blocks so that their threads stride (else g_ride_rope_diff) */
+    const size_t nq = (size_t)f->B * f->T * qd, nk = (size_t)f->B * f->T * kd;
+    const int half = f->hd / 2;
+    float *cs = h_normal((size_t)f->T * half, 0.7, 0.0, 0), *sn = h_normal((size_t)f->T * half, 0.7, 0.0, 0);
+    float *dcs = d_f32(cs, (size_t)f->T * half), *dsn = d_f32(sn, (size_t)f->T * half);
+    bf16 *r1q = d_bf16_poison(nq), *r1k = d_bf16_poison(nk), *r2q = d_bf16_poison(nq), *r2k = d_bf16_poison(nk);
+    unsigned long long* fa = (unsigned long long*)d_f32_poison(4 * FP_WORDS * 2);
+    double* hs1 = (double*)mallocCheck(sizeof(double) * 3 * n);
+    double* hs2 = (double*)mallocCheck(sizeof(double) * 3 * n);
+    cudaCheck(cudaMemcpy(hs1, f->scr, sizeof(double) * 3 * n, cudaMemcpyDeviceToHost));   /* the one launch's ref, tol_dp, tol_dl */
+    for (int fp = 0; fp <= 1; fp++) {
+        g_rope_grid_cap = fp ? 0 : 3;   /* the pairs' threads striding over their own grid's, not the whole launch's */
+        cudaCheck(cudaMemset(f->scr, 0xff, sizeof(double) * 3 * n));
+        cudaCheck(cudaMemset(fa, 0, 4 * FP_WORDS * sizeof(unsigned long long)));
+        unsigned long long *a1 = fp ? fa : NULL, *b1 = fp ? fa + FP_WORDS : NULL, *a2 = fp ? fa + 2 * FP_WORDS : NULL, *b2 = fp ? fa + 3 * FP_WORDS : NULL;
+        rope_qk(r1q, r1k, f->gdq, f->gdk, qd, kd, dcs, dsn, f->B, f->T, f->H, f->KV, f->hd, ROPE_HF, true, a1, b1, g_s);
+        cudaCheck(cudaMemset(f->dbuf, 0, sizeof(int) * ATTB_NCHECK * (1 + (size_t)nbh)));
+        cudaCheck(cudaMemset(done, 0, sizeof(unsigned) * ndone));   /* the dV chunks' counters (the trainer zeroes them each backward) */
+        const AttbFused ab = attcheck_fused_backward_ride(f->dbuf, f->dbuf + ATTB_NCHECK, f->scr, f->go, qd, f->v, kd, f->gdv, kd, f->B, f->T, f->H,
+                                                          f->KV, f->hd, bnd2, work, nwork, done);
+        rope_qk(r2q, r2k, f->gdq, f->gdk, qd, kd, dcs, dsn, f->B, f->T, f->H, f->KV, f->hd, ROPE_HF, true, a2, b2, g_s, MMB_TAIL_NONE, NULL, &ab);
+        cudaCheck(cudaStreamSynchronize(g_s));
+        int c3[ATTB_NCHECK];
+        cudaCheck(cudaMemcpy(c3, f->dbuf, sizeof(int) * ATTB_NCHECK, cudaMemcpyDeviceToHost));
+        g_ride_rope_diff += memcmp(c3, c2, sizeof(c3)) != 0;   /* the one launch's counts with the same chunks */
+        uint16_t *x1 = dl_bits(r1q, nq), *x2 = dl_bits(r2q, nq), *y1 = dl_bits(r1k, nk), *y2 = dl_bits(r2k, nk);
+        unsigned long long h[4 * FP_WORDS];
+        cudaCheck(cudaMemcpy(h, fa, sizeof(h), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(hs2, f->scr, sizeof(double) * 3 * n, cudaMemcpyDeviceToHost));
+        double *hb1 = (double*)mallocCheck(sizeof(double) * nbd), *hb2 = (double*)mallocCheck(sizeof(double) * nbd);
+        cudaCheck(cudaMemcpy(hb1, bnd1, sizeof(double) * nbd, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(hb2, bnd2, sizeof(double) * nbd, cudaMemcpyDeviceToHost));
+        const int bdiff = memcmp(hb1, hb2, sizeof(double) * nbd) != 0;   /* every dV column's bound: every dV block ran */
+        FREE_ALL(hb1, hb2);
+        g_ride_rope_diff += memcmp(x1, x2, nq * 2) != 0 || memcmp(y1, y2, nk * 2) != 0 || memcmp(h, h + 2 * FP_WORDS, 2 * FP_WORDS * 8) != 0 ||
+                            (fp && (h[0] | h[1]) == 0) || memcmp(hs1, hs2, sizeof(double) * 3 * n) != 0 || bdiff;
+        g_ride_rope_runs++;
+        FREE_ALL(x1, x2, y1, y2);
+    }
+    g_rope_grid_cap = 0;
+    FREE_ALL(cs, sn, hs1, hs2);
 }
 static FlashPlant plant_at(int where, int b, int h, int t, int s, float mul, float add) {
     FlashPlant p = {where, b, h, t, s, mul, add};
@@ -1250,4 +1297,6 @@ static void test_flash_attcheck(void) {
         dfree_all();
     }
     check(g_fused_chunked > 0, "  the one-launch checks' dV part ran with more than one chunk in %d of the calls above", g_fused_chunked);
+    check(g_ride_rope_runs > 0 && g_ride_rope_diff == 0, "  the checks riding on the RoPE backward's launch: their counts the one launch's, its dq, dk and "
+          "fingerprints bitwise the launch's without them, in %d of %d calls (want all)", g_ride_rope_runs - g_ride_rope_diff, g_ride_rope_runs);
 }
