@@ -1289,7 +1289,17 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             attention_forward_faults(model, a, l, B, T, s);
         }
         FAULT_FWD(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
-        if (checks && P.flash) {   /* -protect att alone: -detect abft takes the materialised path */
+        /* -protect att on the fused path: the scan that makes the rows' bounds and compares the flash kernel's row sums rides
+         * on the residual add + norm after o_proj below (nothing between writes q, k, the rows or the scratch); where that
+         * launch is split (a fault due between its steps), its own launch here */
+        AttcScan attc_ride;
+        const AttcScan* attc = NULL;
+        if (checks && P.flash && P.resid_norm) {
+            const size_t nbh_max = (size_t)model->B * H;
+            attc_ride = attcheck_fused_forward_ride((int*)(model->rep_dev + model->rep_attc) + (size_t)l * ATTC_NCHECK,
+                                                    model->chk_dev + (size_t)l * ATTC_NCHECK * nbh_max, model->chk_scratch, qc, kc, B, T, H, KV, hd);
+            attc = &attc_ride;
+        } else if (checks && P.flash) {   /* -protect att alone: -detect abft takes the materialised path */
             const size_t nbh_max = (size_t)model->B * H;
             attcheck_fused_forward((int*)(model->rep_dev + model->rep_attc) + (size_t)l * ATTC_NCHECK,
                                    model->chk_dev + (size_t)l * ATTC_NCHECK * nbh_max, model->chk_scratch, qc, kc, B, T, H, KV, hd, s);
@@ -1300,7 +1310,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
                              a->logits, a->probs, a->att_out, qc, kc, a->v, B, T, H, KV, hd, ldqkv, model->prot.abft,
                              model->prot.on[PK_ATT], s);
         }
-        if (checks) attf_dump(model, l, B, T, P.flash, a->logits, a->probs, s);   /* test-only: nothing without TSDC_CHECK_DUMP */
+        if (checks && !attc) attf_dump(model, l, B, T, P.flash, a->logits, a->probs, s);   /* test-only: nothing without TSDC_CHECK_DUMP */
         linear_forward(a->o, a->att_out, W(PT_WO, l), N, qd, d, s);
         FAULT_FWD(SITE_O_PROJ, l, a->o, (size_t)N * d);
         /* -protect bound on o: inside the residual add and norm that read it, the input rows' norms taken there from
@@ -1313,7 +1323,8 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
             const MmbFused mbo = {NULL, mmb_wnorms(model, l, MMB_O_PROJ), NULL, mmb_factor(qd), mmb_flag(model, l, MMB_O_PROJ), NULL, NULL,
                                   a->att_out, qd};
             residual_rmsnorm_forward(a->resid_mid, a->mlp_norm, a->mlp_ms, x, a->o, W(PT_MLP_NORM, l), N, d, eps, s,
-                                     ew_dupf(model, 0, l, EWF_ATTN_RESIDUAL, l, EWF_MLP_NORM), xn, mmb ? &mbo : NULL);
+                                     ew_dupf(model, 0, l, EWF_ATTN_RESIDUAL, l, EWF_MLP_NORM), xn, mmb ? &mbo : NULL, attc);
+            if (attc) attf_dump(model, l, B, T, P.flash, a->logits, a->probs, s);
         } else {
             residual_forward(a->resid_mid, x, a->o, (size_t)N * d, s);
             FAULT_FWD(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);

@@ -52,6 +52,7 @@
 #include "../sdc/fingerprint.cuh"
 #include "../sdc/ewdup.cuh"
 #include "../sdc/bound.h"
+#include "../sdc/attcheck.cuh"
 
 #define RMSNORM_BLOCK 256     /* 8 warps, each 32/L rows at a time */
 #define RMSNORM_DW_TX 32      /* dw kernels: columns per block */
@@ -192,12 +193,20 @@ __global__ static void rmsnorm_forward_kernel(bf16* out, float* ms, const bf16* 
  * stored (rounded) values, by the lane that wrote them (it reads back only its own elements). DUP: duplicated
  * (ewdup.cuh), output 0 (f0) the residual, 1 (f1) the norm's out and ms; the duplicate's norm from the residual as
  * stored (so a wrong residual sets the residual's flag alone, as ew's recomputation from the stored tensors does) */
-template <bool DUP, bool BND>
+template <bool DUP, bool BND, bool AS>
 __global__ static void residual_rmsnorm_forward_kernel(bf16* resid, bf16* out, float* ms, const bf16* a, const bf16* b, const bf16* w,
-                                                       int rows, int C, float eps, int L, bool vec, EwDup dup, float* onorm, MmbFused mb) {
+                                                       int rows, int C, float eps, int L, bool vec, EwDup dup, float* onorm, MmbFused mb,
+                                                       AttcScan as) {
+    /* AS: -protect att's fused forward scan rides on the launch: its last as.blocks blocks run it (attcheck.cuh), the
+     * others the rows over their own grid */
+    const unsigned gr = gridDim.x - (AS ? as.blocks : 0u);
+    if (AS && blockIdx.x >= gr) {
+        attc_scan_ride_block(as, (int)(blockIdx.x - gr));
+        return;
+    }
     bool bad_res = false, bad_norm = false, bad_b = false;
     const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
-    const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
+    const int wpb = blockDim.x >> 5, step = (int)gr * wpb * rpw;
     for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
         const int row = base + lane / L;
         const bool valid = row < rows;
@@ -480,23 +489,33 @@ static void rmsnorm_forward(bf16* out, float* ms, const bf16* x, const bf16* w, 
  * flag mb->f0 (llmc/sdc/bound.h) */
 template <bool DUP>
 static void residual_rmsnorm_launch(int g, bf16* resid, bf16* out, float* ms, const bf16* a, const bf16* b, const bf16* w, int rows, int C,
-                                    float eps, int L, bool vec, EwDup dup, float* onorm, const MmbFused* mb, cudaStream_t stream) {
+                                    float eps, int L, bool vec, EwDup dup, float* onorm, const MmbFused* mb, const AttcScan* as,
+                                    cudaStream_t stream) {
+    static_assert(RMSNORM_BLOCK == ATTC_WARPS * 32, "the riding attention scan's blocks are the launch's");
     const MmbFused none = {NULL, NULL, NULL, 0.0f, NULL, NULL, NULL, NULL, 0};
-    if (mb) residual_rmsnorm_forward_kernel<DUP, true><<<g, RMSNORM_BLOCK, 0, stream>>>(resid, out, ms, a, b, w, rows, C, eps, L, vec, dup, onorm, *mb);
-    else residual_rmsnorm_forward_kernel<DUP, false><<<g, RMSNORM_BLOCK, 0, stream>>>(resid, out, ms, a, b, w, rows, C, eps, L, vec, dup, onorm, none);
+    const AttcScan no = {};
+    const unsigned gg = (unsigned)g + (as ? as->blocks : 0u);
+    const MmbFused& m = mb ? *mb : none;
+    if (mb && as) residual_rmsnorm_forward_kernel<DUP, true, true><<<gg, RMSNORM_BLOCK, 0, stream>>>(resid, out, ms, a, b, w, rows, C, eps, L, vec, dup, onorm, m, *as);
+    else if (as) residual_rmsnorm_forward_kernel<DUP, false, true><<<gg, RMSNORM_BLOCK, 0, stream>>>(resid, out, ms, a, b, w, rows, C, eps, L, vec, dup, onorm, m, *as);
+    else if (mb) residual_rmsnorm_forward_kernel<DUP, true, false><<<gg, RMSNORM_BLOCK, 0, stream>>>(resid, out, ms, a, b, w, rows, C, eps, L, vec, dup, onorm, m, no);
+    else residual_rmsnorm_forward_kernel<DUP, false, false><<<gg, RMSNORM_BLOCK, 0, stream>>>(resid, out, ms, a, b, w, rows, C, eps, L, vec, dup, onorm, m, no);
 }
+static int g_rmsnorm_grid_cap = 0;   /* test-only: > 0 caps residual_rmsnorm_forward's rows grid, so that its warps stride */
 static void residual_rmsnorm_forward(bf16* resid, bf16* out, float* ms, const bf16* a, const bf16* b, const bf16* w, int rows, int C,
                                      float eps, cudaStream_t stream, EwDup dup = ew_dup_none(), float* onorm = NULL,
-                                     const MmbFused* mb = NULL) {
+                                     const MmbFused* mb = NULL, const AttcScan* as = NULL) {
     if (rows <= 0 || C <= 0) return;
     bool vec = C % 8 == 0 && ptr_aligned(resid, 16) && ptr_aligned(out, 16) && ptr_aligned(a, 16) && ptr_aligned(b, 16) &&
                (!w || ptr_aligned(w, 16));
     const int L = rmsnorm_lanes(C), d = ew_dup_on(dup);
-    if (d) residual_rmsnorm_launch<true>(rmsnorm_grid(rows, L), resid, out, ms, a, b, w, rows, C, eps, L, vec, dup, onorm, mb, stream);
-    else residual_rmsnorm_launch<false>(rmsnorm_grid(rows, L), resid, out, ms, a, b, w, rows, C, eps, L, vec, dup, onorm, mb, stream);
+    int gr = rmsnorm_grid(rows, L);
+    if (g_rmsnorm_grid_cap > 0 && gr > g_rmsnorm_grid_cap) gr = g_rmsnorm_grid_cap;
+    if (d) residual_rmsnorm_launch<true>(gr, resid, out, ms, a, b, w, rows, C, eps, L, vec, dup, onorm, mb, as, stream);
+    else residual_rmsnorm_launch<false>(gr, resid, out, ms, a, b, w, rows, C, eps, L, vec, dup, onorm, mb, as, stream);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
-    ew_account(COST_NORM, d ? "residual_rmsnorm_forward_kernel_dup" : "residual_rmsnorm_forward_kernel", rmsnorm_grid(rows, L),
+    ew_account(COST_NORM, d ? "residual_rmsnorm_forward_kernel_dup" : "residual_rmsnorm_forward_kernel", gr,
                (d ? 11.0 : 5.0) * n + (onorm ? 2.0 * n : 0.0) + (mb ? 3.0 * n : 0.0) + (mb && mb->xin ? 2.0 * rows * mb->kin : 0.0),
                n * 4 + (w ? (size_t)C * 2 : 0) + (mb ? (mb->xin ? (size_t)rows * mb->kin * 2 : (size_t)rows * 4) + (size_t)C * 4 : 0),
                n * 4 + (ms ? (size_t)rows * 4 : 0) + (onorm ? (size_t)rows * 4 : 0));   /* a, b (w, the bound's input norms or input) in; resid, out, ms (norms) out */

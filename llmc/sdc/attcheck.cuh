@@ -152,14 +152,16 @@ static int attc_scan_chunks(int nbh, int T) {
  * positions. rows_a not NULL (dir 0 only: the fused forward's FlashCheck rows): each row's ref and tol are also
  * compared at once with the flash kernel's row sums, rows_a[t] (the logits) against ref within tol (ATTC_ATT_LOGITS),
  * rows_b[t] (the probabilities) against 1 within ptol (ATTC_ATT_PROBS), into counts / flags */
-__global__ void __launch_bounds__(ATTC_WARPS * 32)
-attcheck_scan_kernel(double* __restrict__ ref, double* __restrict__ tol, const bf16* __restrict__ q, const bf16* __restrict__ k,
-                     int T, int H, int KV, int hd, double scale, double rel, int dir0, int chunk, const float* __restrict__ rows_a,
-                     const float* __restrict__ rows_b, int* counts, int* flags, double ptol) {
+/* block (bh, by, bz) of the scan's grid (nbh, dirs, nchunk), as a device function: its own kernel below, or blocks riding on
+ * another launch (AttcScan, attc_scan_ride_block) */
+__device__ __forceinline__ void attc_scan_block(int bh, int by, int bz, int nbh, double* __restrict__ ref, double* __restrict__ tol,
+                                                const bf16* __restrict__ q, const bf16* __restrict__ k, int T, int H, int KV, int hd, double scale,
+                                                double rel, int dir0, int chunk, const float* __restrict__ rows_a, const float* __restrict__ rows_b,
+                                                int* counts, int* flags, double ptol) {
     __shared__ double sp[2][ATTC_WARPS][ATTC_MAX_HD];
     __shared__ double sn[2][ATTC_WARPS], sm[2][ATTC_WARPS];
-    const int dir = dir0 + (int)blockIdx.y;
-    const int nbh = (int)gridDim.x, bh = (int)blockIdx.x, b = bh / H, h = bh % H, j = h / (H / KV);
+    const int dir = dir0 + by;
+    const int b = bh / H, h = bh % H, j = h / (H / KV);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
     const bf16* qh = q + (size_t)b * T * qs + (size_t)h * hd;
@@ -169,7 +171,7 @@ attcheck_scan_kernel(double* __restrict__ ref, double* __restrict__ tol, const b
     const size_t xs = dir ? qs : ks, ys = dir ? ks : qs;
     double* R = ref + ((size_t)dir * nbh + bh) * T;
     double* E = tol + ((size_t)dir * nbh + bh) * T;
-    const int c0 = min(T, (int)blockIdx.z * chunk), c1 = min(T, c0 + chunk);
+    const int c0 = min(T, bz * chunk), c1 = min(T, c0 + chunk);
     const int pre = CEIL_DIV(c0, ATTC_WARPS), sub = CEIL_DIV(c1 - c0, ATTC_WARPS);
     const int p0 = min(c1, c0 + warp * sub), p1 = min(c1, p0 + sub);
     AttcScanSums sp_pre, sp_own, st;
@@ -207,6 +209,31 @@ attcheck_scan_kernel(double* __restrict__ ref, double* __restrict__ tol, const b
             }
         }
     }
+}
+__global__ void __launch_bounds__(ATTC_WARPS * 32)
+attcheck_scan_kernel(double* __restrict__ ref, double* __restrict__ tol, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                     int T, int H, int KV, int hd, double scale, double rel, int dir0, int chunk, const float* __restrict__ rows_a,
+                     const float* __restrict__ rows_b, int* counts, int* flags, double ptol) {
+    attc_scan_block((int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, (int)gridDim.x, ref, tol, q, k, T, H, KV, hd, scale, rel, dir0, chunk,
+                    rows_a, rows_b, counts, flags, ptol);
+}
+/* the fused forward's scan (attcheck_fused_forward) riding on another launch of 256-thread blocks: its arguments, and
+ * block i of its grid (nbh, 1, nchunk), x fastest */
+struct AttcScan {
+    double *ref, *tol;
+    const bf16 *q, *k;
+    int T, H, KV, hd;
+    double scale, rel;
+    int chunk;
+    const float *rows_a, *rows_b;
+    int *counts, *flags;
+    double ptol;
+    int nbh;
+    unsigned blocks;
+};
+__device__ __forceinline__ void attc_scan_ride_block(const AttcScan& a, int i) {
+    attc_scan_block(i % a.nbh, 0, i / a.nbh, a.nbh, a.ref, a.tol, a.q, a.k, a.T, a.H, a.KV, a.hd, a.scale, a.rel, 0, a.chunk, a.rows_a, a.rows_b,
+                    a.counts, a.flags, a.ptol);
 }
 
 /* one warp per row of [B*H*T, T]: the row checksum of the logits and the row sum of the probs */
@@ -359,22 +386,43 @@ static inline float* attcheck_fused_rows(double* scratch, int B, int H, int T) {
  * left them (rows_a = rows, rows_b = rows + B*H*T); q [B,T,H*hd], k [B,T,KV*hd] the tensors it read. Counters as
  * attcheck_forward's (ATTC_ATT_LOGITS, ATTC_ATT_PROBS). One launch: the scan compares each row as it writes its
  * reference and bound (which stay in scratch for the test-only dump). */
-static void attcheck_fused_forward(int* counts, int* flags, double* scratch, const bf16* q, const bf16* k, int B, int T, int H, int KV,
-                                   int hd, cudaStream_t stream) {
+static AttcScan attcheck_fused_forward_args(int* counts, int* flags, double* scratch, const bf16* q, const bf16* k, int B, int T, int H, int KV,
+                                            int hd) {
     if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || hd <= 0 || H % KV != 0 || hd > ATTC_MAX_HD)
         tsdc_fail("attcheck_fused_forward: bad shape B %d T %d H %d KV %d hd %d (H a multiple of KV, hd <= %d)", B, T, H, KV, hd, ATTC_MAX_HD);
     const int nbh = B * H, nc = attc_scan_chunks(nbh, T), chunk = CEIL_DIV(T, nc);
     const size_t n = (size_t)nbh * T;
     const float* rows = attcheck_fused_rows(scratch, B, H, T);
-    const dim3 grid((unsigned)nbh, 1u, (unsigned)nc);
-    attcheck_scan_kernel<<<grid, ATTC_WARPS * 32, 0, stream>>>(scratch, scratch + 2 * n, q, k, T, H, KV, hd, 1.0 / sqrt((double)hd),
-                                                              ATT_TOL_REL(16), 0, chunk, rows, rows + n, counts, flags,
-                                                              ATT_TOL_ROWSUM(16, T));
+    const AttcScan a = {scratch, scratch + 2 * n, q, k, T, H, KV, hd, 1.0 / sqrt((double)hd), ATT_TOL_REL(16), chunk, rows, rows + n, counts, flags,
+                        ATT_TOL_ROWSUM(16, T), nbh, (unsigned)(nbh * nc)};
+    return a;
+}
+/* FLOPs: 4 hd a scanned position, 2 hd a prefix position re-read (about (nc - 1) / 2 times T a head); bytes: q, k once (the
+ * prefix re-reads come from L2), the flash rows in, ref and tol out; ride: on another launch (ride_account) */
+static void attc_scan_account(const AttcScan& a, int B, bool ride) {
+    const size_t n = (size_t)a.nbh * a.T;
+    const int nc = (int)a.blocks / a.nbh;
+    const double fl = 4.0 * n * a.hd + 2.0 * n * a.hd * (nc - 1) / 2.0, rd = (double)B * a.T * (a.H + a.KV) * a.hd * 2 + (double)n * 8;
+    if (ride) ride_account("att", "attcheck_scan_ride", COST_FP64, a.blocks, fl, rd, (double)n * 16);
+    else launch_account("att", "attcheck_scan_kernel", COST_FP64, dim3((unsigned)a.nbh, 1u, (unsigned)nc), fl, rd, (double)n * 16);
+}
+static void attcheck_fused_forward(int* counts, int* flags, double* scratch, const bf16* q, const bf16* k, int B, int T, int H, int KV,
+                                   int hd, cudaStream_t stream) {
+    const AttcScan a = attcheck_fused_forward_args(counts, flags, scratch, q, k, B, T, H, KV, hd);
+    const dim3 grid((unsigned)a.nbh, 1u, a.blocks / (unsigned)a.nbh);
+    attcheck_scan_kernel<<<grid, ATTC_WARPS * 32, 0, stream>>>(a.ref, a.tol, q, k, T, H, KV, hd, a.scale, a.rel, 0, a.chunk, a.rows_a, a.rows_b,
+                                                              counts, flags, a.ptol);
     cudaCheck(cudaGetLastError());
-    /* FLOPs: 4 hd a scanned position, 2 hd a prefix position re-read (about (nc - 1) / 2 times T a head); bytes: q, k
-     * once (the prefix re-reads come from L2), the flash rows in, ref and tol out */
-    launch_account("att", "attcheck_scan_kernel", COST_FP64, grid, 4.0 * n * hd + 2.0 * n * hd * (nc - 1) / 2.0, (double)B * T * (H + KV) * hd * 2 + (double)n * 8,
-                   (double)n * 16);
+    attc_scan_account(a, B, false);
+}
+/* the same scan riding on a later launch of 256-thread blocks that runs before anything writes q, k, the rows or the
+ * scratch (the trainer: the residual add + norm after o_proj, residual_rmsnorm_forward): its arguments, the work
+ * accounted as a ride */
+static AttcScan attcheck_fused_forward_ride(int* counts, int* flags, double* scratch, const bf16* q, const bf16* k, int B, int T, int H, int KV,
+                                            int hd) {
+    const AttcScan a = attcheck_fused_forward_args(counts, flags, scratch, q, k, B, T, H, KV, hd);
+    attc_scan_account(a, B, true);
+    return a;
 }
 
 /* ---------------------------------------------------------------------------------- backward (-protect att_bwd)

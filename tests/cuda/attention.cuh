@@ -1030,6 +1030,7 @@ typedef struct {
     int* dbuf;
     double* scr;
 } FusedChk;
+static int g_ride_norm_diff = 0, g_ride_norm_runs = 0;   /* the forward scan riding on the residual norm: calls that differed, of all */
 /* the fused forward with its row sums and plant pl, then attcheck_fused_forward: failed heads per ATTC check */
 static void fused_fwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTC_NCHECK]) {
     const int nbh = f->B * f->H;
@@ -1042,6 +1043,39 @@ static void fused_fwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTC_NCHECK]) {
     cudaCheck(cudaStreamSynchronize(g_s));
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaMemcpy(cnt, f->dbuf, sizeof(int) * ATTC_NCHECK, cudaMemcpyDeviceToHost));
+    /* again riding on the residual add + norm that follows (the trainer's: attcheck_fused_forward_ride on
+     * residual_rmsnorm_forward): the same counts, its bounds (ref, tol) bitwise the launch's, and the add's and the norm's
+     * outputs bitwise those of the launch without the ride, once with the rows' grid capped so that its warps stride
+     * (else g_ride_norm_diff) */
+    const size_t nr = (size_t)f->B * f->T, n2 = 4 * n;
+    const int C = 96;
+    double *hs1 = (double*)mallocCheck(sizeof(double) * n2), *hs2 = (double*)mallocCheck(sizeof(double) * n2);
+    cudaCheck(cudaMemcpy(hs1, f->scr, sizeof(double) * n2, cudaMemcpyDeviceToHost));   /* ref, tol of the separate launch (and the rows) */
+    float *ha = h_normal(nr * C, 1.0, 0.0, 1), *hb = h_normal(nr * C, 1.0, 0.0, 1), *hw = h_normal(C, 0.3, 1.0, 1);
+    bf16 *ra = d_bf16(ha, nr * C), *rb = d_bf16(hb, nr * C), *rw = d_bf16(hw, C);
+    bf16 *o1 = d_bf16_poison(nr * C), *o2 = d_bf16_poison(nr * C), *s1 = d_bf16_poison(nr * C), *s2 = d_bf16_poison(nr * C);
+    float *m1 = d_f32_poison(nr), *m2 = d_f32_poison(nr);
+    for (int cap = 0; cap <= 1; cap++) {
+        g_rmsnorm_grid_cap = cap ? 1 : 0;
+        residual_rmsnorm_forward(s1, o1, m1, ra, rb, rw, (int)nr, C, 1e-5f, g_s);
+        cudaCheck(cudaMemset(f->dbuf, 0, sizeof(int) * ATTC_NCHECK * (1 + (size_t)nbh)));
+        cudaCheck(cudaMemset(f->scr, 0xff, sizeof(double) * 4 * n));   /* ref, tol (the rows after them stay) */
+        cudaCheck(cudaMemset(o2, 0xff, nr * C * 2)); cudaCheck(cudaMemset(s2, 0xff, nr * C * 2)); cudaCheck(cudaMemset(m2, 0xff, nr * 4));
+        const AttcScan as = attcheck_fused_forward_ride(f->dbuf, f->dbuf + ATTC_NCHECK, f->scr, f->q, f->k, f->B, f->T, f->H, f->KV, f->hd);
+        residual_rmsnorm_forward(s2, o2, m2, ra, rb, rw, (int)nr, C, 1e-5f, g_s, ew_dup_none(), NULL, NULL, &as);
+        cudaCheck(cudaStreamSynchronize(g_s));
+        int c2[ATTC_NCHECK];
+        cudaCheck(cudaMemcpy(c2, f->dbuf, sizeof(int) * ATTC_NCHECK, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(hs2, f->scr, sizeof(double) * n2, cudaMemcpyDeviceToHost));
+        uint16_t *x1 = dl_bits(o1, nr * C), *x2 = dl_bits(o2, nr * C), *y1 = dl_bits(s1, nr * C), *y2 = dl_bits(s2, nr * C);
+        float *z1 = dl_f32(m1, nr, NULL), *z2 = dl_f32(m2, nr, NULL);
+        g_ride_norm_diff += memcmp(c2, cnt, sizeof(c2)) != 0 || memcmp(hs1, hs2, sizeof(double) * n2) != 0 || memcmp(x1, x2, nr * C * 2) != 0 ||
+                            memcmp(y1, y2, nr * C * 2) != 0 || memcmp(z1, z2, nr * 4) != 0;
+        g_ride_norm_runs++;
+        FREE_ALL(x1, x2, y1, y2, z1, z2);
+    }
+    g_rmsnorm_grid_cap = 0;
+    FREE_ALL(hs1, hs2, ha, hb, hw);
 }
 static int g_fused_chunked = 0;   /* calls of fused_bwd_checks whose dV check had more than one chunk */
 static int g_ride_rope_diff = 0, g_ride_rope_runs = 0;   /* the riding checks' RoPE launches whose outputs differed, of all */
@@ -1097,6 +1131,7 @@ static void fused_bwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTB_NCHECK]) {
         cudaCheck(cudaMemset(done, 0, sizeof(unsigned) * ndone));   /* the dV chunks' counters (the trainer zeroes them each backward) */
         const AttbFused ab = attcheck_fused_backward_ride(f->dbuf, f->dbuf + ATTB_NCHECK, f->scr, f->go, qd, f->v, kd, f->gdv, kd, f->B, f->T, f->H,
                                                           f->KV, f->hd, bnd2, work, nwork, done);
+        cudaCheck(cudaMemset(r2q, 0xff, nq * 2)); cudaCheck(cudaMemset(r2k, 0xff, nk * 2));
         rope_qk(r2q, r2k, f->gdq, f->gdk, qd, kd, dcs, dsn, f->B, f->T, f->H, f->KV, f->hd, ROPE_HF, true, a2, b2, g_s, MMB_TAIL_NONE, NULL, &ab);
         cudaCheck(cudaStreamSynchronize(g_s));
         int c3[ATTB_NCHECK];
@@ -1297,6 +1332,9 @@ static void test_flash_attcheck(void) {
         dfree_all();
     }
     check(g_fused_chunked > 0, "  the one-launch checks' dV part ran with more than one chunk in %d of the calls above", g_fused_chunked);
+    check(g_ride_norm_runs > 0 && g_ride_norm_diff == 0, "  the forward scan riding on the residual add + norm's launch: its counts and bounds the "
+          "separate launch's, the add's and the norm's outputs bitwise the launch's without it, in %d of %d calls (want all)",
+          g_ride_norm_runs - g_ride_norm_diff, g_ride_norm_runs);
     check(g_ride_rope_runs > 0 && g_ride_rope_diff == 0, "  the checks riding on the RoPE backward's launch: their counts the one launch's, its dq, dk and "
           "fingerprints bitwise the launch's without them, in %d of %d calls (want all)", g_ride_rope_runs - g_ride_rope_diff, g_ride_rope_runs);
 }
