@@ -113,7 +113,9 @@ template <typename I, bool FP, bool AB>
 __global__ static void rope_kernel(RopeT t0, RopeT t1, RopeT t2, RopeT t3, const float* cos_t, const float* sin_t, int T, int hd,
                                    int style, bool inverse, MmbTail mt, AttbFused ab) {
     /* AB: -protect att_bwd's fused checks ride on the launch: its last ab.blocks blocks run them (attcheck.cuh), the
-     * others the pairs over their own grid */
+     * others the pairs over their own grid. That instance carries the checks' registers and shared memory (ptxas, sm_90:
+     * 80 registers and 39 KB against 36-54 and none), so its pair blocks run at most 3 a SM: the cost model does not
+     * charge it (an element-wise pass reaches most of the bandwidth there), a GPU measures it */
     const unsigned gr = gridDim.x - (AB ? ab.blocks : 0u);
     if (AB && blockIdx.x >= gr) {
         attbwd_fused_block(ab, (int)(blockIdx.x - gr));
