@@ -240,12 +240,28 @@ struct FlashQkEpi {
     const float *msq, *msk;   /* the forward's mean squares [B T H], [B T KV] */
     unsigned long long *fpq, *fpk;
 };
-/* the epilogue over a finished tile (shared memory, [64][LDS] bf16, rows 0 .. nvalid-1 hold positions t0 ..): every
- * thread of the block calls it; the warps take lane groups of L = HD/8 lanes a row, 32/L rows at a time */
+/* a warp's 16 x HD accumulator tile (C fragments: rows gq, gq + 8, columns 8 nd + 2 tq, + 1) times scale, rounded to bf16
+ * as the kernel would store it, into rows 16 warp .. of a shared [64][LDS] tile */
 template <int HD>
-__device__ __forceinline__ void flash_qk_epilogue(const bf16* tile, int t0, int nvalid, int b, int T, int head, int nh, const bf16* x,
-                                                  int ldx, const bf16* w, const float* ms, const FlashQkEpi& e, unsigned long long* fp) {
+__device__ __forceinline__ void flash_acc_to_tile(bf16* tile, const float (&acc)[HD / 8][4], float scale, int warp, int gq, int tq) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        uint32_t* dst = reinterpret_cast<uint32_t*>(tile + (16 * warp + gq + 8 * r) * FLASH_LDS(HD)) + tq;
+#pragma unroll
+        for (int nd = 0; nd < HD / 8; nd++) dst[4 * nd] = pack_bf16x2(acc[nd][2 * r] * scale, acc[nd][2 * r + 1] * scale);
+    }
+}
+/* the epilogue over a finished tile (shared memory, [64][LDS] bf16, rows 0 .. nvalid-1 hold positions t0 .. of head
+ * `head`, of q or of k): every thread of the block calls it; the warps take lane groups of L = HD/8 lanes a row, 32/L
+ * rows at a time */
+template <int HD>
+__device__ __forceinline__ void flash_qk_epilogue(const bf16* tile, int t0, int nvalid, int b, int T, int head, int nh, bool is_k,
+                                                  const FlashQkEpi& e) {
     constexpr int L = HD / 8, RPW = 32 / L, LDS = FLASH_LDS(HD), ROWS = 16 * FLASH_WARPS;
+    const bf16* x = is_k ? e.xk : e.xq;
+    const bf16* w = is_k ? e.wk : e.wq;
+    const float* ms = is_k ? e.msk : e.msq;
+    const int ldx = e.ldx;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gl = lane & (L - 1);
     Fingerprint f = {0, 0};
     for (int r0 = warp * RPW; r0 < ROWS; r0 += FLASH_WARPS * RPW) {
@@ -260,7 +276,7 @@ __device__ __forceinline__ void flash_qk_epilogue(const bf16* tile, int t0, int 
         qknr_backward_group_fp(gv, x ? x + n * ldx + (size_t)head * HD + gl * 8 : NULL, x ? w + gl * 8 : NULL, x && valid ? ms[row] : 0.0f, valid,
                                gl, L, HD, t, e.eps, e.cos, e.sin, e.style, (uint64_t)(row * HD + gl * 8), &f);
     }
-    fp_block_reduce(f, fp);
+    fp_block_reduce(f, is_k ? e.fpk : e.fpq);
 }
 
 /* bytes of dynamic shared memory of each kernel */
@@ -590,14 +606,9 @@ __device__ __forceinline__ void flash_backward_dq_block(unsigned bid, bf16* __re
         __syncthreads();
     }
     if constexpr (EPI) {   /* the rerun's epilogue: the tile as dq would be stored, into sQ (free after the loop's last barrier) */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            uint32_t* dst = reinterpret_cast<uint32_t*>(sQ + (16 * warp + gq + 8 * r) * LDS) + tq;
-#pragma unroll
-            for (int nd = 0; nd < ND; nd++) dst[4 * nd] = pack_bf16x2(acc[nd][2 * r] * scale, acc[nd][2 * r + 1] * scale);
-        }
+        flash_acc_to_tile<HD>(sQ, acc, scale, warp, gq, tq);
         __syncthreads();
-        flash_qk_epilogue<HD>(sQ, t0, min(BQ, T - t0), b, T, h, H, epi->xq, epi->ldx, epi->wq, epi->msq, *epi, epi->fpq);
+        flash_qk_epilogue<HD>(sQ, t0, min(BQ, T - t0), b, T, h, H, false, *epi);
     } else {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -721,14 +732,9 @@ __device__ __forceinline__ void flash_backward_dkdv_block(unsigned bid, bf16* __
     }
     const size_t nel = (size_t)B * T * ldk;
     if (EPI && nsplit == 1) {   /* the rerun's epilogue: the tile as dk would be stored, into sK (free after the loop's last barrier) */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            uint32_t* dst = reinterpret_cast<uint32_t*>(sK + (16 * warp + gq + 8 * r) * LDS) + tq;
-#pragma unroll
-            for (int nd = 0; nd < ND; nd++) dst[4 * nd] = pack_bf16x2(ak[nd][2 * r] * scale, ak[nd][2 * r + 1] * scale);
-        }
+        flash_acc_to_tile<HD>(sK, ak, scale, warp, gq, tq);
         __syncthreads();
-        flash_qk_epilogue<HD>(sK, s0, min(BK, T - s0), b, T, j, KV, epi->xk, epi->ldx, epi->wk, epi->msk, *epi, epi->fpk);
+        flash_qk_epilogue<HD>(sK, s0, min(BK, T - s0), b, T, j, KV, true, *epi);
         return;
     }
 #pragma unroll
@@ -785,7 +791,7 @@ __device__ __forceinline__ void flash_backward_dkdv_block(unsigned bid, bf16* __
     }
     if (EPI) {   /* the rerun's epilogue over the summed tile */
         __syncthreads();
-        flash_qk_epilogue<HD>(sK, s0, nrow, b, T, j, KV, epi->xk, epi->ldx, epi->wk, epi->msk, *epi, epi->fpk);
+        flash_qk_epilogue<HD>(sK, s0, nrow, b, T, j, KV, true, *epi);
     }
 }
 
