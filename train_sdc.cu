@@ -917,9 +917,6 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, 
     LayerActs* a = &model->la[l];
     const int N = B * T, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd, ld = model->ldqkv;
     const float eps = (float)c->norm_eps;
-    /* scratch: q1, q2 [N, qd], k1, k2 [N, kd] contiguous, and one [N, ldqkv] buffer shaped as the fused gradient,
-     * which takes the rerun's d(v) (the attention kernels write dv with v's row stride) and, with a weighted QK
-     * norm, the norm backward's dq, dk (its dx has x's row stride) */
     unsigned long long *rq = qk_fp(model, 1, l, QKF_RQ), *rk = qk_fp(model, 1, l, QKF_RK);
     /* the fused path with no QK norm or Qwen3's: the whole rerun in one launch, RoPE's and the norm's backward in the
      * flash kernels' epilogue (FlashQkEpi): no scratch, nothing written but the fingerprints */
@@ -932,6 +929,9 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, 
         qk_bwd_dump(model, l, N, qd, kd, dq_used, dk_used, ldu, rq, rk, s);
         return;
     }
+    /* elsewhere, scratch: q1, q2 [N, qd], k1, k2 [N, kd] contiguous, and one [N, ldqkv] buffer shaped as the fused
+     * gradient, which takes the rerun's d(v) (the attention kernels write dv with v's row stride) and, with a weighted
+     * QK norm, the norm backward's dq, dk (its dx has x's row stride) */
     const size_t per = 2 * (size_t)model->B * model->T * (size_t)(qd + kd) + (size_t)model->B * model->T * ld;
     if (!model->qkb_scratch) {
         cudaError_t e = cudaMalloc(&model->qkb_scratch, per * sizeof(bf16));
