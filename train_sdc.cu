@@ -920,6 +920,7 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, 
     unsigned long long *rq = qk_fp(model, 1, l, QKF_RQ), *rk = qk_fp(model, 1, l, QKF_RK);
     /* the fused path with no QK norm or Qwen3's: the whole rerun in one launch, RoPE's and the norm's backward in the
      * flash kernels' epilogue (FlashQkEpi): no scratch, nothing written but the fingerprints */
+    /* Qwen3's norm and RoPE backward in one pass where qknorm_rope.cuh takes the shapes (always at head_dim 32 .. 256) */
     const int wq_ok = c->qk_norm != QKNORM_WEIGHTED_PRE_ROPE || (qknorm_rope_ok(hd, ld, a->q, W(PT_QNORM, l)) && qknorm_rope_ok(hd, ld, a->k, W(PT_KNORM, l)));
     if (path == QKB_FLASH && c->qk_norm != QKNORM_PLAIN_POST_ROPE && wq_ok) {
         const int wn = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE;
@@ -950,7 +951,7 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, int path, 
     }
     /* the last kernel of the path in fingerprint-only mode: the recomputed gradients of q_proj, k_proj are never
      * written, their fingerprints go to the layer's QKF_RQ, QKF_RK accumulators */
-    if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE && qknorm_rope_ok(hd, ld, a->q, W(PT_QNORM, l)) && qknorm_rope_ok(hd, ld, a->k, W(PT_KNORM, l))) {
+    if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE && wq_ok) {
         /* RoPE's and the QK norm's backward in one fingerprint-only kernel (qknorm_rope.cuh) */
         rope_qknorm_backward_fp_qk(q1, k1, a->q, a->k, ld, W(PT_QNORM, l), W(PT_KNORM, l), a->qn_ms, a->kn_ms, B, T, H, KV, hd, eps,
                                    model->rope_cos, model->rope_sin, c->rope_style, rq, rk, s);
