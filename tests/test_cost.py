@@ -107,6 +107,11 @@ def test_cost_only_step_is_the_real_steps_launch_sequence(tmp_path, shard):
     assert all(r.get("ride") == 1 for r in co if r["comp"] == "att_bwd")   # extra blocks of the RoPE backward's launch
     # -protect qk's recomputation: one GEMM over [wq; wk] labelled qk, one a layer a microbatch
     assert sum(r["kernel"] == "cublasLtMatmul" and r["comp"] == "qk" for r in co) == L * 3
+    # every RMSNorm backward's weight gradient rides on its dx launch (two norms a layer and the final one, a microbatch):
+    # no dw launch of its own
+    assert sum(r["kernel"] == "rmsnorm_dw_partial_kernel" for r in co) == 0
+    dw = [r for r in co if r["kernel"] == "rmsnorm_dw_partial_ride"]
+    assert len(dw) == (2 * L + 1) * 3 and all(r.get("ride") == 1 and r["comp"] == "norm" for r in dw)
 
 
 def test_cpu_trainer_refuses_cost_out(tmp_path, shard):

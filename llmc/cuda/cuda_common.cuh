@@ -151,6 +151,12 @@ static inline void ew_account(const char* comp, const char* kernel, dim3 grid, d
     g_ew_bytes_written += written;
     launch_account(comp, kernel, COST_FP32, grid, flops, (double)read, (double)written);
 }
+/* an element-wise pass riding on another launch (ride_account): its bytes counted as ew_account's */
+static inline void ew_ride_account(const char* comp, const char* kernel, dim3 grid, double flops, size_t read, size_t written) {
+    g_ew_bytes_read += read;
+    g_ew_bytes_written += written;
+    ride_account(comp, kernel, COST_FP32, grid, flops, (double)read, (double)written);
+}
 /* relabels the launches of its lifetime (the outermost scope wins) */
 struct CostScope {
     const char* prev;

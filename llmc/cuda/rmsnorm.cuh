@@ -28,9 +28,15 @@
  *   are added in lane order -> part[chunk, C] in workspace slot 0. The last block of a column block
  *   to finish (an integer counter, after a __threadfence) then sums the chunks in the same shape
  *   (lane y: chunks y, y+8, ... in order, then lanes in order) into dw: one launch, the order of the
- *   two-kernel form (rmsnorm_dw_sum_kernel, kept for the tests), so the same bits. dw runs before dx,
- *   so dx may alias dout. accumulate_dw 0 (rmsnorm_backward_acc) writes dw = 0 + sum instead of
- *   adding (the first microbatch: no memset of the gradients).
+ *   two-kernel form (rmsnorm_dw_sum_kernel, kept for the tests), so the same bits. accumulate_dw 0
+ *   (rmsnorm_backward_acc) writes dw = 0 + sum instead of adding (the first microbatch: no memset of
+ *   the gradients).
+ * - dw and dx in one launch: the dw blocks ride as the last col_blocks x nchunks blocks of the dx launch
+ *   (RmsDwRide; dx's warps stride over their own grid, the ones before), the same blocks, threads and
+ *   order as rmsnorm_dw_partial_kernel's (32 x 8 threads are the dx block's 256, tx = thread % 32), so
+ *   the same bits, one launch instead of two (a backward's norms were a quarter of qwen3-0.6b's
+ *   launches). Both read dout and x and write apart, so the launcher rides only when dx overlaps neither;
+ *   where it does (dx may alias dout), dw runs first in its own launch, as before.
  * residual_rmsnorm_forward fuses the residual add in front (resid = bf16(a + b) stored, then the forward on
  * it, each lane on the elements it wrote): the same bits as residual_forward then rmsnorm_forward.
  * CPU reference: rmsnorm_forward, rmsnorm_backward in llmc/cpu/cpu_kernels.h (same per-element
@@ -269,16 +275,91 @@ __global__ static void residual_rmsnorm_forward_kernel(bf16* resid, bf16* out, f
     if (BND && bad_b) atomicOr(mb.f0, 1);
 }
 
+/* part[chunk, c] = sum over the chunk's rows of g * (x * rstd), 8 row-lanes then lanes in order; then the last block of
+ * the column block to finish (an integer counter done[blockIdx.x], after a __threadfence; it leaves the counter at 0
+ * again) adds the chunks' partials into dw as rmsnorm_dw_sum_kernel does (the same order: the same bits), so one
+ * launch does both (done NULL: the partials alone, for rmsnorm_dw_sum_kernel). Block (bx, by) of a col_blocks x nchunks
+ * grid, thread (tx, ty) of 32 x 8: rmsnorm_dw_partial_kernel's own, or a block riding on the dx launch (RmsDwRide) */
+__device__ static void rmsnorm_dw_partial_block(int bx, int by, int nchunks, int tx, int ty, float* part, const bf16* dout,
+                                                const bf16* x, const float* ms, int rows, int C, int nh, size_t ldx, float eps, int R,
+                                                float* dw, int accumulate, unsigned* done) {
+    __shared__ float sh[RMSNORM_DW_TY][RMSNORM_DW_TX + 1];
+    const int c = bx * RMSNORM_DW_TX + tx;
+    const int r0 = by * R, r1 = min(rows, r0 + R);
+    float s = 0.0f;
+    if (c < C) {
+        for (int r = r0 + ty; r < r1; r += RMSNORM_DW_TY) {
+            const float rstd = 1.0f / sqrtf(ms[r] + eps);
+            const size_t i = (size_t)r * C + c, xi = (size_t)(r / nh) * ldx + (size_t)(r % nh) * C + c;
+            s += __bfloat162float(dout[i]) * (__bfloat162float(x[xi]) * rstd);
+        }
+    }
+    sh[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float t = sh[0][tx];
+#pragma unroll
+        for (int k = 1; k < RMSNORM_DW_TY; k++) t += sh[k][tx];
+        part[(size_t)by * C + c] = t;
+    }
+    if (!done) return;
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (tx == 0 && ty == 0) {
+        last = atomicAdd(done + bx, 1u) == (unsigned)(nchunks - 1);
+        if (last) done[bx] = 0;   /* every block of the column block has counted: ready for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const volatile float* vp = part;
+    float t = 0.0f;
+    if (c < C)
+        for (int k = ty; k < nchunks; k += RMSNORM_DW_TY) t += vp[(size_t)k * C + c];
+    __syncthreads();   /* sh is written again */
+    sh[ty][tx] = t;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float u = sh[0][tx];
+#pragma unroll
+        for (int k = 1; k < RMSNORM_DW_TY; k++) u += sh[k][tx];
+        dw[c] = (accumulate ? dw[c] : 0.0f) + u;
+    }
+}
+__global__ static void rmsnorm_dw_partial_kernel(float* part, const bf16* dout, const bf16* x, const float* ms,
+                                                 int rows, int C, int nh, size_t ldx, float eps, int R, float* dw, int accumulate,
+                                                 unsigned* done) {
+    rmsnorm_dw_partial_block((int)blockIdx.x, (int)blockIdx.y, (int)gridDim.y, (int)threadIdx.x, (int)threadIdx.y, part, dout, x, ms,
+                             rows, C, nh, ldx, eps, R, dw, accumulate, done);
+}
+/* the dw pass riding on the dx launch: its blocks are the launch's last col_blocks * nchunks (0: none) */
+typedef struct {
+    float* part;
+    float* dw;
+    unsigned* done;
+    int R, accumulate, col_blocks, nchunks;
+} RmsDwRide;
+
 /* dx and x at the strided rows (nh, ld), dout contiguous. FP: also fold every dx element (bf16, at its logical index
  * row * C + c) into the fingerprint accumulator fp; dx may then be NULL (fingerprint only) */
 template <bool FP, bool DUP>
 __global__ static void rmsnorm_backward_dx_kernel(bf16* dx, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
                                                   int rows, int C, int nh, size_t ld, float eps, int accumulate, int L, bool vec,
-                                                  unsigned long long* fp_acc, EwDup dup) {
+                                                  unsigned long long* fp_acc, EwDup dup, RmsDwRide dwr) {
+    static_assert(RMSNORM_BLOCK == RMSNORM_DW_TX * RMSNORM_DW_TY, "the riding dw blocks are the launch's");
+    const unsigned gr = gridDim.x - (unsigned)(dwr.col_blocks * dwr.nchunks);
+    if (blockIdx.x >= gr) {
+        const int k = (int)(blockIdx.x - gr);
+        rmsnorm_dw_partial_block(k % dwr.col_blocks, k / dwr.col_blocks, dwr.nchunks, (int)(threadIdx.x % RMSNORM_DW_TX),
+                                 (int)(threadIdx.x / RMSNORM_DW_TX), dwr.part, dout, x, ms, rows, C, nh, ld, eps, dwr.R, dwr.dw,
+                                 dwr.accumulate, dwr.done);
+        return;
+    }
     Fingerprint fp = {0, 0};
     bool bad = false;
     const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
-    const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
+    const int wpb = blockDim.x >> 5, step = (int)gr * wpb * rpw;
     for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
         const int row = base + lane / L;
         const bool valid = row < rows;
@@ -358,59 +439,6 @@ __global__ static void rmsnorm_backward_dx_kernel(bf16* dx, const bf16* dout, co
     if (DUP) ewdup_flag(dup, bad, false);
 }
 
-/* part[chunk, c] = sum over the chunk's rows of g * (x * rstd), 8 row-lanes then lanes in order; then the last block of
- * the column block to finish (an integer counter done[blockIdx.x], after a __threadfence; it leaves the counter at 0
- * again) adds the chunks' partials into dw as rmsnorm_dw_sum_kernel does (the same order: the same bits), so one
- * launch does both (done NULL: the partials alone, for rmsnorm_dw_sum_kernel) */
-__global__ static void rmsnorm_dw_partial_kernel(float* part, const bf16* dout, const bf16* x, const float* ms,
-                                                 int rows, int C, int nh, size_t ldx, float eps, int R, float* dw, int accumulate,
-                                                 unsigned* done) {
-    __shared__ float sh[RMSNORM_DW_TY][RMSNORM_DW_TX + 1];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int c = blockIdx.x * RMSNORM_DW_TX + tx;
-    const int r0 = blockIdx.y * R, r1 = min(rows, r0 + R);
-    float s = 0.0f;
-    if (c < C) {
-        for (int r = r0 + ty; r < r1; r += RMSNORM_DW_TY) {
-            const float rstd = 1.0f / sqrtf(ms[r] + eps);
-            const size_t i = (size_t)r * C + c, xi = (size_t)(r / nh) * ldx + (size_t)(r % nh) * C + c;
-            s += __bfloat162float(dout[i]) * (__bfloat162float(x[xi]) * rstd);
-        }
-    }
-    sh[ty][tx] = s;
-    __syncthreads();
-    if (ty == 0 && c < C) {
-        float t = sh[0][tx];
-#pragma unroll
-        for (int k = 1; k < RMSNORM_DW_TY; k++) t += sh[k][tx];
-        part[(size_t)blockIdx.y * C + c] = t;
-    }
-    if (!done) return;
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    const int nchunks = (int)gridDim.y;
-    if (tx == 0 && ty == 0) {
-        last = atomicAdd(done + blockIdx.x, 1u) == (unsigned)(nchunks - 1);
-        if (last) done[blockIdx.x] = 0;   /* every block of the column block has counted: ready for the next launch */
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const volatile float* vp = part;
-    float t = 0.0f;
-    if (c < C)
-        for (int k = ty; k < nchunks; k += RMSNORM_DW_TY) t += vp[(size_t)k * C + c];
-    __syncthreads();   /* sh is written again */
-    sh[ty][tx] = t;
-    __syncthreads();
-    if (ty == 0 && c < C) {
-        float u = sh[0][tx];
-#pragma unroll
-        for (int k = 1; k < RMSNORM_DW_TY; k++) u += sh[k][tx];
-        dw[c] = (accumulate ? dw[c] : 0.0f) + u;
-    }
-}
 /* the column blocks' counters of the fused dw pass: a device array kept across launches (each launch leaves its
  * counters at 0), grown (zeroed) on first use; the stream order serialises the launches that share it */
 static unsigned* rmsnorm_dw_done(int col_blocks) {
@@ -541,13 +569,24 @@ static void rmsnorm_forward_fp(bf16* out, float* ms, const bf16* x, const bf16* 
 /* dx (= or +=) d/dx; dw (may be NULL) += the weight gradient (accumulate_dw 0: dw = 0 + it, the first
  * microbatch's write, no memset before). x and dx: row (n, h) at n * ld + h * C; dout contiguous [N*nh, C].
  * fp (may be NULL): the fingerprint of dx (as stored, at its logical index) XORed into that accumulator; dx may
- * then be NULL (fingerprint only; not with accumulate_dx). Uses workspace slot 0 when dw != NULL. */
+ * then be NULL (fingerprint only; not with accumulate_dx). Uses workspace slot 0 when dw != NULL.
+ * One launch: the dw blocks ride on the dx launch (RmsDwRide) unless dx overlaps dout or x, when dw runs first in
+ * its own launch (g_rmsnorm_dw_apart, test-only: always apart). */
+static int g_rmsnorm_dw_apart = 0;
+static int g_rmsnorm_dx_grid_cap = 0;   /* test-only: > 0 caps the dx rows' grid, so that its warps stride */
+static bool rmsnorm_bytes_overlap(const void* a, size_t na, const void* b, size_t nb) {
+    const char *pa = (const char*)a, *pb = (const char*)b;
+    return a && b && pa < pb + nb && pb < pa + na;
+}
 static void rmsnorm_backward_ld(bf16* dx, float* dw, const bf16* dout, const bf16* x, int ld, const bf16* w, const float* ms,
                                 int N, int nh, int C, float eps, int accumulate_dx, int accumulate_dw, cudaStream_t stream,
                                 unsigned long long* fp = NULL, EwDup dup = ew_dup_none()) {
     const int rows = N * nh;
     if (rows <= 0 || C <= 0) return;
     rmsnorm_check_ld("rmsnorm_backward_ld", nh, C, ld);
+    if (fp && !dx && accumulate_dx) tsdc_fail("rmsnorm_backward_ld: a fingerprint-only call cannot accumulate into dx");
+    if (fp && ew_dup_on(dup)) tsdc_fail("rmsnorm_backward_ld: a fingerprinted call is not duplicated");
+    RmsDwRide dwr = {NULL, NULL, NULL, 0, 0, 0, 0};
     if (dw) {
         /* about 2048 blocks of 256 threads in kernel 1; at least 128 rows (16 per lane) a chunk.
          * R depends on (rows, C) only, so a given shape is always summed the same way. */
@@ -558,41 +597,46 @@ static void rmsnorm_backward_ld(bf16* dx, float* dw, const bf16* dout, const bf1
         if (R < 128) R = 128;
         const int nchunks = CEIL_DIV(rows, R);   /* <= target <= 2048 */
         float* part = cuda_workspace_f32(0, (size_t)nchunks * C);
-        dim3 block(RMSNORM_DW_TX, RMSNORM_DW_TY);
         unsigned* done = rmsnorm_dw_done(col_blocks);
-        rmsnorm_dw_partial_kernel<<<dim3(col_blocks, nchunks), block, 0, stream>>>(part, dout, x, ms, rows, C, nh, (size_t)ld, eps, R, dw,
-                                                                                   accumulate_dw, done);
-        cudaCheck(cudaGetLastError());
+        const size_t xspan = ((size_t)(N - 1) * ld + (size_t)nh * C) * sizeof(bf16);
+        const bool apart = g_rmsnorm_dw_apart || rmsnorm_bytes_overlap(dx, xspan, dout, (size_t)rows * C * sizeof(bf16)) ||
+                           rmsnorm_bytes_overlap(dx, xspan, x, xspan);
         /* the partials written and read back by the last blocks, and dw: the two passes' traffic in one record */
-        ew_account(COST_NORM, "rmsnorm_dw_partial_kernel", dim3(col_blocks, nchunks), 3.0 * rows * C + (double)nchunks * C,
-                   (size_t)rows * C * 4 + (size_t)rows * 4 + (size_t)nchunks * C * 4 + (accumulate_dw ? (size_t)C * 4 : 0),
-                   (size_t)nchunks * C * 4 + (size_t)C * 4);
+        const double fl = 3.0 * rows * C + (double)nchunks * C;
+        const size_t rd = (size_t)rows * C * 4 + (size_t)rows * 4 + (size_t)nchunks * C * 4 + (accumulate_dw ? (size_t)C * 4 : 0),
+                     wr = (size_t)nchunks * C * 4 + (size_t)C * 4;
+        if (apart) {
+            dim3 block(RMSNORM_DW_TX, RMSNORM_DW_TY);
+            rmsnorm_dw_partial_kernel<<<dim3(col_blocks, nchunks), block, 0, stream>>>(part, dout, x, ms, rows, C, nh, (size_t)ld, eps, R,
+                                                                                       dw, accumulate_dw, done);
+            cudaCheck(cudaGetLastError());
+            ew_account(COST_NORM, "rmsnorm_dw_partial_kernel", dim3(col_blocks, nchunks), fl, rd, wr);
+        } else {
+            dwr = {part, dw, done, R, accumulate_dw, col_blocks, nchunks};
+            ew_ride_account(COST_NORM, "rmsnorm_dw_partial_ride", dim3(col_blocks * nchunks), fl, rd, wr);
+        }
     }
     bool vec = C % 8 == 0 && ld % 8 == 0 && (!dx || ptr_aligned(dx, 16)) && ptr_aligned(dout, 16) && ptr_aligned(x, 16) &&
                (!w || ptr_aligned(w, 16));
-    const int L = rmsnorm_lanes(C);
-    if (fp) {
-        if (!dx && accumulate_dx) tsdc_fail("rmsnorm_backward_ld: a fingerprint-only call cannot accumulate into dx");
-        int grid = rmsnorm_grid(rows, L);
-        if (grid > FP_MAX_GRID) grid = FP_MAX_GRID;
-        if (ew_dup_on(dup)) tsdc_fail("rmsnorm_backward_ld: a fingerprinted call is not duplicated");
-        rmsnorm_backward_dx_kernel<true, false><<<grid, RMSNORM_BLOCK, 0, stream>>>(dx, dout, x, w, ms, rows, C, nh, (size_t)ld, eps,
-                                                                                   accumulate_dx, L, vec, fp, dup);
-        cudaCheck(cudaGetLastError());
-        const size_t n = (size_t)rows * C;
-        ew_account(COST_NORM, "rmsnorm_backward_dx_kernel_fp", grid, 11.0 * n, n * 2 * 2 + (accumulate_dx ? n * 2 : 0) + (size_t)rows * 4 + (w ? (size_t)C * 2 : 0), dx ? n * 2 : 0);
-        return;
-    }
-    const int d = ew_dup_on(dup);
-    if (d)
-        rmsnorm_backward_dx_kernel<false, true><<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(dx, dout, x, w, ms, rows, C, nh, (size_t)ld,
-                                                                                                   eps, accumulate_dx, L, vec, NULL, dup);
+    const int L = rmsnorm_lanes(C), d = ew_dup_on(dup);
+    int grid = rmsnorm_grid(rows, L);
+    if (fp && grid > FP_MAX_GRID) grid = FP_MAX_GRID;
+    if (g_rmsnorm_dx_grid_cap > 0 && grid > g_rmsnorm_dx_grid_cap) grid = g_rmsnorm_dx_grid_cap;
+    const unsigned gg = (unsigned)grid + (unsigned)(dwr.col_blocks * dwr.nchunks);
+    if (fp)
+        rmsnorm_backward_dx_kernel<true, false><<<gg, RMSNORM_BLOCK, 0, stream>>>(dx, dout, x, w, ms, rows, C, nh, (size_t)ld, eps,
+                                                                                 accumulate_dx, L, vec, fp, dup, dwr);
+    else if (d)
+        rmsnorm_backward_dx_kernel<false, true><<<gg, RMSNORM_BLOCK, 0, stream>>>(dx, dout, x, w, ms, rows, C, nh, (size_t)ld, eps,
+                                                                                 accumulate_dx, L, vec, NULL, dup, dwr);
     else
-        rmsnorm_backward_dx_kernel<false, false><<<rmsnorm_grid(rows, L), RMSNORM_BLOCK, 0, stream>>>(dx, dout, x, w, ms, rows, C, nh, (size_t)ld,
-                                                                                                    eps, accumulate_dx, L, vec, NULL, dup);
+        rmsnorm_backward_dx_kernel<false, false><<<gg, RMSNORM_BLOCK, 0, stream>>>(dx, dout, x, w, ms, rows, C, nh, (size_t)ld, eps,
+                                                                                  accumulate_dx, L, vec, NULL, dup, dwr);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
-    ew_account(COST_NORM, d ? "rmsnorm_backward_dx_kernel_dup" : "rmsnorm_backward_dx_kernel", rmsnorm_grid(rows, L), (d ? 15.0 : 7.0) * n, n * 2 * 2 + (accumulate_dx ? n * 2 : 0) + (size_t)rows * 4 + (w ? (size_t)C * 2 : 0), n * 2);   /* dout, x (dx), ms, w in; dx out */
+    const size_t rd = n * 2 * 2 + (accumulate_dx ? n * 2 : 0) + (size_t)rows * 4 + (w ? (size_t)C * 2 : 0);   /* dout, x (dx), ms, w */
+    if (fp) ew_account(COST_NORM, "rmsnorm_backward_dx_kernel_fp", grid, 11.0 * n, rd, dx ? n * 2 : 0);
+    else ew_account(COST_NORM, d ? "rmsnorm_backward_dx_kernel_dup" : "rmsnorm_backward_dx_kernel", grid, (d ? 15.0 : 7.0) * n, rd, n * 2);
 }
 static void rmsnorm_backward_acc(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* ms,
                                  int rows, int C, float eps, int accumulate_dx, int accumulate_dw, cudaStream_t stream,

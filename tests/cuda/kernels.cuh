@@ -109,6 +109,88 @@ static void test_embedding(void) {
     dfree_all();
 }
 
+/* The dw pass riding on the dx launch (RmsDwRide) against the two launches (g_rmsnorm_dw_apart): dx and dw bitwise, for the
+ * plain, the duplicated (-protect ew) and the fingerprinting dx kernels, dx written and accumulated, with the dx rows' grid
+ * at its size and capped (its warps striding over their own blocks, not the riders'), one launch against two (on the
+ * emulation, by its launch counter); and dx aliasing dout (allowed) taking the two launches, with the bits of the
+ * out-of-place call. Catches: a rider whose block or thread mapping differs from the dw kernel's, dx's warps striding over
+ * the whole launch, a launcher that rides over an in-place dx. */
+static void rmsnorm_dw_ride_case(int rows, int C, float eps, const bf16* g, const bf16* x, const bf16* w, const float* ms) {
+    const size_t n = (size_t)rows * C;
+    float* hold = h_normal(n, 0.5, 0.0, 1);
+    float* hdw = h_normal(C, 0.3, 0.0, 1);
+    int* flags = (int*)dalloc_raw(2, 4);
+    cudaCheck(cudaMemset(flags, 0, 8));
+    const char* kinds[3] = {"plain", "duplicated", "fingerprint"};
+    int bad = 0, runs = 0, launches_bad = 0;
+    for (int kind = 0; kind < 3; kind++)
+        for (int acc = 0; acc < 2; acc++)
+            for (int cap = 0; cap < 2; cap++) {
+                if (kind == 2 && acc) continue;
+                bf16* ox[2];
+                float* ow[2];
+                unsigned long long* fps[2];
+                long long nl[2] = {0, 0};
+                for (int ride = 0; ride < 2; ride++) {
+                    ox[ride] = acc ? d_bf16(hold, n) : d_bf16_poison(n);
+                    ow[ride] = d_f32(hdw, C);
+                    fps[ride] = (unsigned long long*)dalloc_raw(FP_WORDS, 8);
+                    cudaCheck(cudaMemset(fps[ride], 0, FP_WORDS * 8));
+                    g_rmsnorm_dw_apart = !ride;
+                    g_rmsnorm_dx_grid_cap = cap ? 2 : 0;
+#ifdef __CUDA_EMU__
+                    const long long l0 = (long long)emu_counters()->launches;
+#endif
+                    rmsnorm_backward_ld(ox[ride], ow[ride], g, x, C, w, ms, rows, 1, C, eps, acc, 1, g_s, kind == 2 ? fps[ride] : NULL,
+                                        kind == 1 ? ew_dup(flags, flags + 1) : ew_dup_none());
+                    cudaCheck(cudaDeviceSynchronize());
+#ifdef __CUDA_EMU__
+                    nl[ride] = (long long)emu_counters()->launches - l0;
+#endif
+                }
+                g_rmsnorm_dw_apart = 0;
+                g_rmsnorm_dx_grid_cap = 0;
+                (void)nl;   /* counted on the emulation only */
+                float *x0 = dl_bf16(ox[0], n, NULL), *x1 = dl_bf16(ox[1], n, NULL), *w0 = dl_f32(ow[0], C, NULL), *w1 = dl_f32(ow[1], C, NULL);
+                unsigned long long f[2][FP_WORDS];
+                cudaCheck(cudaMemcpy(f[0], fps[0], sizeof(f[0]), cudaMemcpyDeviceToHost));
+                cudaCheck(cudaMemcpy(f[1], fps[1], sizeof(f[1]), cudaMemcpyDeviceToHost));
+                const bool same = !memcmp(x0, x1, n * 4) && !memcmp(w0, w1, C * 4) && !memcmp(f[0], f[1], sizeof(f[0]));
+                if (!same) printf("    rmsnorm dw ride %s acc %d cap %d: differs from the two launches\n", kinds[kind], acc, cap);
+                bad += !same;
+                runs++;
+#ifdef __CUDA_EMU__
+                launches_bad += !(nl[0] == 2 && nl[1] == 1);
+#endif
+                FREE_ALL(x0, x1, w0, w1);
+            }
+    int hflags[2];
+    cudaCheck(cudaMemcpy(hflags, flags, sizeof(hflags), cudaMemcpyDeviceToHost));
+    check(bad == 0 && launches_bad == 0 && hflags[0] == 0 && hflags[1] == 0,
+          "    %-46s %d of %d cases bitwise, launches 1 (riding) vs 2: %s, flags %d %d", "backward: dw riding on dx's launch == two launches",
+          runs - bad, runs, launches_bad ? "NO" : "yes", hflags[0], hflags[1]);
+    {   /* dx == dout: the launcher keeps dw in its own launch first; the out-of-place bits */
+        bf16* io = d_bf16_poison(n);
+        bf16* ref = d_bf16_poison(n);
+        float *wi = d_f32(hdw, C), *wr = d_f32(hdw, C);
+        cudaCheck(cudaMemcpy(io, g, n * 2, cudaMemcpyDeviceToDevice));
+        rmsnorm_backward_ld(ref, wr, g, x, C, w, ms, rows, 1, C, eps, 0, 1, g_s);
+#ifdef __CUDA_EMU__
+        const long long l0 = (long long)emu_counters()->launches;
+#endif
+        rmsnorm_backward_ld(io, wi, io, x, C, w, ms, rows, 1, C, eps, 0, 1, g_s);
+        cudaCheck(cudaDeviceSynchronize());
+        long long nl = 2;
+#ifdef __CUDA_EMU__
+        nl = (long long)emu_counters()->launches - l0;
+#endif
+        float *a = dl_bf16(io, n, NULL), *b = dl_bf16(ref, n, NULL), *c = dl_f32(wi, C, NULL), *d = dl_f32(wr, C, NULL);
+        check(!memcmp(a, b, n * 4) && !memcmp(c, d, C * 4) && nl == 2, "    %-46s launches %lld", "backward in place (dx == dout) == out of place", nl);
+        FREE_ALL(a, b, c, d);
+    }
+    FREE_ALL(hold, hdw);
+}
+
 /* Catches: a wrong eps or mean (sum over the wrong length), a backward that differs from the CPU's formula, a dw
  * reduced across chunks in a thread-dependent order, the fused residual variant differing from the split one, the
  * scalar path for C % 8 != 0 broken. */
@@ -189,6 +271,7 @@ static void test_rmsnorm(void) {
                 compare("backward dw: one launch == partials + the sum kernel", a1, a3, C, tol_bitwise(0), NULL);
                 free(a3);
             }
+            rmsnorm_dw_ride_case(rows, C, eps, dg, dx, dw, dms2);
             FREE_ALL(g, zeros, a1, a2);
         }
         /* backward: both sides get the CPU's ms, so only the kernel's own arithmetic is compared */
