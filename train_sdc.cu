@@ -1725,7 +1725,13 @@ static void model_backward_step(Model* model, int B, int T, float dloss) {
         /* -protect qk_bwd: the kernel producing the gradients of q_proj and k_proj fingerprints them as it writes */
         const int qkb = model->prot.on[PK_QK_BWD];
         unsigned long long *fpq = qkb ? qk_fp(model, 1, l, QKF_Q) : NULL, *fpk = qkb ? qk_fp(model, 1, l, QKF_K) : NULL;
-        if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {   /* RoPE's backward into scratch (q and k one launch), the QK norm's into the views */
+        const int qknr_bwd = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE && qknorm_rope_ok(hd, ldqkv, a->q, W(PT_QNORM, l)) &&
+                             qknorm_rope_ok(hd, ldqkv, a->k, W(PT_KNORM, l)) && !fault_due(model->prot.fx, SITE_Q_NORM, l, PASS_BWD) &&
+                             !fault_due(model->prot.fx, SITE_K_NORM, l, PASS_BWD);
+        if (qknr_bwd) {   /* Qwen3: RoPE's and the QK norm's backward of q and k in one launch, into the views, the norms' dw riding */
+            rope_qknorm_backward_qk(dqv, dkv, GR(PT_QNORM, l), GR(PT_KNORM, l), dq, dk, a->q, a->k, ldqkv, W(PT_QNORM, l), W(PT_KNORM, l), a->qn_ms,
+                                    a->kn_ms, B, T, H, KV, hd, eps, acc, model->rope_cos, model->rope_sin, c->rope_style, fpq, fpk, attb, s);
+        } else if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {   /* RoPE's backward into scratch (q and k one launch), the QK norm's into the views */
             rope_qk(dq2, dk2, dq, dk, qd, kd, model->rope_cos, model->rope_sin, B, T, H, KV, hd, c->rope_style, true, NULL, NULL, s, MMB_TAIL_NONE,
                     NULL, attb);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;

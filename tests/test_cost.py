@@ -114,6 +114,19 @@ def test_cost_only_step_is_the_real_steps_launch_sequence(tmp_path, shard):
     assert len(dw) == (2 * L + 1) * 3 and all(r.get("ride") == 1 and r["comp"] == "norm" for r in dw)
 
 
+def test_qwen3_backward_qk_norm_and_rope_in_one_launch(tmp_path, shard):
+    """tiny-qwen3 under -protect all: the first pass's RoPE and QK-norm backward of q and k is one launch a layer a
+    microbatch (fingerprinting, with the backward attention checks and both norms' dw riding on it): no RoPE backward
+    and no QK-norm dx launch of their own"""
+    h, co = cost_run(str(tmp_path), shard, 1, 3, "all", extra=("-preset", "tiny-qwen3"))
+    assert sum(r["kernel"] == "rope_qknorm_backward_kernel_fp" for r in co) == L * 3
+    assert sum(r["kernel"].startswith("rope_kernel") for r in co) == 0   # the forward's RoPE is the fused norm + RoPE kernel
+    assert sum(r["kernel"] == "rmsnorm_backward_dx_kernel_fp" for r in co) == 0
+    # rides: both QK norms' dw and the two block norms' a layer, the final norm's; the attention checks a layer
+    assert sum(r["kernel"] == "rmsnorm_dw_partial_ride" for r in co) == (4 * L + 1) * 3
+    assert sum(r["kernel"] == "attbwd_fused_ride" for r in co) == L * 3
+
+
 def test_cpu_trainer_refuses_cost_out(tmp_path, shard):
     if not os.path.exists(CPU):
         pytest.skip("train_sdc not built")

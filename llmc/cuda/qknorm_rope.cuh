@@ -14,9 +14,13 @@
  * Supported where hd is 16, 32, 64, 128 or 256 and the 16-byte path holds (ldx a multiple of 8, pointers aligned):
  * qknorm_rope_ok; elsewhere the trainer runs the two kernels.
  * Uses: the forward writes qn (the q_norm / k_norm site, the trace), ms and qr, qr's Q/K fingerprint into fp
- * (-protect qk); with every output NULL it only fingerprints (the recomputation of -protect qk). The backward only
- * fingerprints dx (-protect qk_bwd's recomputation of the q_proj / k_proj gradients: nothing is written). The _qk
- * launchers run Q's rows and then K's in one launch (each its own outputs, weight and fingerprint).
+ * (-protect qk); with every output NULL it only fingerprints (the recomputation of -protect qk). The backward comes
+ * twice: the first pass's (rope_qknorm_backward_qk: dx written into the views, fingerprinted under qk_bwd, the norm
+ * weights' dw as riding blocks that make each element's rope^-1 again, QknrDoutRope, and -protect att_bwd's checks
+ * riding too; where no q_norm / k_norm fault is due between the two steps) and -protect qk_bwd's recomputation
+ * (fingerprint-only, nothing written). The _qk launchers run Q's rows and then K's in one launch (each its own
+ * outputs, weight and fingerprint). ptxas (CUDA 13.0.88, sm_90 and sm_80): the first pass's backward 63-64 registers,
+ * 80 with att_bwd's checks riding (and their 39 KB of shared memory), no spills; the fingerprint-only one 70 (sm_80 64).
  * Accounting (ew_account, COST_NORM): the forward 4 + 6 FLOPs an element (+4 integer operations with a fingerprint),
  * the backward 7 + 6 + 4; bytes: x (g, x, ms) and w, the tables once, what is written. */
 #ifndef TSDC_QKNORM_ROPE_CUH
@@ -135,12 +139,13 @@ __global__ static void qknorm_rope_forward_kernel(QknrT t0, QknrT t1, QknrT t2, 
  * RoPE's output, g; then gn = bf16(rope^-1(g)) and, with x (the lane's 8 values of the forward's QK-norm input row) and
  * w (the norm weight's 8 at gl*8), the QK norm's dx from gn, x and the row's saved mean square ms; each output element's
  * bf16 bits folded into f under its logical index ro + j. x NULL: RoPE's backward alone (its dx is the output). Every
- * lane of the warp calls it (shuffles); an idle lane (valid false) takes part in them and folds nothing. The one body of
- * rope_qknorm_backward_fp_kernel below and of the flash rerun's epilogue (flash_attention.cuh), so both have these bits;
+ * lane of the warp calls it (shuffles); an idle lane (valid false) takes part in them and folds nothing. dxo (not NULL, with
+ * x): the 8 dx values also stored there as bf16 (the first pass's writing kernel); f NULL: no fingerprint. The one body of
+ * rope_qknorm_backward_fp_kernel, rope_qknorm_backward_kernel below and of the flash rerun's epilogue (flash_attention.cuh), so all have these bits;
  * rope_kernel's pair arithmetic (rope_rotate_pair, sin negated, one rounding) in lane form. */
 __device__ __forceinline__ void qknr_backward_group_fp(const float gv[8], const bf16* x, const bf16* w, float ms, bool valid, int gl, int L,
                                                        int C, int t, float eps, const float* cos_t, const float* sin_t, int style,
-                                                       uint64_t ro, Fingerprint* f) {
+                                                       uint64_t ro, Fingerprint* f, bf16* dxo = nullptr) {
     const int half = C / 2;
     float other[8], gn[8], xv[8], wv[8];
     if (x) {
@@ -157,7 +162,7 @@ __device__ __forceinline__ void qknr_backward_group_fp(const float gv[8], const 
         gn[j] = __bfloat162float(__float2bfloat16_rn(lo ? y1 : y2));
     }
     if (!x) {
-        if (valid)
+        if (valid && f)
 #pragma unroll
             for (int j = 0; j < 8; j++) fp_add(f, ro + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(gn[j])), 16);
         return;
@@ -173,8 +178,13 @@ __device__ __forceinline__ void qknr_backward_group_fp(const float gv[8], const 
     if (!valid) return;
     const float rstd = 1.0f / sqrtf(ms + eps);
     const float coef = dot / C * rstd * rstd * rstd;
+    float dx[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++) fp_add(f, ro + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(gn[j] * rstd - xv[j] * coef)), 16);
+    for (int j = 0; j < 8; j++) dx[j] = gn[j] * rstd - xv[j] * coef;
+    if (dxo) store8_bf16(dxo, dx, 8, true);
+    if (f)
+#pragma unroll
+        for (int j = 0; j < 8; j++) fp_add(f, ro + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(dx[j])), 16);
 }
 
 /* the backward, fingerprint-only: per row of t0 then t1, gn = bf16(rope^-1(g)), dx of the QK norm from gn, x, ms_in */
@@ -198,6 +208,74 @@ __global__ static void rope_qknorm_backward_fp_kernel(QknrT t0, QknrT t1, int C,
     bool first = true;
     fp_block_reduce_next(f0, t0.fp, true, &first);
     fp_block_reduce_next(f1, t1.fp, t1.rows > 0, &first);
+}
+
+/* the dw riders' gradient: gn = bf16(rope^-1(g)) at (r, c) from RoPE's output gradient g [rows, C] (contiguous), as
+ * rope_kernel's backward stores it (the pair i, i + C/2 of row r = (n, h) at position t = n % T, sin negated, one rounding) */
+struct QknrDoutRope {
+    const bf16* g;
+    const float *cos_t, *sin_t;
+    int C, nh, T, style;
+    __device__ float operator()(int r, int c) const {
+        const int half = C / 2, i = c < half ? c : c - half, t = (r / nh) % T;
+        const size_t rb = (size_t)r * C;
+        float y1, y2;
+        rope_rotate_pair(style, __bfloat162float(g[rb + i]), __bfloat162float(g[rb + i + half]), cos_t[t * half + i], -sin_t[t * half + i], &y1,
+                         &y2);
+        return __bfloat162float(__float2bfloat16_rn(c < half ? y1 : y2));
+    }
+};
+/* The first pass's backward of RoPE and Qwen3's QK norm in one launch, where no fault is due between them (else the
+ * trainer runs rope_qk's backward into scratch and rmsnorm_backward_ld for Q and for K): blocks [0, gr) take the rows of
+ * t0 (Q) then t1 (K), gn = bf16(rope^-1(g)) and the norm's dx (not accumulated) stored into dx0 / dx1 (the views of
+ * the q/k/v gradient, row stride t.ldx) and, FP, fingerprinted into t.fp; then ride, each its own body: AB -protect
+ * att_bwd's fused checks (ab.blocks), Q's norm-weight gradient (d0: rmsnorm_dw_partial_block with gn made again per element,
+ * QknrDoutRope) and K's (d1). Every output the bits of the two-step form's (the same bodies, orders and roundings). That
+ * instance carries the riders' registers and shared memory, as rope_kernel's riding instance does */
+template <bool FP, bool AB>
+__global__ static void rope_qknorm_backward_kernel(QknrT t0, QknrT t1, bf16* dx0, bf16* dx1, int C, float eps, const float* cos_t,
+                                                   const float* sin_t, int T, int style, unsigned gr, AttbFused ab, RmsDwRide d0,
+                                                   RmsDwRide d1) {
+    static_assert(RMSNORM_BLOCK == RMSNORM_DW_TX * RMSNORM_DW_TY && RMSNORM_BLOCK == ATTC_WARPS * 32, "the riders' blocks are the launch's");
+    if (blockIdx.x >= gr) {
+        int k = (int)(blockIdx.x - gr);
+        if (AB) {
+            if (k < (int)ab.blocks) {
+                attbwd_fused_block(ab, k);
+                return;
+            }
+            k -= (int)ab.blocks;
+        }
+        const int n0 = d0.col_blocks * d0.nchunks;
+        const bool second = k >= n0;
+        const RmsDwRide& d = second ? d1 : d0;
+        const QknrT& t = second ? t1 : t0;
+        if (second) k -= n0;
+        const QknrDoutRope g = {t.g, cos_t, sin_t, C, t.nh, T, style};
+        rmsnorm_dw_partial_block(k % d.col_blocks, k / d.col_blocks, d.nchunks, (int)(threadIdx.x % RMSNORM_DW_TX), (int)(threadIdx.x / RMSNORM_DW_TX),
+                                 d.part, g, t.x, t.ms_in, t.rows, C, t.nh, t.ldx, eps, d.R, d.dw, d.accumulate, d.done);
+        return;
+    }
+    Fingerprint f0 = {0, 0}, f1 = {0, 0};
+    QknrT none = t1;   /* no third or fourth tensor */
+    none.rows = 0;
+    const int L = C / 8, rows = t0.rows + t1.rows;
+    const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
+    const int wpb = blockDim.x >> 5, step = (int)gr * wpb * rpw;
+    for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
+        const QknrRow R = qknr_row(t0, t1, none, none, base + lane / L, T);
+        const QknrT& tt = R.second ? t1 : t0;
+        const size_t ro = (size_t)R.row * C + gl * 8, xo = (size_t)R.n * tt.ldx + (size_t)R.h * C + gl * 8;
+        float gv[8];
+        load8_f32(gv, tt.g + ro, 8, true, 0.0f);
+        qknr_backward_group_fp(gv, tt.x + xo, tt.w + gl * 8, R.valid ? tt.ms_in[R.row] : 0.0f, R.valid, gl, L, C, R.t, eps, cos_t, sin_t, style,
+                               (uint64_t)ro, FP ? (R.second ? &f1 : &f0) : nullptr, R.valid ? (R.second ? dx1 : dx0) + xo : nullptr);
+    }
+    if (FP) {
+        bool first = true;
+        fp_block_reduce_next(f0, t0.fp, true, &first);
+        fp_block_reduce_next(f1, t1.fp, t1.rows > 0, &first);
+    }
 }
 
 static const QknrT QKNR_NONE = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 1, NULL};   /* no second tensor */
@@ -290,6 +368,52 @@ static void rope_qknorm_backward_fp(const bf16* g, const bf16* x, int ldx, const
                                     float eps, const float* cos, const float* sin, int style, unsigned long long* fp, cudaStream_t stream) {
     qknr_check("rope_qknorm_backward_fp", C, ldx, x, w, g, NULL);
     rope_qknorm_backward_launch(qknr_tensor(NULL, NULL, NULL, x, ldx, w, g, ms, B * T * nh, nh, fp), QKNR_NONE, T, C, eps, cos, sin, style, stream);
+}
+
+/* The first pass's backward of RoPE and Qwen3's QK norm, Q and K, in one launch (rope_qknorm_backward_kernel): dxq, dxk
+ * (the views of the q/k/v gradient, row stride ldx, as q and k) = the norm's dx from gn = rope^-1(gq), rope^-1(gk)
+ * (contiguous [B T H, C], [B T KV, C]: RoPE's output gradients) and the forward's x (q, k), mean squares and weights, not
+ * accumulated; dwq, dwk (+)= the norm weights' gradients (accumulate_dw 0: = 0 + them); fpq, fpk (both or neither): dxq's
+ * and dxk's fingerprints; ab: -protect att_bwd's checks riding (attcheck_fused_backward_ride). The bits of rope_qk's
+ * backward into scratch followed by rmsnorm_backward_ld of Q and of K. Uses workspace slot 0. qknorm_rope_ok must hold. */
+static int g_qknr_bwd_grid_cap = 0;   /* test-only: > 0 caps the rows' grid, so that its warps stride */
+static void rope_qknorm_backward_qk(bf16* dxq, bf16* dxk, float* dwq, float* dwk, const bf16* gq, const bf16* gk, const bf16* q, const bf16* k,
+                                    int ldx, const bf16* wq, const bf16* wk, const float* qms, const float* kms, int B, int T, int H, int KV,
+                                    int C, float eps, int accumulate_dw, const float* cos, const float* sin, int style,
+                                    unsigned long long* fpq, unsigned long long* fpk, const AttbFused* ab, cudaStream_t stream) {
+    qknr_check("rope_qknorm_backward_qk", C, ldx, q, wq, gq, dxq);
+    qknr_check("rope_qknorm_backward_qk", C, ldx, k, wk, gk, dxk);
+    if ((fpq == NULL) != (fpk == NULL)) tsdc_fail("rope_qknorm_backward_qk: fingerprints for both Q and K or for neither");
+    if (!dxq || !dxk || !dwq || !dwk) tsdc_fail("rope_qknorm_backward_qk: dx and dw of both Q and K are written");
+    const QknrT tq = qknr_tensor(NULL, NULL, NULL, q, ldx, wq, gq, qms, B * T * H, H, fpq);
+    const QknrT tk = qknr_tensor(NULL, NULL, NULL, k, ldx, wk, gk, kms, B * T * KV, KV, fpk);
+    const int rows = tq.rows + tk.rows;
+    if (rows <= 0) return;
+    int cb, Rq, nq, Rk, nk;
+    rmsnorm_dw_plan(tq.rows, C, &cb, &Rq, &nq);
+    rmsnorm_dw_plan(tk.rows, C, &cb, &Rk, &nk);
+    float* part = cuda_workspace_f32(0, (size_t)(nq + nk) * C);
+    unsigned* done = rmsnorm_dw_done(2 * cb);
+    const RmsDwRide d0 = {part, dwq, done, Rq, accumulate_dw, cb, nq}, d1 = {part + (size_t)nq * C, dwk, done + cb, Rk, accumulate_dw, cb, nk};
+    int grid = qknorm_rope_grid(rows, C);
+    if (g_qknr_bwd_grid_cap > 0 && grid > g_qknr_bwd_grid_cap) grid = g_qknr_bwd_grid_cap;
+    const AttbFused no = {};
+    const unsigned gg = (unsigned)grid + (ab ? ab->blocks : 0u) + (unsigned)(cb * (nq + nk));
+    if (fpq && ab) rope_qknorm_backward_kernel<true, true><<<gg, RMSNORM_BLOCK, 0, stream>>>(tq, tk, dxq, dxk, C, eps, cos, sin, T, style, grid, *ab, d0, d1);
+    else if (fpq) rope_qknorm_backward_kernel<true, false><<<gg, RMSNORM_BLOCK, 0, stream>>>(tq, tk, dxq, dxk, C, eps, cos, sin, T, style, grid, no, d0, d1);
+    else if (ab) rope_qknorm_backward_kernel<false, true><<<gg, RMSNORM_BLOCK, 0, stream>>>(tq, tk, dxq, dxk, C, eps, cos, sin, T, style, grid, *ab, d0, d1);
+    else rope_qknorm_backward_kernel<false, false><<<gg, RMSNORM_BLOCK, 0, stream>>>(tq, tk, dxq, dxk, C, eps, cos, sin, T, style, grid, no, d0, d1);
+    cudaCheck(cudaGetLastError());
+    const size_t n = (size_t)rows * C;
+    /* g, x in, ms, w, the tables; dx out (RoPE's 6 FLOPs an element and the norm's 7, +4 integer operations fingerprinting) */
+    ew_account(COST_NORM, fpq ? "rope_qknorm_backward_kernel_fp" : "rope_qknorm_backward_kernel", grid, (fpq ? 17.0 : 13.0) * n,
+               n * 4 + (size_t)rows * 4 + (size_t)C * 2 * 2 + rope_table_bytes(T, C), n * 2);
+    double fl;
+    size_t rd, wr;
+    rmsnorm_dw_bytes(tq.rows, C, nq, accumulate_dw, &fl, &rd, &wr);
+    ew_ride_account(COST_NORM, "rmsnorm_dw_partial_ride", dim3(cb * nq), fl + 6.0 * tq.rows * C, rd + rope_table_bytes(T, C), wr);
+    rmsnorm_dw_bytes(tk.rows, C, nk, accumulate_dw, &fl, &rd, &wr);
+    ew_ride_account(COST_NORM, "rmsnorm_dw_partial_ride", dim3(cb * nk), fl + 6.0 * tk.rows * C, rd + rope_table_bytes(T, C), wr);
 }
 
 #endif

@@ -279,8 +279,15 @@ __global__ static void residual_rmsnorm_forward_kernel(bf16* resid, bf16* out, f
  * the column block to finish (an integer counter done[blockIdx.x], after a __threadfence; it leaves the counter at 0
  * again) adds the chunks' partials into dw as rmsnorm_dw_sum_kernel does (the same order: the same bits), so one
  * launch does both (done NULL: the partials alone, for rmsnorm_dw_sum_kernel). Block (bx, by) of a col_blocks x nchunks
- * grid, thread (tx, ty) of 32 x 8: rmsnorm_dw_partial_kernel's own, or a block riding on the dx launch (RmsDwRide) */
-__device__ static void rmsnorm_dw_partial_block(int bx, int by, int nchunks, int tx, int ty, float* part, const bf16* dout,
+ * grid, thread (tx, ty) of 32 x 8: rmsnorm_dw_partial_kernel's own, or a block riding on another launch (RmsDwRide). dout(r, c):
+ * the gradient's element (RmsDout: as stored; qknorm_rope.cuh's rider makes it from RoPE's output gradient) */
+struct RmsDout {   /* the dw pass's gradient as stored: dout [rows, C] contiguous */
+    const bf16* p;
+    int C;
+    __device__ float operator()(int r, int c) const { return __bfloat162float(p[(size_t)r * C + c]); }
+};
+template <typename G>
+__device__ static void rmsnorm_dw_partial_block(int bx, int by, int nchunks, int tx, int ty, float* part, const G& dout,
                                                 const bf16* x, const float* ms, int rows, int C, int nh, size_t ldx, float eps, int R,
                                                 float* dw, int accumulate, unsigned* done) {
     __shared__ float sh[RMSNORM_DW_TY][RMSNORM_DW_TX + 1];
@@ -290,8 +297,8 @@ __device__ static void rmsnorm_dw_partial_block(int bx, int by, int nchunks, int
     if (c < C) {
         for (int r = r0 + ty; r < r1; r += RMSNORM_DW_TY) {
             const float rstd = 1.0f / sqrtf(ms[r] + eps);
-            const size_t i = (size_t)r * C + c, xi = (size_t)(r / nh) * ldx + (size_t)(r % nh) * C + c;
-            s += __bfloat162float(dout[i]) * (__bfloat162float(x[xi]) * rstd);
+            const size_t xi = (size_t)(r / nh) * ldx + (size_t)(r % nh) * C + c;
+            s += dout(r, c) * (__bfloat162float(x[xi]) * rstd);
         }
     }
     sh[ty][tx] = s;
@@ -330,7 +337,8 @@ __device__ static void rmsnorm_dw_partial_block(int bx, int by, int nchunks, int
 __global__ static void rmsnorm_dw_partial_kernel(float* part, const bf16* dout, const bf16* x, const float* ms,
                                                  int rows, int C, int nh, size_t ldx, float eps, int R, float* dw, int accumulate,
                                                  unsigned* done) {
-    rmsnorm_dw_partial_block((int)blockIdx.x, (int)blockIdx.y, (int)gridDim.y, (int)threadIdx.x, (int)threadIdx.y, part, dout, x, ms,
+    const RmsDout g = {dout, C};
+    rmsnorm_dw_partial_block((int)blockIdx.x, (int)blockIdx.y, (int)gridDim.y, (int)threadIdx.x, (int)threadIdx.y, part, g, x, ms,
                              rows, C, nh, ldx, eps, R, dw, accumulate, done);
 }
 /* the dw pass riding on the dx launch: its blocks are the launch's last col_blocks * nchunks (0: none) */
@@ -351,8 +359,9 @@ __global__ static void rmsnorm_backward_dx_kernel(bf16* dx, const bf16* dout, co
     const unsigned gr = gridDim.x - (unsigned)(dwr.col_blocks * dwr.nchunks);
     if (blockIdx.x >= gr) {
         const int k = (int)(blockIdx.x - gr);
+        const RmsDout g = {dout, C};
         rmsnorm_dw_partial_block(k % dwr.col_blocks, k / dwr.col_blocks, dwr.nchunks, (int)(threadIdx.x % RMSNORM_DW_TX),
-                                 (int)(threadIdx.x / RMSNORM_DW_TX), dwr.part, dout, x, ms, rows, C, nh, ld, eps, dwr.R, dwr.dw,
+                                 (int)(threadIdx.x / RMSNORM_DW_TX), dwr.part, g, x, ms, rows, C, nh, ld, eps, dwr.R, dwr.dw,
                                  dwr.accumulate, dwr.done);
         return;
     }
@@ -573,6 +582,22 @@ static void rmsnorm_forward_fp(bf16* out, float* ms, const bf16* x, const bf16* 
  * One launch: the dw blocks ride on the dx launch (RmsDwRide) unless dx overlaps dout or x, when dw runs first in
  * its own launch (g_rmsnorm_dw_apart, test-only: always apart). */
 static int g_rmsnorm_dw_apart = 0;
+/* the dw pass's shape: about 2048 blocks of 256 threads; at least 128 rows (16 per lane) a chunk. R depends on (rows, C)
+ * only, so a given shape is always summed the same way */
+static void rmsnorm_dw_plan(int rows, int C, int* col_blocks, int* R, int* nchunks) {
+    *col_blocks = CEIL_DIV(C, RMSNORM_DW_TX);
+    int target = 2048 / *col_blocks;
+    if (target < 1) target = 1;
+    *R = CEIL_DIV(rows, target);
+    if (*R < 128) *R = 128;
+    *nchunks = CEIL_DIV(rows, *R);   /* <= target <= 2048 */
+}
+/* its traffic in one record: dout and x read, the partials written and read back by the last blocks, dw */
+static void rmsnorm_dw_bytes(int rows, int C, int nchunks, int accumulate_dw, double* flops, size_t* rd, size_t* wr) {
+    *flops = 3.0 * rows * C + (double)nchunks * C;
+    *rd = (size_t)rows * C * 4 + (size_t)rows * 4 + (size_t)nchunks * C * 4 + (accumulate_dw ? (size_t)C * 4 : 0);
+    *wr = (size_t)nchunks * C * 4 + (size_t)C * 4;
+}
 static int g_rmsnorm_dx_grid_cap = 0;   /* test-only: > 0 caps the dx rows' grid, so that its warps stride */
 static bool rmsnorm_bytes_overlap(const void* a, size_t na, const void* b, size_t nb) {
     const char *pa = (const char*)a, *pb = (const char*)b;
@@ -588,23 +613,16 @@ static void rmsnorm_backward_ld(bf16* dx, float* dw, const bf16* dout, const bf1
     if (fp && ew_dup_on(dup)) tsdc_fail("rmsnorm_backward_ld: a fingerprinted call is not duplicated");
     RmsDwRide dwr = {NULL, NULL, NULL, 0, 0, 0, 0};
     if (dw) {
-        /* about 2048 blocks of 256 threads in kernel 1; at least 128 rows (16 per lane) a chunk.
-         * R depends on (rows, C) only, so a given shape is always summed the same way. */
-        const int col_blocks = CEIL_DIV(C, RMSNORM_DW_TX);
-        int target = 2048 / col_blocks;
-        if (target < 1) target = 1;
-        int R = CEIL_DIV(rows, target);
-        if (R < 128) R = 128;
-        const int nchunks = CEIL_DIV(rows, R);   /* <= target <= 2048 */
+        int col_blocks, R, nchunks;
+        rmsnorm_dw_plan(rows, C, &col_blocks, &R, &nchunks);
         float* part = cuda_workspace_f32(0, (size_t)nchunks * C);
         unsigned* done = rmsnorm_dw_done(col_blocks);
         const size_t xspan = ((size_t)(N - 1) * ld + (size_t)nh * C) * sizeof(bf16);
         const bool apart = g_rmsnorm_dw_apart || rmsnorm_bytes_overlap(dx, xspan, dout, (size_t)rows * C * sizeof(bf16)) ||
                            rmsnorm_bytes_overlap(dx, xspan, x, xspan);
-        /* the partials written and read back by the last blocks, and dw: the two passes' traffic in one record */
-        const double fl = 3.0 * rows * C + (double)nchunks * C;
-        const size_t rd = (size_t)rows * C * 4 + (size_t)rows * 4 + (size_t)nchunks * C * 4 + (accumulate_dw ? (size_t)C * 4 : 0),
-                     wr = (size_t)nchunks * C * 4 + (size_t)C * 4;
+        double fl;
+        size_t rd, wr;
+        rmsnorm_dw_bytes(rows, C, nchunks, accumulate_dw, &fl, &rd, &wr);
         if (apart) {
             dim3 block(RMSNORM_DW_TX, RMSNORM_DW_TY);
             rmsnorm_dw_partial_kernel<<<dim3(col_blocks, nchunks), block, 0, stream>>>(part, dout, x, ms, rows, C, nh, (size_t)ld, eps, R,

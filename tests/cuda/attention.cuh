@@ -1079,6 +1079,7 @@ static void fused_fwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTC_NCHECK]) {
 }
 static int g_fused_chunked = 0;   /* calls of fused_bwd_checks whose dV check had more than one chunk */
 static int g_ride_rope_diff = 0, g_ride_rope_runs = 0;   /* the riding checks' RoPE launches whose outputs differed, of all */
+static int g_ride_qknr_diff = 0, g_ride_qknr_runs = 0;   /* ... riding on Qwen3's RoPE + QK-norm backward launch */
 /* the fused backward (from the clean forward's out, lse) with plant pl, then the dq kernel's row checks and the dV
  * column check (one launch): failed heads per ATTB check */
 static void fused_bwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTB_NCHECK]) {
@@ -1150,6 +1151,47 @@ static void fused_bwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTB_NCHECK]) {
                             (fp && (h[0] | h[1]) == 0) || memcmp(hs1, hs2, sizeof(double) * 3 * n) != 0 || bdiff;
         g_ride_rope_runs++;
         FREE_ALL(x1, x2, y1, y2);
+        if (qknorm_rope_ok(f->hd, qd + kd, f->q, f->q)) {
+            /* and riding on Qwen3's one launch for RoPE's and the QK norm's backward (rope_qknorm_backward_qk, with its norms'
+             * dw riding too; x, the weights and mean squares drawn here): the counts and bounds as above, its dx, dw and
+             * fingerprints bitwise the launch's without the checks, the rows' grid capped at 2 blocks once */
+            const size_t nx = (size_t)f->B * f->T * (qd + kd);
+            float *hx = h_normal(nx, 1.0, 0.0, 1), *hw = h_normal(f->hd, 0.3, 1.0, 1), *hm = h_normal((size_t)f->B * f->T * (f->H + f->KV), 0.2, 1.0, 0);
+            for (size_t i = 0; i < (size_t)f->B * f->T * (f->H + f->KV); i++) hm[i] = fabsf(hm[i]) + 0.1f;
+            bf16 *X = d_bf16(hx, nx), *Wn = d_bf16(hw, f->hd);
+            float* M = d_f32(hm, (size_t)f->B * f->T * (f->H + f->KV));
+            const float *mq = M, *mk = M + (size_t)f->B * f->T * f->H;
+            bf16 *dx1 = d_bf16_poison(nx), *dx2 = d_bf16_poison(nx);
+            float *dw1 = d_f32_poison(2 * (size_t)f->hd), *dw2 = d_f32_poison(2 * (size_t)f->hd);
+            cudaCheck(cudaMemset(fa, 0, 4 * FP_WORDS * sizeof(unsigned long long)));
+            g_qknr_bwd_grid_cap = fp ? 0 : 2;
+            rope_qknorm_backward_qk(dx1, dx1 + qd, dw1, dw1 + f->hd, f->gdq, f->gdk, X, X + qd, qd + kd, Wn, Wn, mq, mk, f->B, f->T, f->H, f->KV,
+                                    f->hd, 1e-6f, 0, dcs, dsn, ROPE_HF, a1, b1, NULL, g_s);
+            cudaCheck(cudaMemset(f->scr, 0xff, sizeof(double) * 3 * n));
+            cudaCheck(cudaMemset(f->dbuf, 0, sizeof(int) * ATTB_NCHECK * (1 + (size_t)nbh)));
+            cudaCheck(cudaMemset(done, 0, sizeof(unsigned) * ndone));
+            double* bnd3 = (double*)d_f32_poison(2 * nbd);
+            const AttbFused ab2 = attcheck_fused_backward_ride(f->dbuf, f->dbuf + ATTB_NCHECK, f->scr, f->go, qd, f->v, kd, f->gdv, kd, f->B, f->T,
+                                                               f->H, f->KV, f->hd, bnd3, work, nwork, done);
+            rope_qknorm_backward_qk(dx2, dx2 + qd, dw2, dw2 + f->hd, f->gdq, f->gdk, X, X + qd, qd + kd, Wn, Wn, mq, mk, f->B, f->T, f->H, f->KV,
+                                    f->hd, 1e-6f, 0, dcs, dsn, ROPE_HF, a2, b2, &ab2, g_s);
+            g_qknr_bwd_grid_cap = 0;
+            cudaCheck(cudaStreamSynchronize(g_s));
+            int c5[ATTB_NCHECK];
+            cudaCheck(cudaMemcpy(c5, f->dbuf, sizeof(int) * ATTB_NCHECK, cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(h, fa, sizeof(h), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(hs2, f->scr, sizeof(double) * 3 * n, cudaMemcpyDeviceToHost));
+            double *hb1 = (double*)mallocCheck(sizeof(double) * nbd), *hb3 = (double*)mallocCheck(sizeof(double) * nbd);
+            cudaCheck(cudaMemcpy(hb1, bnd1, sizeof(double) * nbd, cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(hb3, bnd3, sizeof(double) * nbd, cudaMemcpyDeviceToHost));
+            uint16_t *u1 = dl_bits(dx1, nx), *u2 = dl_bits(dx2, nx);
+            float *v1 = dl_f32(dw1, 2 * (size_t)f->hd, NULL), *v2 = dl_f32(dw2, 2 * (size_t)f->hd, NULL);
+            g_ride_qknr_diff += memcmp(c5, c2, sizeof(c5)) != 0 || memcmp(hb1, hb3, sizeof(double) * nbd) != 0 ||
+                                memcmp(hs1, hs2, sizeof(double) * 3 * n) != 0 || memcmp(u1, u2, nx * 2) != 0 || bits_differ(v1, v2, 2 * f->hd) ||
+                                (fp && (memcmp(h, h + 2 * FP_WORDS, 2 * FP_WORDS * 8) != 0 || (h[0] | h[1]) == 0));
+            g_ride_qknr_runs++;
+            FREE_ALL(hx, hw, hm, hb1, hb3, u1, u2, v1, v2);
+        }
     }
     g_rope_grid_cap = 0;
     FREE_ALL(cs, sn, hs1, hs2);
@@ -1337,4 +1379,7 @@ static void test_flash_attcheck(void) {
           g_ride_norm_runs - g_ride_norm_diff, g_ride_norm_runs);
     check(g_ride_rope_runs > 0 && g_ride_rope_diff == 0, "  the checks riding on the RoPE backward's launch: their counts the one launch's, its dq, dk and "
           "fingerprints bitwise the launch's without them, in %d of %d calls (want all)", g_ride_rope_runs - g_ride_rope_diff, g_ride_rope_runs);
+    check(g_ride_qknr_runs > 0 && g_ride_qknr_diff == 0, "  the checks riding on Qwen3's RoPE + QK-norm backward launch: their counts and bounds the one "
+          "launch's, its dx, dw and fingerprints bitwise the launch's without them, in %d of %d calls (want all)", g_ride_qknr_runs - g_ride_qknr_diff,
+          g_ride_qknr_runs);
 }

@@ -582,6 +582,49 @@ static void test_qknorm_rope(void) {
                 const Fingerprint h3 = fingerprint_read(c3, g_s), h4 = fingerprint_read(c4, g_s), h5 = fingerprint_read(c5, g_s);
                 const int fok = fp_equal(h0, f1) && fp_equal(h1, h2) && fp_equal(h3, e3) && fp_equal(h4, h5);
                 check(fok, "    %-58s %s", "  q and k in one launch: the four fingerprints = the single launches'", fok ? "yes" : "NO");
+                {   /* the first pass's writing backward (rope_qknorm_backward_qk: RoPE's and the norm's backward of q and k, the
+                     * norms' dw riding) against rope_qk's backward into scratch + rmsnorm_backward_ld of q and of k: dx of both
+                     * (views of their own [N, ld] buffers, nothing else written), dw of both (written and accumulated), the
+                     * fingerprints, with and without them, with the rows' grid at its size and capped at 2 blocks */
+                    uint16_t* hgk = h_bits((size_t)N * nk * hd, 1.0);
+                    float* hdw = h_normal(hd, 0.3, 0.0, 1);
+                    bf16* gk = d_raw16(hgk, (size_t)N * nk * hd);
+                    bf16 *sq = d_bf16_poison((size_t)N * qd), *sk = d_bf16_poison((size_t)N * nk * hd);
+                    int bok = 1;
+                    for (int v = 0; v < 8; v++) {
+                        const int accw = v & 1, fp = (v >> 1) & 1, cap = v >> 2;
+                        bf16* dx[4];   /* q, k: fused; q, k: two-step */
+                        for (int i = 0; i < 4; i++) dx[i] = d_bf16_poison((size_t)N * ld);
+                        float* dw[4];
+                        for (int i = 0; i < 4; i++) dw[i] = accw ? d_f32(hdw, hd) : d_f32_poison(hd);
+                        unsigned long long* fa = (unsigned long long*)d_f32_poison(4 * FP_WORDS * 2);
+                        cudaCheck(cudaMemset(fa, 0, 4 * FP_WORDS * sizeof(unsigned long long)));
+                        unsigned long long* fq[4];
+                        for (int i = 0; i < 4; i++) fq[i] = fp ? fa + i * FP_WORDS : NULL;
+                        g_qknr_bwd_grid_cap = cap ? 2 : 0;
+                        rope_qknorm_backward_qk(dx[0] + 8, dx[1] + 8, dw[0], dw[1], g, gk, xv, xv, ld, w, w2, ms2, kms2, B, T, nh, nk, hd, 1e-6f,
+                                                accw, dcs, dsn, style, fq[0], fq[1], NULL, g_s);
+                        g_qknr_bwd_grid_cap = 0;
+                        rope_qk(sq, sk, g, gk, qd, nk * hd, dcs, dsn, B, T, nh, nk, hd, style, true, NULL, NULL, g_s);
+                        rmsnorm_backward_ld(dx[2] + 8, dw[2], sq, xv, ld, w, ms2, N, nh, hd, 1e-6f, 0, accw, g_s, fq[2]);
+                        rmsnorm_backward_ld(dx[3] + 8, dw[3], sk, xv, ld, w2, kms2, N, nk, hd, 1e-6f, 0, accw, g_s, fq[3]);
+                        uint16_t *a0 = dl_raw16(dx[0], (size_t)N * ld), *a1 = dl_raw16(dx[1], (size_t)N * ld), *a2 = dl_raw16(dx[2], (size_t)N * ld),
+                                 *a3 = dl_raw16(dx[3], (size_t)N * ld);
+                        float *w0 = dl_f32(dw[0], hd, NULL), *w1 = dl_f32(dw[1], hd, NULL), *w2h = dl_f32(dw[2], hd, NULL), *w3 = dl_f32(dw[3], hd, NULL);
+                        unsigned long long hf[4 * FP_WORDS];
+                        cudaCheck(cudaMemcpy(hf, fa, sizeof(hf), cudaMemcpyDeviceToHost));
+                        const int same = !memcmp(a0, a2, (size_t)N * ld * 2) && !memcmp(a1, a3, (size_t)N * ld * 2) && !bits_differ(w0, w2h, hd) &&
+                                         !bits_differ(w1, w3, hd) && !memcmp(hf, hf + 2 * FP_WORDS, 2 * FP_WORDS * 8) &&
+                                         (!fp || (hf[0] | hf[1]) != 0);
+                        if (!same) printf("      writing backward, dw %s, fingerprints %s, grid %s: differs from the two-step form\n",
+                                          accw ? "accumulated" : "written", fp ? "on" : "off", cap ? "capped" : "full");
+                        bok &= same;
+                        FREE_ALL(a0, a1, a2, a3, w0, w1, w2h, w3);
+                    }
+                    snprintf(what, sizeof(what), "hd %d %s: the writing backward of q and k, one launch", hd, style == ROPE_HF ? "HF" : "nanochat");
+                    check(bok, "    %-58s dx, dw, fingerprints bitwise the two-step form's (8 variants)%s", what, bok ? "" : " (NO)");
+                    FREE_ALL(hgk, hdw);
+                }
                 {   /* a second pair riding (-protect qk's recomputation, fingerprint-only): the first pair's outputs and fingerprints
                      * as without it, the second pair's as its own launch's; the second pair's x with one sign flipped in q */
                     uint16_t* hx2 = (uint16_t*)malloc((size_t)N * ld * 2);

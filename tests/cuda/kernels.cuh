@@ -130,7 +130,9 @@ static void rmsnorm_dw_ride_case(int rows, int C, float eps, const bf16* g, cons
                 bf16* ox[2];
                 float* ow[2];
                 unsigned long long* fps[2];
-                long long nl[2] = {0, 0};
+#ifdef __CUDA_EMU__
+                long long nl[2] = {0, 0};   /* launches, on the emulation's counter */
+#endif
                 for (int ride = 0; ride < 2; ride++) {
                     ox[ride] = acc ? d_bf16(hold, n) : d_bf16_poison(n);
                     ow[ride] = d_f32(hdw, C);
@@ -150,7 +152,6 @@ static void rmsnorm_dw_ride_case(int rows, int C, float eps, const bf16* g, cons
                 }
                 g_rmsnorm_dw_apart = 0;
                 g_rmsnorm_dx_grid_cap = 0;
-                (void)nl;   /* counted on the emulation only */
                 float *x0 = dl_bf16(ox[0], n, NULL), *x1 = dl_bf16(ox[1], n, NULL), *w0 = dl_f32(ow[0], C, NULL), *w1 = dl_f32(ow[1], C, NULL);
                 unsigned long long f[2][FP_WORDS];
                 cudaCheck(cudaMemcpy(f[0], fps[0], sizeof(f[0]), cudaMemcpyDeviceToHost));
