@@ -8,7 +8,8 @@
  * Shapes: the linear layers of one transformer layer and the classifier at N tokens, each as the trainer
  * calls it: forward (N x I times W^T), dx (N x O times W) and dW (dout^T x inp, A read transposed),
  * timed as the best of -reps calls after one warm-up; every fp32 path the machine has, and the bf16 path
- * chosen for -precision bf16. Prints GFLOP/s and the fraction of the fp32 peak x threads. */
+ * chosen for -precision bf16. Prints GFLOP/s and the fraction of the fp32 peak x threads, per layer (the three
+ * products summed) and then per product on the best fp32 path (where a GEMM loses). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +148,8 @@ int main(int argc, char** argv) {
     }
     printf("%s\n", nbf == 2 ? "  (the default bf16 path first)" : "");
     double tflop[8] = {0}, tsec[8] = {0};
+    const int best32 = top < GEMM_AVX512 ? top : GEMM_AVX512;
+    double dir_t[5][3] = {{0}};   /* the best fp32 path's time of each product: forward, dx, dW */
     for (int s = 0; s < 5; s++) {
         int I = lin[s].I, O = lin[s].O;
         float *x = mallocCheck(sizeof(float) * Nt * I), *w = mallocCheck(sizeof(float) * I * O), *wT = mallocCheck(sizeof(float) * I * O);
@@ -162,8 +165,10 @@ int main(int argc, char** argv) {
             int bf = lv > top;
             if (!bf && lv > GEMM_AVX512) continue;
             gemm_set_level(bf ? bfl[lv - top - 1] : lv);
-            double t = time_gemm(bf, y, x, I, 1, wT, Nt, I, O, 0, reps) + time_gemm(bf, dx, y, O, 1, w, Nt, O, I, 0, reps) +
-                       time_gemm(bf, dw, y, 1, O, x, O, Nt, I, 1, reps);
+            const double tf = time_gemm(bf, y, x, I, 1, wT, Nt, I, O, 0, reps), tx = time_gemm(bf, dx, y, O, 1, w, Nt, O, I, 0, reps),
+                         tw = time_gemm(bf, dw, y, 1, O, x, O, Nt, I, 1, reps);
+            const double t = tf + tx + tw;
+            if (!bf && lv == best32) { dir_t[s][0] = tf; dir_t[s][1] = tx; dir_t[s][2] = tw; }
             double g = 3 * f / t / 1e9;
             printf("  %6.0f GFLOP/s (%3.0f%%)  ", g, peak > 0 ? 100 * g / (peak * threads) : 0);
             tflop[col] += 3 * f; tsec[col] += t; col++;
@@ -177,5 +182,22 @@ int main(int argc, char** argv) {
         printf("  %6.0f GFLOP/s (%3.0f%%)  ", g, peak > 0 ? 100 * g / (peak * threads) : 0);
     }
     printf("\n(forward + dx + dW of each layer at %d tokens; %% of the fp32 FMA peak x threads; bf16 can exceed 100%%)\n", Nt);
+    /* where the best fp32 path loses: each product on its own (forward N x I times W^T, W read transposed by the packer;
+     * dx N x O times W; dW dout^T x, A read transposed) */
+    if (best32 >= 1) {
+        printf("by product, fp32 %s path, GFLOP/s (%% of the peak x threads):\n%-11s", gemm_path_names[best32], "product");
+        const char* dn[3] = {"forward", "dx", "dW"};
+        for (int k = 0; k < 3; k++) printf("  %-18s", dn[k]);
+        printf("\n");
+        for (int s = 0; s < 5; s++) {
+            const double f = 2.0 * Nt * lin[s].I * lin[s].O;
+            printf("%-11s", lin[s].name);
+            for (int k = 0; k < 3; k++) {
+                const double g = dir_t[s][k] > 0 ? f / dir_t[s][k] / 1e9 : 0;
+                printf("  %6.0f (%3.0f%%)       ", g, peak > 0 ? 100 * g / (peak * threads) : 0);
+            }
+            printf("\n");
+        }
+    }
     return 0;
 }
