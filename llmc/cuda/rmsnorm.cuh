@@ -286,6 +286,25 @@ struct RmsDout {   /* the dw pass's gradient as stored: dout [rows, C] contiguou
     int C;
     __device__ float operator()(int r, int c) const { return __bfloat162float(p[(size_t)r * C + c]); }
 };
+/* dw[c] (+)= sum over chunks of part[chunk, c] for the block's 32 columns: thread (tx, ty) sums chunks ty, ty + 8, ...
+ * in order, then the 8 lane sums in lane order (accumulate 0: dw[c] = 0 + that, the first microbatch's write that
+ * replaces the memset of the gradients); sh the block's [8][33] scratch. The dw pass's last block and
+ * rmsnorm_dw_sum_kernel both run it: the same bits */
+__device__ static void rmsnorm_dw_sum_cols(float* dw, const volatile float* part, int nchunks, int C, int c, int tx, int ty, int accumulate,
+                                           float (*sh)[RMSNORM_DW_TX + 1]) {
+    float t = 0.0f;
+    if (c < C)
+        for (int k = ty; k < nchunks; k += RMSNORM_DW_TY) t += part[(size_t)k * C + c];
+    __syncthreads();   /* sh may still be read by an earlier pass */
+    sh[ty][tx] = t;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float u = sh[0][tx];
+#pragma unroll
+        for (int k = 1; k < RMSNORM_DW_TY; k++) u += sh[k][tx];
+        dw[c] = (accumulate ? dw[c] : 0.0f) + u;
+    }
+}
 template <typename G>
 __device__ static void rmsnorm_dw_partial_block(int bx, int by, int nchunks, int tx, int ty, float* part, const G& dout,
                                                 const bf16* x, const float* ms, int rows, int C, int nh, size_t ldx, float eps, int R,
@@ -320,19 +339,7 @@ __device__ static void rmsnorm_dw_partial_block(int bx, int by, int nchunks, int
     __syncthreads();
     if (!last) return;
     __threadfence();
-    const volatile float* vp = part;
-    float t = 0.0f;
-    if (c < C)
-        for (int k = ty; k < nchunks; k += RMSNORM_DW_TY) t += vp[(size_t)k * C + c];
-    __syncthreads();   /* sh is written again */
-    sh[ty][tx] = t;
-    __syncthreads();
-    if (ty == 0 && c < C) {
-        float u = sh[0][tx];
-#pragma unroll
-        for (int k = 1; k < RMSNORM_DW_TY; k++) u += sh[k][tx];
-        dw[c] = (accumulate ? dw[c] : 0.0f) + u;
-    }
+    rmsnorm_dw_sum_cols(dw, part, nchunks, C, c, tx, ty, accumulate, sh);
 }
 __global__ static void rmsnorm_dw_partial_kernel(float* part, const bf16* dout, const bf16* x, const float* ms,
                                                  int rows, int C, int nh, size_t ldx, float eps, int R, float* dw, int accumulate,
@@ -464,23 +471,10 @@ static unsigned* rmsnorm_dw_done(int col_blocks) {
     }
     return d;
 }
-/* dw[c] (+)= sum over chunks of part[chunk, c], 8 chunk-lanes then lanes in order (accumulate 0: dw[c] =
- * 0 + that, the first microbatch's write that replaces the memset of the gradients) */
+/* the dw pass's second step as a kernel of its own (the tests hold the one-launch form to it) */
 __global__ static void rmsnorm_dw_sum_kernel(float* dw, const float* part, int nchunks, int C, int accumulate) {
     __shared__ float sh[RMSNORM_DW_TY][RMSNORM_DW_TX + 1];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int c = blockIdx.x * RMSNORM_DW_TX + tx;
-    float s = 0.0f;
-    if (c < C)
-        for (int k = ty; k < nchunks; k += RMSNORM_DW_TY) s += part[(size_t)k * C + c];
-    sh[ty][tx] = s;
-    __syncthreads();
-    if (ty == 0 && c < C) {
-        float t = sh[0][tx];
-#pragma unroll
-        for (int k = 1; k < RMSNORM_DW_TY; k++) t += sh[k][tx];
-        dw[c] = (accumulate ? dw[c] : 0.0f) + t;
-    }
+    rmsnorm_dw_sum_cols(dw, part, nchunks, C, (int)(blockIdx.x * RMSNORM_DW_TX + threadIdx.x), (int)threadIdx.x, (int)threadIdx.y, accumulate, sh);
 }
 
 /* lanes per row: the smallest power of 2 >= C/8 (one 8-element pack each), at most 32 */
