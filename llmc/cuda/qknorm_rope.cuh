@@ -19,8 +19,9 @@
  * weights' dw as riding blocks that make each element's rope^-1 again, QknrDoutRope, and -protect att_bwd's checks
  * riding too; where no q_norm / k_norm fault is due between the two steps) and -protect qk_bwd's recomputation
  * (fingerprint-only, nothing written). The _qk launchers run Q's rows and then K's in one launch (each its own
- * outputs, weight and fingerprint). ptxas (CUDA 13.0.88, sm_90 and sm_80): the first pass's backward 63-64 registers,
- * 80 with att_bwd's checks riding (and their 39 KB of shared memory), no spills; the fingerprint-only one 70 (sm_80 64).
+ * outputs, weight and fingerprint). ptxas (CUDA 13.0.88, sm_90 and sm_80): the backward 63-64 registers (the
+ * fingerprint-only recomputation is its fingerprinting instance), 80 with att_bwd's checks riding (and their 39 KB of
+ * shared memory), no spills.
  * Accounting (ew_account, COST_NORM): the forward 4 + 6 FLOPs an element (+4 integer operations with a fingerprint),
  * the backward 7 + 6 + 4; bytes: x (g, x, ms) and w, the tables once, what is written. */
 #ifndef TSDC_QKNORM_ROPE_CUH
@@ -141,7 +142,7 @@ __global__ static void qknorm_rope_forward_kernel(QknrT t0, QknrT t1, QknrT t2, 
  * bf16 bits folded into f under its logical index ro + j. x NULL: RoPE's backward alone (its dx is the output). Every
  * lane of the warp calls it (shuffles); an idle lane (valid false) takes part in them and folds nothing. dxo (not NULL, with
  * x): the 8 dx values also stored there as bf16 (the first pass's writing kernel); f NULL: no fingerprint. The one body of
- * rope_qknorm_backward_fp_kernel, rope_qknorm_backward_kernel below and of the flash rerun's epilogue (flash_attention.cuh), so all have these bits;
+ * rope_qknorm_backward_kernel below (both passes) and of the flash rerun's epilogue (flash_attention.cuh), so all have these bits;
  * rope_kernel's pair arithmetic (rope_rotate_pair, sin negated, one rounding) in lane form. */
 __device__ __forceinline__ void qknr_backward_group_fp(const float gv[8], const bf16* x, const bf16* w, float ms, bool valid, int gl, int L,
                                                        int C, int t, float eps, const float* cos_t, const float* sin_t, int style,
@@ -187,29 +188,6 @@ __device__ __forceinline__ void qknr_backward_group_fp(const float gv[8], const 
         for (int j = 0; j < 8; j++) fp_add(f, ro + j, (uint64_t)__bfloat16_as_ushort(__float2bfloat16_rn(dx[j])), 16);
 }
 
-/* the backward, fingerprint-only: per row of t0 then t1, gn = bf16(rope^-1(g)), dx of the QK norm from gn, x, ms_in */
-__global__ static void rope_qknorm_backward_fp_kernel(QknrT t0, QknrT t1, int C, float eps, const float* cos_t, const float* sin_t, int T,
-                                                      int style) {
-    Fingerprint f0 = {0, 0}, f1 = {0, 0};
-    QknrT none = t1;   /* no third or fourth tensor */
-    none.rows = 0;
-    const int L = C / 8, rows = t0.rows + t1.rows;
-    const int lane = threadIdx.x & 31, gl = lane & (L - 1), rpw = 32 / L;
-    const int wpb = blockDim.x >> 5, step = gridDim.x * wpb * rpw;
-    for (int base = (blockIdx.x * wpb + (threadIdx.x >> 5)) * rpw; base < rows; base += step) {
-        const QknrRow R = qknr_row(t0, t1, none, none, base + lane / L, T);
-        const QknrT& tt = R.second ? t1 : t0;
-        const size_t ro = (size_t)R.row * C + gl * 8;
-        float gv[8];
-        load8_f32(gv, tt.g + ro, 8, true, 0.0f);
-        qknr_backward_group_fp(gv, tt.x + (size_t)R.n * tt.ldx + (size_t)R.h * C + gl * 8, tt.w + gl * 8, R.valid ? tt.ms_in[R.row] : 0.0f,
-                               R.valid, gl, L, C, R.t, eps, cos_t, sin_t, style, (uint64_t)ro, R.second ? &f1 : &f0);
-    }
-    bool first = true;
-    fp_block_reduce_next(f0, t0.fp, true, &first);
-    fp_block_reduce_next(f1, t1.fp, t1.rows > 0, &first);
-}
-
 /* the dw riders' gradient: gn = bf16(rope^-1(g)) at (r, c) from RoPE's output gradient g [rows, C] (contiguous), as
  * rope_kernel's backward stores it (the pair i, i + C/2 of row r = (n, h) at position t = n % T, sin negated, one rounding) */
 struct QknrDoutRope {
@@ -231,7 +209,8 @@ struct QknrDoutRope {
  * the q/k/v gradient, row stride t.ldx) and, FP, fingerprinted into t.fp; then ride, each its own body: AB -protect
  * att_bwd's fused checks (ab.blocks), Q's norm-weight gradient (d0: rmsnorm_dw_partial_block with gn made again per element,
  * QknrDoutRope) and K's (d1). Every output the bits of the two-step form's (the same bodies, orders and roundings). That
- * instance carries the riders' registers and shared memory, as rope_kernel's riding instance does */
+ * instance carries the riders' registers and shared memory, as rope_kernel's riding instance does. With dx0, dx1 NULL and
+ * no riders (d0, d1 of no blocks) it is -protect qk_bwd's fingerprint-only recomputation (rope_qknorm_backward_launch) */
 template <bool FP, bool AB>
 __global__ static void rope_qknorm_backward_kernel(QknrT t0, QknrT t1, bf16* dx0, bf16* dx1, int C, float eps, const float* cos_t,
                                                    const float* sin_t, int T, int style, unsigned gr, AttbFused ab, RmsDwRide d0,
@@ -266,10 +245,11 @@ __global__ static void rope_qknorm_backward_kernel(QknrT t0, QknrT t1, bf16* dx0
         const QknrRow R = qknr_row(t0, t1, none, none, base + lane / L, T);
         const QknrT& tt = R.second ? t1 : t0;
         const size_t ro = (size_t)R.row * C + gl * 8, xo = (size_t)R.n * tt.ldx + (size_t)R.h * C + gl * 8;
+        bf16* dxb = R.second ? dx1 : dx0;   /* NULL: fingerprint only */
         float gv[8];
         load8_f32(gv, tt.g + ro, 8, true, 0.0f);
         qknr_backward_group_fp(gv, tt.x + xo, tt.w + gl * 8, R.valid ? tt.ms_in[R.row] : 0.0f, R.valid, gl, L, C, R.t, eps, cos_t, sin_t, style,
-                               (uint64_t)ro, FP ? (R.second ? &f1 : &f0) : nullptr, R.valid ? (R.second ? dx1 : dx0) + xo : nullptr);
+                               (uint64_t)ro, FP ? (R.second ? &f1 : &f0) : nullptr, R.valid && dxb ? dxb + xo : nullptr);
     }
     if (FP) {
         bool first = true;
@@ -347,7 +327,10 @@ static void rope_qknorm_backward_launch(const QknrT& t0, const QknrT& t1, int T,
     const int rows = t0.rows + t1.rows;
     if (rows <= 0) return;
     const int grid = qknorm_rope_grid(rows, C);
-    rope_qknorm_backward_fp_kernel<<<grid, RMSNORM_BLOCK, 0, stream>>>(t0, t1, C, eps, cos, sin, T, style);
+    const RmsDwRide none = {NULL, NULL, NULL, 0, 0, 0, 0};
+    const AttbFused no = {};
+    rope_qknorm_backward_kernel<true, false><<<grid, RMSNORM_BLOCK, 0, stream>>>(t0, t1, NULL, NULL, C, eps, cos, sin, T, style, (unsigned)grid, no,
+                                                                                  none, none);
     cudaCheck(cudaGetLastError());
     const size_t n = (size_t)rows * C;
     ew_account(COST_NORM, "rope_qknorm_backward_fp_kernel", grid, 17.0 * n,
