@@ -59,8 +59,11 @@
  *             K/V tiles 0 .. last row / BK double-buffered. Per K/V tile a warp computes S (16 x BK) =
  *             Q K^T, masks s > t and s >= T (only on tiles that reach past the warp's first row or past
  *             T), rescales o and l, P = exp(z - m) -> bf16 A fragments, o += P V.
- *   D         flash_attention_rowdot_kernel: one warp per (b, t, h) row, lanes stride d, warp butterfly (computed twice
- *             and compared under -protect qk_bwd, whose rerun of dq and dk reads this D instead of a second one).
+ *   D         one warp per (b, t, h) row, lanes stride d, warp butterfly (flash_rowdot; computed twice and compared
+ *             under -protect qk_bwd, whose rerun of dq and dk reads this D instead of a second one). In the first
+ *             pass the dq kernel makes it (FlashRowDot): each warp its 16 rows before its tile loop, from dout and out
+ *             in global memory, stored for the dk/dv kernel launched after it; where D must exist before a launch
+ *             (the rerun's one dq + dk launch, when it does not reuse the first pass's), flash_attention_rowdot_kernel.
  *   dq        one block per (query tile, b, h), as the forward: Q and dout tiles once, K/V tiles 0 ..
  *             diagonal double-buffered: S = Q K^T, dP = dO V^T, dZ = P (dP - D) masked at s > t,
  *             dq += bf16(dZ) K; dq * scale rounded once.
@@ -93,7 +96,7 @@
  * hd 128). Dynamic shared memory (bytes), hd 32 / 64 / 128: forward 25600 / 46080 / 87040 (Q + 2 x K + 2 x V);
  * dq 30720 / 55296 / 69632 (Q + dO + 2 x K + 2 x V); dk/dv 31744 / 56320 / 70144 (K + V + 2 x Q + 2 x dO + 2 x
  * lse, D). Registers (ptxas -v, CUDA 13.0.88, sm_90; sm_80 in brackets where it differs), hd 32 / 64 / 128:
- * forward 96 / 128 / 168 (the CHK variant the same); dq 128 / 166 / 164 (CHK 128 / 168 / 166); dk/dv 168 / 228 / 255
+ * forward 96 / 128 / 168 (the CHK variant the same); dq 127 / 168 / 168 with D made inside (128 / 166 / 164 without it; CHK 128 / 168 / 166; 3 blocks a SM by registers either way); dk/dv 168 / 228 / 255
  * with 24 / 0 / 12 bytes of spill stores (sm_80: 161 / 224 / 252, no spills: the two 16 x 128 fp32 accumulators of a
  * warp are 128 registers a lane); the rerun's dq + dk-only kernel 128 / 168 / 168, 4 / 8 / 0 bytes of spills (sm_80
  * 4 / 0 / 0), with the Q/K epilogue the same registers, 4 / 24 / 0 bytes of spills (sm_80 0 / 0 / 0) and 512 bytes
@@ -144,7 +147,8 @@
  * arithmetic beside them (about 5 CUDA-core operations a pair, an exp among them) is not counted. Bytes:
  * each input read once, each output written once (the k/v tiles that every query tile reads again come
  * from L2 and are not counted), the head split's fp32 partials written and read back by the sum pass
- * (COST_FP32); D by flash_attention_rowdot_kernel (COST_FP32). */
+ * (COST_FP32); D by flash_attention_rowdot_kernel (COST_FP32), or in the dq kernel as out read and D written (its
+ * 2 hd CUDA-core operations a row not counted). */
 #ifndef TSDC_FLASH_ATTENTION_CUH
 #define TSDC_FLASH_ATTENTION_CUH
 
@@ -490,29 +494,37 @@ flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, 
     }
 }
 
-/* D[(b*H + h)*T + t] = sum_d dout[b,t,h,d] out[b,t,h,d]: one warp per row, rows in memory order. dup (not NULL;
+/* D of one row: sum_d a[d] o[d], lanes striding d, then the butterfly (every lane gets the same bits). dup (not NULL;
  * -protect qk_bwd, whose rerun reuses this D): the sum computed a second time from the loaded values through
- * dup_opaque (llmc/sdc/ewdup.cuh's duplication) and compared, *dup set to 1 on any difference. plant_xor (test-only, 0 in
- * every trainer launch): flips these bits of the primary sum of row 0, as a fault in its arithmetic would */
-__global__ void flash_attention_rowdot_kernel(float* __restrict__ D, const bf16* __restrict__ dout, const bf16* __restrict__ out,
-                                              int B, int T, int H, int hd, unsigned long long* dup, unsigned plant_xor) {
-    const size_t rows = (size_t)B * T * H;
-    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (row >= rows) return; /* the whole warp leaves together */
-    const bf16* a = dout + row * hd;
-    const bf16* o = out + row * hd;
+ * dup_opaque (llmc/sdc/ewdup.cuh's duplication) and compared, *dup set to 1 on any difference. plant_xor (test-only, 0
+ * in every trainer launch): flips these bits of the primary sum, as a fault in its arithmetic would. The one body of
+ * flash_attention_rowdot_kernel and of the dq kernel's first pass (FlashRowDot), so both give the same bits. */
+__device__ __forceinline__ float flash_rowdot(const bf16* __restrict__ a, const bf16* __restrict__ o, int hd, int lane,
+                                              unsigned long long* dup, unsigned plant_xor) {
     float acc = 0.0f, acc2 = 0.0f;
     for (int d = lane; d < hd; d += 32) {
         acc += __bfloat162float(a[d]) * __bfloat162float(o[d]);
         if (dup) acc2 += dup_opaque(__bfloat162float(a[d])) * dup_opaque(__bfloat162float(o[d]));
     }
     acc = warp_reduce_sum(acc);
-    if (row == 0 && plant_xor) acc = __uint_as_float(__float_as_uint(acc) ^ plant_xor);
+    if (plant_xor) acc = __uint_as_float(__float_as_uint(acc) ^ plant_xor);
     if (dup) {
         acc2 = warp_reduce_sum(acc2);
         if (lane == 0 && __float_as_uint(acc) != __float_as_uint(acc2)) atomicOr(dup, 1ull);
     }
+    return acc;
+}
+
+/* D[(b*H + h)*T + t] = sum_d dout[b,t,h,d] out[b,t,h,d]: one warp per row, rows in memory order (flash_rowdot; plant_xor
+ * on row 0). Where D must exist before a launch whose blocks all read it (the rerun's one dq + dk launch); the first
+ * pass computes D inside its dq kernel instead (FlashRowDot) */
+__global__ void flash_attention_rowdot_kernel(float* __restrict__ D, const bf16* __restrict__ dout, const bf16* __restrict__ out,
+                                              int B, int T, int H, int hd, unsigned long long* dup, unsigned plant_xor) {
+    const size_t rows = (size_t)B * T * H;
+    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return; /* the whole warp leaves together */
+    const float acc = flash_rowdot(dout + row * hd, out + row * hd, hd, lane, dup, row == 0 ? plant_xor : 0u);
     if (lane == 0) {
         const int h = (int)(row % H);
         const size_t bt = row / H;
@@ -522,6 +534,17 @@ __global__ void flash_attention_rowdot_kernel(float* __restrict__ D, const bf16*
     }
 }
 
+/* the first pass's D made by its dq kernel (out not NULL): each warp, before its tile loop, computes D of its 16 rows
+ * (flash_rowdot over dout and out from global memory, the rows one after another), uses them and stores them to Dw
+ * (workspace slot 4) for the dk/dv kernel launched after it: no D launch, no second read of dout. dup and plant_xor as
+ * flash_attention_rowdot_kernel's (plant_xor on the row b 0, h 0, t 0). out NULL: D read from the D argument. */
+struct FlashRowDot {
+    const bf16* out;
+    float* Dw;
+    unsigned long long* dup;
+    unsigned plant_xor;
+};
+
 /* grid as the forward's: one block per (query tile, b, h), the last query tile first; bid: the block's index in
  * that grid (bid, or its place in the rerun's one launch, flash_attention_backward_dqdk_kernel) */
 template <int HD, bool CHK, bool EPI = false>
@@ -529,7 +552,8 @@ __device__ __forceinline__ void flash_backward_dq_block(unsigned bid, bf16* __re
                                                         const float* __restrict__ lse, const float* __restrict__ D,
                                                         const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                                                         int B, int T, int H, int KV, int ldv, float scale, float* __restrict__ rows_a,
-                                                        float* __restrict__ rows_b, FlashPlant pl, const FlashQkEpi* epi = NULL) {
+                                                        float* __restrict__ rows_b, FlashPlant pl, const FlashQkEpi* epi = NULL,
+                                                        FlashRowDot rd = FlashRowDot{}) {
     constexpr int BQ = FlashTiles<HD>::DQ_BQ, BK = FlashTiles<HD>::DQ_BK, LDS = FLASH_LDS(HD);
     constexpr int NB = BK / 8, KS = BK / 16, ND = HD / 8;
     static_assert(BQ == 16 * FLASH_WARPS && BK % 16 == 0, "dq: tile shape");
@@ -561,8 +585,17 @@ __device__ __forceinline__ void flash_backward_dq_block(unsigned bid, bf16* __re
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         L[r] = trow[r] < T ? lse[((size_t)b * H + h) * T + trow[r]] : 0.0f;
-        Dt[r] = trow[r] < T ? D[((size_t)b * H + h) * T + trow[r]] : 0.0f;
+        Dt[r] = trow[r] < T && !rd.out ? D[((size_t)b * H + h) * T + trow[r]] : 0.0f;
     }
+    if (rd.out) /* D of the warp's rows, made here (FlashRowDot); the loop's bound is the same for the whole warp */
+        for (int rr = 0; rr < 16 && r0 + rr < T; rr++) {
+            const int t = r0 + rr;
+            const size_t off = ((size_t)b * T + t) * ldq + (size_t)h * HD;
+            const float dt = flash_rowdot(dout + off, rd.out + off, HD, lane, rd.dup, (b | h | t) == 0 ? rd.plant_xor : 0u);
+            if (rr == gq) Dt[0] = dt;
+            if (rr == gq + 8) Dt[1] = dt;
+            if (lane == 0) rd.Dw[((size_t)b * H + h) * T + t] = dt;
+        }
 #pragma unroll
     for (int nd = 0; nd < ND; nd++)
 #pragma unroll
@@ -801,8 +834,8 @@ __global__ void __launch_bounds__(FLASH_THREADS)
 flash_attention_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const float* __restrict__ lse,
                                    const float* __restrict__ D, const bf16* __restrict__ q, const bf16* __restrict__ k,
                                    const bf16* __restrict__ v, int B, int T, int H, int KV, int ldv, float scale, float* __restrict__ rows_a,
-                                   float* __restrict__ rows_b, FlashPlant pl) {
-    flash_backward_dq_block<HD, CHK>(blockIdx.x, dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale, rows_a, rows_b, pl);
+                                   float* __restrict__ rows_b, FlashPlant pl, FlashRowDot rd) {
+    flash_backward_dq_block<HD, CHK>(blockIdx.x, dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale, rows_a, rows_b, pl, NULL, rd);
 }
 template <int HD, bool DV>
 __global__ void __launch_bounds__(FLASH_THREADS)
@@ -846,6 +879,9 @@ static unsigned* flash_dkdv_done(size_t groups) {
     }
     return d;
 }
+/* test-only: bits flipped in the dq kernel's D of row (b 0, h 0, t 0) where it makes D (FlashRowDot's plant_xor); 0 in
+ * every trainer run */
+static unsigned g_flash_d_plant = 0;
 /* test-only: 1 runs the head split's sum as its own kernel (flash_attention_dkdv_sum_kernel), the form the one-launch
  * sum must equal bitwise */
 static int g_flash_sum_kernel = 0;
@@ -949,7 +985,7 @@ static void flash_attention_forward_hd(bf16* out, float* lse, const bf16* q, con
 template <int HD>
 static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const float* lse, float* ws, const bf16* q,
                                         const bf16* k, const bf16* v, int B, int T, int H, int KV, int ldv, int nsplit, const FlashCheck* chk,
-                                        cudaStream_t stream, const FlashQkEpi* epi) {
+                                        cudaStream_t stream, const FlashQkEpi* epi, FlashRowDot rd) {
     static int optin_dq = 0, optin_dq_chk = 0, optin_dkv = 0, optin_dqdk = 0, optin_dqdk_epi = 0;
     const float scale = 1.0f / sqrtf((float)HD);
     const size_t rows = (size_t)B * T * H, nel = (size_t)B * T * KV * HD;
@@ -1000,14 +1036,17 @@ static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16
         if (chk && chk->rows_a) {
             flash_smem_optin(flash_attention_backward_dq_kernel<HD, true>, smq, &optin_dq_chk);
             flash_attention_backward_dq_kernel<HD, true><<<gq, FLASH_THREADS, smq, stream>>>(dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale,
-                                                                                           chk->rows_a, chk->rows_b, pl);
+                                                                                           chk->rows_a, chk->rows_b, pl, rd);
         } else {
             flash_smem_optin(flash_attention_backward_dq_kernel<HD, false>, smq, &optin_dq);
             flash_attention_backward_dq_kernel<HD, false><<<gq, FLASH_THREADS, smq, stream>>>(dq, dout, lse, D, q, k, v, B, T, H, KV, ldv, scale,
-                                                                                            NULL, NULL, pl);
+                                                                                            NULL, NULL, pl, rd);
         }
         cudaCheck(cudaGetLastError());
-        launch_account(COST_ATTENTION, "flash_attention_backward_dq_kernel", COST_TC, gq, dq_flops, dq_read, (double)B * T * H * HD * 2);   /* dq out */
+        /* with D made here: out read instead of D, D written (its 2 hd CUDA-core operations a row left out, as the softmax's) */
+        const double rd_read = rd.out ? (double)B * T * H * ((double)HD * 2 - 4) : 0.0, rd_written = rd.out ? (double)B * T * H * 4 : 0.0;
+        launch_account(COST_ATTENTION, "flash_attention_backward_dq_kernel", COST_TC, gq, dq_flops, dq_read + rd_read,
+                       (double)B * T * H * HD * 2 + rd_written);   /* dq out */
         flash_attention_backward_dkdv_kernel<HD, true><<<gk, FLASH_THREADS, smk, stream>>>(dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV,
                                                                                          ldv, nsplit, scale, pl, done);
         cudaCheck(cudaGetLastError());
@@ -1050,15 +1089,19 @@ static void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* d
     const size_t rows = (size_t)B * T * H, nel = (size_t)B * T * KV * hd;
     const int g = H / KV, nsplit = flash_dkdv_splits(B, T, KV, g, 64);
     float* ws = cuda_workspace_f32(FLASH_SLOT, CEIL_DIV(rows, (size_t)4) * 4 + (nsplit > 1 ? 2 * (size_t)nsplit * nel : 0));
-    if (!reuse_d) {
+    /* the first pass (dv and no epilogue) makes D inside its dq kernel, launched before the dk/dv kernel that reads it;
+     * the rerun's one launch, whose dk blocks run beside its dq blocks, needs D made before it */
+    const bool d_in_dq = !reuse_d && dv && !epi;
+    const FlashRowDot rd = d_in_dq ? FlashRowDot{out, ws, d_dup, g_flash_d_plant} : FlashRowDot{};
+    if (!reuse_d && !d_in_dq) {
         flash_attention_rowdot_kernel<<<(unsigned)CEIL_DIV(rows, (size_t)8), 256, 0, stream>>>(ws, dout, out, B, T, H, hd, d_dup, 0u);
         cudaCheck(cudaGetLastError());
         launch_account(COST_ATTENTION, "flash_attention_rowdot_kernel", COST_FP32, (unsigned)CEIL_DIV(rows, (size_t)8), (d_dup ? 4.0 : 2.0) * rows * hd,
                        (double)rows * hd * 4, (double)rows * 4);   /* dout, out in; D out */
     }
-    if (hd == 32) flash_attention_backward_hd<32>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream, epi);
-    else if (hd == 64) flash_attention_backward_hd<64>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream, epi);
-    else flash_attention_backward_hd<128>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream, epi);
+    if (hd == 32) flash_attention_backward_hd<32>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream, epi, rd);
+    else if (hd == 64) flash_attention_backward_hd<64>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream, epi, rd);
+    else flash_attention_backward_hd<128>(dq, dk, dv, dout, lse, ws, q, k, v, B, T, H, KV, ldv, nsplit, chk, stream, epi, rd);
 }
 
 #endif

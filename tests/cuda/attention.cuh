@@ -508,6 +508,35 @@ static void test_flash_attention(void) {
             flash_attention_backward(gdq4, gdk4, gdv4, dgo, gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s, NULL, dflag);
             unsigned long long hflag = 1;
             cudaCheck(cudaMemcpy(&hflag, dflag, sizeof(hflag), cudaMemcpyDeviceToHost));
+            {   /* the D the dq kernel made (FlashRowDot, workspace slot 4) == flash_attention_rowdot_kernel's, bitwise; a
+                 * planted flip of the dq kernel's D of row 0 (g_flash_d_plant) is flagged by its duplicate and changes dq */
+                float* hD = dl_f32(cuda_workspace_f32(FLASH_SLOT, 1), nr, NULL);
+                float* gD = d_f32_poison(nr);
+                flash_attention_rowdot_kernel<<<(unsigned)CEIL_DIV(nr, (size_t)8), 256, 0, g_s>>>(gD, dgo, gout, B, T, H, hd, NULL, 0u);
+                cudaCheck(cudaGetLastError());
+                float* hD2 = dl_f32(gD, nr, NULL);
+                const int sameD = !memcmp(hD, hD2, nr * 4);
+                check(sameD, "    D made by the dq kernel == flash_attention_rowdot_kernel's, bitwise: %s", sameD ? "yes" : "NO");
+                unsigned long long pflag = 0;
+                cudaCheck(cudaMemset(dflag, 0, sizeof(unsigned long long)));
+                bf16* gdq6 = d_bf16_poison(nq);
+                g_flash_d_plant = 1u << 20;
+                flash_attention_backward(gdq6, gdk4, gdv4, dgo, gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s, NULL, dflag);
+                g_flash_d_plant = 0;
+                cudaCheck(cudaMemcpy(&pflag, dflag, sizeof(pflag), cudaMemcpyDeviceToHost));
+                float* xdq6 = dl_bf16(gdq6, nq, NULL);
+                const int moved = memcmp(xdq6, xdq, nq * 4) != 0;
+                check(pflag != 0 && moved, "    the dq kernel's D: a planted change of row 0's primary sum flagged: %s, dq changed: %s",
+                      pflag ? "yes" : "NO", moved ? "yes" : "NO");
+#ifdef __CUDA_EMU__
+                /* the first pass is the dq and dk/dv launches, no D launch (plus the head split's sum, when separate) */
+                const long long l0 = (long long)emu_counters()->launches;
+                flash_attention_backward(gdq6, gdk4, gdv4, dgo, gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s, NULL, dflag);
+                const long long nl = (long long)emu_counters()->launches - l0;
+                check(nl == 2, "    the first pass's launches: %lld (want 2: dq with D inside, dk/dv)", nl);
+#endif
+                FREE_ALL(hD, hD2, xdq6);
+            }
             cudaCheck(cudaMemset(gdq4, 0xff, nq * 2));
             cudaCheck(cudaMemset(gdk4, 0xff, nk * 2));
             flash_attention_backward(gdq4, gdk4, NULL, dgo, gout, glse, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s, NULL, NULL, true);
