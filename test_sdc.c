@@ -390,6 +390,65 @@ static void test_vexp(void) {
         printf("  (no FMA on this CPU: libm's expf is its non-FMA build, %ld of %ld differ from vexpf_ref)\n", n_lib, total);
 }
 
+/* The VDPBF16PS path's vectorised packers (gemm.h: gm_pack_a_bf16_rows, gm_pack_at_bf16, gm_pack_b_bf16_rows,
+ * gm_pack_bt_bf16_vec) against the scalar packers byte for byte, on every panel of shapes with partial panels, odd K,
+ * K below and across a 32-k block, and on inputs that are not bf16 values: NaNs (quieted, payload kept), infinities,
+ * fp32 denormals (one rounds up to the smallest normal bf16), the largest float (rounds to inf), ties both ways.
+ * Catches a pair's halves swapped, a tail pair or a partial panel not zeroed, a transpose lane off by one, a
+ * rounding other than f32_to_bf16_bits' (VCVTNE2PS2BF16's denormal handling among them). Needs AVX-512F only. */
+static void test_gemm_bf16_packers(void) {
+#if TSDC_GEMM_X86
+    if (gemm_machine_level() < GEMM_AVX512) { printf("bf16 packers: no AVX-512 on this CPU, skipped\n"); return; }
+    printf("VDPBF16PS path's vectorised packers vs the scalar ones\n");
+    static const uint32_t special[] = {0x7f800001u, 0xffc12345u, 0x7f800000u, 0xff800000u, 0x00000001u, 0x007fffffu, 0x807fffffu,
+                                       0x7f7fffffu, 0x3f808000u, 0x3f818000u, 0xbf818000u, 0x00008000u, 0x7fffffffu};
+    const int nsp = (int)(sizeof(special) / sizeof(special[0]));
+    struct { int M, K, N; } sh[] = {{1, 1, 1}, {13, 7, 33}, {12, 32, 32}, {25, 33, 65}, {37, 129, 200}, {5, 64, 17}, {24, 1031, 40}};
+    long bad[4] = {0, 0, 0, 0};
+    for (int s = 0; s < (int)(sizeof(sh) / sizeof(sh[0])); s++) {
+        const int M = sh[s].M, K = sh[s].K, N = sh[s].N, kp = (K + 1) / 2;
+        const int npa = (M + 11) / 12, npb = (N + 31) / 32;
+        const size_t pa = (size_t)kp * 24, pb = (size_t)kp * 64;
+        float *A = mallocCheck(sizeof(float) * M * K), *At = mallocCheck(sizeof(float) * M * K);
+        float *B = mallocCheck(sizeof(float) * K * N), *Bt = mallocCheck(sizeof(float) * K * N);
+        fill_normal(A, (size_t)M * K, 71 + s, 1); fill_normal(B, (size_t)K * N, 73 + s, 1);
+        for (int i = 0; i < M * K; i += 3) memcpy(&A[i], &special[(i / 3) % nsp], 4);
+        for (int i = 1; i < K * N; i += 4) memcpy(&B[i], &special[(i / 4) % nsp], 4);
+        for (int m = 0; m < M; m++)
+            for (int k = 0; k < K; k++) At[(size_t)k * M + m] = A[(size_t)m * K + k];
+        for (int k = 0; k < K; k++)
+            for (int n = 0; n < N; n++) Bt[(size_t)n * K + k] = B[(size_t)k * N + n];
+        uint16_t *a0 = mallocCheck(2 * pa * npa), *a1 = mallocCheck(2 * pa * npa), *b0 = mallocCheck(2 * pb * npb), *b1 = mallocCheck(2 * pb * npb);
+        for (int form = 0; form < 2; form++) {   /* A by rows, A read transposed */
+            memset(a0, 0xab, 2 * pa * npa); memset(a1, 0xcd, 2 * pa * npa);
+            for (int p = 0; p < npa; p++) {
+                const int m0 = p * 12, mr = M - m0 < 12 ? M - m0 : 12;
+                if (form == 0) { gm_pack_a_bf16(a0 + p * pa, A, K, 1, m0, mr, 0, K, 12); gm_pack_a_bf16_rows(a1, A, K, M, K, p); }
+                else gm_pack_a_bf16(a0 + p * pa, At, 1, M, m0, mr, 0, K, 12);
+            }
+            if (form == 1) gm_pack_at_bf16(a1, At, M, M, K, 0, npa);
+            bad[form] += memcmp(a0, a1, 2 * pa * npa) != 0;
+        }
+        for (int form = 0; form < 2; form++) {   /* B row-major, B given transposed */
+            memset(b0, 0xab, 2 * pb * npb); memset(b1, 0xcd, 2 * pb * npb);
+            for (int p = 0; p < npb; p++) {
+                const int n0 = p * 32, nr = N - n0 < 32 ? N - n0 : 32;
+                if (form == 0) gm_pack_b_bf16(b0 + p * pb, B, N, n0, nr, 0, K, 32);
+                else { gm_pack_bt_bf16(b0 + p * pb, Bt, K, n0, nr, 32); gm_pack_bt_bf16_vec(b1, Bt, N, K, p); }
+            }
+            if (form == 0) gm_pack_b_bf16_rows(b1, B, N, K, 0, npb);
+            bad[2 + form] += memcmp(b0, b1, 2 * pb * npb) != 0;
+        }
+        free(A); free(At); free(B); free(Bt); free(a0); free(a1); free(b0); free(b1);
+    }
+    const int n = (int)(sizeof(sh) / sizeof(sh[0]));
+    check(bad[0] == 0, "  A by rows (gm_pack_a_bf16_rows): %d shapes, %ld differ from gm_pack_a_bf16", n, bad[0]);
+    check(bad[1] == 0, "  A read transposed (gm_pack_at_bf16): %d shapes, %ld differ from gm_pack_a_bf16", n, bad[1]);
+    check(bad[2] == 0, "  B row-major (gm_pack_b_bf16_rows): %d shapes, %ld differ from gm_pack_b_bf16", n, bad[2]);
+    check(bad[3] == 0, "  B given transposed (gm_pack_bt_bf16_vec): %d shapes, %ld differ from gm_pack_bt_bf16", n, bad[3]);
+#endif
+}
+
 static void test_gemm_paths(void) {
     printf("GEMM paths (this CPU offers up to %s)\n", gemm_path_names[gemm_machine_level()]);
     struct { int M, K, N, tr, acc; } sh[] = {{37, 129, 200, 0, 0}, {1, 1, 1, 0, 1}, {13, 7, 33, 1, 1}, {192, 512, 256, 0, 0},
@@ -1112,6 +1171,7 @@ int main(int argc, char** argv) {
     test_att_checks_tolerance();
     test_att_bwd_checks_tolerance();
     test_gemm_paths();
+    test_gemm_bf16_packers();
     test_vexp();
     test_mmb_bound();
     test_attention_fast();

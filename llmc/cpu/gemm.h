@@ -30,7 +30,10 @@
  * columns are computed and dropped). A: the fp32 paths read A stored by rows in place (only a partial last panel
  * is packed, per task and chunk); A read transposed (the dW products) and every bf16 A are packed once into MR-row
  * panels, the transposed ones walking k outermost (fp32: 16 k at a time, each panel then written 16 k contiguous)
- * so that the source rows are read in order; the packing is split over the threads. Then tasks, blocks of GM_MB
+ * so that the source rows are read in order; the packing is split over the threads. The avx512, avx512bf16 and
+ * amx paths pack with AVX-512 (the bf16 conversion in integer lanes, f32_to_bf16_bits' bits; register transposes
+ * where a panel's layout crosses the source's rows), but for an fp32 A's partial last panel; the scalar packers
+ * serve the avx2 path, other strides, and as the reference test_sdc holds the bf16 ones to. Then tasks, blocks of GM_MB
  * rows x GM_NB columns of C (halved to 96 x 64 when there are fewer than 4 a thread) taken by the threads in any
  * order, walk K in equal chunks of at most GM_KC (384; AMX 1024) so that the task's chunk of A and B stays in L2,
  * and run the micro-kernel on every micro-tile for each chunk: accumulators in registers (AMX: tiles), loaded from
@@ -201,6 +204,8 @@ __attribute__((target("avx2,fma"))) static void gm_mk_avx2_rows(int kc, const fl
 }
 
 /* ------------------------------------------------------------------------ packing (bf16 pairs) */
+/* Scalar: A with neither stride 1, the portable reference of the vectorised packers below (gm_pack_*_bf16_*), which
+ * the VDPBF16PS path takes; test_sdc holds them equal byte for byte. */
 static inline uint16_t gm_bf(float x) { return f32_to_bf16_bits(x); }
 /* A panels of MR rows, k in pairs: ap[panel][kp][MR][2] (uint16), zero past mr and past kc */
 static void gm_pack_a_bf16(uint16_t* ap, const float* A, long sam, long sak, int m0, int mr, int k0, int kc, int MR) {
@@ -567,6 +572,91 @@ __attribute__((target("avx512f"))) static void gm_pack_b_f32_avx512(float* bp, c
     }
 }
 
+/* ------------------------------------------------------ vectorised packers of the VDPBF16PS path (kind 2) */
+/* Byte for byte the scalar packers' output (gm_pack_a_bf16, gm_pack_b_bf16, gm_pack_bt_bf16; test_sdc holds them
+ * equal on edge shapes and on NaN, infinities, denormals and values that are not bf16): the conversion is
+ * f32_to_bf16_bits in integer lanes (round to nearest even, NaN quieted), not VCVTNE2PS2BF16, whose handling of
+ * fp32 denormals is not f32_to_bf16_bits'. */
+/* 16 fp32 -> their bf16 bits in the low half of each dword */
+__attribute__((target("avx512f"))) static inline __m512i gm_bf16_lo16(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+}
+/* 16 dwords (bf16(v0_j), bf16(v1_j)): the k pair (k, k + 1) of 16 rows or columns j, k in the low half */
+__attribute__((target("avx512f"))) static inline __m512i gm_bf16_pairs(__m512 v0, __m512 v1) {
+    return _mm512_or_si512(gm_bf16_lo16(v0), _mm512_slli_epi32(gm_bf16_lo16(v1), 16));
+}
+/* 32 consecutive k of one source row (src[0 .. n), zero past n) -> 16 dwords, the pairs in k order */
+__attribute__((target("avx512f"))) static inline __m512i gm_bf16_row_pairs(const float* src, int n) {
+    const __m256i lo = _mm512_cvtepi32_epi16(gm_bf16_lo16(_mm512_maskz_loadu_ps(gm_mask(n), src)));
+    const __m256i hi = _mm512_cvtepi32_epi16(gm_bf16_lo16(_mm512_maskz_loadu_ps(gm_mask(n - 16), src + 16)));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+/* B panels [panel][kp][32][2] from row-major B [K, N], panels p0..p1-1, row pairs outermost (the rows read in order) */
+__attribute__((target("avx512f"))) static void gm_pack_b_bf16_rows(uint16_t* bp, const float* B, int N, int K, int p0, int p1) {
+    const int kp = (K + 1) / 2;
+    for (int q = 0; q < kp; q++) {
+        const float* r0 = B + (size_t)(2 * q) * N;
+        const float* r1 = 2 * q + 1 < K ? B + (size_t)(2 * q + 1) * N : NULL;
+        for (int p = p0; p < p1; p++) {
+            uint32_t* d = (uint32_t*)(bp + (size_t)p * kp * 64) + (size_t)q * 32;
+            for (int h = 0; h < 2; h++) {
+                const int n0 = p * 32 + h * 16;
+                const __mmask16 mn = gm_mask(N - n0);
+                const __m512 v0 = _mm512_maskz_loadu_ps(mn, r0 + n0), v1 = r1 ? _mm512_maskz_loadu_ps(mn, r1 + n0) : _mm512_setzero_ps();
+                _mm512_storeu_si512(d + h * 16, gm_bf16_pairs(v0, v1));
+            }
+        }
+    }
+}
+/* B panel p [kp][32][2] from Bt [N, K] (a weight read as W^T): per 16 columns and 16 pairs, each source row's 32 k
+ * give one dword a pair; a 16 x 16 dword transpose turns the columns' dwords into the panel's rows */
+__attribute__((target("avx512f"))) static void gm_pack_bt_bf16_vec(uint16_t* bp, const float* Bt, int N, int K, int p) {
+    const int kp = (K + 1) / 2;
+    uint32_t* dst = (uint32_t*)(bp + (size_t)p * kp * 64);
+    for (int h = 0; h < 2; h++) {
+        const int n0 = p * 32 + h * 16;
+        for (int s = 0; 16 * s < kp; s++) {
+            __m512i t[16], u[16];
+            for (int j = 0; j < 16; j++)
+                t[j] = n0 + j < N ? gm_bf16_row_pairs(Bt + (size_t)(n0 + j) * K + (size_t)s * 32, K - s * 32) : _mm512_setzero_si512();
+            gm_transpose16(u, t);   /* u[q]: dword j = column n0 + j's pair 16 s + q */
+            const int qn = kp - 16 * s < 16 ? kp - 16 * s : 16;
+            for (int q = 0; q < qn; q++) _mm512_storeu_si512(dst + (size_t)(16 * s + q) * 32 + h * 16, u[q]);
+        }
+    }
+}
+/* A panel p [kp][12][2] from A stored by rows (element (m, k) at A[m * sam + k]): as above, 12 rows of the 16 */
+__attribute__((target("avx512f"))) static void gm_pack_a_bf16_rows(uint16_t* ap, const float* A, long sam, int M, int K, int p) {
+    const int kp = (K + 1) / 2, m0 = p * 12;
+    uint32_t* dst = (uint32_t*)(ap + (size_t)p * kp * 24);
+    for (int s = 0; 16 * s < kp; s++) {
+        __m512i t[16], u[16];
+        for (int r = 0; r < 16; r++)
+            t[r] = r < 12 && m0 + r < M ? gm_bf16_row_pairs(A + (size_t)(m0 + r) * sam + (size_t)s * 32, K - s * 32) : _mm512_setzero_si512();
+        gm_transpose16(u, t);   /* u[q]: dword r = row m0 + r's pair 16 s + q */
+        const int qn = kp - 16 * s < 16 ? kp - 16 * s : 16;
+        for (int q = 0; q < qn; q++) _mm512_mask_storeu_epi32(dst + (size_t)(16 * s + q) * 12, 0x0fff, u[q]);
+    }
+}
+/* A panels p0..p1-1 [kp][12][2] from A read transposed (element (m, k) at A[m + k * sak]): a pair of source rows gives
+ * the 12 dwords of a panel's pair directly; pairs outermost, so the source rows are read in order */
+__attribute__((target("avx512f"))) static void gm_pack_at_bf16(uint16_t* ap, const float* A, long sak, int M, int K, int p0, int p1) {
+    const int kp = (K + 1) / 2;
+    for (int q = 0; q < kp; q++) {
+        const float* r0 = A + (size_t)(2 * q) * sak;
+        const float* r1 = 2 * q + 1 < K ? A + (size_t)(2 * q + 1) * sak : NULL;
+        for (int p = p0; p < p1; p++) {
+            const __mmask16 mm = gm_mask(M - p * 12 < 12 ? M - p * 12 : 12);
+            const __m512 v0 = _mm512_maskz_loadu_ps(mm, r0 + (size_t)p * 12), v1 = r1 ? _mm512_maskz_loadu_ps(mm, r1 + (size_t)p * 12) : _mm512_setzero_ps();
+            _mm512_mask_storeu_epi32((uint32_t*)(ap + (size_t)p * kp * 24) + (size_t)q * 12, 0x0fff, gm_bf16_pairs(v0, v1));
+        }
+    }
+}
+
 /* grow-only packing buffers (the GEMMs are called from one thread; their packing and tasks are parallel) */
 static void* gm_buf[2];
 static size_t gm_cap[2];
@@ -623,7 +713,7 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
     }
 #pragma omp parallel
     {
-        if (apack && (kind < 2 || kind == 3) && sam == 1) {
+        if (apack && sam == 1) {
             /* A read transposed (dW's dout^T; fp32 and AMX): each thread packs a range of panels walking k
              * outermost, so it reads rows of the source in order (a panel at a time would take a new line every k) */
             int nt = 1, me = 0;
@@ -632,6 +722,7 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
 #endif
             int p0 = (int)((long)npa * me / nt), p1 = (int)((long)npa * (me + 1) / nt);
             if (kind == 3) gm_pack_at_amx((uint16_t*)abuf, A, sak, M, K, p0, p1);
+            else if (kind == 2) gm_pack_at_bf16((uint16_t*)abuf, A, sak, M, K, p0, p1);
             else if (kind == 0) gm_pack_at_avx512((float*)abuf, A, sak, M, K, p0, p1, pa);
             else
                 for (int k = 0; k < K; k++) {
@@ -647,18 +738,20 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
 #pragma omp for schedule(static) nowait
         for (int p = 0; p <= npa; p++) {
             int m0 = p * MR, mr = M - m0 < MR ? M - m0 : MR;
-            if (!apack || ((kind < 2 || kind == 3) && sam == 1)) continue;
+            if (!apack || sam == 1) continue;
             if (p == npa) { memset((char*)abuf + (size_t)p * pa * esz, 0, pa * esz); continue; }
             if (kind == 3) gm_pack_a_amx_vec((uint16_t*)abuf, A, sam, sak, M, K, p);
+            else if (kind == 2 && sak == 1) gm_pack_a_bf16_rows((uint16_t*)abuf, A, sam, M, K, p);
             else if (kind == 2) gm_pack_a_bf16((uint16_t*)abuf + (size_t)p * pa, A, sam, sak, m0, mr, 0, K, MR);
             else gm_pack_a_f32((float*)abuf + (size_t)p * pa, A, sam, sak, m0, mr, 0, K, MR);
         }
-        if (kind == 3 && !btr) {   /* each thread a range of B panels, the rows read in order (gm_pack_b_amx_rows) */
+        if ((kind == 3 || kind == 2) && !btr) {   /* each thread a range of B panels, the rows read in order */
             int nt = 1, me = 0;
 #ifdef _OPENMP
             nt = omp_get_num_threads(); me = omp_get_thread_num();
 #endif
-            gm_pack_b_amx_rows((uint16_t*)bbuf, B, N, K, (int)((long)npb * me / nt), (int)((long)npb * (me + 1) / nt));
+            if (kind == 3) gm_pack_b_amx_rows((uint16_t*)bbuf, B, N, K, (int)((long)npb * me / nt), (int)((long)npb * (me + 1) / nt));
+            else gm_pack_b_bf16_rows((uint16_t*)bbuf, B, N, K, (int)((long)npb * me / nt), (int)((long)npb * (me + 1) / nt));
             if (me == 0) memset((char*)bbuf + (size_t)npb * pb * esz, 0, pb * esz);
 #pragma omp barrier
         } else {
@@ -668,11 +761,10 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
                 if (p == npb) { memset((char*)bbuf + (size_t)p * pb * esz, 0, pb * esz); continue; }
                 if (btr) {
                     if (kind == 3) gm_pack_bt_amx_vec((uint16_t*)bbuf, B, N, K, p);
-                    else if (kind == 2) gm_pack_bt_bf16((uint16_t*)bbuf + (size_t)p * pb, B, K, n0, nr, NR);
+                    else if (kind == 2) gm_pack_bt_bf16_vec((uint16_t*)bbuf, B, N, K, p);
                     else if (kind == 0) gm_pack_bt_f32_avx512((float*)bbuf, B, N, K, p);
                     else gm_pack_bt_f32((float*)bbuf + (size_t)p * pb, B, K, n0, nr, NR);
-                } else if (kind == 2) gm_pack_b_bf16((uint16_t*)bbuf + (size_t)p * pb, B, N, n0, nr, 0, K, NR);
-                else if (kind == 0) gm_pack_b_f32_avx512((float*)bbuf, B, N, K, p);
+                } else if (kind == 0) gm_pack_b_f32_avx512((float*)bbuf, B, N, K, p);
                 else gm_pack_b_f32((float*)bbuf + (size_t)p * pb, B, N, n0, nr, 0, K, NR);
             }
         }
