@@ -233,6 +233,8 @@ typedef struct {
     /* the optimizer pass (llmc/cuda/multi_tensor.cuh): the tensors' chunk table, the per-tensor sums of squares
      * of the gradients (device, and a pinned host copy) and their scratch */
     MtTable mt;
+    MtRows mt_rows;                      /* -protect bound: the AdamW launch's chunks with the weights' row norms inside
+                                          * (multi_tensor.cuh MtRows; built with the norm jobs; first NULL: not built) */
     double *ss_dev, *ss_host, *mt_part;
     double norm2;                        /* the global sum of squares (host: the tensors' sums in order) */
     int norms_valid;                     /* ss_host / norm2 hold the current gradients' (x unscale) */
@@ -560,6 +562,7 @@ static void model_free(Model* model) {
     cudaCheck(cudaFree(model->ms_table));
     if (model->chk_scratch) cudaCheck(cudaFree(model->chk_scratch));
     mt_table_free(&model->mt);
+    mt_rows_free(&model->mt_rows);
     cudaCheck(cudaFree(model->ss_dev)); cudaCheck(cudaFreeHost(model->ss_host)); cudaCheck(cudaFree(model->mt_part));
     if (model->upd_seg_end) cudaCheck(cudaFree(model->upd_seg_end));
     if (model->upd_seg_decay) cudaCheck(cudaFree(model->upd_seg_decay));
@@ -800,8 +803,10 @@ static int ew_due(const Model* model, int pass, int l0, int site0, int l1 = -1, 
 
 /* Matrix-product output bounds (-protect bound; llmc/sdc/bound.h the math, bound.cuh the kernels): v_proj, o_proj,
  * gate_proj (fc), up_proj and down_proj checked after their injection points, |y_ij| <= c(K) ||x_i|| ||w_j||, against
- * the input the GEMM read and the bf16 weights it read. The weights' row norms once after every change of the weights
- * (mmb_prepare, before the layer loop: the step's microbatches and its replay share them). On the clean path no product
+ * the input the GEMM read and the bf16 weights it read. The weights' row norms once after every change of the weights:
+ * made by the optimizer's launch as it writes the bf16 weights (adamw_multi_tensor_rows, mmb_row_norms_jobs' bits), else
+ * (the first step, a loaded or initialised model) by mmb_prepare's one pass before the layer loop; the step's
+ * microbatches and its replay share them. On the clean path no product
  * has a check launch of its own: v rides on the launch that rotates q and k (MmbTail, against attn_norm's row norms
  * its norm kernel left), o is checked in the residual add and norm that read it (its input rows' norms taken there from
  * att_out), gate and up in SwiGLU's forward, down in the block's closing residual add and norm; where a fault or a path
@@ -846,6 +851,23 @@ static void mmb_prepare(Model* model, cudaStream_t s) {
         cudaCheck(cudaMemcpy(model->mmb_jobs, h, sizeof(MmbJob) * (size_t)n, cudaMemcpyHostToDevice));
         model->mmb_hjobs = h;
         model->mmb_njobs = n;
+        /* the same norms from the optimizer's launch (model_update): each job is a whole tensor of the layout (its bf16
+         * copy, rows of cols), so the update's own chunks can be its rows (MtRows) */
+        const int nt = model->L.n;
+        size_t *off = (size_t*)mallocCheck(sizeof(size_t) * nt), *numel = (size_t*)mallocCheck(sizeof(size_t) * nt);
+        int *dk = (int*)mallocCheck(sizeof(int) * nt), *cols = (int*)mallocCheck(sizeof(int) * nt);
+        float** out = (float**)mallocCheck(sizeof(float*) * nt);
+        int matched = 0;
+        for (int i = 0; i < nt; i++) {
+            const TensorInfo* ti = &model->L.t[i];
+            off[i] = ti->offset; numel[i] = ti->numel; dk[i] = ti->decay; cols[i] = 0; out[i] = NULL;
+            for (int j = 0; j < n; j++)
+                if (h[j].x == model->wbf + ti->offset && (size_t)h[j].rows * h[j].cols == ti->numel) {
+                    cols[i] = h[j].cols; out[i] = h[j].out; matched++;
+                }
+        }
+        if (matched == n) mt_rows_build(&model->mt_rows, nt, off, numel, dk, cols, out);   /* else the norms keep their own pass */
+        free(off); free(numel); free(dk); free(cols); free(out);
     }
     if (model->mmb_wn_valid) return;
     mmb_row_norms_jobs(model->mmb_jobs, model->mmb_hjobs, model->mmb_njobs, s);   /* every weight matrix, one launch */
@@ -1845,11 +1867,18 @@ static double model_update(Model* model, const AdamW* o, long long t, double cli
     const double norm = sqrt(model->norm2);
     AdamWParams h = adamw_params(o, t, clip, norm);
     h.unscale = model->unscale;
-    adamw_multi_tensor(model->params, model->wbf, model->grads, model->m, model->v, &model->mt, h, (float)(1.0 - o->lr * o->weight_decay),
-                       model->L.total, model->stream);
-    model->mmb_wn_valid = 0;
-    /* -protect bound: the new weights' row norms now, once a step (the cost model's window holds the update) */
-    if (model->prot.on[PK_BOUND]) mmb_prepare(model, model->stream);
+    const float decay = (float)(1.0 - o->lr * o->weight_decay);
+    if (model->prot.on[PK_BOUND] && model->mt_rows.first) {
+        /* -protect bound: the new weights' row norms made by the update itself, the same bits as mmb_prepare's pass */
+        adamw_multi_tensor_rows(model->params, model->wbf, model->grads, model->m, model->v, &model->mt_rows, h, decay, "bound",
+                                model->stream);
+        model->mmb_wn_valid = 1;
+    } else {
+        adamw_multi_tensor(model->params, model->wbf, model->grads, model->m, model->v, &model->mt, h, decay, model->L.total, model->stream);
+        model->mmb_wn_valid = 0;
+        /* -protect bound: the new weights' row norms now, once a step (the cost model's window holds the update) */
+        if (model->prot.on[PK_BOUND]) mmb_prepare(model, model->stream);
+    }
     return norm;
 }
 

@@ -97,7 +97,11 @@ def test_cost_only_step_is_the_real_steps_launch_sequence(tmp_path, shard):
     # -protect bound: no check launch of its own on a clean step: v on the launch that rotates q and k, o and down inside
     # the residual adds and norms that read them, gate and up inside SwiGLU's forward; no input-norm launch either
     assert sum(r["kernel"] in ("mmb_check_kernel", "mmb_row_norms_kernel") for r in co) == 0
-    assert sum(r["kernel"] == "mmb_row_norms_jobs_kernel" for r in co) == 1   # the weights' norms, once in the step, one launch
+    # the weights' row norms once a step, made by the optimizer's launch as it writes the bf16 weights (multi_tensor.cuh
+    # MtRows): riding work, no pass of their own after the first step
+    assert sum(r["kernel"] == "mmb_row_norms_jobs_kernel" for r in co) == 0
+    rides = [r for r in co if r["kernel"] == "adamw_row_norms_ride"]
+    assert len(rides) == 1 and rides[0]["comp"] == "bound" and rides[0].get("ride"), rides
     # -protect qk_bwd's rerun of the flash backward: dq and dk alone, one launch a layer a microbatch; -protect att_bwd on
     # the flash backward: its row checks and the dV check, riding on the RoPE backward's launch a layer a microbatch
     assert sum(r["kernel"] == "flash_attention_backward_dqdk_kernel" and r["comp"] == "qk_bwd" for r in co) == L * 3

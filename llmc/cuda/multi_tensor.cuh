@@ -25,6 +25,14 @@
  * the tensor's decay: h.decay = decay[i] ? decay_value : 1; the element math and the bf16 copy are
  * adamw_kernel's, so the result is bitwise that of one adamw_update per tensor with the same h.
  *
+ * Row norms inside the update (adamw_multi_tensor with an MtRows, -protect bound's weight norms): the launch takes
+ * a second chunk table in which each listed tensor [rows, cols] is cut into chunks of whole rows (max(1, MT_CHUNK /
+ * cols) rows a chunk); in such a chunk warp w takes rows w, w + 8, ..., lane l updates elements l, l + 32, ... of
+ * its row in order and sums the squares of the bf16 weights it writes in double in that order, then the warp's
+ * butterfly (xor 16, 8, 4, 2, 1) and mmb_norm (llmc/sdc/bound.h): the arithmetic and order of bound.cuh's
+ * mmb_row_norms_jobs_kernel over the same bf16 weights, so the same bits, without a pass that reads every weight
+ * again. Each element's update is adamw_element whatever the chunking, so p, m, v and p_bf16 keep their bits.
+ *
  * Layout: grad, p, m, v fp32 [P]; p_bf16 bf16 [P]; table (MtTable, device): first int [n+1], off size_t
  * [n], numel size_t [n], decay int [n]; part double [n_chunks]; ss double [n].
  * Accounting (ew_account, COST_OPTIMIZER): sum of squares 3 FLOPs an element (scale, square, add; in double),
@@ -35,6 +43,7 @@
 #include "cuda_common.cuh"
 #include "adamw.cuh"
 #include "global_norm.cuh"
+#include "../sdc/bound.h"   /* mmb_norm: the row norms' last step (-protect bound) */
 
 #define MT_CHUNK 8192        /* elements a chunk (a multiple of 4) */
 #define MT_THREADS GNORM_THREADS
@@ -131,12 +140,9 @@ static void mt_grad_sumsq(double* ss, double* part, const float* grad, float uns
     ew_account(COST_OPTIMIZER, "mt_sumsq_tensors_kernel", t->n, (double)t->n_chunks, (size_t)t->n_chunks * 8, (size_t)t->n * 8);   /* partials in; sums out */
 }
 
-__global__ static void adamw_multi_tensor_kernel(float* p, bf16* p_bf16, const float* grad, float* m, float* v, const int* first,
-                                                 const size_t* off, const size_t* numel, const int* dk, int n, AdamWParams h,
-                                                 float decay) {
-    size_t s; int len;
-    const int i = mt_chunk(first, off, numel, n, blockIdx.x, &s, &len);
-    h.decay = dk[i] ? decay : 1.0f;
+/* the AdamW step of elements [s, s + len) (adamw_element, the bf16 copy): float4 packs where s is a multiple of 4 */
+__device__ __forceinline__ void mt_adamw_span(float* p, bf16* p_bf16, const float* grad, float* m, float* v, size_t s, int len,
+                                              const AdamWParams& h) {
     if (s % 4 == 0) {
         const int np = len / 4;
         for (int q = threadIdx.x; q < np; q += MT_THREADS) {
@@ -174,6 +180,107 @@ __global__ static void adamw_multi_tensor_kernel(float* p, bf16* p_bf16, const f
     }
 }
 
+__global__ static void adamw_multi_tensor_kernel(float* p, bf16* p_bf16, const float* grad, float* m, float* v, const int* first,
+                                                 const size_t* off, const size_t* numel, const int* dk, int n, AdamWParams h,
+                                                 float decay) {
+    size_t s; int len;
+    const int i = mt_chunk(first, off, numel, n, blockIdx.x, &s, &len);
+    h.decay = dk[i] ? decay : 1.0f;
+    mt_adamw_span(p, p_bf16, grad, m, v, s, len, h);
+}
+
+/* the AdamW launch's own chunk table when it also makes row norms (see the header): tensor i of the layout has
+ * cols[i] > 0 (rows of cols[i] elements, rpc[i] rows a chunk, norms to out[i][row]) or 0 (chunks of MT_CHUNK, no
+ * norms); first[i]: its first chunk, as MtTable's */
+typedef struct {
+    int n, n_chunks;
+    int *first, *cols, *rpc, *decay;   /* device */
+    size_t *off, *numel;               /* device */
+    float** out;                       /* device [n] */
+    size_t total, norm_rows, norm_elems;   /* host: the elements, and the rows and elements with norms (accounting) */
+} MtRows;
+/* off, numel, decay: the layout (MtTable's arrays); cols, out: per tensor (0 / NULL: no norms; else numel % cols == 0) */
+static void mt_rows_build(MtRows* t, int n, const size_t* off, const size_t* numel, const int* decay, const int* cols, float* const* out) {
+    int* first = (int*)mallocCheck(sizeof(int) * (n + 1));
+    int* rpc = (int*)mallocCheck(sizeof(int) * (n > 0 ? n : 1));
+    long long c = 0;
+    t->total = t->norm_rows = t->norm_elems = 0;
+    for (int i = 0; i < n; i++) {
+        first[i] = (int)c;
+        t->total += numel[i];
+        if (cols[i] > 0) {
+            if (numel[i] % (size_t)cols[i]) tsdc_fail("mt_rows_build: tensor %d: %zu elements are not rows of %d", i, numel[i], cols[i]);
+            rpc[i] = cols[i] >= MT_CHUNK ? 1 : MT_CHUNK / cols[i];
+            const size_t rows = numel[i] / (size_t)cols[i];
+            c += (long long)((rows + rpc[i] - 1) / rpc[i]);
+            t->norm_rows += rows;
+            t->norm_elems += numel[i];
+        } else {
+            rpc[i] = 0;
+            c += (long long)((numel[i] + MT_CHUNK - 1) / MT_CHUNK);
+        }
+    }
+    if (c > 0x7fffffff) tsdc_fail("mt_rows_build: %lld chunks", c);
+    first[n] = (int)c;
+    t->n = n; t->n_chunks = (int)c;
+    cudaCheck(cudaMalloc(&t->first, sizeof(int) * (n + 1)));
+    cudaCheck(cudaMalloc(&t->cols, sizeof(int) * (n > 0 ? n : 1)));
+    cudaCheck(cudaMalloc(&t->rpc, sizeof(int) * (n > 0 ? n : 1)));
+    cudaCheck(cudaMalloc(&t->decay, sizeof(int) * (n > 0 ? n : 1)));
+    cudaCheck(cudaMalloc(&t->off, sizeof(size_t) * (n > 0 ? n : 1)));
+    cudaCheck(cudaMalloc(&t->numel, sizeof(size_t) * (n > 0 ? n : 1)));
+    cudaCheck(cudaMalloc(&t->out, sizeof(float*) * (n > 0 ? n : 1)));
+    cudaCheck(cudaMemcpy(t->first, first, sizeof(int) * (n + 1), cudaMemcpyHostToDevice));
+    if (n > 0) {
+        cudaCheck(cudaMemcpy(t->cols, cols, sizeof(int) * n, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(t->rpc, rpc, sizeof(int) * n, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(t->decay, decay, sizeof(int) * n, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(t->off, off, sizeof(size_t) * n, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(t->numel, numel, sizeof(size_t) * n, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(t->out, out, sizeof(float*) * n, cudaMemcpyHostToDevice));
+    }
+    free(first); free(rpc);
+}
+static void mt_rows_free(MtRows* t) {
+    if (!t->first) return;
+    cudaCheck(cudaFree(t->first)); cudaCheck(cudaFree(t->cols)); cudaCheck(cudaFree(t->rpc)); cudaCheck(cudaFree(t->decay));
+    cudaCheck(cudaFree(t->off)); cudaCheck(cudaFree(t->numel)); cudaCheck(cudaFree(t->out));
+    t->first = NULL;
+}
+__global__ static void adamw_multi_tensor_rows_kernel(float* p, bf16* p_bf16, const float* grad, float* m, float* v, const int* first,
+                                                      const size_t* off, const size_t* numel, const int* dk, const int* colsv,
+                                                      const int* rpcv, float* const* outv, int n, AdamWParams h, float decay) {
+    const int c = blockIdx.x, i = mt_tensor_of(first, n, c);
+    h.decay = dk[i] ? decay : 1.0f;
+    const int cols = colsv[i];
+    if (cols == 0) {   /* no norms: MtTable's chunk */
+        const size_t k = (size_t)(c - first[i]) * MT_CHUNK, rest = numel[i] - k;
+        mt_adamw_span(p, p_bf16, grad, m, v, off[i] + k, (int)(rest < MT_CHUNK ? rest : MT_CHUNK), h);
+        return;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const size_t rows = numel[i] / (size_t)cols, r0 = (size_t)(c - first[i]) * rpcv[i];
+    const int nr = (int)(rows - r0 < (size_t)rpcv[i] ? rows - r0 : (size_t)rpcv[i]);
+    float* out = outv[i];
+    for (int r = warp; r < nr; r += MT_THREADS / 32) {   /* the whole warp takes the row: the butterfly needs every lane */
+        const size_t e0 = off[i] + (r0 + r) * (size_t)cols;
+        double ss = 0.0;
+        for (int k = lane; k < cols; k += 32) {
+            const size_t e = e0 + k;
+            float pi = p[e], mi = m[e], vi = v[e];
+            adamw_element(pi, mi, vi, grad[e], h);
+            p[e] = pi; m[e] = mi; v[e] = vi;
+            const bf16 b = __float2bfloat16_rn(pi);
+            p_bf16[e] = b;
+            const double x = (double)__bfloat162float(b);
+            ss += x * x;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) out[r0 + r] = mmb_norm(ss);
+    }
+}
+
 /* the AdamW step of every tensor of the table in one launch: h as adamw.cuh (h.decay is set per tensor:
  * decay for tensors with the decay flag, 1 for the others). The buffers must be 16-byte aligned (the
  * trainer's cudaMalloc'd flat buffers). Does not wait. */
@@ -186,6 +293,20 @@ static void adamw_multi_tensor(float* p, bf16* p_bf16, const float* grad, float*
                                                                    h, decay);
     cudaCheck(cudaGetLastError());
     ew_account(COST_OPTIMIZER, "adamw_multi_tensor_kernel", t->n_chunks, 16.0 * total, total * 16, total * 14);   /* p, grad, m, v in; p, m, v, p_bf16 out */
+}
+/* the same step (the same bits of p, m, v, p_bf16) with the row norms of MtRows' listed tensors written (see the
+ * header): one launch; the norms' arithmetic accounted to comp as riding work (a square and an add an element in
+ * double, the norms written), none of their reads (the update holds the values) */
+static void adamw_multi_tensor_rows(float* p, bf16* p_bf16, const float* grad, float* m, float* v, const MtRows* t, AdamWParams h,
+                                    float decay, const char* comp, cudaStream_t stream) {
+    if (t->n_chunks == 0) return;
+    if (!ptr_aligned(p, 16) || !ptr_aligned(grad, 16) || !ptr_aligned(m, 16) || !ptr_aligned(v, 16) || !ptr_aligned(p_bf16, 8))
+        tsdc_fail("adamw_multi_tensor_rows: the flat buffers must be 16-byte aligned");
+    adamw_multi_tensor_rows_kernel<<<t->n_chunks, MT_THREADS, 0, stream>>>(p, p_bf16, grad, m, v, t->first, t->off, t->numel, t->decay,
+                                                                        t->cols, t->rpc, t->out, t->n, h, decay);
+    cudaCheck(cudaGetLastError());
+    ew_account(COST_OPTIMIZER, "adamw_multi_tensor_kernel", t->n_chunks, 16.0 * t->total, t->total * 16, t->total * 14);
+    ride_account(comp, "adamw_row_norms_ride", COST_FP64, t->n_chunks, 2.0 * t->norm_elems, 0.0, (double)t->norm_rows * 4);
 }
 
 #endif

@@ -10,7 +10,9 @@
  *       mmb_factor(K) (host); the input rows' norms are reduced inside the check (no launch of their own); columns
  *       below split flag f0, the rest f1 (gate and up in one launch, two flags, as the CPU's two comparisons).
  * Used alone, a layer costs 4 check launches (v, o, gate/up, down; 3 with ReLU^2), one per product, besides the weights'
- * norms once a step (mmb_row_norms_jobs: every weight matrix of every layer in one launch). The trainer's clean path
+ * norms once a step (mmb_row_norms_jobs: every weight matrix of every layer in one launch; in the trainer after the first
+ * step the optimizer's launch makes them as it writes the bf16 weights, the same order and bits: multi_tensor.cuh's
+ * MtRows). The trainer's clean path
  * makes none of them: gate, up, o and down are checked inside the kernels that read them (MmbFused, bound.h: SwiGLU's
  * forward, the two residual adds fused with the next norm), v by the launch that rotates q and k (MmbTail, rope.cuh);
  * mmb_check remains for the paths those kernels are split on (a fault due between their steps) and ReLU^2's MLP. Order: the weight norms one warp a row, lane t summing x^2 in double over the columns t, t + 32, ...,

@@ -720,6 +720,72 @@ static void test_multi_tensor(void) {
     check(bad == 0 && memcmp(h1, h2, sizeof(double) * n) == 0, "    per-tensor sums of squares of grad x 2^-15 (%d tensors, %d chunks): "
           "worst rel err %.2e vs sumsq_det, %d over (n + 1024) 2^-53; two calls bitwise %s", n, t.n_chunks, worst, bad,
           memcmp(h1, h2, sizeof(double) * n) == 0 ? "equal" : "DIFFERENT");
+    /* the update with -protect bound's row norms inside (MtRows): tensors as rows of cols elements (cols below and above
+     * MT_CHUNK, not dividing it; a tensor of one row; others without norms) from the same start: p, m, v, p_bf16
+     * bitwise the plain pass's, the norms bitwise mmb_row_norms_jobs' over the bf16 weights it wrote */
+    {
+        const int cols[8] = {5, 0, 0, 96, 1, 0, 64, 7};   /* tensor 3: 3 MT_CHUNK / 96 rows; 6: 4096 / 64 */
+        const int cols2[8] = {0, 3072, 0, 3 * MT_CHUNK, 0, 0, 4096, 11};   /* 3072 does not divide MT_CHUNK; one row; 77 = 7 x 11 */
+        for (int pass = 0; pass < 2; pass++) {
+            const int* cl = pass ? cols2 : cols;
+            size_t numel2[8];
+            memcpy(numel2, numel, sizeof(numel2));
+            if (pass) numel2[1] = 3 * 3072;   /* rows of 3072 */
+            size_t off2[8], P2 = 0;
+            for (int i = 0; i < n; i++) { off2[i] = P2; P2 += numel2[i]; }
+            float* p2 = h_normal(P2, 0.02, 0.0, 0);
+            float* g2 = h_normal(P2, 3e2, 0.0, 0);
+            float* m2 = h_normal(P2, 1e-4, 0.0, 0);
+            float* v2 = h_normal(P2, 1e-3, 0.0, 0);
+            for (size_t i = 0; i < P2; i++) v2[i] = v2[i] * v2[i];
+            MtTable t2;
+            mt_table_build(&t2, n, off2, numel2, decay_of);
+            size_t nrows = 0;
+            for (int i = 0; i < n; i++) nrows += cl[i] ? numel2[i] / cl[i] : 0;
+            float* norms = d_f32_poison(nrows);
+            float* outs[8];
+            MmbJob jobs[8];
+            int nj = 0;
+            size_t r = 0;
+            float *qp = d_f32(p2, P2), *qg = d_f32(g2, P2), *qm = d_f32(m2, P2), *qv = d_f32(v2, P2);
+            bf16* qb = d_bf16_poison(P2);
+            for (int i = 0; i < n; i++) {
+                outs[i] = cl[i] ? norms + r : NULL;
+                if (cl[i]) {
+                    jobs[nj].out = NULL; jobs[nj].x = qb + off2[i]; jobs[nj].rows = (int)(numel2[i] / cl[i]); jobs[nj].cols = cl[i];
+                    jobs[nj].ld = cl[i]; jobs[nj].first = (long long)r;
+                    nj++;
+                    r += numel2[i] / cl[i];
+                }
+            }
+            MtRows tr;
+            mt_rows_build(&tr, n, off2, numel2, decay_of, cl, outs);
+            adamw_multi_tensor_rows(qp, qb, qg, qm, qv, &tr, h, decay, "bound", g_s);
+            float *xp = dl_f32(qp, P2, NULL), *xm = dl_f32(qm, P2, NULL), *xv = dl_f32(qv, P2, NULL), *xb = dl_bf16(qb, P2, NULL);
+            float* xn = dl_f32(norms, nrows, NULL);
+            /* the plain pass from the same start */
+            float *zp = d_f32(p2, P2), *zg = d_f32(g2, P2), *zm = d_f32(m2, P2), *zv = d_f32(v2, P2);
+            bf16* zb = d_bf16_poison(P2);
+            adamw_multi_tensor(zp, zb, zg, zm, zv, &t2, h, decay, P2, g_s);
+            float *yp = dl_f32(zp, P2, NULL), *ym = dl_f32(zm, P2, NULL), *yv = dl_f32(zv, P2, NULL), *yb = dl_bf16(zb, P2, NULL);
+            /* the norms' own pass over the bf16 weights the plain pass wrote */
+            float* norms2 = d_f32_poison(nrows);
+            r = 0;
+            for (int j = 0; j < nj; j++) { jobs[j].x = zb + (jobs[j].x - qb); jobs[j].out = norms2 + r; r += jobs[j].rows; }
+            MmbJob* djobs = (MmbJob*)dalloc_raw(sizeof(MmbJob) * nj, 1);
+            cudaCheck(cudaMemcpy(djobs, jobs, sizeof(MmbJob) * nj, cudaMemcpyHostToDevice));
+            mmb_row_norms_jobs(djobs, jobs, nj, g_s);
+            float* yn = dl_f32(norms2, nrows, NULL);
+            const int same_u = !memcmp(xp, yp, P2 * 4) && !memcmp(xm, ym, P2 * 4) && !memcmp(xv, yv, P2 * 4) && !memcmp(xb, yb, P2 * 4);
+            const int same_n = !memcmp(xn, yn, nrows * 4);
+            check(same_u && same_n, "    with the row norms inside (%s, %d chunks): p, m, v, p_bf16 bitwise the plain pass's: %s; %zu row norms "
+                  "bitwise mmb_row_norms_jobs': %s", pass ? "rows of 3072, 24576, 4096, 11" : "rows of 5, 96, 1, 64, 7", tr.n_chunks,
+                  same_u ? "yes" : "NO", nrows, same_n ? "yes" : "NO");
+            mt_rows_free(&tr);
+            mt_table_free(&t2);
+            FREE_ALL(p2, g2, m2, v2, xp, xm, xv, xb, xn, yp, ym, yv, yb, yn);
+        }
+    }
     mt_table_free(&t);
     FREE_ALL(p, g, m, v, ap, am, av, ab, gs, bp, bm, bv, bb);
     dfree_all();
