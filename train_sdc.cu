@@ -203,6 +203,8 @@ typedef struct {
     int mmb_wn_valid;                    /* mmb_wn is of the current weights (cleared by every change of them) */
     MmbJob *mmb_jobs, *mmb_hjobs;        /* -protect bound: the weights' row-norm jobs (device, host), mmb_njobs of them */
     int mmb_njobs;
+    double* mmb_rss;                     /* -protect bound: att_out's rows' sums of squares a head [B*T][H], from the flash
+                                          * forward, for o's check in the residual add and norm */
     float* mmb_xn;                       /* -protect bound: the rows' norms of mlp_norm [B*T] as its kernel stored it, for
                                             the gate/up check fused into SwiGLU's forward (allocated with mmb_wn) */
     float* mmb_pn;                       /* ... and of SwiGLU's product [B*T] as it stored it, for down's check fused into
@@ -554,7 +556,7 @@ static void model_free(Model* model) {
     if (model->chkb_dev) cudaCheck(cudaFree(model->chkb_dev));
     if (model->qkb_scratch) cudaCheck(cudaFree(model->qkb_scratch));
     if (model->mmb_wn) {
-        cudaCheck(cudaFree(model->mmb_wn)); cudaCheck(cudaFree(model->mmb_xn)); cudaCheck(cudaFree(model->mmb_pn)); cudaCheck(cudaFree(model->mmb_an));
+        cudaCheck(cudaFree(model->mmb_wn)); cudaCheck(cudaFree(model->mmb_xn)); cudaCheck(cudaFree(model->mmb_pn)); cudaCheck(cudaFree(model->mmb_an)); cudaCheck(cudaFree(model->mmb_rss));
     }
     if (model->mmb_jobs) { cudaCheck(cudaFree(model->mmb_jobs)); free(model->mmb_hjobs); }
     if (model->ew_dres) cudaCheck(cudaFree(model->ew_dres));
@@ -808,8 +810,8 @@ static int ew_due(const Model* model, int pass, int l0, int site0, int l1 = -1, 
  * (the first step, a loaded or initialised model) by mmb_prepare's one pass before the layer loop; the step's
  * microbatches and its replay share them. On the clean path no product
  * has a check launch of its own: v rides on the launch that rotates q and k (MmbTail, against attn_norm's row norms
- * its norm kernel left), o is checked in the residual add and norm that read it (its input rows' norms taken there from
- * att_out), gate and up in SwiGLU's forward, down in the block's closing residual add and norm; where a fault or a path
+ * its norm kernel left), o is checked in the residual add and norm that read it (its input rows' norms from the sums of
+ * squares a head the flash forward left as it stored att_out, else taken there from att_out), gate and up in SwiGLU's forward, down in the block's closing residual add and norm; where a fault or a path
  * splits those kernels, mmb_product's one check launch takes the input rows' norms itself (gate and up: one launch over
  * the fused [N, 2F] output, two slots). A layer's
  * slots (MMB_*) of the forward's report come back with its one copy; the alarm count is the number of slots set,
@@ -829,6 +831,7 @@ static void mmb_prepare(Model* model, cudaStream_t s) {
         cudaCheck(cudaMalloc(&model->mmb_xn, sizeof(float) * (size_t)model->B * model->T));
         cudaCheck(cudaMalloc(&model->mmb_pn, sizeof(float) * (size_t)model->B * model->T));
         cudaCheck(cudaMalloc(&model->mmb_an, sizeof(float) * (size_t)model->B * model->T));
+        cudaCheck(cudaMalloc(&model->mmb_rss, sizeof(double) * (size_t)model->B * model->T * c->n_head));
     }
     if (!model->mmb_jobs) {   /* the weights' row-norm jobs, every checked matrix of every layer (fixed pointers) */
         const int swiglu = c->mlp == MLP_SWIGLU;
@@ -1299,11 +1302,14 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         if (qk_ride) qk_recompute_dump(model, l, B, T, qc, kc);
         else if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, qc, kc);
         a->fused = P.flash;
+        /* -protect bound's o check in the residual add and norm: att_out's row norms from the flash forward that writes it
+         * (a sum of squares a head), unless a fault is written into att_out between them (then taken from att_out there) */
+        double* o_rss = mmb && P.flash && P.resid_norm && !fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD) ? model->mmb_rss : NULL;
         if (P.flash) {
             /* -protect att: the kernel's row sums of the logits and probabilities, checked below */
             float* rows = model->prot.on[PK_ATT] ? attcheck_fused_rows(model->chk_scratch, B, H, T) : NULL;
             const FlashCheck fc = {rows, rows ? rows + (size_t)B * H * T : NULL, flash_plant_of(NULL)};
-            flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s, rows ? &fc : NULL);
+            flash_attention_forward(a->att_out, a->lse, qc, kc, a->v, B, T, H, KV, hd, ldqkv, s, rows ? &fc : NULL, o_rss);
             attention_fused_log_empty(model, l, B, T, PASS_FWD);
             if (fault_due(model->prot.fx, SITE_ATT_OUT, l, PASS_FWD))   /* the fused backward reads the clean out */
                 cudaCheck(cudaMemcpyAsync(model_att_out_clean(model), a->att_out, sizeof(bf16) * N * qd, cudaMemcpyDeviceToDevice, s));
@@ -1344,7 +1350,7 @@ static float model_forward_step(Model* model, int B, int T, int with_targets) {
         float* xn = mmb && c->mlp == MLP_SWIGLU ? model->mmb_xn : NULL;
         if (P.resid_norm) {
             const MmbFused mbo = {NULL, mmb_wnorms(model, l, MMB_O_PROJ), NULL, mmb_factor(qd), mmb_flag(model, l, MMB_O_PROJ), NULL, NULL,
-                                  a->att_out, qd};
+                                  o_rss ? NULL : a->att_out, qd, o_rss, H};
             residual_rmsnorm_forward(a->resid_mid, a->mlp_norm, a->mlp_ms, x, a->o, W(PT_MLP_NORM, l), N, d, eps, s,
                                      ew_dupf(model, 0, l, EWF_ATTN_RESIDUAL, l, EWF_MLP_NORM), xn, mmb ? &mbo : NULL, attc);
             if (attc) attf_dump(model, l, B, T, P.flash, a->logits, a->probs, s);

@@ -58,7 +58,10 @@
  *   forward   one block per (query tile of BQ = 64 rows, b, h), the last query tile first. Q tile once,
  *             K/V tiles 0 .. last row / BK double-buffered. Per K/V tile a warp computes S (16 x BK) =
  *             Q K^T, masks s > t and s >= T (only on tiles that reach past the warp's first row or past
- *             T), rescales o and l, P = exp(z - m) -> bf16 A fragments, o += P V.
+ *             T), rescales o and l, P = exp(z - m) -> bf16 A fragments, o += P V. With rss (-protect bound's o
+ *             check) the epilogue also leaves each (row, head)'s sum of squares of the bf16 out it stores, in double
+ *             (the quad's lanes their columns, then xor 1, xor 2): the residual norm that checks o reads H doubles a
+ *             row instead of the row; registers unchanged (96 / 128 / 168).
  *   D         one warp per (b, t, h) row, lanes stride d, warp butterfly (flash_rowdot; computed twice and compared
  *             under -protect qk_bwd, whose rerun of dq and dk reads this D instead of a second one). In the first
  *             pass the dq kernel makes it (FlashRowDot): each warp its 16 rows before its tile loop, from dout and out
@@ -383,7 +386,7 @@ template <int HD, bool CHK>
 __global__ void __launch_bounds__(FLASH_THREADS)
 flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q, const bf16* __restrict__ k,
                                const bf16* __restrict__ v, int B, int T, int H, int KV, int ldv, float scale, float* __restrict__ rows_a,
-                               float* __restrict__ rows_b, FlashPlant pl) {
+                               float* __restrict__ rows_b, FlashPlant pl, double* __restrict__ rss) {
     constexpr int BQ = FlashTiles<HD>::FWD_BQ, BK = FlashTiles<HD>::FWD_BK, LDS = FLASH_LDS(HD);
     constexpr int NB = BK / 8, KS = BK / 16, ND = HD / 8;
     static_assert(BQ == 16 * FLASH_WARPS && BK % 16 == 0, "forward: tile shape");
@@ -483,6 +486,20 @@ flash_attention_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, 
         const float sum = flash_quad_sum(l[r]); /* the four lanes' partial sums of the row */
         const float zsum = CHK ? flash_quad_sum(zs[r]) : 0.0f, pbsum = CHK ? flash_quad_sum(pb[r]) : 0.0f;
         const int t = trow[r];
+        if (rss) {   /* the sum of squares of this head's stored (bf16) out row: each lane its columns in nd order, then the quad */
+            const float inv = 1.0f / sum;
+            double ss = 0.0;
+#pragma unroll
+            for (int nd = 0; nd < ND; nd++) {
+                const uint32_t w = pack_bf16x2(o[nd][2 * r] * inv, o[nd][2 * r + 1] * inv);
+                const double lo = flash_bf16_lo(w), hi = flash_bf16_hi(w);
+                ss += lo * lo;
+                ss += hi * hi;
+            }
+            ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+            ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+            if (t < T && tq == 0) rss[((size_t)b * T + t) * H + h] = ss;
+        }
         if (t < T) {
             const float inv = 1.0f / sum;
             uint32_t* dst = reinterpret_cast<uint32_t*>(out + ((size_t)b * T + t) * ldq + (size_t)h * HD) + tq;
@@ -962,7 +979,7 @@ static inline FlashPlant flash_plant_of(const FlashCheck* chk) {
 
 template <int HD>
 static void flash_attention_forward_hd(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV,
-                                       int ldv, const FlashCheck* chk, cudaStream_t stream) {
+                                       int ldv, const FlashCheck* chk, cudaStream_t stream, double* rss) {
     static int optin = 0, optin_chk = 0;
     const int smem = flash_fwd_smem<HD>();
     const unsigned grid = (unsigned)(CEIL_DIV(T, (int)FlashTiles<HD>::FWD_BQ) * B * H);
@@ -970,16 +987,16 @@ static void flash_attention_forward_hd(bf16* out, float* lse, const bf16* q, con
     if (chk && chk->rows_a) {
         flash_smem_optin(flash_attention_forward_kernel<HD, true>, smem, &optin_chk);
         flash_attention_forward_kernel<HD, true><<<grid, FLASH_THREADS, smem, stream>>>(out, lse, q, k, v, B, T, H, KV, ldv, scale, chk->rows_a,
-                                                                                      chk->rows_b, chk->plant);
+                                                                                      chk->rows_b, chk->plant, rss);
     } else {
         flash_smem_optin(flash_attention_forward_kernel<HD, false>, smem, &optin);
         flash_attention_forward_kernel<HD, false><<<grid, FLASH_THREADS, smem, stream>>>(out, lse, q, k, v, B, T, H, KV, ldv, scale, NULL, NULL,
-                                                                                       flash_plant_of(chk));
+                                                                                       flash_plant_of(chk), rss);
     }
     cudaCheck(cudaGetLastError());
     launch_account(COST_ATTENTION, "flash_attention_forward_kernel", COST_TC, grid,
                    4.0 * HD * B * H * flash_pairs_rows(T, FlashTiles<HD>::FWD_BQ, FlashTiles<HD>::FWD_BK), (double)B * T * (H + 2 * KV) * HD * 2,
-                   (double)B * T * H * (HD * 2 + 4));   /* q, k, v in; out, lse out */
+                   (double)B * T * H * (HD * 2 + 4 + (rss ? 8 : 0)));   /* q, k, v in; out, lse (and the rows' sums of squares) out */
 }
 
 template <int HD>
@@ -1061,14 +1078,17 @@ static void flash_attention_backward_hd(bf16* dq, bf16* dk, bf16* dv, const bf16
     }
 }
 
-/* out [B,T,H*hd] bf16 and lse [B,H,T] fp32 from q [B,T,H*hd], k [B,T,KV*hd] and v (token stride ldv) */
+/* out [B,T,H*hd] bf16 and lse [B,H,T] fp32 from q [B,T,H*hd], k [B,T,KV*hd] and v (token stride ldv). rss (not NULL;
+ * -protect bound's o check): rss[(b T + t) H + h] = the sum of squares, in double, of head h's hd values of out row
+ * (b, t) as stored (bf16): each of the row's quad lanes sums its columns 8 nd + 2 tq, + 1 in nd order, then the quad
+ * (xor 1, xor 2), so the reader gets a row's squared norm as H doubles to add instead of re-reading the row */
 static void flash_attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int H, int KV,
-                                    int hd, int ldv, cudaStream_t stream, const FlashCheck* chk = NULL) {
+                                    int hd, int ldv, cudaStream_t stream, const FlashCheck* chk = NULL, double* rss = NULL) {
     const void* ptrs[] = {out, q, k, v};
     flash_attention_check_args("flash_attention_forward", B, T, H, KV, hd, ldv, ptrs, 4);
-    if (hd == 32) flash_attention_forward_hd<32>(out, lse, q, k, v, B, T, H, KV, ldv, chk, stream);
-    else if (hd == 64) flash_attention_forward_hd<64>(out, lse, q, k, v, B, T, H, KV, ldv, chk, stream);
-    else flash_attention_forward_hd<128>(out, lse, q, k, v, B, T, H, KV, ldv, chk, stream);
+    if (hd == 32) flash_attention_forward_hd<32>(out, lse, q, k, v, B, T, H, KV, ldv, chk, stream, rss);
+    else if (hd == 64) flash_attention_forward_hd<64>(out, lse, q, k, v, B, T, H, KV, ldv, chk, stream, rss);
+    else flash_attention_forward_hd<128>(out, lse, q, k, v, B, T, H, KV, ldv, chk, stream, rss);
 }
 
 /* dq [B,T,H*hd], dk [B,T,KV*hd], dv (token stride ldv) overwritten, from dout and the forward's out and lse; dv NULL:

@@ -234,6 +234,12 @@ __global__ static void residual_rmsnorm_forward_kernel(bf16* resid, bf16* out, f
                         for (int j = 0; j < cnt; j++) ss += (double)f[j] * f[j];
                     }
                 nxb = mmb_norm(rmsnorm_group_sum_f64(ss, L));
+            } else if (mb.xnp) {
+                if (valid) {
+                    double ss = 0.0;
+                    for (int p = 0; p < mb.np; p++) ss += mb.xnp[(size_t)row * mb.np + p];
+                    nxb = mmb_norm(ss);
+                }
             } else if (valid) {
                 nxb = mb.xn[row];
             }
@@ -550,7 +556,8 @@ static void residual_rmsnorm_forward(bf16* resid, bf16* out, float* ms, const bf
     const size_t n = (size_t)rows * C;
     ew_account(COST_NORM, d ? "residual_rmsnorm_forward_kernel_dup" : "residual_rmsnorm_forward_kernel", gr,
                (d ? 11.0 : 5.0) * n + (onorm ? 2.0 * n : 0.0) + (mb ? 3.0 * n : 0.0) + (mb && mb->xin ? 2.0 * rows * mb->kin : 0.0),
-               n * 4 + (w ? (size_t)C * 2 : 0) + (mb ? (mb->xin ? (size_t)rows * mb->kin * 2 : (size_t)rows * 4) + (size_t)C * 4 : 0),
+               n * 4 + (w ? (size_t)C * 2 : 0) +
+                   (mb ? (mb->xin ? (size_t)rows * mb->kin * 2 : mb->xnp ? (size_t)rows * mb->np * 8 : (size_t)rows * 4) + (size_t)C * 4 : 0),
                n * 4 + (ms ? (size_t)rows * 4 : 0) + (onorm ? (size_t)rows * 4 : 0));   /* a, b (w, the bound's input norms or input) in; resid, out, ms (norms) out */
 }
 /* rmsnorm_forward with the Q/K fingerprint of its output (out, ms NULL: fingerprint only) XORed into the

@@ -71,7 +71,8 @@ static inline float mmb_factor(int K) {
  * wn0 (and of a second column half wn1: gate, up), c = mmb_factor(K), the flags f0 (f1); xo (not NULL) receives the
  * norms of the reading kernel's own output rows (SwiGLU's product: the down projection's input). xin (xn NULL): the
  * input itself, bf16 [rows, kin] contiguous, whose row norms the reading kernel takes as it goes (o: att_out, which no
- * kernel before it reads whole rows of) */
+ * kernel before it reads whole rows of). xnp (xn and xin NULL): the input rows' sums of squares in np parts, double
+ * [rows][np], added in part order (o: att_out's, one a head, left by the flash forward that wrote it) */
 typedef struct {
     const float *xn, *wn0, *wn1;
     float c;
@@ -79,6 +80,8 @@ typedef struct {
     float* xo;
     const void* xin;
     int kin;
+    const double* xnp;
+    int np;
 } MmbFused;
 /* a row norm from its sum of squares, rounded up to fp32 */
 TSDC_HD static inline float mmb_norm(double ss) { return (float)(sqrt(ss) * (1.0 + 0x1p-20)); }

@@ -474,10 +474,35 @@ static void test_flash_attention(void) {
         compare("backward dk (sum over the g query heads)", xdk, rdk, nk, tol_bf16_mag(mdk, 1.0), &wk);
         compare("backward dv (sum over the g query heads)", xdv, rdv, nk, tol_bf16_mag(mdv, 1.0), &wv);
 
-        /* determinism: a second forward and backward into fresh (poisoned) buffers, bitwise */
+        /* determinism: a second forward and backward into fresh (poisoned) buffers, bitwise; this forward also leaves the
+         * rows' sums of squares a head (rss, -protect bound's o check), which change nothing else and equal, bitwise, the
+         * kernel's order replayed on the host over the stored out: each quad lane tq its columns 8 nd + 2 tq, + 1 in nd
+         * order, then (q0 + q1) + (q2 + q3) */
         bf16 *gout2 = d_bf16_poison(nq), *gdq2 = d_bf16_poison(nq), *gdk2 = d_bf16_poison(nk), *gdv2 = d_bf16_poison(nk);
         float* glse2 = d_f32_poison(nr);
-        flash_attention_forward(gout2, glse2, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s);
+        double* grss = (double*)dalloc_raw(nr, 8);
+        flash_attention_forward(gout2, glse2, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s, NULL, grss);
+        {
+            double* hrss = (double*)mallocCheck(nr * sizeof(double));
+            cudaCheck(cudaMemcpy(hrss, grss, nr * sizeof(double), cudaMemcpyDeviceToHost));
+            long bad_rss = 0;
+            for (size_t row = 0; row < (size_t)B * T; row++)
+                for (int hh = 0; hh < H; hh++) {
+                    double qs[4] = {0, 0, 0, 0};
+                    const float* x = out + row * H * hd + (size_t)hh * hd;
+                    for (int tq = 0; tq < 4; tq++)
+                        for (int nd = 0; nd < hd / 8; nd++) {
+                            const double lo = x[8 * nd + 2 * tq], hi = x[8 * nd + 2 * tq + 1];
+                            qs[tq] += lo * lo;
+                            qs[tq] += hi * hi;
+                        }
+                    const double want = (qs[0] + qs[1]) + (qs[2] + qs[3]);
+                    bad_rss += memcmp(&want, &hrss[row * H + hh], 8) != 0;
+                }
+            check(bad_rss == 0, "    the rows' sums of squares a head (rss): %ld of %zu differ from the host's replay of the kernel's order",
+                  bad_rss, nr);
+            free(hrss);
+        }
         flash_attention_backward(gdq2, gdk2, gdv2, dgo, gout2, glse2, dq_in, dk_in, dv_in, B, T, H, KV, hd, KV * hd, g_s);
         float* out2 = dl_bf16(gout2, nq, NULL);
         float* lse2 = dl_f32(glse2, nr, NULL);

@@ -495,15 +495,17 @@ static void mmbt_fused(int rows, int F, int K) {
     /* o: the same product, checked inside residual_rmsnorm_forward with its input rows' norms taken there from the input
      * itself (mb.xin: att_out in the trainer), no norms handed over; the same flags as mmb_check's own launch */
     const MmbFused mbo = {NULL, nwd, NULL, cd, flag, NULL, NULL, prod, F};
-    auto runo = [&](bool own) {
+    /* the flags of mmb_check's own launch (own) or of the residual add and norm checking o with mb */
+    auto run_o = [&](const MmbFused* mb, bool own) {
         cudaCheck(cudaMemset(flag, 0, 2 * sizeof(int)));
         if (own) mmb_check(flag, flag, K, y, rows, K, K, prod, F, nwd, cd, g_s);
-        else residual_rmsnorm_forward(rs1, o1, m1, ra, y, NULL, rows, K, 1e-5f, g_s, ew_dup_none(), NULL, &mbo);
+        else residual_rmsnorm_forward(rs1, o1, m1, ra, y, NULL, rows, K, 1e-5f, g_s, ew_dup_none(), NULL, mb);
         int f[2] = {0, 0};
         cudaCheck(cudaDeviceSynchronize());
         cudaCheck(cudaMemcpy(f, flag, sizeof(f), cudaMemcpyDeviceToHost));
         return (f[0] != 0) | (f[1] != 0) << 1;
     };
+    auto runo = [&](bool own) { return run_o(&mbo, own); };
     const int oclean = runo(false);
     uint16_t *r2b = dl_bits(rs1, (size_t)rows * K), *o2b = dl_bits(o1, (size_t)rows * K);
     float* m2h = dl_f32(m1, rows, NULL);
@@ -514,6 +516,30 @@ static void mmbt_fused(int rows, int F, int K) {
     mmbt_plant3(y, K, dr, dc, rpn, rwd, cd, 1, runo, &oflag, &oquiet, &oagree);
     check(oflag == 12 && oquiet == 3 && oagree == 15, "    fused o %dx%d K %d: over the bound at 3 places: %d of 12 flagged; 1%% under: %d of 3 quiet; "
           "the same verdict as mmb_check's own launch: %d of 15", rows, K, F, oflag, oquiet, oagree);
+    /* the same with the input rows' squared norms handed over in parts (mb.xnp: att_out's a head, from the flash forward
+     * in the trainer): 4 parts of the row (F % 4 == 0) or 1, summed on the host in double; the same verdicts */
+    {
+        const int np = F % 4 == 0 ? 4 : 1, pw = F / np;
+        float* hp = dl_bf16(prod, (size_t)rows * F, NULL);
+        double* hs = (double*)mallocCheck(sizeof(double) * rows * np);
+        for (int r = 0; r < rows; r++)
+            for (int p = 0; p < np; p++) {
+                double ss = 0.0;
+                for (int k = p * pw; k < (p + 1) * pw; k++) ss += (double)hp[(size_t)r * F + k] * hp[(size_t)r * F + k];
+                hs[(size_t)r * np + p] = ss;
+            }
+        double* ds = (double*)dalloc_raw((size_t)rows * np, 8);
+        cudaCheck(cudaMemcpy(ds, hs, sizeof(double) * rows * np, cudaMemcpyHostToDevice));
+        const MmbFused mbp = {NULL, nwd, NULL, cd, flag, NULL, NULL, NULL, 0, ds, np};
+        auto runp = [&](bool own) { return run_o(&mbp, own); };
+        const int pclean = runp(false);
+        int pflag, pquiet, pagree;
+        mmbt_plant3(y, K, dr, dc, rpn, rwd, cd, 1, runp, &pflag, &pquiet, &pagree);
+        check(pclean == 0 && pflag == 12 && pquiet == 3 && pagree == 15, "    fused o %dx%d K %d (input norms handed over in %d parts): clean flags "
+              "%d (want 0); over the bound at 3 places: %d of 12 flagged; 1%% under: %d of 3 quiet; mmb_check's verdict: %d of 15",
+              rows, K, F, np, pclean, pflag, pquiet, pagree);
+        FREE_ALL(hp, hs);
+    }
     FREE_ALL(r2b, o2b, m2h);
     FREE_ALL(hw, hx, g1, g2, a0, p0, a1, p1, rx, rw, hd, ha, q1, q2, r0b, r1b, o0b, o1b, m0h, m1h, rpn, rwd);
 }
