@@ -292,6 +292,17 @@ struct RmsDout {   /* the dw pass's gradient as stored: dout [rows, C] contiguou
     int C;
     __device__ float operator()(int r, int c) const { return __bfloat162float(p[(size_t)r * C + c]); }
 };
+/* the block's 8 values of column tx (one a ty) summed in ty order through sh, the block's [8][33] scratch (every thread
+ * calls; the sum is valid in the threads ty == 0); a barrier first, as sh may still be read by an earlier pass */
+__device__ static float rmsnorm_dw_ty_sum(float (*sh)[RMSNORM_DW_TX + 1], int tx, int ty, float v) {
+    __syncthreads();
+    sh[ty][tx] = v;
+    __syncthreads();
+    float u = sh[0][tx];
+#pragma unroll
+    for (int k = 1; k < RMSNORM_DW_TY; k++) u += sh[k][tx];
+    return u;
+}
 /* dw[c] (+)= sum over chunks of part[chunk, c] for the block's 32 columns: thread (tx, ty) sums chunks ty, ty + 8, ...
  * in order, then the 8 lane sums in lane order (accumulate 0: dw[c] = 0 + that, the first microbatch's write that
  * replaces the memset of the gradients); sh the block's [8][33] scratch. The dw pass's last block and
@@ -301,15 +312,8 @@ __device__ static void rmsnorm_dw_sum_cols(float* dw, const volatile float* part
     float t = 0.0f;
     if (c < C)
         for (int k = ty; k < nchunks; k += RMSNORM_DW_TY) t += part[(size_t)k * C + c];
-    __syncthreads();   /* sh may still be read by an earlier pass */
-    sh[ty][tx] = t;
-    __syncthreads();
-    if (ty == 0 && c < C) {
-        float u = sh[0][tx];
-#pragma unroll
-        for (int k = 1; k < RMSNORM_DW_TY; k++) u += sh[k][tx];
-        dw[c] = (accumulate ? dw[c] : 0.0f) + u;
-    }
+    const float u = rmsnorm_dw_ty_sum(sh, tx, ty, t);
+    if (ty == 0 && c < C) dw[c] = (accumulate ? dw[c] : 0.0f) + u;
 }
 template <typename G>
 __device__ static void rmsnorm_dw_partial_block(int bx, int by, int nchunks, int tx, int ty, float* part, const G& dout,
@@ -326,14 +330,8 @@ __device__ static void rmsnorm_dw_partial_block(int bx, int by, int nchunks, int
             s += dout(r, c) * (__bfloat162float(x[xi]) * rstd);
         }
     }
-    sh[ty][tx] = s;
-    __syncthreads();
-    if (ty == 0 && c < C) {
-        float t = sh[0][tx];
-#pragma unroll
-        for (int k = 1; k < RMSNORM_DW_TY; k++) t += sh[k][tx];
-        part[(size_t)by * C + c] = t;
-    }
+    const float t = rmsnorm_dw_ty_sum(sh, tx, ty, s);
+    if (ty == 0 && c < C) part[(size_t)by * C + c] = t;
     if (!done) return;
     __shared__ int last;
     __threadfence();

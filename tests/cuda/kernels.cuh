@@ -667,6 +667,14 @@ static void test_global_norm(void) {
  * bitwise equal */
 /* Catches: a chunk table that skips or overlaps tensors, decay applied to the wrong tensors, the multi-tensor
  * update differing from the per-tensor one, per-tensor norms mixed up, the folded unscale wrong. */
+/* an optimizer state of P elements on the host: weights, gradients, m and v (v >= 0), fixed seeds */
+static void mt_test_state(size_t P, float** p, float** g, float** m, float** v) {
+    *p = h_normal(P, 0.02, 0.0, 0);
+    *g = h_normal(P, 3e2, 0.0, 0);
+    *m = h_normal(P, 1e-4, 0.0, 0);
+    *v = h_normal(P, 1e-3, 0.0, 0);
+    for (size_t i = 0; i < P; i++) (*v)[i] = (*v)[i] * (*v)[i];
+}
 static void test_multi_tensor(void) {
     printf("one optimizer pass (llmc/cuda/multi_tensor.cuh) vs one adamw_update per tensor (bitwise) and sumsq_det per tensor\n");
     const size_t numel[] = {5, MT_CHUNK + 3, 0, 3 * MT_CHUNK, 1, 2 * MT_CHUNK - 1, 4096, 77};
@@ -676,11 +684,8 @@ static void test_multi_tensor(void) {
     for (int i = 0; i < n; i++) { off[i] = P; P += numel[i]; }
     MtTable t;
     mt_table_build(&t, n, off, numel, decay_of);
-    float* p = h_normal(P, 0.02, 0.0, 0);
-    float* g = h_normal(P, 3e2, 0.0, 0);
-    float* m = h_normal(P, 1e-4, 0.0, 0);
-    float* v = h_normal(P, 1e-3, 0.0, 0);
-    for (size_t i = 0; i < P; i++) v[i] = v[i] * v[i];
+    float *p, *g, *m, *v;
+    mt_test_state(P, &p, &g, &m, &v);
     AdamWParams h;
     h.grad_scale = 0.7f; h.b1 = 0.9f; h.b2 = 0.95f; h.eps = 1e-8f; h.step_size = 1e-3f; h.bc2_sqrt = 0.3f; h.decay = 1.0f;
     h.unscale = ldexpf(1.0f, -15);
@@ -733,11 +738,8 @@ static void test_multi_tensor(void) {
             if (pass) numel2[1] = 3 * 3072;   /* rows of 3072 */
             size_t off2[8], P2 = 0;
             for (int i = 0; i < n; i++) { off2[i] = P2; P2 += numel2[i]; }
-            float* p2 = h_normal(P2, 0.02, 0.0, 0);
-            float* g2 = h_normal(P2, 3e2, 0.0, 0);
-            float* m2 = h_normal(P2, 1e-4, 0.0, 0);
-            float* v2 = h_normal(P2, 1e-3, 0.0, 0);
-            for (size_t i = 0; i < P2; i++) v2[i] = v2[i] * v2[i];
+            float *p2, *g2, *m2, *v2;
+            mt_test_state(P2, &p2, &g2, &m2, &v2);
             MtTable t2;
             mt_table_build(&t2, n, off2, numel2, decay_of);
             size_t nrows = 0;
