@@ -423,10 +423,10 @@ static void test_gemm_bf16_packers(void) {
             memset(a0, 0xab, 2 * pa * npa); memset(a1, 0xcd, 2 * pa * npa);
             for (int p = 0; p < npa; p++) {
                 const int m0 = p * 12, mr = M - m0 < 12 ? M - m0 : 12;
-                if (form == 0) { gm_pack_a_bf16(a0 + p * pa, A, K, 1, m0, mr, 0, K, 12); gm_pack_a_bf16_rows(a1, A, K, M, K, p); }
-                else gm_pack_a_bf16(a0 + p * pa, At, 1, M, m0, mr, 0, K, 12);
+                if (form == 0) { gm_pack_a_bf16(a0 + p * pa, A, 0, K, 1, m0, mr, 0, K, 12); gm_pack_a_bf16_rows(a1, A, 0, K, M, K, p); }
+                else gm_pack_a_bf16(a0 + p * pa, At, 0, 1, M, m0, mr, 0, K, 12);
             }
-            if (form == 1) gm_pack_at_bf16(a1, At, M, M, K, 0, npa);
+            if (form == 1) gm_pack_at_bf16(a1, At, 0, M, M, K, 0, npa);
             bad[form] += memcmp(a0, a1, 2 * pa * npa) != 0;
         }
         for (int form = 0; form < 2; form++) {   /* B row-major, B given transposed */
@@ -453,13 +453,13 @@ static void test_gemm_paths(void) {
     printf("GEMM paths (this CPU offers up to %s)\n", gemm_path_names[gemm_machine_level()]);
     struct { int M, K, N, tr, acc; } sh[] = {{37, 129, 200, 0, 0}, {1, 1, 1, 0, 1}, {13, 7, 33, 1, 1}, {192, 512, 256, 0, 0},
                                             {200, 1031, 300, 1, 0}, {64, 64, 64, 0, 1}, {33, 1000, 17, 1, 1}, {5, 0, 9, 0, 0},
-                                            {300, 96, 530, 0, 1}};
+                                            {300, 96, 530, 0, 1}, {40, 3100, 70, 1, 1}};   /* K 3100: several chunks on every path */
     int nsh = (int)(sizeof(sh) / sizeof(sh[0]));
     int top = gemm_machine_level(), saved_threads = omp_get_max_threads();
     for (int lv = 0; lv <= top; lv++) {
         gemm_set_level(lv);
         for (int bf = 0; bf < 2; bf++) {
-            double worst = 0; int same_threads = 1, same_portable = 1, same_bt = 1, same_round = 1;
+            double worst = 0; int same_threads = 1, same_portable = 1, same_bt = 1, same_round = 1, same_ah = 1, same_c16 = 1;
             for (int s = 0; s < nsh; s++) {
                 int M = sh[s].M, K = sh[s].K, N = sh[s].N;
                 long sam = sh[s].tr ? 1 : K, sak = sh[s].tr ? M : 1;
@@ -488,6 +488,25 @@ static void test_gemm_paths(void) {
                 bf16_round_array(Cr, (long long)nc);
                 same_round &= memcmp(Cr, C3, sizeof(float) * nc) == 0;
                 free(Cr);
+                /* A stored as bf16 bits (-precision bf16's storage), widened as it is packed: C1's bits. Not accumulating,
+                 * C stored as bf16 bits (W read as W^T, the classifier's form; A fp32 or bf16 bits): C1 rounded, and with
+                 * a softcap, softcap_forward's arithmetic on C1, rounded */
+                uint16_t* Ah = mallocCheck(sizeof(uint16_t) * (na + 1));
+                for (size_t i = 0; i < na; i++) Ah[i] = f32_to_bf16_bits(A[i]);
+                memcpy(C3, C0, sizeof(float) * nc);
+                gemm_x(bf, C3, NULL, 0.0f, Ah, 1, sam, sak, B, 0, M, K, N, sh[s].acc, 0);
+                same_ah &= memcmp(C1, C3, sizeof(float) * nc) == 0;
+                if (!sh[s].acc) {
+                    uint16_t* Ch = mallocCheck(sizeof(uint16_t) * (nc + 1));
+                    for (int v = 0; v < 3; v++) {
+                        const float cap = v == 2 ? 1.5f : 0.0f;
+                        memset(Ch, 0xff, sizeof(uint16_t) * nc);
+                        gemm_x(bf, NULL, Ch, cap, v == 0 ? (const void*)A : (const void*)Ah, v > 0, sam, sak, Bt, 1, M, K, N, 0, 0);
+                        for (size_t i = 0; i < nc; i++) same_c16 &= Ch[i] == f32_to_bf16_bits(cap > 0 ? cap * tanhf(C1[i] / cap) : C1[i]);
+                    }
+                    free(Ch);
+                }
+                free(Ah);
                 free(Bt);
                 for (int m = 0; m < M; m++)
                     for (int n = 0; n < N; n++) {
@@ -514,6 +533,8 @@ static void test_gemm_paths(void) {
             check(same_threads, "  %-10s %s: 1 vs 3 threads bitwise", path, bf ? "bf16" : "fp32");
             check(same_bt, "  %-10s %s: B given transposed = B row-major, bitwise", path, bf ? "bf16" : "fp32");
             check(same_round, "  %-10s %s: output rounded to bf16 by the GEMM = rounded after it, bitwise", path, bf ? "bf16" : "fp32");
+            check(same_ah, "  %-10s %s: A stored as bf16 bits = the fp32 array of its values, bitwise", path, bf ? "bf16" : "fp32");
+            check(same_c16, "  %-10s %s: C stored as bf16 bits (softcap 0 and 1.5) = C rounded after, bitwise", path, bf ? "bf16" : "fp32");
 #ifdef __FMA__
             if (!bf && lv <= GEMM_AVX512 && lv > GEMM_PORTABLE) check(same_portable, "  %-10s fp32 = gemm_portable bit for bit (FMA build)", path);
 #endif
@@ -1097,7 +1118,10 @@ static void test_reference_bf16(const char* preset, const char* states_dir, cons
     int N = s.B * s.T, L = c.n_layer;
     ref_batch(&s, model->inputs, model->targets);
     float loss = model_forward(model, s.B, s.T, model->targets);
-    double e = rel_l2(model->logits, s.logits, (size_t)N * s.V), lim = BF16_LOGITS_RL2(L);
+    float* zl = mallocCheck(sizeof(float) * (size_t)N * s.V);   /* the logits, stored as bf16 bits in bf16 mode */
+    for (int n = 0; n < N; n++) model_logits_row(model, n, zl + (size_t)n * s.V);
+    double e = rel_l2(zl, s.logits, (size_t)N * s.V), lim = BF16_LOGITS_RL2(L);
+    free(zl);
     check(e <= lim, "  %-28s rel L2 %.3e <= %.3e (3 sqrt(%d roundings) 2^-9)", "logits", e, lim, BF16_FWD_ROUNDINGS(L));
     double loss0_bound = bf16_loss_bound(s.logits, N, s.V, L);
     e = fabs((double)loss - s.loss);

@@ -11,7 +11,10 @@
  * accumulation inside each op. Here: weights are rounded to bf16 once after each update (model->wr),
  * the GEMMs take bf16 inputs (llmc/cpu/gemm.h: the CPU's bf16 units where it has them), and every module output and activation gradient is rounded to bf16 (round-to-nearest-
  * even) right after the op that writes it (BF16_STORE). Weight gradients, mean squares, losses and the
- * optimizer stay fp32.
+ * optimizer stay fp32. The logits (then dlogits, in place), the largest activation, are stored as bf16 bits
+ * (logits_h, half the bytes): the classifier GEMM stores them so, after the softcap, the cross-entropy widens
+ * each row exactly into scratch, and the backward GEMMs read them so, with the bits of the fp32 arrays holding
+ * the same values; the other activations are fp32 arrays holding bf16 values.
  *
  * Determinism: see llmc/cpu/cpu_kernels.h; every reduction has a fixed order that does not depend on the
  * thread count, so the same flags give the same bits. test_sdc.c includes this file with TESTING
@@ -84,6 +87,8 @@ typedef struct {
     float *emb, *emb_ms, *x0;  /* embedding output, embed-norm mean square, layer-0 input */
     LayerActs* la;
     float *final_norm, *final_ms, *logits, *lse, *losses;
+    uint16_t* logits_h;        /* -precision bf16: the logits (then dlogits) [N, V] stored as bf16 bits, as the GPU stores
+                                * them; logits is then NULL (the fp32 array holds them under -precision fp32) */
     int *inputs, *targets;
     /* backward scratch */
     float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt, *dF, *dF2, *dF3;
@@ -179,7 +184,8 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     size_t N = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_head * c->head_dim, kd = (size_t)c->n_kv_head * c->head_dim;
     size_t F = c->ffn_dim, V = c->vocab_size, H = c->n_head, KV = c->n_kv_head;
     size_t per_layer = N * d * 6 + N * 2 + N * qd * 5 + N * kd * 5 + N * (H + KV) * 2 + N * F * 4;
-    size_t total = N * d * 2 + N + (size_t)c->n_layer * per_layer + N * d + N + N * V + N * 2 /* forward */
+    size_t nlog = precision ? (N * V + 1) / 2 : N * V;   /* the logits: bf16 bits in bf16 mode (two a float) */
+    size_t total = N * d * 2 + N + (size_t)c->n_layer * per_layer + N * d + N + nlog + N * 2 /* forward */
                  + N * d * 2 + N * qd * 3 + N * kd * 3 + N * F * 3 + N * H;                 /* backward */
     model->act_mem = (float*)callocCheck(total, sizeof(float));
     model->act_floats = total;
@@ -199,7 +205,10 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
         CARVE(a->gate, N * F); CARVE(a->up, N * F); CARVE(a->act, N * F); CARVE(a->prod, N * F);
         CARVE(a->down, N * d); CARVE(a->out, N * d);
     }
-    CARVE(model->final_norm, N * d); CARVE(model->final_ms, N); CARVE(model->logits, N * V); CARVE(model->lse, N); CARVE(model->losses, N);
+    CARVE(model->final_norm, N * d); CARVE(model->final_ms, N);
+    if (precision) { model->logits_h = (uint16_t*)p; p += nlog; }
+    else CARVE(model->logits, N * V);
+    CARVE(model->lse, N); CARVE(model->losses, N);
     CARVE(model->dres, N * d); CARVE(model->dbuf, N * d);
     CARVE(model->dq, N * qd); CARVE(model->dq2, N * qd); CARVE(model->datt, N * qd);
     CARVE(model->dk, N * kd); CARVE(model->dk2, N * kd); CARVE(model->dv, N * kd);
@@ -483,15 +492,19 @@ static void mmb_check(Model* model, int l, int s, const float* y, int rows, int 
 
 /* exponent profiling: sample dL/dY of a linear layer (its output gradient) and count the exponent
  * codes (bits 23..30, the same field in fp32 and bf16) of the nonzero finite samples */
-static void exp_profile(Model* model, int type, int l, const float* dy, size_t n) {
+static void exp_profile_x(Model* model, int type, int l, const void* dy, int dh, size_t n) {
     if (!model->prot.exp_hist || !n) return;
     uint32_t* h = model->prot.exp_hist + (size_t)tensor_index(model, type, l) * 256;
     for (int i = 0; i < model->prot.exp_samples; i++) {
-        uint32_t b = f32_bits(dy[rng_below(&model->prot.exp_rng, n)]);
+        const size_t j = rng_below(&model->prot.exp_rng, n);
+        uint32_t b = dh ? (uint32_t)((const uint16_t*)dy)[j] << 16 : f32_bits(((const float*)dy)[j]);
         uint32_t code = (b >> 23) & 0xFF;
         if (code != 0 && code != 255) h[code]++;
     }
 }
+static void exp_profile(Model* model, int type, int l, const float* dy, size_t n) { exp_profile_x(model, type, l, dy, 0, n); }
+/* the same on a tensor stored as bf16 bits */
+static void exp_profile_h(Model* model, int type, int l, const uint16_t* dy, size_t n) { exp_profile_x(model, type, l, dy, 1, n); }
 
 /* the residual gains of the monitored layers from the last forward's mean squares: out[i*2 + p] */
 static void model_rgg_gains(Model* model, int B, int T, const int* layers, int n_mon, double* out) {
@@ -616,17 +629,21 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
     }
     rmsnorm_forward_r(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, model->precision);
     const float* lm = c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1);                       /* [V, d] */
-    /* stored as bf16 by the GEMM unless a softcap comes between (rounded after it) */
-    matmul_forward_w(model->logits, model->final_norm, lm, N, d, V, model->precision, model->precision && c->softcap <= 0);
-    softcap_forward(model->logits, (size_t)N * V, (float)c->softcap);
-    if (c->softcap > 0) BF16_STORE(model, model->logits, (size_t)N * V);
+    if (model->logits_h)   /* stored as bf16 bits by the GEMM, after the softcap */
+        matmul_forward_h(model->logits_h, model->final_norm, lm, N, d, V, (float)c->softcap);
+    else {
+        matmul_forward_w(model->logits, model->final_norm, lm, N, d, V, 0, 0);
+        softcap_forward(model->logits, (size_t)N * V, (float)c->softcap);
+    }
     if (!targets) return 0.0f;
     if (model->ce_fused_next) {   /* the backward follows with nothing reading the logits: its dlogits now */
         model->ce_fused_next = 0;
-        crossentropy_fused(model->losses, model->lse, model->logits, targets, N, V, model->ce_dloss, (float)c->softcap, model->precision);
+        if (model->logits_h) crossentropy_fused_h(model->losses, model->lse, model->logits_h, targets, N, V, model->ce_dloss, (float)c->softcap);
+        else crossentropy_fused(model->losses, model->lse, model->logits, targets, N, V, model->ce_dloss, (float)c->softcap, 0);
         model->ce_dlogits_ready = 1;
     } else {
-        crossentropy_forward(model->losses, model->lse, model->logits, targets, N, V);
+        if (model->logits_h) crossentropy_forward_h(model->losses, model->lse, model->logits_h, targets, N, V);
+        else crossentropy_forward(model->losses, model->lse, model->logits, targets, N, V);
         model->ce_dlogits_ready = 0;
     }
     double s = 0.0; int cnt = 0;
@@ -647,16 +664,21 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
     float* dbuf = model->dbuf;
 
     /* loss -> logits (in place) -> lm_head -> final norm */
-    float* dlogits = model->logits;
+    float* dlogits = model->logits;   /* in place of the logits (bf16 bits in logits_h under -precision bf16) */
     if (model->ce_dlogits_ready && model->ce_dloss == dloss_scale) model->ce_dlogits_ready = 0;   /* the forward's one pass made them */
     else {
         if (model->ce_dlogits_ready) { fprintf(stderr, "internal error: the one-pass classifier ran with another loss scale\n"); exit(1); }
-        crossentropy_softcap_backward(dlogits, model->logits, model->lse, targets, N, V, dloss_scale, (float)c->softcap);
-        BF16_STORE(model, dlogits, (size_t)N * V);
+        if (model->logits_h) crossentropy_softcap_backward_h(model->logits_h, model->lse, targets, N, V, dloss_scale, (float)c->softcap);
+        else crossentropy_softcap_backward(dlogits, model->logits, model->lse, targets, N, V, dloss_scale, (float)c->softcap);
     }
-    exp_profile(model, c->tied ? PT_WTE : PT_LMHEAD, -1, dlogits, (size_t)N * V);
-    if (c->tied) matmul_backward_r(dbuf, GR(PT_WTE, -1), dlogits, model->final_norm, W(PT_WTE, -1), N, d, V, 0, model->precision, model->precision);
-    else matmul_backward_r(dbuf, GR(PT_LMHEAD, -1), dlogits, model->final_norm, W(PT_LMHEAD, -1), N, d, V, 0, model->precision, model->precision);
+    const int lmt = c->tied ? PT_WTE : PT_LMHEAD;
+    if (model->logits_h) {
+        exp_profile_h(model, lmt, -1, model->logits_h, (size_t)N * V);
+        matmul_backward_h(dbuf, GR(lmt, -1), model->logits_h, model->final_norm, W(lmt, -1), N, d, V, 0, 1);
+    } else {
+        exp_profile(model, lmt, -1, dlogits, (size_t)N * V);
+        matmul_backward_r(dbuf, GR(lmt, -1), dlogits, model->final_norm, W(lmt, -1), N, d, V, 0, 0, 0);
+    }
     float* x_last = c->n_layer ? model->la[c->n_layer - 1].out : NULL;
     rmsnorm_backward_r(dres, GR(PT_FINAL_NORM, -1), dbuf, x_last, W(PT_FINAL_NORM, -1), model->final_ms, N, d, eps, 0, model->precision);
     /* what wrote dres last, for ew's check of d(block_out) (the next layer's attn_norm backward, here the final norm's) */
@@ -907,15 +929,21 @@ static double model_update_norm(Model* model, const AdamW* o, long long t, doubl
 static void model_token_losses(Model* model, int n, float* out) { memcpy(out, model->losses, sizeof(float) * n); }
 static void model_argmax(Model* model, int n, int* out) {
     int V = model->c.vocab_size;
+    float* zb = model->logits_h ? (float*)mallocCheck(sizeof(float) * V) : NULL;
     for (int i = 0; i < n; i++) {
-        const float* z = model->logits + (size_t)i * V;
+        const float* z = zb;
+        if (zb) bf16_unpack_span(zb, model->logits_h + (size_t)i * V, V);
+        else z = model->logits + (size_t)i * V;
         int best = 0;
         for (int k = 1; k < V; k++) if (z[k] > z[best]) best = k;
         out[i] = best;
     }
+    free(zb);
 }
 static void model_logits_row(Model* model, int row, float* out) {
-    memcpy(out, model->logits + (size_t)row * model->c.vocab_size, sizeof(float) * model->c.vocab_size);
+    const size_t V = model->c.vocab_size;
+    if (model->logits_h) bf16_unpack_span(out, model->logits_h + (size_t)row * V, (int)V);
+    else memcpy(out, model->logits + (size_t)row * V, sizeof(float) * V);
 }
 static uint64_t model_weights_checksum(Model* model) { return tsdc_checksum(model->params, model->L.total * sizeof(float)); }
 static int model_threads(void) {

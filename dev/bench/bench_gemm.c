@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
     printf("%s\n", nbf == 2 ? "  (the default bf16 path first)" : "");
     double tflop[8] = {0}, tsec[8] = {0};
     const int best32 = top < GEMM_AVX512 ? top : GEMM_AVX512;
-    double dir_t[5][3] = {{0}};   /* the best fp32 path's time of each product: forward, dx, dW */
+    double dir_t[2][5][3] = {{{0}}};   /* each product's time (forward, dx, dW): the best fp32 path, the default bf16 path */
     for (int s = 0; s < 5; s++) {
         int I = lin[s].I, O = lin[s].O;
         float *x = mallocCheck(sizeof(float) * Nt * I), *w = mallocCheck(sizeof(float) * I * O), *wT = mallocCheck(sizeof(float) * I * O);
@@ -168,7 +168,8 @@ int main(int argc, char** argv) {
             const double tf = time_gemm(bf, y, x, I, 1, wT, Nt, I, O, 0, reps), tx = time_gemm(bf, dx, y, O, 1, w, Nt, O, I, 0, reps),
                          tw = time_gemm(bf, dw, y, 1, O, x, O, Nt, I, 1, reps);
             const double t = tf + tx + tw;
-            if (!bf && lv == best32) { dir_t[s][0] = tf; dir_t[s][1] = tx; dir_t[s][2] = tw; }
+            const int di = !bf && lv == best32 ? 0 : bf && lv == top + 1 ? 1 : -1;
+            if (di >= 0) { dir_t[di][s][0] = tf; dir_t[di][s][1] = tx; dir_t[di][s][2] = tw; }
             double g = 3 * f / t / 1e9;
             printf("  %6.0f GFLOP/s (%3.0f%%)  ", g, peak > 0 ? 100 * g / (peak * threads) : 0);
             tflop[col] += 3 * f; tsec[col] += t; col++;
@@ -182,10 +183,13 @@ int main(int argc, char** argv) {
         printf("  %6.0f GFLOP/s (%3.0f%%)  ", g, peak > 0 ? 100 * g / (peak * threads) : 0);
     }
     printf("\n(forward + dx + dW of each layer at %d tokens; %% of the fp32 FMA peak x threads; bf16 can exceed 100%%)\n", Nt);
-    /* where the best fp32 path loses: each product on its own (forward N x I times W^T, W read transposed by the packer;
-     * dx N x O times W; dW dout^T x, A read transposed) */
-    if (best32 >= 1) {
-        printf("by product, fp32 %s path, GFLOP/s (%% of the peak x threads):\n%-11s", gemm_path_names[best32], "product");
+    /* where a path loses: each product on its own (forward N x I times W^T, W read transposed by the packer; dx N x O
+     * times W; dW dout^T x, A read transposed), on the best fp32 path and on the default bf16 path */
+    for (int di = 0; di < 2; di++) {
+        if (di == 0 && best32 < 1) continue;
+        gemm_set_level(bfl[0]);
+        if (di == 0) printf("by product, fp32 %s path, GFLOP/s (%% of the fp32 peak x threads):\n%-11s", gemm_path_names[best32], "product");
+        else printf("by product, bf16 %s path, GFLOP/s (%% of the fp32 peak x threads):\n%-11s", gemm_bf16_path(), "product");
         const char* dn[3] = {"forward", "dx", "dW"};
         for (int k = 0; k < 3; k++) printf("  %-18s", dn[k]);
         printf("\n");
@@ -193,7 +197,7 @@ int main(int argc, char** argv) {
             const double f = 2.0 * Nt * lin[s].I * lin[s].O;
             printf("%-11s", lin[s].name);
             for (int k = 0; k < 3; k++) {
-                const double g = dir_t[s][k] > 0 ? f / dir_t[s][k] / 1e9 : 0;
+                const double g = dir_t[di][s][k] > 0 ? f / dir_t[di][s][k] / 1e9 : 0;
                 printf("  %6.0f (%3.0f%%)       ", g, peak > 0 ? 100 * g / (peak * threads) : 0);
             }
             printf("\n");

@@ -50,5 +50,15 @@ static inline void bf16_round_copy_span(float* dst, const float* src, int n) {
 }
 /* in place */
 static inline void bf16_round_span(float* x, int n) { bf16_round_copy_span(x, x, n); }
+/* -precision bf16's storage: dst = the bf16 bits of round(src) (f32_to_bf16_bits' result, branch-free), and back
+ * (exact), over a short span inside a parallel region */
+static inline void bf16_pack_span(uint16_t* dst, const float* src, int n) {
+    const uint32_t* in = (const uint32_t*)src;
+    for (int i = 0; i < n; i++) dst[i] = (uint16_t)(bf16_round_bits(in[i]) >> 16);
+}
+static inline void bf16_unpack_span(float* dst, const uint16_t* src, int n) {
+    uint32_t* u = (uint32_t*)dst;
+    for (int i = 0; i < n; i++) u[i] = (uint32_t)src[i] << 16;
+}
 
 #endif

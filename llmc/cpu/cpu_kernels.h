@@ -153,6 +153,17 @@ static void matmul_backward_r(float* dinp, float* dW, const float* dout, const f
     if (dinp) (bf16 ? gemm_bf16_x : gemm_f32_x)(dinp, dout, O, 1, W, 0, N, O, I, accumulate_dinp, round_dinp);
     (bf16 ? gemm_nn_bf16 : gemm_nn)(dW, dout, 1, O, inp, O, N, I, 1);
 }
+/* -precision bf16 with the tensor between the two stored as bf16 bits (the classifier's logits and dlogits): the
+ * forward stores its output so, after the softcap cap * tanh(z / cap) where cap > 0; the backward reads dout so.
+ * The bits of matmul_forward_w + softcap_forward + the bf16 store, and of matmul_backward_r, on the same values. */
+static void matmul_forward_h(uint16_t* out, const float* inp, const float* W, int N, int I, int O, float cap) {
+    gemm_x(1, NULL, out, cap, inp, 0, I, 1, W, 1, N, I, O, 0, 0);
+}
+static void matmul_backward_h(float* dinp, float* dW, const uint16_t* dout, const float* inp, const float* W,
+                              int N, int I, int O, int accumulate_dinp, int round_dinp) {
+    if (dinp) gemm_x(1, dinp, NULL, 0.0f, dout, 1, O, 1, W, 0, N, O, I, accumulate_dinp, round_dinp);
+    gemm_x(1, dW, NULL, 0.0f, dout, 1, 1, O, inp, 0, O, N, I, 1, 0);
+}
 #else
 #define gemm_nn gemm_portable
 #define gemm_nn_bf16 gemm_portable
@@ -170,6 +181,20 @@ static void matmul_backward_r(float* dinp, float* dW, const float* dout, const f
     gemm_portable(dW, dout, 1, O, inp, O, N, I, 1);
     if (dinp && round_dinp) bf16_round_array(dinp, (long long)N * I);
     (void)bf16;
+}
+/* the bf16-storage forms (see the C branch), through fp32 copies */
+static void matmul_forward_h(uint16_t* out, const float* inp, const float* W, int N, int I, int O, float cap) {
+    float* y = (float*)mallocCheck(sizeof(float) * (size_t)N * O);
+    matmul_forward_w(y, inp, W, N, I, O, 1, 0);
+    for (size_t i = 0; i < (size_t)N * O; i++) out[i] = f32_to_bf16_bits(cap > 0.0f ? cap * tanhf(y[i] / cap) : y[i]);
+    free(y);
+}
+static void matmul_backward_h(float* dinp, float* dW, const uint16_t* dout, const float* inp, const float* W,
+                              int N, int I, int O, int accumulate_dinp, int round_dinp) {
+    float* g = (float*)mallocCheck(sizeof(float) * (size_t)N * O);
+    for (size_t i = 0; i < (size_t)N * O; i++) g[i] = bf16_bits_to_f32(dout[i]);
+    matmul_backward_r(dinp, dW, g, inp, W, N, I, O, accumulate_dinp, 1, round_dinp);
+    free(g);
 }
 #endif
 
@@ -1178,6 +1203,49 @@ static void crossentropy_fused(float* losses, float* lse, float* logits, const i
         ce_row_forward(z, V, targets[n], &lse[n], &losses[n]);
         ce_row_backward(z, z, V, lse[n], targets[n], dloss, cap);
         if (round_bf16) bf16_round_span(z, V);   /* branch-free: the same bits as bf16_round */
+    }
+}
+/* The three passes on logits stored as bf16 bits (-precision bf16's storage): each row widened (exactly) into the
+ * thread's scratch, the same row functions, the dlogits stored back in place as bf16 bits (rounded as above): the
+ * bits of the fp32 forms above on the same values, from half the bytes. */
+static __thread float* ce_row_buf;
+static __thread int ce_row_cap;
+static float* ce_row_scratch(int V) {
+    if (V > ce_row_cap) {
+        free(ce_row_buf);
+        ce_row_buf = (float*)mallocCheck(sizeof(float) * (size_t)V);
+        ce_row_cap = V;
+    }
+    return ce_row_buf;
+}
+static void crossentropy_forward_h(float* losses, float* lse, const uint16_t* logits, const int* targets, int N, int V) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* z = ce_row_scratch(V);
+        bf16_unpack_span(z, logits + (size_t)n * V, V);
+        ce_row_forward(z, V, targets ? targets[n] : -1, &lse[n], &losses[n]);
+    }
+}
+/* in place: the logits become the dlogits */
+static void crossentropy_softcap_backward_h(uint16_t* logits, const float* lse, const int* targets, int N, int V, float dloss, float cap) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* z = ce_row_scratch(V);
+        uint16_t* row = logits + (size_t)n * V;
+        bf16_unpack_span(z, row, V);
+        ce_row_backward(z, z, V, lse[n], targets[n], dloss, cap);
+        bf16_pack_span(row, z, V);
+    }
+}
+static void crossentropy_fused_h(float* losses, float* lse, uint16_t* logits, const int* targets, int N, int V, float dloss, float cap) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* z = ce_row_scratch(V);
+        uint16_t* row = logits + (size_t)n * V;
+        bf16_unpack_span(z, row, V);
+        ce_row_forward(z, V, targets[n], &lse[n], &losses[n]);
+        ce_row_backward(z, z, V, lse[n], targets[n], dloss, cap);
+        bf16_pack_span(row, z, V);
     }
 }
 

@@ -9,6 +9,9 @@
  *   gemm_bf16  bf16 inputs (the -precision bf16 tensors, fp32 arrays that hold bf16 values; a value that
  *              is not one is rounded to nearest even when packed, as the GPU's GEMMs read bf16), fp32
  *              accumulation, the products on the CPU's bf16 units where it has them.
+ *   gemm_x     either, with A given as bf16 bits (uint16, -precision bf16's storage: widened exactly as it is
+ *              packed, so the bits of the fp32 array of the same values) and C stored as bf16 bits (each
+ *              block rounded as it is finished, after an optional softcap; the classifier's logits).
  *
  * Paths, picked once per process from what CPUID and the OS report (__builtin_cpu_supports; AMX also
  * needs the kernel's permission for the tile state, asked with arch_prctl):
@@ -35,7 +38,7 @@
  * where a panel's layout crosses the source's rows), but for an fp32 A's partial last panel; the scalar packers
  * serve the avx2 path, other strides, and as the reference test_sdc holds the bf16 ones to. Then tasks, blocks of GM_MB
  * rows x GM_NB columns of C (halved to 96 x 64 when there are fewer than 4 a thread) taken by the threads in any
- * order, walk K in equal chunks of at most GM_KC (384; AMX 1024) so that the task's chunk of A and B stays in L2,
+ * order, walk K in equal chunks of at most GM_KC (384; AVX512-BF16 1536, AMX 1024) so that the task's chunk of A and B stays in L2,
  * and run the micro-kernel on every micro-tile for each chunk: accumulators in registers (AMX: tiles), loaded from
  * C (zero at the first chunk unless accumulating) and stored back after it. fp32 partial sums survive the store
  * exactly, so neither the blocks nor the chunks change a bit. round_out rounds each finished tile to bf16 while it
@@ -56,6 +59,7 @@
 #ifndef TSDC_CPU_GEMM_H
 #define TSDC_CPU_GEMM_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,8 +84,15 @@ static const char* const gemm_path_names[] = {"portable", "avx2", "avx512", "avx
  * gemm_blocked halves them down to 96 x 64 when a GEMM has fewer than 4 blocks a thread */
 #define GM_MB 192
 #define GM_NB 256
-/* the largest chunk of K a task walks with its accumulators in registers (fp32, AVX512-BF16; AMX 1024) */
+/* the largest chunk of K a task walks with its accumulators in registers: fp32 384 (1.5 KB of a row), AVX512-BF16
+ * 1536 (3 KB: on a Zen 5 core, 1 MB of L2, the VDPBF16PS products of the wide row ran 8% faster at one thread and
+ * 12% at two than with 384, most on the classifier's, which then walks its K of 576 in one chunk: docs/speed.md),
+ * AMX 1024 */
 #define GM_KC 384
+#define GM_KC_BF16 1536
+
+/* element i of an A operand: fp32, or (ah = 1) bf16 bits, the -precision bf16 storage, widened exactly */
+static inline float gm_lda(const void* A, size_t i, int ah) { return ah ? bf16_bits_to_f32(((const uint16_t*)A)[i]) : ((const float*)A)[i]; }
 
 /* one rounding of fp32 like VDPBF16PS: denormal results flushed to zero (sign kept) */
 static inline float gemm_ftz(float x) {
@@ -100,31 +111,44 @@ static inline float dpbf16_ref(float c, uint16_t a0, uint16_t a1, uint16_t b0, u
 
 #if TSDC_GEMM_X86
 /* --------------------------------------------------------------------------- packing (fp32) */
+/* elements i .. i + n - 1 of an A operand (n <= 0: none; at most 16), zero past n, as 16 fp32: a masked load, or
+ * (ah) 16 bf16 bits widened exactly (AVX-512F only: a partial tail goes through a zeroed copy) */
+__attribute__((target("avx512f"))) static inline __m512 gm_lda16(const void* A, size_t i, int n, int ah) {
+    if (!ah) return _mm512_maskz_loadu_ps(n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1), (const float*)A + i);
+    const uint16_t* src = (const uint16_t*)A + i;
+    __m256i v;
+    if (n >= 16) v = _mm256_loadu_si256((const __m256i*)src);
+    else {
+        uint16_t t[16] = {0};
+        for (int j = 0; j < n; j++) t[j] = src[j];
+        v = _mm256_loadu_si256((const __m256i*)t);
+    }
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
 /* panels p0..p1-1 (12 rows each) of A read transposed (element (m, k) at A[m + k * sak]), k outermost: the
  * source rows are read in order; masked zmm moves of 12 floats */
-__attribute__((target("avx512f"))) static void gm_pack_at_avx512(float* ap, const float* A, long sak, int M, int K, int p0, int p1, size_t pa) {
+__attribute__((target("avx512f"))) static void gm_pack_at_avx512(float* ap, const void* A, int ah, long sak, int M, int K, int p0, int p1, size_t pa) {
     /* 16 source rows at a time (in L2), then panel by panel: each panel gets 16 x 12 contiguous floats, where one k
      * for every panel wrote 48 bytes into each of hundreds of 48 KB-apart places (the classifier's dW: 683 panels) */
     for (int k0 = 0; k0 < K; k0 += 16) {
         int k1 = K < k0 + 16 ? K : k0 + 16;
         for (int p = p0; p < p1; p++) {
             int w = M - p * 12 < 12 ? M - p * 12 : 12;
-            __mmask16 m = (__mmask16)((1u << w) - 1);
             for (int k = k0; k < k1; k++)
-                _mm512_mask_storeu_ps(ap + (size_t)p * pa + (size_t)k * 12, 0x0fff, _mm512_maskz_loadu_ps(m, A + (size_t)k * sak + (size_t)p * 12));
+                _mm512_mask_storeu_ps(ap + (size_t)p * pa + (size_t)k * 12, 0x0fff, gm_lda16(A, (size_t)k * sak + (size_t)p * 12, w, ah));
         }
     }
 }
 /* rows m0..m0+mr-1, k0..k0+kc-1 of A into panels of MR rows: ap[panel][k][MR], zero rows past mr */
-static void gm_pack_a_f32(float* ap, const float* A, long sam, long sak, int m0, int mr, int k0, int kc, int MR) {
+static void gm_pack_a_f32(float* ap, const void* A, int ah, long sam, long sak, int m0, int mr, int k0, int kc, int MR) {
     int np = (mr + MR - 1) / MR;
     for (int p = 0; p < np; p++) {
         float* dst = ap + (size_t)p * kc * MR;
         int w = mr - p * MR < MR ? mr - p * MR : MR;   /* (A read transposed goes through gm_pack_at_*) */
         for (int r = 0; r < MR; r++) {
             if (r < w) {
-                const float* src = A + (size_t)(m0 + p * MR + r) * sam + (size_t)k0 * sak;
-                for (int k = 0; k < kc; k++) dst[(size_t)k * MR + r] = src[(size_t)k * sak];
+                const size_t src = (size_t)(m0 + p * MR + r) * sam + (size_t)k0 * sak;
+                for (int k = 0; k < kc; k++) dst[(size_t)k * MR + r] = gm_lda(A, src + (size_t)k * sak, ah);
             } else
                 for (int k = 0; k < kc; k++) dst[(size_t)k * MR + r] = 0.0f;
         }
@@ -208,15 +232,15 @@ __attribute__((target("avx2,fma"))) static void gm_mk_avx2_rows(int kc, const fl
  * the VDPBF16PS path takes; test_sdc holds them equal byte for byte. */
 static inline uint16_t gm_bf(float x) { return f32_to_bf16_bits(x); }
 /* A panels of MR rows, k in pairs: ap[panel][kp][MR][2] (uint16), zero past mr and past kc */
-static void gm_pack_a_bf16(uint16_t* ap, const float* A, long sam, long sak, int m0, int mr, int k0, int kc, int MR) {
+static void gm_pack_a_bf16(uint16_t* ap, const void* A, int ah, long sam, long sak, int m0, int mr, int k0, int kc, int MR) {
     int np = (mr + MR - 1) / MR, kp = (kc + 1) / 2;
     for (int p = 0; p < np; p++) {
         uint16_t* dst = ap + (size_t)p * kp * MR * 2;
         for (int r = 0; r < MR; r++) {
             int m = p * MR + r;
-            const float* src = A + (size_t)(m0 + m) * sam + (size_t)k0 * sak;
+            const size_t src = (size_t)(m0 + m) * sam + (size_t)k0 * sak;
             for (int k = 0; k < 2 * kp; k++)
-                dst[((size_t)(k >> 1) * MR + r) * 2 + (k & 1)] = (m < mr && k < kc) ? gm_bf(src[(size_t)k * sak]) : 0;
+                dst[((size_t)(k >> 1) * MR + r) * 2 + (k & 1)] = (m < mr && k < kc) ? gm_bf(gm_lda(A, src + (size_t)k * sak, ah)) : 0;
         }
     }
 }
@@ -273,14 +297,14 @@ __attribute__((target("amx-tile"))) static void gm_amx_config(void) {
 }
 __attribute__((target("amx-tile"))) static void gm_amx_release(void) { _tile_release(); }
 /* packed A of MR = 16 rows for k steps of 32: ap[panel][ks][16][32] */
-static void gm_pack_a_amx(uint16_t* ap, const float* A, long sam, long sak, int m0, int mr, int k0, int kc) {
+static void gm_pack_a_amx(uint16_t* ap, const void* A, int ah, long sam, long sak, int m0, int mr, int k0, int kc) {
     int np = (mr + 15) / 16, ks = (kc + 31) / 32;
     for (int p = 0; p < np; p++)
         for (int r = 0; r < 16; r++) {
             int m = p * 16 + r;
-            const float* src = A + (size_t)(m0 + m) * sam + (size_t)k0 * sak;
+            const size_t src = (size_t)(m0 + m) * sam + (size_t)k0 * sak;
             for (int k = 0; k < ks * 32; k++)
-                ap[(((size_t)p * ks + (k >> 5)) * 16 + r) * 32 + (k & 31)] = (m < mr && k < kc) ? gm_bf(src[(size_t)k * sak]) : 0;
+                ap[(((size_t)p * ks + (k >> 5)) * 16 + r) * 32 + (k & 31)] = (m < mr && k < kc) ? gm_bf(gm_lda(A, src + (size_t)k * sak, ah)) : 0;
         }
 }
 /* packed B of NR = 16 columns: bp[panel][ks][16 pairs][16][2] */
@@ -422,7 +446,7 @@ __attribute__((target("avx512f"))) static inline void gm_transpose16(__m512i out
     }
 }
 /* A tiles of 16 rows (panel p): [ks][16][32] */
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_a_amx_vec(uint16_t* ap, const float* A, long sam, long sak, int M, int K, int p) {
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_a_amx_vec(uint16_t* ap, const void* A, int ah, long sam, long sak, int M, int K, int p) {
     int ks = (K + 31) / 32, m0 = p * 16;
     uint16_t* dst = ap + (size_t)p * ks * 512;
     if (sak == 1) {
@@ -431,8 +455,8 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_a_amx
             for (int s = 0; s < ks; s++) {
                 __m512i v = _mm512_setzero_si512();
                 if (m < M) {
-                    const float* src = A + (size_t)m * sam + (size_t)s * 32;
-                    __m512 lo = _mm512_maskz_loadu_ps(gm_mask(K - s * 32), src), hi = _mm512_maskz_loadu_ps(gm_mask(K - s * 32 - 16), src + 16);
+                    const size_t src = (size_t)m * sam + (size_t)s * 32;
+                    __m512 lo = gm_lda16(A, src, K - s * 32, ah), hi = gm_lda16(A, src + 16, K - s * 32 - 16, ah);
                     v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
                 }
                 _mm512_storeu_si512(dst + ((size_t)s * 16 + r) * 32, v);
@@ -440,34 +464,32 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_a_amx
         }
     } else if (sam == 1) {
         /* k-major source: pairs of rows k, k+1 give 16 dwords (one per m), a column of the tile; transposed */
-        __mmask16 mm = gm_mask(M - m0);
         for (int s = 0; s < ks; s++) {
             __m512i t[16], u[16];
             for (int q = 0; q < 16; q++) {
                 int k = s * 32 + 2 * q;
-                __m512 v0 = k < K ? _mm512_maskz_loadu_ps(mm, A + m0 + (size_t)k * sak) : _mm512_setzero_ps();
-                __m512 v1 = k + 1 < K ? _mm512_maskz_loadu_ps(mm, A + m0 + (size_t)(k + 1) * sak) : _mm512_setzero_ps();
+                __m512 v0 = k < K ? gm_lda16(A, m0 + (size_t)k * sak, M - m0, ah) : _mm512_setzero_ps();
+                __m512 v1 = k + 1 < K ? gm_lda16(A, m0 + (size_t)(k + 1) * sak, M - m0, ah) : _mm512_setzero_ps();
                 t[q] = gm_pair16(v0, v1);
             }
             gm_transpose16(u, t);
             for (int r = 0; r < 16; r++) _mm512_storeu_si512(dst + (size_t)s * 512 + (size_t)r * 32, u[r]);
         }
     } else
-        gm_pack_a_amx(dst, A, sam, sak, m0, M - m0 < 16 ? M - m0 : 16, 0, K);
+        gm_pack_a_amx(dst, A, ah, sam, sak, m0, M - m0 < 16 ? M - m0 : 16, 0, K);
 }
 /* A tiles of panels p0..p1-1 from A read transposed (element (m, k) at A[m + k * sak]): for each k step and panel,
  * the 16 row pairs (k, k+1) of its 16 rows m give one dword a row, column q of the tile; the 16 columns are
  * transposed in registers into the tile's rows (the k steps' 32 source rows stay in cache across the panels) */
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_at_amx(uint16_t* ap, const float* A, long sak, int M, int K, int p0, int p1) {
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_at_amx(uint16_t* ap, const void* A, int ah, long sak, int M, int K, int p0, int p1) {
     int ks = (K + 31) / 32;
     for (int s = 0; s < ks; s++)
         for (int p = p0; p < p1; p++) {
-            __mmask16 mm = gm_mask(M - p * 16);
             __m512i col[16], row[16];
             for (int q = 0; q < 16; q++) {
                 int k = s * 32 + 2 * q;
-                __m512 v0 = k < K ? _mm512_maskz_loadu_ps(mm, A + (size_t)k * sak + (size_t)p * 16) : _mm512_setzero_ps();
-                __m512 v1 = k + 1 < K ? _mm512_maskz_loadu_ps(mm, A + (size_t)(k + 1) * sak + (size_t)p * 16) : _mm512_setzero_ps();
+                __m512 v0 = k < K ? gm_lda16(A, (size_t)k * sak + (size_t)p * 16, M - p * 16, ah) : _mm512_setzero_ps();
+                __m512 v1 = k + 1 < K ? gm_lda16(A, (size_t)(k + 1) * sak + (size_t)p * 16, M - p * 16, ah) : _mm512_setzero_ps();
                 col[q] = gm_pair16(v0, v1);
             }
             gm_transpose16(row, col);
@@ -589,10 +611,11 @@ __attribute__((target("avx512f"))) static inline __m512i gm_bf16_lo16(__m512 x) 
 __attribute__((target("avx512f"))) static inline __m512i gm_bf16_pairs(__m512 v0, __m512 v1) {
     return _mm512_or_si512(gm_bf16_lo16(v0), _mm512_slli_epi32(gm_bf16_lo16(v1), 16));
 }
-/* 32 consecutive k of one source row (src[0 .. n), zero past n) -> 16 dwords, the pairs in k order */
-__attribute__((target("avx512f"))) static inline __m512i gm_bf16_row_pairs(const float* src, int n) {
-    const __m256i lo = _mm512_cvtepi32_epi16(gm_bf16_lo16(_mm512_maskz_loadu_ps(gm_mask(n), src)));
-    const __m256i hi = _mm512_cvtepi32_epi16(gm_bf16_lo16(_mm512_maskz_loadu_ps(gm_mask(n - 16), src + 16)));
+/* 32 consecutive k of one source row (elements i .. i + n - 1 of X, fp32 or (ah) bf16 bits; zero past n) -> 16
+ * dwords, the pairs in k order */
+__attribute__((target("avx512f"))) static inline __m512i gm_bf16_row_pairs(const void* X, size_t i, int n, int ah) {
+    const __m256i lo = _mm512_cvtepi32_epi16(gm_bf16_lo16(gm_lda16(X, i, n, ah)));
+    const __m256i hi = _mm512_cvtepi32_epi16(gm_bf16_lo16(gm_lda16(X, i + 16, n - 16, ah)));
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 /* B panels [panel][kp][32][2] from row-major B [K, N], panels p0..p1-1, row pairs outermost (the rows read in order) */
@@ -622,7 +645,7 @@ __attribute__((target("avx512f"))) static void gm_pack_bt_bf16_vec(uint16_t* bp,
         for (int s = 0; 16 * s < kp; s++) {
             __m512i t[16], u[16];
             for (int j = 0; j < 16; j++)
-                t[j] = n0 + j < N ? gm_bf16_row_pairs(Bt + (size_t)(n0 + j) * K + (size_t)s * 32, K - s * 32) : _mm512_setzero_si512();
+                t[j] = n0 + j < N ? gm_bf16_row_pairs(Bt, (size_t)(n0 + j) * K + (size_t)s * 32, K - s * 32, 0) : _mm512_setzero_si512();
             gm_transpose16(u, t);   /* u[q]: dword j = column n0 + j's pair 16 s + q */
             const int qn = kp - 16 * s < 16 ? kp - 16 * s : 16;
             for (int q = 0; q < qn; q++) _mm512_storeu_si512(dst + (size_t)(16 * s + q) * 32 + h * 16, u[q]);
@@ -630,13 +653,13 @@ __attribute__((target("avx512f"))) static void gm_pack_bt_bf16_vec(uint16_t* bp,
     }
 }
 /* A panel p [kp][12][2] from A stored by rows (element (m, k) at A[m * sam + k]): as above, 12 rows of the 16 */
-__attribute__((target("avx512f"))) static void gm_pack_a_bf16_rows(uint16_t* ap, const float* A, long sam, int M, int K, int p) {
+__attribute__((target("avx512f"))) static void gm_pack_a_bf16_rows(uint16_t* ap, const void* A, int ah, long sam, int M, int K, int p) {
     const int kp = (K + 1) / 2, m0 = p * 12;
     uint32_t* dst = (uint32_t*)(ap + (size_t)p * kp * 24);
     for (int s = 0; 16 * s < kp; s++) {
         __m512i t[16], u[16];
         for (int r = 0; r < 16; r++)
-            t[r] = r < 12 && m0 + r < M ? gm_bf16_row_pairs(A + (size_t)(m0 + r) * sam + (size_t)s * 32, K - s * 32) : _mm512_setzero_si512();
+            t[r] = r < 12 && m0 + r < M ? gm_bf16_row_pairs(A, (size_t)(m0 + r) * sam + (size_t)s * 32, K - s * 32, ah) : _mm512_setzero_si512();
         gm_transpose16(u, t);   /* u[q]: dword r = row m0 + r's pair 16 s + q */
         const int qn = kp - 16 * s < 16 ? kp - 16 * s : 16;
         for (int q = 0; q < qn; q++) _mm512_mask_storeu_epi32(dst + (size_t)(16 * s + q) * 12, 0x0fff, u[q]);
@@ -644,22 +667,57 @@ __attribute__((target("avx512f"))) static void gm_pack_a_bf16_rows(uint16_t* ap,
 }
 /* A panels p0..p1-1 [kp][12][2] from A read transposed (element (m, k) at A[m + k * sak]): a pair of source rows gives
  * the 12 dwords of a panel's pair directly; pairs outermost, so the source rows are read in order */
-__attribute__((target("avx512f"))) static void gm_pack_at_bf16(uint16_t* ap, const float* A, long sak, int M, int K, int p0, int p1) {
+__attribute__((target("avx512f"))) static void gm_pack_at_bf16(uint16_t* ap, const void* A, int ah, long sak, int M, int K, int p0, int p1) {
     const int kp = (K + 1) / 2;
     for (int q = 0; q < kp; q++) {
-        const float* r0 = A + (size_t)(2 * q) * sak;
-        const float* r1 = 2 * q + 1 < K ? A + (size_t)(2 * q + 1) * sak : NULL;
+        const size_t r0 = (size_t)(2 * q) * sak, r1 = (size_t)(2 * q + 1) * sak;
+        const int has1 = 2 * q + 1 < K;
         for (int p = p0; p < p1; p++) {
-            const __mmask16 mm = gm_mask(M - p * 12 < 12 ? M - p * 12 : 12);
-            const __m512 v0 = _mm512_maskz_loadu_ps(mm, r0 + (size_t)p * 12), v1 = r1 ? _mm512_maskz_loadu_ps(mm, r1 + (size_t)p * 12) : _mm512_setzero_ps();
+            const int w = M - p * 12 < 12 ? M - p * 12 : 12;
+            const __m512 v0 = gm_lda16(A, r0 + (size_t)p * 12, w, ah), v1 = has1 ? gm_lda16(A, r1 + (size_t)p * 12, w, ah) : _mm512_setzero_ps();
             _mm512_mask_storeu_epi32((uint32_t*)(ap + (size_t)p * kp * 24) + (size_t)q * 12, 0x0fff, gm_bf16_pairs(v0, v1));
         }
     }
 }
 
+/* fp32 A panel p [K][12] from A stored by rows (element (m, k) at A[m * sam + k]) as bf16 bits (the fp32 path reads an
+ * fp32 A in place): 16 k of the panel's 12 rows widened, a 16 x 16 transpose; gm_pack_a_f32's layout and values */
+__attribute__((target("avx512f"))) static void gm_pack_a_f32_rows(float* ap, const void* A, int ah, long sam, int M, int K, int p, size_t pa) {
+    float* dst = ap + (size_t)p * pa;
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        __m512i t[16], u[16];
+        for (int r = 0; r < 16; r++)
+            t[r] = r < 12 && p * 12 + r < M ? _mm512_castps_si512(gm_lda16(A, (size_t)(p * 12 + r) * sam + (size_t)k0, K - k0, ah)) : _mm512_setzero_si512();
+        gm_transpose16(u, t);   /* u[kk]: dword r = row p * 12 + r's element k0 + kk */
+        const int kn = K - k0 < 16 ? K - k0 : 16;
+        for (int kk = 0; kk < kn; kk++) _mm512_mask_storeu_ps(dst + (size_t)(k0 + kk) * 12, 0x0fff, _mm512_castsi512_ps(u[kk]));
+    }
+}
+
+/* a C block stored as bf16 (gemm_x's C16): dst = the bits of bf16(src), after the softcap cap * tanh(x / cap) where
+ * cap > 0 (softcap_forward's arithmetic, so the same bits as the softcap and the bf16 store after the GEMM) */
+static void gm_store_c16(uint16_t* dst, const float* src, int n, float cap) {
+    if (cap > 0.0f)
+        for (int i = 0; i < n; i++) dst[i] = f32_to_bf16_bits(cap * tanhf(src[i] / cap));
+    else
+        bf16_pack_span(dst, src, n);
+}
+
 /* grow-only packing buffers (the GEMMs are called from one thread; their packing and tasks are parallel) */
-static void* gm_buf[2];
-static size_t gm_cap[2];
+static void* gm_buf[3];
+static size_t gm_cap[3];
+/* a thread's grow-only fp32 buffer for the C block of a GEMM stored as bf16 (kept for the thread's life) */
+static __thread float* gm_tblk;
+static __thread size_t gm_tblk_cap;
+static float* gm_thread_block(size_t n) {
+    if (n > gm_tblk_cap) {
+        free(gm_tblk);
+        gm_tblk = (float*)aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+        if (!gm_tblk) { fprintf(stderr, "error: gemm: out of memory for a %zu-float output block\n", n); exit(1); }
+        gm_tblk_cap = n;
+    }
+    return gm_tblk;
+}
 static void* gm_scratch(int which, size_t bytes) {
     bytes = (bytes + 63) / 64 * 64;
     if (bytes > gm_cap[which]) {
@@ -675,13 +733,16 @@ static void* gm_scratch(int which, size_t bytes) {
  * (A into MR-row panels over all of K, B into NR-column panels), each operand element converted once; then
  * the tasks, blocks of C, run each micro-tile over all of K in one call: its accumulators live in registers
  * (tiles) from k = 0 to K-1, and C is read and written once. */
-static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate,
-                         int round_out) {
+/* A: fp32, or (ah) bf16 bits; C fp32, or (C16 != NULL, then C unused and accumulate 0) each finished block stored as
+ * bf16 bits from a thread's fp32 block buffer, after the softcap where cap > 0 (gm_store_c16) */
+static void gemm_blocked(int kind, float* C, uint16_t* C16, float cap, const void* A, int ah, long sam, long sak, const float* B, int btr,
+                         int M, int K, int N, int accumulate, int round_out) {
     static const int MRs[4] = {12, 6, 12, 16}, NRs[4] = {32, 16, 32, 16};
     const int MR = MRs[kind], NR = NRs[kind];
     if (M <= 0 || N <= 0) return;
     if (K == 0) {
-        if (!accumulate) memset(C, 0, sizeof(float) * (size_t)M * N);
+        if (C16) memset(C16, 0, sizeof(uint16_t) * (size_t)M * N);   /* softcap(0) = 0 */
+        else if (!accumulate) memset(C, 0, sizeof(float) * (size_t)M * N);
         else if (round_out) bf16_round_array(C, (long long)M * N);
         return;
     }
@@ -691,13 +752,13 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
     size_t pa = (size_t)Kp * MR, pb = (size_t)Kp * NR;   /* elements a panel */
     /* K is walked in chunks (a multiple of 32, so of every layout's k step) so that a task's A and B chunks stay
      * in L2; C holds the fp32 partial sums between chunks, exactly, so the chunks do not change a bit */
-    const int KCMAX = kind == 3 ? 1024 : GM_KC, nch = (Kp + KCMAX - 1) / KCMAX;
+    const int KCMAX = kind == 3 ? 1024 : kind == 2 ? GM_KC_BF16 : GM_KC, nch = (Kp + KCMAX - 1) / KCMAX;
     const int KC = ((Kp + nch - 1) / nch + 31) / 32 * 32;   /* nch chunks of about equal length (576: 288 + 288, not 384 + 192) */
     /* an AMX block takes two panels of each: one zero panel past the last, for an odd count */
     /* fp32: A stored by rows (sak 1) is read in place, only a partial last panel packed, per task and chunk;
      * A read transposed (sam 1) is packed whole, reading each of its rows once: in place, the micro-kernel
-     * would take a new cache line every k, and again for every B panel */
-    int apack = kind >= 2 || sak != 1;
+     * would take a new cache line every k, and again for every B panel; a bf16 A (ah) is packed whole, widened */
+    int apack = kind >= 2 || sak != 1 || ah;
     void* abuf = apack ? gm_scratch(0, (size_t)(npa + 1) * pa * esz) : NULL;
     void* bbuf = gm_scratch(1, (size_t)(npb + 1) * pb * esz);
     /* smaller blocks when there are few: at least 4 tasks a thread where the shape allows (the blocks do not
@@ -721,16 +782,16 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
             nt = omp_get_num_threads(); me = omp_get_thread_num();
 #endif
             int p0 = (int)((long)npa * me / nt), p1 = (int)((long)npa * (me + 1) / nt);
-            if (kind == 3) gm_pack_at_amx((uint16_t*)abuf, A, sak, M, K, p0, p1);
-            else if (kind == 2) gm_pack_at_bf16((uint16_t*)abuf, A, sak, M, K, p0, p1);
-            else if (kind == 0) gm_pack_at_avx512((float*)abuf, A, sak, M, K, p0, p1, pa);
+            if (kind == 3) gm_pack_at_amx((uint16_t*)abuf, A, ah, sak, M, K, p0, p1);
+            else if (kind == 2) gm_pack_at_bf16((uint16_t*)abuf, A, ah, sak, M, K, p0, p1);
+            else if (kind == 0) gm_pack_at_avx512((float*)abuf, A, ah, sak, M, K, p0, p1, pa);
             else
                 for (int k = 0; k < K; k++) {
-                    const float* src = A + (size_t)k * sak;
+                    const size_t src = (size_t)k * sak;
                     for (int p = p0; p < p1; p++) {
                         float* d = (float*)abuf + (size_t)p * pa + (size_t)k * MR;
                         int w = M - p * MR < MR ? M - p * MR : MR;
-                        for (int r = 0; r < MR; r++) d[r] = r < w ? src[(size_t)p * MR + r] : 0.0f;
+                        for (int r = 0; r < MR; r++) d[r] = r < w ? gm_lda(A, src + (size_t)p * MR + r, ah) : 0.0f;
                     }
                 }
             if (me == 0) memset((char*)abuf + (size_t)npa * pa * esz, 0, pa * esz);
@@ -740,10 +801,11 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
             int m0 = p * MR, mr = M - m0 < MR ? M - m0 : MR;
             if (!apack || sam == 1) continue;
             if (p == npa) { memset((char*)abuf + (size_t)p * pa * esz, 0, pa * esz); continue; }
-            if (kind == 3) gm_pack_a_amx_vec((uint16_t*)abuf, A, sam, sak, M, K, p);
-            else if (kind == 2 && sak == 1) gm_pack_a_bf16_rows((uint16_t*)abuf, A, sam, M, K, p);
-            else if (kind == 2) gm_pack_a_bf16((uint16_t*)abuf + (size_t)p * pa, A, sam, sak, m0, mr, 0, K, MR);
-            else gm_pack_a_f32((float*)abuf + (size_t)p * pa, A, sam, sak, m0, mr, 0, K, MR);
+            if (kind == 3) gm_pack_a_amx_vec((uint16_t*)abuf, A, ah, sam, sak, M, K, p);
+            else if (kind == 2 && sak == 1) gm_pack_a_bf16_rows((uint16_t*)abuf, A, ah, sam, M, K, p);
+            else if (kind == 2) gm_pack_a_bf16((uint16_t*)abuf + (size_t)p * pa, A, ah, sam, sak, m0, mr, 0, K, MR);
+            else if (kind == 0 && sak == 1) gm_pack_a_f32_rows((float*)abuf, A, ah, sam, M, K, p, pa);   /* a bf16 A by rows */
+            else gm_pack_a_f32((float*)abuf + (size_t)p * pa, A, ah, sam, sak, m0, mr, 0, K, MR);
         }
         if ((kind == 3 || kind == 2) && !btr) {   /* each thread a range of B panels, the rows read in order */
             int nt = 1, me = 0;
@@ -774,6 +836,7 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
         float edge[12 * GM_KC] __attribute__((aligned(64)));   /* a partial A panel of one fp32 chunk (KC <= GM_KC) */
         int mt = kind == 3 ? 32 : MR, nt = kind == 3 ? 32 : NR;   /* the micro-tile */
         int nmb = (M + mbs - 1) / mbs, nnb = (N + nbs - 1) / nbs;
+        float* cblk = C16 ? gm_thread_block((size_t)mbs * nbs) : NULL;   /* C16: the task's block in fp32, ldc nbs */
 #pragma omp for schedule(static)
         for (long task = 0; task < (long)nmb * nnb; task++) {
             int mb0 = (int)(task / nnb) * mbs, nb0 = (int)(task % nnb) * nbs;
@@ -781,16 +844,17 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
             for (int k0 = 0; k0 < Kp; k0 += KC) {
                 int kc = Kp - k0 < KC ? Kp - k0 : KC, first = k0 == 0 && !accumulate;
                 int medge = apack ? mb1 : mb1 - (mb1 - mb0) % MR;   /* rows from here on: a partial panel */
-                if (!apack && medge < mb1) gm_pack_a_f32(edge, A, sam, sak, medge, mb1 - medge, k0, kc, MR);
+                if (!apack && medge < mb1) gm_pack_a_f32(edge, A, 0, sam, sak, medge, mb1 - medge, k0, kc, MR);
                 for (int n0 = nb0; n0 < nb1; n0 += nt)
                     for (int m0 = mb0; m0 < mb1; m0 += mt) {
                         int rows = mb1 - m0 < mt ? mb1 - m0 : mt, cols = nb1 - n0 < nt ? nb1 - n0 : nt;
-                        float* c = C + (size_t)m0 * N + n0;
+                        const long ldC = cblk ? nbs : N;
+                        float* c = cblk ? cblk + (size_t)(m0 - mb0) * nbs + (n0 - nb0) : C + (size_t)m0 * N + n0;
                         int full = rows == mt && cols == nt;
                         float* cc = full ? c : tmp;
-                        long ldc = full ? N : nt;
+                        long ldc = full ? ldC : nt;
                         if (!full && !first)
-                            for (int r = 0; r < rows; r++) memcpy(tmp + r * nt, c + (size_t)r * N, sizeof(float) * cols);
+                            for (int r = 0; r < rows; r++) memcpy(tmp + r * nt, c + (size_t)r * ldC, sizeof(float) * cols);
                         /* panel i, rows k0.. of the chunk: every layout keeps MR (NR) elements a k */
                         size_t ia = (size_t)(m0 / MR) * pa + (size_t)k0 * MR, jb = (size_t)(n0 / NR) * pb + (size_t)k0 * NR;
                         if (kind == 3) {
@@ -800,7 +864,7 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
                             gm_mk_avx512bf16(kc, (const uint16_t*)abuf + ia, (const uint16_t*)bbuf + jb, cc, ldc, first);
                         else {
                             const float* fb = (const float*)bbuf + jb;
-                            const float* fa = A + (size_t)m0 * sam + (size_t)k0 * sak;
+                            const float* fa = (const float*)A + (size_t)m0 * sam + (size_t)k0 * sak;   /* fp32 (apack otherwise) */
                             if (apack || m0 >= medge) {   /* a packed panel */
                                 const float* pk = apack ? (const float*)abuf + ia : edge;
                                 if (kind == 1) gm_mk_avx2_kmajor(kc, pk, MR, fb, cc, ldc, first);
@@ -811,13 +875,15 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
                             }
                         }
                         if (!full)
-                            for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * N, tmp + r * nt, sizeof(float) * cols);
+                            for (int r = 0; r < rows; r++) memcpy(c + (size_t)r * ldC, tmp + r * nt, sizeof(float) * cols);
                     }
             }
             /* the finished block, stored as bf16 while it is in L2: a block at a time, not a tile at a time, so that the
              * loads do not wait on the tile's stores still in flight (a tile at a time cost about an eighth of an AMX
              * GEMM's time) */
-            if (round_out)
+            if (cblk)
+                for (int r = mb0; r < mb1; r++) gm_store_c16(C16 + (size_t)r * N + nb0, cblk + (size_t)(r - mb0) * nbs, nb1 - nb0, cap);
+            else if (round_out)
                 for (int r = mb0; r < mb1; r++) bf16_round_span(C + (size_t)r * N + nb0, nb1 - nb0);
         }
         if (kind == 3) gm_amx_release();
@@ -827,35 +893,51 @@ static void gemm_blocked(int kind, float* C, const float* A, long sam, long sak,
 
 /* the entry points: B row-major [K, N] (btr 0) or given transposed, Bt [N, K] row-major (btr 1); round_out 1
  * rounds C to bf16 (round to nearest even) once it is complete, block by block while it is in cache: the
- * -precision bf16 store of a GEMM's output without a pass of its own (the same bits as rounding after) */
-static void gemm_f32_x(float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate,
-                       int round_out) {
+ * -precision bf16 store of a GEMM's output without a pass of its own (the same bits as rounding after).
+ * gemm_x, the general one: bf16 picks the bf16 product (else fp32); A fp32, or (ah = 1) bf16 bits, the -precision
+ * bf16 storage, widened exactly as it is packed (so the same bits as the fp32 array holding those values); C fp32,
+ * or (C16 != NULL; accumulate 0) stored as bf16 bits, after the softcap cap * tanh(c / cap) where cap > 0, each block
+ * as it is finished (the same bits as softcap_forward and the bf16 rounding after the GEMM). */
+static void gemm_x(int bf16, float* C, uint16_t* C16, float cap, const void* A, int ah, long sam, long sak, const float* B, int btr,
+                   int M, int K, int N, int accumulate, int round_out) {
+    if (C16 && accumulate) { fprintf(stderr, "internal error: gemm: a bf16 output cannot accumulate\n"); exit(1); }
     int lv = gemm_level();
 #if TSDC_GEMM_X86
-    if (sam != 1 && sak != 1) lv = GEMM_PORTABLE;   /* the SIMD paths read A in place by rows or by columns */
-    if (lv >= GEMM_AVX512) { gemm_blocked(0, C, A, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
-    if (lv >= GEMM_AVX2) { gemm_blocked(1, C, A, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
+    if (sam == 1 || sak == 1) {   /* the SIMD paths read A by rows or by columns */
+        if (bf16 && lv == GEMM_AMX) { gemm_blocked(3, C, C16, cap, A, ah, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
+        if (bf16 && lv == GEMM_AVX512BF16) { gemm_blocked(2, C, C16, cap, A, ah, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
+        if (lv >= GEMM_AVX512) { gemm_blocked(0, C, C16, cap, A, ah, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
+        if (lv >= GEMM_AVX2) { gemm_blocked(1, C, C16, cap, A, ah, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
+    }
 #endif
     (void)lv;
-    if (!btr) gemm_portable(C, A, sam, sak, B, M, K, N, accumulate);
+    if (M <= 0 || N <= 0) return;
+    const float* Af = (const float*)A;
+    if (ah) {   /* gemm_portable reads fp32: the bf16 A widened once (the span its strides cover) */
+        size_t span = K > 0 ? (size_t)(M - 1) * sam + (size_t)(K - 1) * sak + 1 : 0;
+        float* w = (float*)gm_scratch(0, sizeof(float) * (span ? span : 1));
+        for (size_t i = 0; i < span; i++) w[i] = bf16_bits_to_f32(((const uint16_t*)A)[i]);
+        Af = w;
+    }
+    float* Cf = C16 ? (float*)gm_scratch(2, sizeof(float) * (size_t)M * N) : C;
+    if (!btr) gemm_portable(Cf, Af, sam, sak, B, M, K, N, accumulate);
     else {   /* the portable path reads B row-major: transpose Bt once */
         float* Bn = (float*)gm_scratch(1, sizeof(float) * (size_t)K * N);
         for (int n = 0; n < N; n++)
             for (int k = 0; k < K; k++) Bn[(size_t)k * N + n] = B[(size_t)n * K + k];
-        gemm_portable(C, A, sam, sak, Bn, M, K, N, accumulate);
+        gemm_portable(Cf, Af, sam, sak, Bn, M, K, N, accumulate);
     }
-    if (round_out) bf16_round_array(C, (long long)M * N);
+    if (C16)
+        for (int m = 0; m < M; m++) gm_store_c16(C16 + (size_t)m * N, Cf + (size_t)m * N, N, cap);
+    else if (round_out) bf16_round_array(C, (long long)M * N);
+}
+static void gemm_f32_x(float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate,
+                       int round_out) {
+    gemm_x(0, C, NULL, 0.0f, A, 0, sam, sak, B, btr, M, K, N, accumulate, round_out);
 }
 static void gemm_bf16_x(float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate,
                         int round_out) {
-    int lv = gemm_level();
-#if TSDC_GEMM_X86
-    if (sam == 1 || sak == 1) {
-        if (lv == GEMM_AMX) { gemm_blocked(3, C, A, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
-        if (lv == GEMM_AVX512BF16) { gemm_blocked(2, C, A, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
-    }
-#endif
-    gemm_f32_x(C, A, sam, sak, B, btr, M, K, N, accumulate, round_out);
+    gemm_x(1, C, NULL, 0.0f, A, 0, sam, sak, B, btr, M, K, N, accumulate, round_out);
 }
 /* fp32 inputs, fp32 accumulation, on the best fp32 path at or below the level in use */
 static void gemm_f32(float* C, const float* A, long sam, long sak, const float* B, int M, int K, int N, int accumulate) {
