@@ -9,8 +9,9 @@
  * Emulated AMP (-precision bf16): the GPU keeps fp32 master weights and AdamW state, computes with
  * bf16 copies of the weights, and stores every activation and activation gradient in bf16 with fp32
  * accumulation inside each op. Here: weights are rounded to bf16 once after each update (model->wr),
- * the GEMMs take bf16 inputs (llmc/cpu/gemm.h: the CPU's bf16 units where it has them), and every module output and activation gradient is rounded to bf16 (round-to-nearest-
- * even) right after the op that writes it (BF16_STORE). Weight gradients, mean squares, losses and the
+ * the GEMMs take bf16 inputs (llmc/cpu/gemm.h: the CPU's bf16 units where it has them), and every module output and
+ * activation gradient is rounded to bf16 (round-to-nearest-even) by the op that writes it, as it writes it (the _r
+ * forms' round = precision; no rounding pass of its own). Weight gradients, mean squares, losses and the
  * optimizer stay fp32. The logits (then dlogits, in place), the largest activation, are stored as bf16 bits
  * (logits_h, half the bytes): the classifier GEMM stores them so, after the softcap, the cross-entropy widens
  * each row exactly into scratch, and the backward GEMMs read them so, with the bits of the fp32 arrays holding
@@ -111,18 +112,14 @@ typedef struct {
 
 #include "llmc/host/backend.h"   /* the functions the host loop calls, declared for this Model; the protection accessors */
 
-#define BF16_STORE(m, x, n) do { if ((m)->precision) bf16_round_array((x), (long long)(n)); } while (0)
 /* fault injection points: a module output (forward) or the gradient of that output (backward) */
 #define FAULT_AT(pass, site, l, x, n) do { if (fault_due(model->prot.fx, (site), (l), (pass))) fault_apply_host(model->prot.fx, (x), (size_t)(n)); } while (0)
 #define FAULT_FWD(site, l, x, n) FAULT_AT(PASS_FWD, site, l, x, n)
 #define FAULT_BWD(site, l, x, n) FAULT_AT(PASS_BWD, site, l, x, n)
-/* a module output stored (forward), or the gradient of one (backward), in one step: rounded to the storage
- * dtype as the GPU stores it (bf16 mode), then the fault injector's hook for its site and layer. The
- * passes read as math: an op, then STORE of what it wrote. */
-#define STORE(site, l, x, n) do { size_t n_ = (size_t)(n); BF16_STORE(model, (x), n_); FAULT_FWD((site), (l), (x), n_); } while (0)
-#define STORE_GRAD(site, l, x, n) do { size_t n_ = (size_t)(n); BF16_STORE(model, (x), n_); FAULT_BWD((site), (l), (x), n_); } while (0)
-/* the same for an output its op already stored as bf16 (a GEMM with round_out = precision, an element-wise kernel's
- * _r form with round = precision): the hook only */
+/* a module output (forward), or the gradient of one (backward), once its op has stored it (in bf16 mode rounded to
+ * bf16 as it wrote it: a GEMM with round_out = precision, an element-wise kernel's _r form with round = precision;
+ * no op leaves a rounding pass behind): the fault injector's hook for its site and layer. The passes read as math:
+ * an op, then STORE_RND of what it wrote. */
 #define STORE_RND(site, l, x, n) FAULT_FWD((site), (l), (x), (size_t)(n))
 #define STORE_GRAD_RND(site, l, x, n) FAULT_BWD((site), (l), (x), (size_t)(n))
 /* the gradient of a module output that shares its tensor with the residual path (o_proj, down_proj):
@@ -317,8 +314,8 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const float* q
         rmsnorm_forward_r(k2, ms, k1, W(PT_KNORM, l), N * KV, hd, eps, model->precision);
         t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
     }
-    rope_forward(q2, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style);   BF16_STORE(model, q2, (size_t)N * qd);
-    rope_forward(k2, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style);  BF16_STORE(model, k2, (size_t)N * kd);
+    rope_forward_r(q2, q1, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, model->precision);
+    rope_forward_r(k2, k1, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, model->precision);
     t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
     if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
         rmsnorm_forward_r(q2, ms, q1, NULL, N * H, hd, eps, model->precision);
@@ -361,17 +358,14 @@ static float* qk_bwd_path(Model* model, int l, int B, int T, int nh, int is_k, f
     int n = B * T * nh, hd = c->head_dim;
     float eps = (float)c->norm_eps, *t;
     if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-        rmsnorm_backward(spare, NULL, x, is_k ? a->kr : a->qr, NULL, is_k ? a->kf_ms : a->qf_ms, n, hd, eps, 0);
-        BF16_STORE(model, spare, (size_t)n * hd);
+        rmsnorm_backward_r(spare, NULL, x, is_k ? a->kr : a->qr, NULL, is_k ? a->kf_ms : a->qf_ms, n, hd, eps, 0, model->precision);
         t = x; x = spare; spare = t;
     }
-    rope_backward(spare, x, model->rope_cos, model->rope_sin, B, T, nh, hd, c->rope_style);
-    BF16_STORE(model, spare, (size_t)n * hd);
+    rope_backward_r(spare, x, model->rope_cos, model->rope_sin, B, T, nh, hd, c->rope_style, model->precision);
     t = x; x = spare; spare = t;
     if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
-        rmsnorm_backward(spare, NULL, x, is_k ? a->k : a->q, W(is_k ? PT_KNORM : PT_QNORM, l), is_k ? a->kn_ms : a->qn_ms, n, hd,
-                         eps, 0);
-        BF16_STORE(model, spare, (size_t)n * hd);
+        rmsnorm_backward_r(spare, NULL, x, is_k ? a->k : a->q, W(is_k ? PT_KNORM : PT_QNORM, l), is_k ? a->kn_ms : a->qn_ms, n, hd,
+                           eps, 0, model->precision);
         t = x; x = spare; spare = t;
     }
     return x;
@@ -535,8 +529,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
     const int* inputs = model->inputs;
     model->last_B = B; model->last_T = T;
 
-    embedding_forward(model->emb, inputs, W(PT_WTE, -1), N, d);                   /* [N,d] */
-    BF16_STORE(model, model->emb, (size_t)N * d);
+    embedding_forward(model->emb, inputs, W(PT_WTE, -1), N, d);   /* [N,d]; rows of the weights in use: bf16 values in bf16 mode */
     float* x = model->emb;
     if (c->embed_norm) {
         rmsnorm_forward_r(model->x0, model->emb_ms, x, W(PT_EMBED_NORM, -1), N, d, eps, model->precision);
@@ -558,8 +551,8 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             rmsnorm_forward_r(a->kn, a->kn_ms, kc, W(PT_KNORM, l), N * KV, hd, eps, model->precision);  STORE_RND(SITE_K_NORM, l, a->kn, (size_t)N * kd);
             qc = a->qn; kc = a->kn;
         }
-        rope_forward(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style);   STORE(SITE_Q_ROPE, l, a->qr, (size_t)N * qd);
-        rope_forward(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style);  STORE(SITE_K_ROPE, l, a->kr, (size_t)N * kd);
+        rope_forward_r(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, model->precision);   STORE_RND(SITE_Q_ROPE, l, a->qr, (size_t)N * qd);
+        rope_forward_r(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, model->precision);  STORE_RND(SITE_K_ROPE, l, a->kr, (size_t)N * kd);
         qc = a->qr; kc = a->kr;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
             rmsnorm_forward_r(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, model->precision);   STORE_RND(SITE_Q_NORM, l, a->qf, (size_t)N * qd);
@@ -614,7 +607,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         } else {
             matmul_forward_w(a->gate, a->mlp_norm, W(PT_WFC, l), N, d, F, model->precision, model->precision);                 STORE_RND(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
             if (mmb) mmb_check(model, l, MMB_GATE_PROJ, a->gate, N, F, mmb_input_norms(model, 1, a->mlp_norm, N, d), d);
-            relu2_forward(a->act, a->gate, (size_t)N * F);                                 STORE(SITE_ACT, l, a->act, (size_t)N * F);
+            relu2_forward_r(a->act, a->gate, (size_t)N * F, model->precision);            STORE_RND(SITE_ACT, l, a->act, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
                 relu2_forward(r, a->gate, (size_t)N * F);  ew_compare(model, l, a->act, r, (size_t)N * F);
@@ -717,7 +710,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         } else {
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
             matmul_backward_r(model->dF, GR(PT_WDOWN, l), ddown, a->act, W(PT_WDOWN, l), N, F, d, 0, model->precision, model->precision);   STORE_GRAD_RND(SITE_ACT, l, model->dF, (size_t)N * F);
-            relu2_backward(model->dF2, model->dF, a->gate, (size_t)N * F);                            STORE_GRAD(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
+            relu2_backward_r(model->dF2, model->dF, a->gate, (size_t)N * F, model->precision);       STORE_GRAD_RND(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
                 relu2_backward(r, model->dF, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF2, r, (size_t)N * F);
@@ -770,8 +763,8 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         }
         FAULT_BWD(SITE_Q_ROPE, l, dq, (size_t)N * qd);
         FAULT_BWD(SITE_K_ROPE, l, dk, (size_t)N * kd);
-        rope_backward(dq2, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style);       BF16_STORE(model, dq2, (size_t)N * qd);
-        rope_backward(dk2, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style);      BF16_STORE(model, dk2, (size_t)N * kd);
+        rope_backward_r(dq2, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, model->precision);
+        rope_backward_r(dk2, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, model->precision);
         t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);

@@ -360,7 +360,11 @@ static void rmsnorm_backward(float* dx, float* dw, const float* dout, const floa
 
 /* ---------------------------------------------------------------------------------------- RoPE
  * x [N, nh*hd] with N = B*T, token n at position n % T. In place allowed (out == x). */
-static void rope_forward(float* out, const float* x, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style) {
+/* round: each head's row rounded to bf16 right after it is rotated, while it is in L1 (the -precision bf16 store, no
+ * pass of its own; the rotation loop is left as it is, since how the compiler contracts x1 c - x2 s into FMAs
+ * decides its bits) */
+static void rope_forward_r(float* out, const float* x, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style,
+                           int round) {
     int half = hd / 2;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < B * T; n++) {
@@ -373,11 +377,16 @@ static void rope_forward(float* out, const float* x, const float* cos_t, const f
                 rope_rotate_pair(style, xi[i], xi[i + half], cos_t[t * half + i], sin_t[t * half + i], &y1, &y2);
                 o[i] = y1; o[i + half] = y2;
             }
+            if (round) bf16_round_span(o, hd);
         }
     }
 }
+static void rope_forward(float* out, const float* x, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style) {
+    rope_forward_r(out, x, cos_t, sin_t, B, T, nh, hd, style, 0);
+}
 /* the rotation is orthogonal: the gradient is rotated back (sin -> -sin) */
-static void rope_backward(float* dx, const float* dout, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style) {
+static void rope_backward_r(float* dx, const float* dout, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style,
+                            int round) {
     int half = hd / 2;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < B * T; n++) {
@@ -390,8 +399,12 @@ static void rope_backward(float* dx, const float* dout, const float* cos_t, cons
                 rope_rotate_pair(style, g[i], g[i + half], cos_t[t * half + i], -sin_t[t * half + i], &y1, &y2);
                 d[i] = y1; d[i + half] = y2;
             }
+            if (round) bf16_round_span(d, hd);
         }
     }
+}
+static void rope_backward(float* dx, const float* dout, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style) {
+    rope_backward_r(dx, dout, cos_t, sin_t, B, T, nh, hd, style, 0);
 }
 
 /* ----------------------------------------------------------------------------------- attention
@@ -1094,14 +1107,19 @@ static void mul_backward(float* da, float* db, const float* dout, const float* a
     mul_backward_r(da, db, dout, a, b, n, 0);
 }
 /* ReLU^2: act = relu(x)^2 */
-static void relu2_forward(float* act, const float* x, size_t n) {
+static void relu2_forward_r(float* act, const float* x, size_t n, int round) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) { float r = x[i] > 0.0f ? x[i] : 0.0f; act[i] = r * r; }
+    for (size_t i = 0; i < n; i++) { float r = x[i] > 0.0f ? x[i] : 0.0f; act[i] = round ? bf16_round(r * r) : r * r; }
 }
-static void relu2_backward(float* dx, const float* dact, const float* x, size_t n) {
+static void relu2_forward(float* act, const float* x, size_t n) { relu2_forward_r(act, x, n, 0); }
+static void relu2_backward_r(float* dx, const float* dact, const float* x, size_t n, int round) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dact[i] * 2.0f * x[i] : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float g = x[i] > 0.0f ? dact[i] * 2.0f * x[i] : 0.0f;
+        dx[i] = round ? bf16_round(g) : g;
+    }
 }
+static void relu2_backward(float* dx, const float* dact, const float* x, size_t n) { relu2_backward_r(dx, dact, x, n, 0); }
 
 /* ----------------------------------------------------------------------------------- residual */
 static void residual_forward_r(float* out, const float* a, const float* b, size_t n, int round) {
