@@ -927,8 +927,10 @@ static void gemm_x(int bf16, float* C, uint16_t* C16, float cap, const void* A, 
             for (int k = 0; k < K; k++) Bn[(size_t)k * N + n] = B[(size_t)n * K + k];
         gemm_portable(Cf, Af, sam, sak, Bn, M, K, N, accumulate);
     }
-    if (C16)
+    if (C16) {
+#pragma omp parallel for schedule(static)
         for (int m = 0; m < M; m++) gm_store_c16(C16 + (size_t)m * N, Cf + (size_t)m * N, N, cap);
+    }
     else if (round_out) bf16_round_array(C, (long long)M * N);
 }
 static void gemm_f32_x(float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate,
