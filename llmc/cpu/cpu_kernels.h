@@ -138,6 +138,9 @@ static void transpose(float* outT, const float* in, int rows, int cols) {
 
 /* The GEMMs the model calls: in C, llmc/cpu/gemm.h's run-time choice of SIMD and matrix-unit paths (gemm_f32,
  * and gemm_bf16 for -precision bf16); in C++ (the CUDA tests' host references) gemm_portable for both. */
+/* the logit softcap of one value, cap * tanh(x / cap): the one arithmetic of every store of it (softcap_forward, the
+ * GEMM that stores the logits as bf16 bits), so the same bits */
+static inline float softcap_value(float x, float cap) { return cap * tanhf(x / cap); }
 #ifndef __cplusplus
 #include "gemm.h"
 #define gemm_nn gemm_f32
@@ -186,7 +189,7 @@ static void matmul_backward_r(float* dinp, float* dW, const float* dout, const f
 static void matmul_forward_h(uint16_t* out, const float* inp, const float* W, int N, int I, int O, float cap) {
     float* y = (float*)mallocCheck(sizeof(float) * (size_t)N * O);
     matmul_forward_w(y, inp, W, N, I, O, 1, 0);
-    for (size_t i = 0; i < (size_t)N * O; i++) out[i] = f32_to_bf16_bits(cap > 0.0f ? cap * tanhf(y[i] / cap) : y[i]);
+    for (size_t i = 0; i < (size_t)N * O; i++) out[i] = f32_to_bf16_bits(cap > 0.0f ? softcap_value(y[i], cap) : y[i]);
     free(y);
 }
 static void matmul_backward_h(float* dinp, float* dW, const uint16_t* dout, const float* inp, const float* W,
@@ -1151,7 +1154,7 @@ static void embedding_backward(float* dwte, const float* dout, const int* tokens
 static void softcap_forward(float* logits, size_t n, float cap) {
     if (cap <= 0.0f) return;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
+    for (size_t i = 0; i < n; i++) logits[i] = softcap_value(logits[i], cap);
 }
 /* exp(x) for float, branch-free so that loops over it vectorise: x = n*ln2 + r with |r| <= ln2/2,
  * exp(r) by a degree-7 Taylor polynomial (relative error < 2e-7, about 1-2 ulp), scaled by 2^n

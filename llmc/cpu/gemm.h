@@ -85,9 +85,9 @@ static const char* const gemm_path_names[] = {"portable", "avx2", "avx512", "avx
 #define GM_MB 192
 #define GM_NB 256
 /* the largest chunk of K a task walks with its accumulators in registers: fp32 384 (1.5 KB of a row), AVX512-BF16
- * 1536 (3 KB: on a Zen 5 core, 1 MB of L2, the VDPBF16PS products of the wide row ran 8% faster at one thread and
- * 12% at two than with 384, most on the classifier's, which then walks its K of 576 in one chunk: docs/speed.md),
- * AMX 1024 */
+ * 1536 (3 KB: on a Zen 5 core, 1 MB of L2, the VDPBF16PS products of the wide row ran 12% faster at two threads than
+ * with 384 and at one thread the same within the noise, most gained on the classifier's, which then walks its K of
+ * 576 in one chunk: docs/speed.md), AMX 1024 */
 #define GM_KC 384
 #define GM_KC_BF16 1536
 
@@ -110,11 +110,13 @@ static inline float dpbf16_ref(float c, uint16_t a0, uint16_t a1, uint16_t b0, u
 }
 
 #if TSDC_GEMM_X86
+/* the mask of the first n of 16 lanes (n <= 0: none) */
+static inline __mmask16 gm_mask(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 /* --------------------------------------------------------------------------- packing (fp32) */
 /* elements i .. i + n - 1 of an A operand (n <= 0: none; at most 16), zero past n, as 16 fp32: a masked load, or
  * (ah) 16 bf16 bits widened exactly (AVX-512F only: a partial tail goes through a zeroed copy) */
 __attribute__((target("avx512f"))) static inline __m512 gm_lda16(const void* A, size_t i, int n, int ah) {
-    if (!ah) return _mm512_maskz_loadu_ps(n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1), (const float*)A + i);
+    if (!ah) return _mm512_maskz_loadu_ps(gm_mask(n), (const float*)A + i);
     const uint16_t* src = (const uint16_t*)A + i;
     __m256i v;
     if (n >= 16) v = _mm256_loadu_si256((const __m256i*)src);
@@ -420,7 +422,6 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static inline __m512i gm_
                                          23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
 }
-static inline __mmask16 gm_mask(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 /* a 16 x 16 dword transpose in registers: out[c][r] = in[r][c]. Within each 128-bit lane L, 32- then 64-bit unpacks
  * give x[4g + e] lane L = rows 4g..4g+3 at column 4L + e; two rounds of 128-bit lane shuffles then gather lane L of
  * x[e], x[4 + e], x[8 + e], x[12 + e] into column 4L + e */
@@ -694,11 +695,11 @@ __attribute__((target("avx512f"))) static void gm_pack_a_f32_rows(float* ap, con
     }
 }
 
-/* a C block stored as bf16 (gemm_x's C16): dst = the bits of bf16(src), after the softcap cap * tanh(x / cap) where
- * cap > 0 (softcap_forward's arithmetic, so the same bits as the softcap and the bf16 store after the GEMM) */
+/* a C block stored as bf16 (gemm_x's C16): dst = the bits of bf16(src), after the softcap where cap > 0 (softcap_value,
+ * cpu_kernels.h: softcap_forward's arithmetic, so the same bits as the softcap and the bf16 store after the GEMM) */
 static void gm_store_c16(uint16_t* dst, const float* src, int n, float cap) {
     if (cap > 0.0f)
-        for (int i = 0; i < n; i++) dst[i] = f32_to_bf16_bits(cap * tanhf(src[i] / cap));
+        for (int i = 0; i < n; i++) dst[i] = f32_to_bf16_bits(softcap_value(src[i], cap));
     else
         bf16_pack_span(dst, src, n);
 }
