@@ -404,7 +404,7 @@ static void test_gemm_bf16_packers(void) {
                                        0x7f7fffffu, 0x3f808000u, 0x3f818000u, 0xbf818000u, 0x00008000u, 0x7fffffffu};
     const int nsp = (int)(sizeof(special) / sizeof(special[0]));
     struct { int M, K, N; } sh[] = {{1, 1, 1}, {13, 7, 33}, {12, 32, 32}, {25, 33, 65}, {37, 129, 200}, {5, 64, 17}, {24, 1031, 40}};
-    long bad[4] = {0, 0, 0, 0};
+    long bad[5] = {0, 0, 0, 0, 0};
     for (int s = 0; s < (int)(sizeof(sh) / sizeof(sh[0])); s++) {
         const int M = sh[s].M, K = sh[s].K, N = sh[s].N, kp = (K + 1) / 2;
         const int npa = (M + 11) / 12, npb = (N + 31) / 32;
@@ -436,9 +436,17 @@ static void test_gemm_bf16_packers(void) {
                 if (form == 0) gm_pack_b_bf16(b0 + p * pb, B, N, n0, nr, 0, K, 32);
                 else { gm_pack_bt_bf16(b0 + p * pb, Bt, K, n0, nr, 32); gm_pack_bt_bf16_vec(b1, Bt, N, K, p); }
             }
-            if (form == 0) gm_pack_b_bf16_rows(b1, B, N, K, 0, npb);
+            if (form == 0) gm_pack_b_bf16_rows(b1, B, 0, N, K, 0, npb);
             bad[2 + form] += memcmp(b0, b1, 2 * pb * npb) != 0;
         }
+        /* B row-major given as bf16 bits (-precision bf16's storage): the scalar packer's bytes of the values they hold */
+        uint16_t* Bh = mallocCheck(sizeof(uint16_t) * K * N);
+        for (size_t i = 0; i < (size_t)K * N; i++) { Bh[i] = f32_to_bf16_bits(B[i]); B[i] = bf16_bits_to_f32(Bh[i]); }
+        memset(b0, 0xab, 2 * pb * npb); memset(b1, 0xcd, 2 * pb * npb);
+        for (int p = 0; p < npb; p++) gm_pack_b_bf16(b0 + p * pb, B, N, p * 32, N - p * 32 < 32 ? N - p * 32 : 32, 0, K, 32);
+        gm_pack_b_bf16_rows(b1, Bh, 1, N, K, 0, npb);
+        bad[4] += memcmp(b0, b1, 2 * pb * npb) != 0;
+        free(Bh);
         free(A); free(At); free(B); free(Bt); free(a0); free(a1); free(b0); free(b1);
     }
     const int n = (int)(sizeof(sh) / sizeof(sh[0]));
@@ -446,6 +454,7 @@ static void test_gemm_bf16_packers(void) {
     check(bad[1] == 0, "  A read transposed (gm_pack_at_bf16): %d shapes, %ld differ from gm_pack_a_bf16", n, bad[1]);
     check(bad[2] == 0, "  B row-major (gm_pack_b_bf16_rows): %d shapes, %ld differ from gm_pack_b_bf16", n, bad[2]);
     check(bad[3] == 0, "  B given transposed (gm_pack_bt_bf16_vec): %d shapes, %ld differ from gm_pack_bt_bf16", n, bad[3]);
+    check(bad[4] == 0, "  B row-major as bf16 bits (gm_pack_b_bf16_rows): %d shapes, %ld differ from gm_pack_b_bf16", n, bad[4]);
 #endif
 }
 
@@ -459,7 +468,7 @@ static void test_gemm_paths(void) {
     for (int lv = 0; lv <= top; lv++) {
         gemm_set_level(lv);
         for (int bf = 0; bf < 2; bf++) {
-            double worst = 0; int same_threads = 1, same_portable = 1, same_bt = 1, same_round = 1, same_ah = 1, same_c16 = 1;
+            double worst = 0; int same_threads = 1, same_portable = 1, same_bt = 1, same_round = 1, same_ah = 1, same_c16 = 1, same_bh = 1;
             for (int s = 0; s < nsh; s++) {
                 int M = sh[s].M, K = sh[s].K, N = sh[s].N;
                 long sam = sh[s].tr ? 1 : K, sak = sh[s].tr ? M : 1;
@@ -494,14 +503,23 @@ static void test_gemm_paths(void) {
                 uint16_t* Ah = mallocCheck(sizeof(uint16_t) * (na + 1));
                 for (size_t i = 0; i < na; i++) Ah[i] = f32_to_bf16_bits(A[i]);
                 memcpy(C3, C0, sizeof(float) * nc);
-                gemm_x(bf, C3, NULL, 0.0f, Ah, 1, sam, sak, B, 0, M, K, N, sh[s].acc, 0);
+                gemm_x(bf, C3, NULL, 0.0f, Ah, 1, sam, sak, B, 0, 0, M, K, N, sh[s].acc, 0);
                 same_ah &= memcmp(C1, C3, sizeof(float) * nc) == 0;
+                /* B row-major stored as bf16 bits (the dW products' input, an MLP hidden tensor), A fp32 or bf16 bits */
+                uint16_t* Bh = mallocCheck(sizeof(uint16_t) * (nb + 1));
+                for (size_t i = 0; i < nb; i++) Bh[i] = f32_to_bf16_bits(B[i]);
+                for (int v = 0; v < 2; v++) {
+                    memcpy(C3, C0, sizeof(float) * nc);
+                    gemm_x(bf, C3, NULL, 0.0f, v ? (const void*)Ah : (const void*)A, v, sam, sak, Bh, 1, 0, M, K, N, sh[s].acc, 0);
+                    same_bh &= memcmp(C1, C3, sizeof(float) * nc) == 0;
+                }
+                free(Bh);
                 if (!sh[s].acc) {
                     uint16_t* Ch = mallocCheck(sizeof(uint16_t) * (nc + 1));
                     for (int v = 0; v < 3; v++) {
                         const float cap = v == 2 ? 1.5f : 0.0f;
                         memset(Ch, 0xff, sizeof(uint16_t) * nc);
-                        gemm_x(bf, NULL, Ch, cap, v == 0 ? (const void*)A : (const void*)Ah, v > 0, sam, sak, Bt, 1, M, K, N, 0, 0);
+                        gemm_x(bf, NULL, Ch, cap, v == 0 ? (const void*)A : (const void*)Ah, v > 0, sam, sak, Bt, 0, 1, M, K, N, 0, 0);
                         for (size_t i = 0; i < nc; i++) same_c16 &= Ch[i] == f32_to_bf16_bits(cap > 0 ? cap * tanhf(C1[i] / cap) : C1[i]);
                     }
                     free(Ch);
@@ -534,6 +552,7 @@ static void test_gemm_paths(void) {
             check(same_bt, "  %-10s %s: B given transposed = B row-major, bitwise", path, bf ? "bf16" : "fp32");
             check(same_round, "  %-10s %s: output rounded to bf16 by the GEMM = rounded after it, bitwise", path, bf ? "bf16" : "fp32");
             check(same_ah, "  %-10s %s: A stored as bf16 bits = the fp32 array of its values, bitwise", path, bf ? "bf16" : "fp32");
+            check(same_bh, "  %-10s %s: B stored as bf16 bits (A fp32 or bf16 bits) = the fp32 arrays, bitwise", path, bf ? "bf16" : "fp32");
             check(same_c16, "  %-10s %s: C stored as bf16 bits (softcap 0 and 1.5) = C rounded after, bitwise", path, bf ? "bf16" : "fp32");
 #ifdef __FMA__
             if (!bf && lv <= GEMM_AVX512 && lv > GEMM_PORTABLE) check(same_portable, "  %-10s fp32 = gemm_portable bit for bit (FMA build)", path);
@@ -764,6 +783,70 @@ static int bench_init(const char* preset) {
            "again into the same memory %.2f s\n", preset, (double)L->total, dt, 1e9 * dt / L->total, th, dt2);
     free(p); free(L);
     return 0;
+}
+
+/* -precision bf16's storage of the MLP's hidden tensors as bf16 bits: each element-wise kernel's _x form, the bound's
+ * row norms and comparison, and the fault injector on bf16 bits, against the fp32 forms on float arrays holding the
+ * same values, bit for bit (n spanning several EW_BLK blocks and a partial one; values of both signs, zeros, a NaN
+ * and infinities; a row longer than MMB_CHUNK). Catches: a block widened or stored at the wrong offset, a bf16 output
+ * not rounded to nearest even (or rounded twice), a flip landing in another bit or element of a bf16 tensor than of
+ * the float array, the bound reading a bf16 row as floats. */
+static void test_bf16_storage_forms(void) {
+    printf("bf16 storage of the MLP's hidden tensors: the _x forms = the fp32 forms, bitwise\n");
+    const size_t n = 3 * EW_BLK + 77;
+    float *g = mallocCheck(4 * n), *u = mallocCheck(4 * n), *d = mallocCheck(4 * n), *r0 = mallocCheck(4 * n), *r1 = mallocCheck(4 * n);
+    float *s0 = mallocCheck(4 * n), *s1 = mallocCheck(4 * n);
+    uint16_t *gh = mallocCheck(2 * n), *uh = mallocCheck(2 * n), *oh = mallocCheck(2 * n);
+    fill_normal(g, n, 5, 3); fill_normal(u, n, 6, 1); fill_normal(d, n, 7, 1e-3f);
+    g[10] = 0.0f; g[11] = -0.0f; g[12] = INFINITY; g[13] = -INFINITY; u[14] = NAN;
+    bf16_round_array(g, (long long)n); bf16_round_array(u, (long long)n);
+    for (size_t i = 0; i < n; i++) { gh[i] = f32_to_bf16_bits(g[i]); uh[i] = f32_to_bf16_bits(u[i]); }
+    int ok[6] = {1, 1, 1, 1, 1, 1};
+    for (int round = 0; round < 2; round++) {
+        /* forward: bf16 output from bf16 inputs (round = 1 is how the trainer calls them), fp32 output from bf16 inputs */
+        silu_forward_r(r0, g, n, 1); silu_forward_x(oh, 1, gh, 1, n, round);
+        for (size_t i = 0; i < n; i++) ok[0] &= oh[i] == f32_to_bf16_bits(r0[i]);
+        silu_forward_r(r0, g, n, round); silu_forward_x(r1, 0, gh, 1, n, round);
+        ok[0] &= !memcmp(r0, r1, 4 * n);
+        mul_forward_r(r0, g, u, n, 1); mul_forward_x(oh, 1, gh, uh, 1, n, round);
+        for (size_t i = 0; i < n; i++) ok[1] &= oh[i] == f32_to_bf16_bits(r0[i]);
+        mul_forward_r(r0, g, u, n, round); mul_forward_x(r1, 0, gh, uh, 1, n, round);
+        ok[1] &= !memcmp(r0, r1, 4 * n);
+        relu2_forward_r(r0, g, n, 1); relu2_forward_x(oh, 1, gh, 1, n, round);
+        for (size_t i = 0; i < n; i++) ok[2] &= oh[i] == f32_to_bf16_bits(r0[i]);
+        relu2_forward_r(r0, g, n, round); relu2_forward_x(r1, 0, gh, 1, n, round);
+        ok[2] &= !memcmp(r0, r1, 4 * n);
+        /* backward: fp32 gradients from bf16 stored inputs */
+        silu_backward_r(r0, d, g, n, round); silu_backward_x(r1, d, gh, 1, n, round);
+        ok[3] &= !memcmp(r0, r1, 4 * n);
+        mul_backward_r(r0, s0, d, g, u, n, round); mul_backward_x(r1, s1, d, gh, uh, 1, n, round);
+        ok[3] &= !memcmp(r0, r1, 4 * n) && !memcmp(s0, s1, 4 * n);
+        relu2_backward_r(r0, d, g, n, round); relu2_backward_x(r1, d, gh, 1, n, round);
+        ok[3] &= !memcmp(r0, r1, 4 * n);
+    }
+    check(ok[0], "  silu forward (bf16 and fp32 outputs, rounded or not), %zu elements", n);
+    check(ok[1], "  product forward");
+    check(ok[2], "  ReLU^2 forward");
+    check(ok[3], "  silu, product and ReLU^2 backward from bf16 stored inputs");
+    /* the bound: rows of 1300 columns (MMB_CHUNK 512: two chunks and a partial one) */
+    const int rows = 7, cols = 1300;
+    float nx0[7], nx1[7], *nw = mallocCheck(4 * cols);
+    for (int j = 0; j < cols; j++) nw[j] = 0.5f + (float)(j % 7) * 0.01f;
+    mmb_row_norms(nx0, u + 20, rows, cols, cols); mmb_row_norms_x(nx1, uh + 20, 1, rows, cols, cols);
+    double q0 = 0, q1 = 0;
+    const long long b0 = mmb_count_q(g, rows, cols, cols, nx0, nw, 64, &q0), b1 = mmb_count_qx(gh, 1, rows, cols, cols, nx0, nw, 64, &q1);
+    ok[4] = !memcmp(nx0, nx1, sizeof(nx0)) && b0 == b1 && q0 == q1 && b0 > 0;
+    check(ok[4], "  bound: row norms and violations (%lld) of bf16 rows = of the float rows", b0);
+    /* the fault injector: the same event flips the same bits */
+    FaultCtx fx; memset(&fx, 0, sizeof(fx));
+    fx.width = 16; fx.ev.active = 1; fx.ev.step = 3; fx.ev.seed = 11; fx.ev.nbits = 4; fx.ev.site = SITE_ACT; fx.ev.m = 300;
+    memcpy(r0, g, 4 * n); memcpy(oh, gh, 2 * n);
+    fault_apply_host(&fx, r0, n); fault_apply_host_x(&fx, oh, 1, n);
+    size_t changed = 0;
+    ok[5] = 1;
+    for (size_t i = 0; i < n; i++) { ok[5] &= f32_bits(r0[i]) == (uint32_t)oh[i] << 16; changed += oh[i] != gh[i]; }   /* NaNs as flipped */
+    check(ok[5] && changed > 0 && fx.injected == 2, "  fault injector: %zu elements flipped in bf16 bits as in the float array", changed);
+    free(g); free(u); free(d); free(r0); free(r1); free(s0); free(s1); free(gh); free(uh); free(oh); free(nw);
 }
 
 /* ------------------------------------------------------------------------------ fault model */
@@ -1191,6 +1274,7 @@ int main(int argc, char** argv) {
     test_protect_parse();
     test_init();
     test_fault_flips();
+    test_bf16_storage_forms();
     test_fault_selection();
     test_att_checks_tolerance();
     test_att_bwd_checks_tolerance();

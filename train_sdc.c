@@ -12,10 +12,14 @@
  * the GEMMs take bf16 inputs (llmc/cpu/gemm.h: the CPU's bf16 units where it has them), and every module output and
  * activation gradient is rounded to bf16 (round-to-nearest-even) by the op that writes it, as it writes it (the _r
  * forms' round = precision; no rounding pass of its own). Weight gradients, mean squares, losses and the
- * optimizer stay fp32. The logits (then dlogits, in place), the largest activation, are stored as bf16 bits
- * (logits_h, half the bytes): the classifier GEMM stores them so, after the softcap, the cross-entropy widens
- * each row exactly into scratch, and the backward GEMMs read them so, with the bits of the fp32 arrays holding
- * the same values; the other activations are fp32 arrays holding bf16 values.
+ * optimizer stay fp32. Stored as bf16 bits (half the bytes, as the GPU stores them): the logits (then dlogits, in
+ * place; logits_h), and the forward tensors of the sites in BF16_SITES (the norms' outputs, o_proj, the MLP's
+ * hidden tensors, down_proj; Model.h16, ACT_T): the op that writes one stores it so, the ops that read it widen
+ * it exactly (the GEMMs as they pack A or B, the element-wise kernels a block at a time, the checks a row at a
+ * time), so every result has the bits of the fp32 arrays holding the same values. A site that the faults flip in
+ * fp32 (-fault_dtype fp32, autocast's fp32 sites) keeps its float array (model_fault_storage), and
+ * TSDC_CPU_STORAGE=fp32 keeps them all so. The other activations (q, k, v and their norms and rotations, att_out,
+ * the residual stream) and the activation gradients are fp32 arrays holding bf16 values.
  *
  * Determinism: see llmc/cpu/cpu_kernels.h; every reduction has a fixed order that does not depend on the
  * thread count, so the same flags give the same bits. test_sdc.c includes this file with TESTING
@@ -69,6 +73,9 @@ typedef struct {
     float *mlp_norm, *mlp_ms;            /* [N,d], [N]                      mlp_norm */
     float *gate, *up;                    /* [N,F] (gate = fc for ReLU^2)    gate_proj up_proj */
     float *act, *prod;                   /* [N,F]                           act mlp_product */
+    /* the same tensors as bf16 bits where Model.h16 says their site is so stored (the float pointer NULL then; ACT_T
+     * gives either) */
+    uint16_t *attn_norm_h, *o_h, *mlp_norm_h, *gate_h, *up_h, *act_h, *prod_h, *down_h;
     float *down;                         /* [N,d]                           down_proj */
     float *out;                          /* [N,d] resid_mid + down          block_out */
 } LayerActs;
@@ -107,6 +114,8 @@ typedef struct {
     float* upd;                /* scratch for model_update_norm (allocated on first use) */
     float* act_mem;
     size_t act_floats;
+    unsigned char h16[SITE_COUNT];   /* a site's forward tensor stored as bf16 bits (model_carve: BF16_SITES under -precision
+                                        bf16, less any that a fault flips in fp32, model_fault_storage) */
     float* trace_mem;          /* snapshot of act_mem for the propagation trace (allocated on first use) */
 } Model;
 
@@ -121,7 +130,19 @@ typedef struct {
  * no op leaves a rounding pass behind): the fault injector's hook for its site and layer. The passes read as math:
  * an op, then STORE_RND of what it wrote. */
 #define STORE_RND(site, l, x, n) FAULT_FWD((site), (l), (x), (size_t)(n))
+/* the same for a tensor stored as h says (ACT_T) */
+#define STORE_RND_X(site, l, x, h, n) do { if (fault_due(model->prot.fx, (site), (l), PASS_FWD)) fault_apply_host_x(model->prot.fx, (x), (h), (size_t)(n)); } while (0)
 #define STORE_GRAD_RND(site, l, x, n) FAULT_BWD((site), (l), (x), (size_t)(n))
+/* field f of the layer activations a, the forward tensor of site, as stored: its float array, or its bf16 bits where
+ * model->h16[site] */
+#define ACT_T(a, f, site) (model->h16[site] ? (void*)(a)->f##_h : (void*)(a)->f)
+/* the MLP's hidden tensors (gate, up, act, product) are stored alike: their kernels take one storage flag */
+static int model_mlp_h16(const Model* model) {
+    const unsigned char* h = model->h16;
+    if (h[SITE_UP_PROJ] != h[SITE_GATE_PROJ] || h[SITE_ACT] != h[SITE_GATE_PROJ] || h[SITE_MLP_PRODUCT] != h[SITE_GATE_PROJ])
+        tsdc_fail("internal: the MLP's hidden tensors stored unlike");
+    return h[SITE_GATE_PROJ];
+}
 /* the gradient of a module output that shares its tensor with the residual path (o_proj, down_proj):
  * a fault there must hit only the module's own backward, so it goes into a copy */
 static const float* fault_private_grad(Model* model, int site, int l, const float* g, float* scratch, size_t n) {
@@ -159,6 +180,23 @@ static int att_mode_from_env(void) {
     return ATT_AUTO;
 }
 #define ATT_FUSED_FROM_T 512
+/* TSDC_CPU_STORAGE=fp32 keeps every -precision bf16 activation but the logits in a float array (the same values and
+ * bits, twice the bytes; the tests and benchmarks compare the two); bf16 or unset: the sites of BF16_SITES as bf16
+ * bits (Model.h16) */
+static int storage_fp32_from_env(void) {
+    const char* e = getenv("TSDC_CPU_STORAGE");
+    if (!e || !*e || !strcmp(e, "bf16")) return 0;
+    if (!strcmp(e, "fp32")) return 1;
+    tsdc_fail("TSDC_CPU_STORAGE=%s: not bf16 or fp32", e);
+    return 0;
+}
+static void model_carve(Model* model);
+/* the sites whose forward tensor -precision bf16 stores as bf16 bits: the norms' outputs and every projection's
+ * output that no fused kernel writes (the attention's q, k, v and their norms and rotations, att_out, the residual
+ * stream and every gradient are float arrays holding bf16 values) */
+static const int BF16_SITES[] = {SITE_ATTN_NORM, SITE_O_PROJ, SITE_MLP_NORM, SITE_GATE_PROJ, SITE_UP_PROJ, SITE_ACT,
+                                 SITE_MLP_PRODUCT, SITE_DOWN_PROJ};
+#define N_BF16_SITES ((int)(sizeof(BF16_SITES) / sizeof(BF16_SITES[0])))
 static void model_build(Model* model, const Config* c, int B, int T, int precision) {
     memset(model, 0, sizeof(*model));
     model->c = *c;
@@ -177,10 +215,29 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     model->rope_sin = (float*)mallocCheck(sizeof(float) * T * half);
     rope_tables(c, T, model->rope_cos, model->rope_sin);
 
-    /* activations: one allocation carved into tensors */
-    size_t N = (size_t)B * T, d = c->d_model, qd = (size_t)c->n_head * c->head_dim, kd = (size_t)c->n_kv_head * c->head_dim;
+    model->la = (LayerActs*)callocCheck(c->n_layer, sizeof(LayerActs));
+    if (precision && !storage_fp32_from_env())
+        for (int i = 0; i < N_BF16_SITES; i++) model->h16[BF16_SITES[i]] = 1;
+    model_carve(model);
+    model->inputs = (int*)callocCheck((size_t)B * T, sizeof(int));
+    model->targets = (int*)callocCheck((size_t)B * T, sizeof(int));
+}
+
+/* the activations: one allocation carved into tensors, those of the sites in model->h16 as bf16 bits (two a float).
+ * Called again (the arena remade, nothing in it kept) when a fault must flip one of them in fp32. */
+static void model_carve(Model* model) {
+    const Config* c = &model->c;
+    const int precision = model->precision;
+    const unsigned char* h = model->h16;
+    free(model->act_mem); free(model->trace_mem);
+    model->trace_mem = NULL;
+    size_t N = (size_t)model->B * model->T, d = c->d_model, qd = (size_t)c->n_head * c->head_dim, kd = (size_t)c->n_kv_head * c->head_dim;
     size_t F = c->ffn_dim, V = c->vocab_size, H = c->n_head, KV = c->n_kv_head;
-    size_t per_layer = N * d * 6 + N * 2 + N * qd * 5 + N * kd * 5 + N * (H + KV) * 2 + N * F * 4;
+#define NFL(site, n) (h[site] ? ((n) + 1) / 2 : (n))   /* a tensor's floats */
+    size_t per_layer = N * d * 2 + NFL(SITE_ATTN_NORM, N * d) + NFL(SITE_O_PROJ, N * d) + NFL(SITE_MLP_NORM, N * d) +
+                       NFL(SITE_DOWN_PROJ, N * d) + N * 2 + N * qd * 5 + N * kd * 5 + N * (H + KV) * 2 + NFL(SITE_GATE_PROJ, N * F) +
+                       NFL(SITE_UP_PROJ, N * F) + NFL(SITE_ACT, N * F) + NFL(SITE_MLP_PRODUCT, N * F);
+#undef NFL
     size_t nlog = precision ? (N * V + 1) / 2 : N * V;   /* the logits: bf16 bits in bf16 mode (two a float) */
     size_t total = N * d * 2 + N + (size_t)c->n_layer * per_layer + N * d + N + nlog + N * 2 /* forward */
                  + N * d * 2 + N * qd * 3 + N * kd * 3 + N * F * 3 + N * H;                 /* backward */
@@ -188,19 +245,22 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     model->act_floats = total;
     float* p = model->act_mem;
 #define CARVE(ptr, n) do { (ptr) = p; p += (n); } while (0)
+#define CARVE16(ptr, n) do { (ptr) = (uint16_t*)p; p += ((n) + 1) / 2; } while (0)
+/* field f of a layer's activations, site's tensor of n elements: its float array or its bf16 bits */
+#define CARVE_S(f, site, n) do { a->f = NULL; a->f##_h = NULL; if (h[site]) CARVE16(a->f##_h, n); else CARVE(a->f, n); } while (0)
     CARVE(model->emb, N * d); CARVE(model->emb_ms, N); CARVE(model->x0, N * d);
-    model->la = (LayerActs*)callocCheck(c->n_layer, sizeof(LayerActs));
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
-        CARVE(a->attn_norm, N * d); CARVE(a->attn_ms, N);
+        CARVE_S(attn_norm, SITE_ATTN_NORM, N * d); CARVE(a->attn_ms, N);
         CARVE(a->q, N * qd); CARVE(a->k, N * kd); CARVE(a->v, N * kd);
         CARVE(a->qn, N * qd); CARVE(a->kn, N * kd); CARVE(a->qn_ms, N * H); CARVE(a->kn_ms, N * KV);
         CARVE(a->qr, N * qd); CARVE(a->kr, N * kd);
         CARVE(a->qf, N * qd); CARVE(a->kf, N * kd); CARVE(a->qf_ms, N * H); CARVE(a->kf_ms, N * KV);
-        CARVE(a->att_out, N * qd); CARVE(a->o, N * d); CARVE(a->resid_mid, N * d);
-        CARVE(a->mlp_norm, N * d); CARVE(a->mlp_ms, N);
-        CARVE(a->gate, N * F); CARVE(a->up, N * F); CARVE(a->act, N * F); CARVE(a->prod, N * F);
-        CARVE(a->down, N * d); CARVE(a->out, N * d);
+        CARVE(a->att_out, N * qd); CARVE_S(o, SITE_O_PROJ, N * d); CARVE(a->resid_mid, N * d);
+        CARVE_S(mlp_norm, SITE_MLP_NORM, N * d); CARVE(a->mlp_ms, N);
+        CARVE_S(gate, SITE_GATE_PROJ, N * F); CARVE_S(up, SITE_UP_PROJ, N * F); CARVE_S(act, SITE_ACT, N * F);
+        CARVE_S(prod, SITE_MLP_PRODUCT, N * F);
+        CARVE_S(down, SITE_DOWN_PROJ, N * d); CARVE(a->out, N * d);
     }
     CARVE(model->final_norm, N * d); CARVE(model->final_ms, N);
     if (precision) { model->logits_h = (uint16_t*)p; p += nlog; }
@@ -211,9 +271,18 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     CARVE(model->dk, N * kd); CARVE(model->dk2, N * kd); CARVE(model->dv, N * kd);
     CARVE(model->dF, N * F); CARVE(model->dF2, N * F); CARVE(model->dF3, N * F); CARVE(model->qk_ms, N * H);
 #undef CARVE
+#undef CARVE16
+#undef CARVE_S
     if ((size_t)(p - model->act_mem) > total) tsdc_fail("internal: activation carve overflow");
-    model->inputs = (int*)callocCheck(N, sizeof(int));
-    model->targets = (int*)callocCheck(N, sizeof(int));
+}
+/* the trainer's side of model_set_fault (llmc/host/backend.h): a site that the faults flip in fp32 (-fault_dtype fp32,
+ * or autocast's fp32 sites) keeps its float array (a flipped fp32 value is no bf16 value) */
+static void model_fault_storage(Model* model, const FaultCtx* fx) {
+    if (!fx) return;
+    int change = 0;
+    for (int s = 0; s < SITE_COUNT; s++)
+        if (model->h16[s] && fx->site_width[s] == 32) { model->h16[s] = 0; change = 1; }
+    if (change) model_carve(model);
 }
 
 static void model_free(Model* model) {
@@ -307,8 +376,10 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const float* q
     float eps = (float)c->norm_eps;
     int width = model->precision ? 16 : 32;
     float *q1 = model->dq, *q2 = model->dq2, *k1 = model->dk, *k2 = model->dk2, *ms = model->qk_ms, *t;
-    matmul_forward_w(q1, a->attn_norm, W(PT_WQ, l), N, d, qd, model->precision, model->precision);
-    matmul_forward_w(k1, a->attn_norm, W(PT_WK, l), N, d, kd, model->precision, model->precision);
+    const void* an = ACT_T(a, attn_norm, SITE_ATTN_NORM);
+    const int anh = model->h16[SITE_ATTN_NORM];
+    matmul_forward_x(q1, NULL, 0.0f, an, anh, W(PT_WQ, l), N, d, qd, model->precision, model->precision);
+    matmul_forward_x(k1, NULL, 0.0f, an, anh, W(PT_WK, l), N, d, kd, model->precision, model->precision);
     if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
         rmsnorm_forward_r(q2, ms, q1, W(PT_QNORM, l), N * H, hd, eps, model->precision);
         rmsnorm_forward_r(k2, ms, k1, W(PT_KNORM, l), N * KV, hd, eps, model->precision);
@@ -338,6 +409,15 @@ static int recompute_differs(const Model* model, const float* x, const float* r,
 #pragma omp parallel for schedule(static) reduction(+:diff)
     for (long long i = 0; i < (long long)n; i++)
         diff += f32_bits(bf ? bf16_round(r[i]) : r[i]) != f32_bits(x[i]);
+    return diff != 0;
+}
+/* the same with x stored as bf16 bits (h; r rounded as it is compared) */
+static int recompute_differs_x(const Model* model, const void* x, int h, const float* r, size_t n, int round) {
+    if (!h) return recompute_differs(model, (const float*)x, r, n, round);
+    const uint16_t* x16 = (const uint16_t*)x;
+    long long diff = 0;
+#pragma omp parallel for schedule(static) reduction(+:diff)
+    for (long long i = 0; i < (long long)n; i++) diff += f32_to_bf16_bits(r[i]) != x16[i];
     return diff != 0;
 }
 
@@ -407,17 +487,20 @@ static float* ew_scratch(Model* model) {
 }
 /* the stored tensor x (n elements) against its recomputation r (not yet rounded): an alarm at layer l on any
  * difference */
-static void ew_compare(Model* model, int l, const float* x, const float* r, size_t n) {
-    if (recompute_differs(model, x, r, n, 1)) check_alarm(model, CHECK_EW, l, 1);
+static void ew_compare_x(Model* model, int l, const void* x, int h, const float* r, size_t n) {
+    if (recompute_differs_x(model, x, h, r, n, 1)) check_alarm(model, CHECK_EW, l, 1);
 }
-static void ew_rmsnorm(Model* model, int l, const float* out, const float* x, const float* w, int N, int d) {
+static void ew_compare(Model* model, int l, const float* x, const float* r, size_t n) { ew_compare_x(model, l, x, 0, r, n); }
+/* out stored as oh says */
+static void ew_rmsnorm(Model* model, int l, const void* out, int oh, const float* x, const float* w, int N, int d) {
     float* r = ew_scratch(model);
     rmsnorm_forward(r, r + 2 * ew_stride(model), x, w, N, d, (float)model->c.norm_eps);
-    ew_compare(model, l, out, r, (size_t)N * d);
+    ew_compare_x(model, l, out, oh, r, (size_t)N * d);
 }
-static void ew_residual(Model* model, int l, const float* out, const float* a, const float* b, size_t n) {
+/* out = a + b, b stored as bh says */
+static void ew_residual(Model* model, int l, const float* out, const float* a, const void* b, int bh, size_t n) {
     float* r = ew_scratch(model);
-    residual_forward(r, a, b, n);
+    residual_forward_x(r, a, b, bh, n, 0);
     ew_compare(model, l, out, r, n);
 }
 /* the backward's residual gradients, accumulated in place by the norms' backward (dres += d/dx norm(x)): the value
@@ -468,20 +551,24 @@ static const float* mmb_weight_norms(Model* model, int l, int s) {
     return model->mmb_wn + stride * l + mmb_layer_offset(c, s);
 }
 /* the input rows' norms of a product into slot buffer i (0 or 1) of mmb_xn */
-static const float* mmb_input_norms(Model* model, int i, const float* x, int rows, int K) {
+static const float* mmb_input_norms_x(Model* model, int i, const void* x, int h, int rows, int K) {
     mmb_alloc(model);
     float* nx = model->mmb_xn + (size_t)i * model->B * model->T;
-    mmb_row_norms(nx, x, rows, K, K);
+    mmb_row_norms_x(nx, x, h, rows, K, K);
     return nx;
 }
-/* product slot s of layer l: y [rows, cols] from an input with row norms nx over K */
-static void mmb_check(Model* model, int l, int s, const float* y, int rows, int cols, const float* nx, int K) {
+static const float* mmb_input_norms(Model* model, int i, const float* x, int rows, int K) { return mmb_input_norms_x(model, i, x, 0, rows, K); }
+/* product slot s of layer l: y [rows, cols] (stored as yh says) from an input with row norms nx over K */
+static void mmb_check_x(Model* model, int l, int s, const void* y, int yh, int rows, int cols, const float* nx, int K) {
     double q = 0.0;
-    const long long bad = mmb_count_q(y, rows, cols, cols, nx, mmb_weight_norms(model, l, s), K, check_dump_file() ? &q : NULL);
+    const long long bad = mmb_count_qx(y, yh, rows, cols, cols, nx, mmb_weight_norms(model, l, s), K, check_dump_file() ? &q : NULL);
     if (bad) check_alarm(model, CHECK_BOUND, l, 1);
     if (check_dump_file())   /* test-only (llmc/sdc/checks.h) */
         fprintf(check_dump_file(), "{\"kind\":\"mmb\",\"fwd\":%lld,\"layer\":%d,\"slot\":%d,\"bad\":%lld,\"q\":%s}\n", check_dump_fwd, l,
                 s, bad, jnum(q).s);
+}
+static void mmb_check(Model* model, int l, int s, const float* y, int rows, int cols, const float* nx, int K) {
+    mmb_check_x(model, l, s, y, 0, rows, cols, nx, K);
 }
 
 /* exponent profiling: sample dL/dY of a linear layer (its output gradient) and count the exponent
@@ -535,16 +622,21 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         rmsnorm_forward_r(model->x0, model->emb_ms, x, W(PT_EMBED_NORM, -1), N, d, eps, model->precision);
         x = model->x0;
     }
+    const int prec = model->precision;
+    /* the tensors stored as bf16 bits where h16 says (ACT_T): the norms' outputs, o_proj, the MLP's, down_proj */
+    const unsigned char* h16 = model->h16;
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
         /* attention block: x + o_proj(attn(rope(qk_norm(q, k)), v)) */
-        rmsnorm_forward_r(a->attn_norm, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, model->precision);   STORE_RND(SITE_ATTN_NORM, l, a->attn_norm, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, a->attn_norm, x, W(PT_ATTN_NORM, l), N, d);
-        matmul_forward_w(a->q, a->attn_norm, W(PT_WQ, l), N, d, qd, model->precision, model->precision);                       STORE_RND(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
-        matmul_forward_w(a->k, a->attn_norm, W(PT_WK, l), N, d, kd, model->precision, model->precision);                       STORE_RND(SITE_K_PROJ, l, a->k, (size_t)N * kd);
-        matmul_forward_w(a->v, a->attn_norm, W(PT_WV, l), N, d, kd, model->precision, model->precision);                       STORE_RND(SITE_V_PROJ, l, a->v, (size_t)N * kd);
+        void* an = ACT_T(a, attn_norm, SITE_ATTN_NORM);
+        const int anh = h16[SITE_ATTN_NORM];
+        rmsnorm_forward_x(an, anh, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, prec);   STORE_RND_X(SITE_ATTN_NORM, l, an, anh, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, an, anh, x, W(PT_ATTN_NORM, l), N, d);
+        matmul_forward_x(a->q, NULL, 0.0f, an, anh, W(PT_WQ, l), N, d, qd, prec, prec);                       STORE_RND(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
+        matmul_forward_x(a->k, NULL, 0.0f, an, anh, W(PT_WK, l), N, d, kd, prec, prec);                       STORE_RND(SITE_K_PROJ, l, a->k, (size_t)N * kd);
+        matmul_forward_x(a->v, NULL, 0.0f, an, anh, W(PT_WV, l), N, d, kd, prec, prec);                       STORE_RND(SITE_V_PROJ, l, a->v, (size_t)N * kd);
         const int mmb = model->prot.on[PK_BOUND];
-        if (mmb) mmb_check(model, l, MMB_V_PROJ, a->v, N, kd, mmb_input_norms(model, 0, a->attn_norm, N, d), d);
+        if (mmb) mmb_check(model, l, MMB_V_PROJ, a->v, N, kd, mmb_input_norms_x(model, 0, an, anh, N, d), d);
         float *qc = a->q, *kc = a->k;
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {                                    /* per head, over hd */
             rmsnorm_forward_r(a->qn, a->qn_ms, qc, W(PT_QNORM, l), N * H, hd, eps, model->precision);   STORE_RND(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
@@ -580,44 +672,53 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd, model->precision); STORE_RND(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
             if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
         }
-        matmul_forward_w(a->o, a->att_out, W(PT_WO, l), N, qd, d, model->precision, model->precision);                         STORE_RND(SITE_O_PROJ, l, a->o, (size_t)N * d);
-        if (mmb) mmb_check(model, l, MMB_O_PROJ, a->o, N, d, mmb_input_norms(model, 0, a->att_out, N, qd), qd);
-        residual_forward_r(a->resid_mid, x, a->o, (size_t)N * d, model->precision);      STORE_RND(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_residual(model, l, a->resid_mid, x, a->o, (size_t)N * d);
+        void* o = ACT_T(a, o, SITE_O_PROJ);
+        const int oh = h16[SITE_O_PROJ];
+        matmul_forward_x((float*)(oh ? NULL : o), (uint16_t*)(oh ? o : NULL), 0.0f, a->att_out, 0, W(PT_WO, l), N, qd, d, prec, prec); STORE_RND_X(SITE_O_PROJ, l, o, oh, (size_t)N * d);
+        if (mmb) mmb_check_x(model, l, MMB_O_PROJ, o, oh, N, d, mmb_input_norms(model, 0, a->att_out, N, qd), qd);
+        residual_forward_x(a->resid_mid, x, o, oh, (size_t)N * d, prec);      STORE_RND(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_residual(model, l, a->resid_mid, x, o, oh, (size_t)N * d);
         /* MLP block: x + down(silu(gate) * up)  or  x + down(relu(fc)^2) */
-        rmsnorm_forward_r(a->mlp_norm, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, model->precision); STORE_RND(SITE_MLP_NORM, l, a->mlp_norm, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, a->mlp_norm, a->resid_mid, W(PT_MLP_NORM, l), N, d);
-        float* hidden;
+        void* mn = ACT_T(a, mlp_norm, SITE_MLP_NORM);
+        const int mnh = h16[SITE_MLP_NORM];
+        rmsnorm_forward_x(mn, mnh, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, prec); STORE_RND_X(SITE_MLP_NORM, l, mn, mnh, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, mn, mnh, a->resid_mid, W(PT_MLP_NORM, l), N, d);
+        /* the hidden tensors as stored: each op reads and writes them so */
+        void *gate = ACT_T(a, gate, SITE_GATE_PROJ), *up = ACT_T(a, up, SITE_UP_PROJ), *act = ACT_T(a, act, SITE_ACT);
+        void *prod = ACT_T(a, prod, SITE_MLP_PRODUCT), *hidden;
+        const int mh = model_mlp_h16(model);   /* the four alike (both -fault_dtype forms keep them so) */
         if (c->mlp == MLP_SWIGLU) {
-            matmul_forward_w(a->gate, a->mlp_norm, W(PT_WGATE, l), N, d, F, model->precision, model->precision);               STORE_RND(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
-            matmul_forward_w(a->up, a->mlp_norm, W(PT_WUP, l), N, d, F, model->precision, model->precision);                   STORE_RND(SITE_UP_PROJ, l, a->up, (size_t)N * F);
+            matmul_forward_x((float*)(mh ? NULL : gate), (uint16_t*)(mh ? gate : NULL), 0.0f, mn, mnh, W(PT_WGATE, l), N, d, F, prec, prec); STORE_RND_X(SITE_GATE_PROJ, l, gate, mh, (size_t)N * F);
+            matmul_forward_x((float*)(mh ? NULL : up), (uint16_t*)(mh ? up : NULL), 0.0f, mn, mnh, W(PT_WUP, l), N, d, F, prec, prec);       STORE_RND_X(SITE_UP_PROJ, l, up, mh, (size_t)N * F);
             if (mmb) {
-                const float* nx = mmb_input_norms(model, 1, a->mlp_norm, N, d);
-                mmb_check(model, l, MMB_GATE_PROJ, a->gate, N, F, nx, d);
-                mmb_check(model, l, MMB_UP_PROJ, a->up, N, F, nx, d);
+                const float* nx = mmb_input_norms_x(model, 1, mn, mnh, N, d);
+                mmb_check_x(model, l, MMB_GATE_PROJ, gate, mh, N, F, nx, d);
+                mmb_check_x(model, l, MMB_UP_PROJ, up, mh, N, F, nx, d);
             }
-            silu_forward_r(a->act, a->gate, (size_t)N * F, model->precision);              STORE_RND(SITE_ACT, l, a->act, (size_t)N * F);
-            mul_forward_r(a->prod, a->act, a->up, (size_t)N * F, model->precision);        STORE_RND(SITE_MLP_PRODUCT, l, a->prod, (size_t)N * F);
+            silu_forward_x(act, mh, gate, mh, (size_t)N * F, prec);        STORE_RND_X(SITE_ACT, l, act, mh, (size_t)N * F);
+            mul_forward_x(prod, mh, act, up, mh, (size_t)N * F, prec);     STORE_RND_X(SITE_MLP_PRODUCT, l, prod, mh, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
-                silu_forward(r, a->gate, (size_t)N * F);       ew_compare(model, l, a->act, r, (size_t)N * F);
-                mul_forward(r, a->act, a->up, (size_t)N * F);  ew_compare(model, l, a->prod, r, (size_t)N * F);
+                silu_forward_x(r, 0, gate, mh, (size_t)N * F, 0);     ew_compare_x(model, l, act, mh, r, (size_t)N * F);
+                mul_forward_x(r, 0, act, up, mh, (size_t)N * F, 0);   ew_compare_x(model, l, prod, mh, r, (size_t)N * F);
             }
-            hidden = a->prod;
+            hidden = prod;
         } else {
-            matmul_forward_w(a->gate, a->mlp_norm, W(PT_WFC, l), N, d, F, model->precision, model->precision);                 STORE_RND(SITE_GATE_PROJ, l, a->gate, (size_t)N * F);
-            if (mmb) mmb_check(model, l, MMB_GATE_PROJ, a->gate, N, F, mmb_input_norms(model, 1, a->mlp_norm, N, d), d);
-            relu2_forward_r(a->act, a->gate, (size_t)N * F, model->precision);            STORE_RND(SITE_ACT, l, a->act, (size_t)N * F);
+            matmul_forward_x((float*)(mh ? NULL : gate), (uint16_t*)(mh ? gate : NULL), 0.0f, mn, mnh, W(PT_WFC, l), N, d, F, prec, prec);   STORE_RND_X(SITE_GATE_PROJ, l, gate, mh, (size_t)N * F);
+            if (mmb) mmb_check_x(model, l, MMB_GATE_PROJ, gate, mh, N, F, mmb_input_norms_x(model, 1, mn, mnh, N, d), d);
+            relu2_forward_x(act, mh, gate, mh, (size_t)N * F, prec);      STORE_RND_X(SITE_ACT, l, act, mh, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
-                relu2_forward(r, a->gate, (size_t)N * F);  ew_compare(model, l, a->act, r, (size_t)N * F);
+                relu2_forward_x(r, 0, gate, mh, (size_t)N * F, 0);  ew_compare_x(model, l, act, mh, r, (size_t)N * F);
             }
-            hidden = a->act;
+            hidden = act;
         }
-        matmul_forward_w(a->down, hidden, W(PT_WDOWN, l), N, F, d, model->precision, model->precision);                        STORE_RND(SITE_DOWN_PROJ, l, a->down, (size_t)N * d);
-        if (mmb) mmb_check(model, l, MMB_DOWN_PROJ, a->down, N, d, mmb_input_norms(model, 0, hidden, N, F), F);
-        residual_forward_r(a->out, a->resid_mid, a->down, (size_t)N * d, model->precision); STORE_RND(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_residual(model, l, a->out, a->resid_mid, a->down, (size_t)N * d);
+        void* dn = ACT_T(a, down, SITE_DOWN_PROJ);
+        const int dnh = h16[SITE_DOWN_PROJ];
+        matmul_forward_x((float*)(dnh ? NULL : dn), (uint16_t*)(dnh ? dn : NULL), 0.0f, hidden, mh, W(PT_WDOWN, l), N, F, d, prec, prec); STORE_RND_X(SITE_DOWN_PROJ, l, dn, dnh, (size_t)N * d);
+        if (mmb) mmb_check_x(model, l, MMB_DOWN_PROJ, dn, dnh, N, d, mmb_input_norms_x(model, 0, hidden, mh, N, F), F);
+        residual_forward_x(a->out, a->resid_mid, dn, dnh, (size_t)N * d, prec); STORE_RND(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_residual(model, l, a->out, a->resid_mid, dn, dnh, (size_t)N * d);
         x = a->out;
     }
     rmsnorm_forward_r(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, model->precision);
@@ -686,37 +787,43 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dbuf, res_x, res_w, res_ms, N, d, res_acc);
         /* MLP block: dres is d(block_out) = d(resid_mid) (through the skip) = d(down) */
         const float* ddown = fault_private_grad(model, SITE_DOWN_PROJ, l, dres, dbuf, (size_t)N * d);
+        const int mh = model_mlp_h16(model), prec = model->precision;   /* the hidden tensors as stored (ACT_T) */
+        const void* mn = ACT_T(a, mlp_norm, SITE_MLP_NORM);
+        const int mnh = model->h16[SITE_MLP_NORM];
         if (c->mlp == MLP_SWIGLU) {
+            const void *gate = ACT_T(a, gate, SITE_GATE_PROJ), *up = ACT_T(a, up, SITE_UP_PROJ), *act = ACT_T(a, act, SITE_ACT);
+            const void* prod = ACT_T(a, prod, SITE_MLP_PRODUCT);
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            matmul_backward_r(model->dF, GR(PT_WDOWN, l), ddown, a->prod, W(PT_WDOWN, l), N, F, d, 0, model->precision, model->precision);  STORE_GRAD_RND(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
-            mul_backward_r(model->dF2, model->dF3, model->dF, a->act, a->up, (size_t)N * F, model->precision);   /* d act, d up */
+            matmul_backward_x(model->dF, GR(PT_WDOWN, l), ddown, 0, prod, mh, W(PT_WDOWN, l), N, F, d, 0, prec, prec);  STORE_GRAD_RND(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
+            mul_backward_x(model->dF2, model->dF3, model->dF, act, up, mh, (size_t)N * F, prec);   /* d act, d up */
             FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
             FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
             if (model->prot.on[PK_EW]) {   /* d act, d up from mlp_product's gradient (still in dF) */
                 float *r = ew_scratch(model), *r2 = r + ew_stride(model);
-                mul_backward(r, r2, model->dF, a->act, a->up, (size_t)N * F);
+                mul_backward_x(r, r2, model->dF, act, up, mh, (size_t)N * F, 0);
                 ew_compare(model, l, model->dF2, r, (size_t)N * F);
                 ew_compare(model, l, model->dF3, r2, (size_t)N * F);
             }
-            silu_backward_r(model->dF, model->dF2, a->gate, (size_t)N * F, model->precision);       STORE_GRAD_RND(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
+            silu_backward_x(model->dF, model->dF2, gate, mh, (size_t)N * F, prec);       STORE_GRAD_RND(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
-                silu_backward(r, model->dF2, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF, r, (size_t)N * F);
+                silu_backward_x(r, model->dF2, gate, mh, (size_t)N * F, 0);  ew_compare(model, l, model->dF, r, (size_t)N * F);
             }
             exp_profile(model, PT_WGATE, l, model->dF, (size_t)N * F);
             exp_profile(model, PT_WUP, l, model->dF3, (size_t)N * F);
-            matmul_backward_r(dbuf, GR(PT_WGATE, l), model->dF, a->mlp_norm, W(PT_WGATE, l), N, d, F, 0, model->precision, 0);
-            matmul_backward_r(dbuf, GR(PT_WUP, l), model->dF3, a->mlp_norm, W(PT_WUP, l), N, d, F, 1, model->precision, model->precision);
+            matmul_backward_x(dbuf, GR(PT_WGATE, l), model->dF, 0, mn, mnh, W(PT_WGATE, l), N, d, F, 0, prec, 0);
+            matmul_backward_x(dbuf, GR(PT_WUP, l), model->dF3, 0, mn, mnh, W(PT_WUP, l), N, d, F, 1, prec, prec);
         } else {
+            const void *gate = ACT_T(a, gate, SITE_GATE_PROJ), *act = ACT_T(a, act, SITE_ACT);
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            matmul_backward_r(model->dF, GR(PT_WDOWN, l), ddown, a->act, W(PT_WDOWN, l), N, F, d, 0, model->precision, model->precision);   STORE_GRAD_RND(SITE_ACT, l, model->dF, (size_t)N * F);
-            relu2_backward_r(model->dF2, model->dF, a->gate, (size_t)N * F, model->precision);       STORE_GRAD_RND(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
+            matmul_backward_x(model->dF, GR(PT_WDOWN, l), ddown, 0, act, mh, W(PT_WDOWN, l), N, F, d, 0, prec, prec);   STORE_GRAD_RND(SITE_ACT, l, model->dF, (size_t)N * F);
+            relu2_backward_x(model->dF2, model->dF, gate, mh, (size_t)N * F, prec);       STORE_GRAD_RND(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
-                relu2_backward(r, model->dF, a->gate, (size_t)N * F);  ew_compare(model, l, model->dF2, r, (size_t)N * F);
+                relu2_backward_x(r, model->dF, gate, mh, (size_t)N * F, 0);  ew_compare(model, l, model->dF2, r, (size_t)N * F);
             }
             exp_profile(model, PT_WFC, l, model->dF2, (size_t)N * F);
-            matmul_backward_r(dbuf, GR(PT_WFC, l), model->dF2, a->mlp_norm, W(PT_WFC, l), N, d, F, 0, model->precision, model->precision);
+            matmul_backward_x(dbuf, GR(PT_WFC, l), model->dF2, 0, mn, mnh, W(PT_WFC, l), N, d, F, 0, prec, prec);
         }
         STORE_GRAD_RND(SITE_MLP_NORM, l, dbuf, (size_t)N * d);   /* the last product into dbuf stored it as bf16 */
         ew_keep_dres(model, dres, (size_t)N * d);
@@ -779,9 +886,11 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         exp_profile(model, PT_WQ, l, dq, (size_t)N * qd);
         exp_profile(model, PT_WK, l, dk, (size_t)N * kd);
         exp_profile(model, PT_WV, l, model->dv, (size_t)N * kd);
-        matmul_backward_r(dbuf, GR(PT_WQ, l), dq, a->attn_norm, W(PT_WQ, l), N, d, qd, 0, model->precision, 0);
-        matmul_backward_r(dbuf, GR(PT_WK, l), dk, a->attn_norm, W(PT_WK, l), N, d, kd, 1, model->precision, 0);
-        matmul_backward_r(dbuf, GR(PT_WV, l), model->dv, a->attn_norm, W(PT_WV, l), N, d, kd, 1, model->precision, model->precision);
+        const void* an = ACT_T(a, attn_norm, SITE_ATTN_NORM);
+        const int anh = model->h16[SITE_ATTN_NORM];
+        matmul_backward_x(dbuf, GR(PT_WQ, l), dq, 0, an, anh, W(PT_WQ, l), N, d, qd, 0, model->precision, 0);
+        matmul_backward_x(dbuf, GR(PT_WK, l), dk, 0, an, anh, W(PT_WK, l), N, d, kd, 1, model->precision, 0);
+        matmul_backward_x(dbuf, GR(PT_WV, l), model->dv, 0, an, anh, W(PT_WV, l), N, d, kd, 1, model->precision, model->precision);
         STORE_GRAD_RND(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
         ew_keep_dres(model, dres, (size_t)N * d);
         rmsnorm_backward_r(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, model->precision);
@@ -971,7 +1080,26 @@ static int model_unscale_check(Model* model, float s) {
     return bad;
 }
 
-DEFINE_MODEL_SITE_TENSOR(float)   /* llmc/sdc/fault.h */
+DEFINE_MODEL_SITE_TENSOR(float)   /* llmc/sdc/fault.h; NULL for a tensor stored as bf16 bits: */
+/* a site's forward tensor stored as bf16 bits (-precision bf16: the logits, site -1; the sites of model->h16), else NULL
+ * (model_site_tensor gives it) */
+static uint16_t* model_site_tensor_h(Model* model, int site, int l, int B, int T, size_t* n) {
+    if (site < 0) { *n = (size_t)B * T * model->c.vocab_size; return model->logits_h; }
+    if (!model->h16[site] || !site_exists(&model->c, site)) return NULL;
+    LayerActs* a = &model->la[l];
+    const size_t N = (size_t)B * T, d = model->c.d_model, F = model->c.ffn_dim;
+    switch (site) {
+        case SITE_ATTN_NORM: *n = N * d; return a->attn_norm_h;
+        case SITE_O_PROJ: *n = N * d; return a->o_h;
+        case SITE_MLP_NORM: *n = N * d; return a->mlp_norm_h;
+        case SITE_GATE_PROJ: *n = N * F; return a->gate_h;
+        case SITE_UP_PROJ: *n = N * F; return a->up_h;
+        case SITE_ACT: *n = N * F; return a->act_h;
+        case SITE_MLP_PRODUCT: *n = N * F; return a->prod_h;
+        case SITE_DOWN_PROJ: *n = N * d; return a->down_h;
+    }
+    return NULL;
+}
 /* The trace reads att_logits / att_probs at every layer: a layer whose last forward took the fused path gets them
  * materialised from its stored q and k (the bits the materialised path would have stored: the same functions) */
 static void model_materialise_attention(Model* model, int l) {
@@ -996,10 +1124,20 @@ static void model_trace_snapshot(Model* model) {
 static void model_trace_diff(Model* model, int site, int l, int B, int T, double* num, double* den) {
     size_t n;
     if (site == SITE_ATT_LOGITS || site == SITE_ATT_PROBS) model_materialise_attention(model, l);
+    double a = 0, b = 0;
+    const uint16_t* xh = model_site_tensor_h(model, site, l, B, T, &n);
+    if (xh) {   /* bf16 bits in the activations: the snapshot's bits at the same offset */
+        const uint16_t* yh = (const uint16_t*)((const char*)model->trace_mem + ((const char*)xh - (const char*)model->act_mem));
+        for (size_t i = 0; i < n; i++) {
+            double xv = bf16_bits_to_f32(xh[i]), yv = bf16_bits_to_f32(yh[i]), e = xv - yv;
+            a += e * e; b += yv * yv;
+        }
+        *num = a; *den = b;
+        return;
+    }
     const float* x = model_site_tensor(model, site, l, B, T, &n);
     int in_att = model->att_mem && x >= model->att_mem && x < model->att_mem + model->att_floats;
     const float* y = in_att ? model->trace_att_mem + (x - model->att_mem) : model->trace_mem + (x - model->act_mem);
-    double a = 0, b = 0;
     for (size_t i = 0; i < n; i++) { double e = (double)x[i] - y[i]; a += e * e; b += (double)y[i] * y[i]; }
     *num = a; *den = b;
 }

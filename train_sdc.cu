@@ -2023,6 +2023,8 @@ static void model_logits_row(Model* model, int row, float* out) {
     cudaCheck(cudaMemcpy(model->h_row, model->logits + (size_t)row * V, sizeof(bf16) * V, cudaMemcpyDeviceToHost));
     for (int i = 0; i < V; i++) out[i] = __bfloat162float(model->h_row[i]);
 }
+/* every site is stored in bf16 here (-fault_dtype fp32 and autocast are the CPU trainer's) */
+static void model_fault_storage(Model* model, const FaultCtx* fx) { (void)model; (void)fx; }
 /* on the device (llmc/cuda/checksum.cuh): the same value as the CPU's tsdc_checksum of the host copy */
 static uint64_t model_weights_checksum(Model* model) {
     return tsdc_checksum_gpu(model->params, model->L.total * sizeof(float), model->stream);

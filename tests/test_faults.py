@@ -144,20 +144,45 @@ def test_missing_site_and_bad_flags(data, tmp_path):
     assert p.returncode == 1 and "layer 9 does not exist" in p.stderr
 
 
-def test_trace_records_downstream_deviation(data, tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_trace_records_downstream_deviation(data, tmp_path, precision):
     """-trace_out of a v_proj fault at layer 1: rx 0 upstream (layer 0), > 0 at the site, the residual and the
-    logits; tracing leaves the training unchanged. Catches: a trace against the wrong clean tensors (rx > 0
-    upstream, or 0 everywhere), a trace that alters the run."""
+    logits; tracing leaves the training unchanged. In bf16 the logits are stored as bf16 bits. Catches: a trace
+    against the wrong clean tensors (rx > 0 upstream, or 0 everywhere), a trace that alters the run, a trace that
+    reads a tensor stored as bf16 bits as a float array (it crashed on the bf16 logits)."""
     out = tmp_path / "t"
     run(small(data, out, **{"-preset": "tiny-llama", "-fault_mode": "char", "-fault_rate": 1, "-fault_sites": "v_proj",
-                            "-fault_layer": 1, "-fault_m": 30, "-fault_end": 1, "-trace_out": out / "trace.jsonl"}))
+                            "-fault_layer": 1, "-fault_m": 30, "-fault_end": 1, "-trace_out": out / "trace.jsonl",
+                            "-precision": precision}))
     rec = [json.loads(l) for l in open(out / "trace.jsonl")]
     rx = {(r["site"], r["layer"]): r["rx"] for r in rec}
     assert rx[("v_proj", 0)] == 0 and rx[("block_out", 0)] == 0       # upstream of the fault: untouched
     assert rx[("v_proj", 1)] > 0 and rx[("attn_residual", 1)] > 0 and rx[("lm_output", -1)] > 0
     # the traced step's training is the same as without the trace
     run(small(data, tmp_path / "nt", **{"-preset": "tiny-llama", "-fault_mode": "char", "-fault_rate": 1,
-                                        "-fault_sites": "v_proj", "-fault_layer": 1, "-fault_m": 30, "-fault_end": 1}))
+                                        "-fault_sites": "v_proj", "-fault_layer": 1, "-fault_m": 30, "-fault_end": 1,
+                                        "-precision": precision}))
+    assert loss_bits(out) == loss_bits(tmp_path / "nt")
+
+
+@pytest.mark.parametrize("preset,site,sibling", [("tiny-qwen3", "gate_proj", "up_proj"), ("tiny-nanochat", "gate_proj", None)])
+def test_trace_of_tensors_stored_as_bf16(data, tmp_path, preset, site, sibling):
+    """-precision bf16 stores the norms' outputs, o_proj, the MLP's hidden tensors and down_proj as bf16 bits: a
+    gate_proj fault at layer 1 shows in its own tensor and those computed from it (act, the product, down_proj,
+    block_out, the logits), not in its sibling up_proj nor anywhere in layer 0; the trace leaves training unchanged.
+    Catches: the trace reading bf16 bits as floats, a fault written into the wrong element width or tensor."""
+    out = tmp_path / "t"
+    kw = {"-preset": preset, "-precision": "bf16", "-fault_mode": "char", "-fault_rate": 1, "-fault_sites": site,
+          "-fault_layer": 1, "-fault_m": 30, "-fault_field": "mantissa", "-fault_end": 1, "-steps": 1}
+    run(small(data, out, **kw, **{"-trace_out": out / "trace.jsonl"}))
+    rx = {(r["site"], r["layer"]): r["rx"] for r in map(json.loads, open(out / "trace.jsonl"))}
+    downstream = [site, "act", "down_proj", "block_out"] + (["mlp_product"] if sibling else [])
+    assert all(rx[(s, 1)] > 0 for s in downstream), {s: rx[(s, 1)] for s in downstream}
+    assert rx[("lm_output", -1)] > 0
+    if sibling:
+        assert rx[(sibling, 1)] == 0
+    assert all(v == 0 for (s, l), v in rx.items() if l == 0), "layer 0 lies upstream of the fault"
+    run(small(data, tmp_path / "nt", **kw))
     assert loss_bits(out) == loss_bits(tmp_path / "nt")
 
 

@@ -525,7 +525,7 @@ def test_fault_dtype_autocast_flips_fp32_sites_in_fp32(data, tmp_path):
     kw = {"-preset": "tiny-llama", "-steps": 2, "-precision": "bf16", "-fault_mode": "campaign", "-fault_m": 10, "-fault_layer": 1,
           "-threads": 1}
     dt = {}
-    for site in ("attn_norm", "q_proj", "attn_residual", "down_proj", "att_probs"):
+    for site in ("attn_norm", "q_proj", "attn_residual", "down_proj", "att_probs", "act"):
         for mode in ("autocast", "fp32", "storage"):
             out = tmp_path / f"{site}_{mode}"
             run(small(data, out, **kw, **{"-fault_sites": site, "-fault_dtype": mode}))
@@ -535,5 +535,28 @@ def test_fault_dtype_autocast_flips_fp32_sites_in_fp32(data, tmp_path):
     assert dt["q_proj", "autocast"] == {"bf16"} and dt["down_proj", "autocast"] == {"bf16"}
     assert all(dt[s, "fp32"] == {"fp32"} and dt[s, "storage"] == {"bf16"} for s in ("attn_norm", "q_proj"))
     assert ckpt(tmp_path / "q_proj_fp32", 2) != ckpt(tmp_path / "q_proj_storage", 2)
+    # act, an MLP hidden tensor, is stored as bf16 bits in bf16 mode: fp32 flips keep it in a float array instead
+    assert dt["act", "autocast"] == {"bf16"} and dt["act", "fp32"] == {"fp32"} and dt["act", "storage"] == {"bf16"}
+    assert ckpt(tmp_path / "act_fp32", 2) != ckpt(tmp_path / "act_storage", 2)
     p = run(small(data, tmp_path / "x", **{**kw, "-precision": "fp32"}, **{"-fault_dtype": "autocast"}), check=False)
     expect_error(p, "-fault_dtype", "bf16")
+
+
+@pytest.mark.parametrize("preset", ["tiny-qwen3", "tiny-nanochat"])
+def test_bf16_storage_keeps_the_bits(data, tmp_path, preset):
+    """-precision bf16 stores the norms' outputs, o_proj, the MLP's hidden tensors (gate_proj, up_proj, act,
+    mlp_product) and down_proj as bf16 bits; the float arrays holding the same values (TSDC_CPU_STORAGE=fp32) give the
+    same run bit for bit: checkpoint, losses and fault log, under -protect all with a fault campaign on those sites in
+    both passes (SwiGLU and ReLU^2). Catches: a kernel, check or fault reading or writing the bf16 storage differently
+    from the float arrays, a fault flipping other bits of a bf16 tensor."""
+    mlp = "gate_proj,act" if preset == "tiny-nanochat" else "gate_proj,up_proj,act,mlp_product"
+    kw = {"-preset": preset, "-steps": 6, "-accum": 3, "-precision": "bf16", "-protect": "all", "-fault_mode": "campaign",
+          "-fault_pass": "both", "-fault_m": 40, "-fault_sites": "attn_norm,o_proj,mlp_norm,down_proj," + mlp, "-threads": 2}
+    for storage in ("bf16", "fp32"):
+        run(small(data, tmp_path / storage, **kw), env={"TSDC_CPU_STORAGE": storage})
+    assert ckpt(tmp_path / "bf16", 6) == ckpt(tmp_path / "fp32", 6)
+    assert loss_bits(tmp_path / "bf16") == loss_bits(tmp_path / "fp32")
+    fb, ff = (open(tmp_path / s / "faults.jsonl").read() for s in ("bf16", "fp32"))
+    assert fb == ff and fb.count("\n") == 6
+    p = run(small(data, tmp_path / "x", **kw), check=False, env={"TSDC_CPU_STORAGE": "half"})
+    assert p.returncode != 0 and "TSDC_CPU_STORAGE=half" in p.stderr

@@ -145,27 +145,28 @@ static inline float softcap_value(float x, float cap) { return cap * tanhf(x / c
 #include "gemm.h"
 #define gemm_nn gemm_f32
 #define gemm_nn_bf16 gemm_bf16
+/* The general forms, for -precision bf16's tensors stored as bf16 bits (ih, oh, doh: the input, the output, the
+ * output's gradient so stored; the classifier's logits and dlogits, the MLP's hidden tensors): out is fp32 (out16
+ * NULL), or out16 is stored as bf16 bits, after the softcap cap * tanh(z / cap) where cap > 0. The bits of the fp32
+ * forms below on arrays of the same values, followed by softcap_forward and the bf16 store. */
+static void matmul_forward_x(float* out, uint16_t* out16, float cap, const void* inp, int ih, const float* W, int N, int I, int O,
+                             int bf16, int round_out) {
+    gemm_x(bf16, out, out16, cap, inp, ih, I, 1, W, 0, 1, N, I, O, 0, round_out);
+}
+static void matmul_backward_x(float* dinp, float* dW, const void* dout, int doh, const void* inp, int ih, const float* W,
+                              int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
+    if (dinp) gemm_x(bf16, dinp, NULL, 0.0f, dout, doh, O, 1, W, 0, 0, N, O, I, accumulate_dinp, round_dinp);
+    gemm_x(bf16, dW, NULL, 0.0f, dout, doh, 1, O, inp, ih, 0, O, N, I, 1, 0);
+}
 /* linear with the weight as stored, W [O, I] (read as W^T by the GEMM's packing: no transposed copy);
  * round_out: the output rounded to bf16 as it is finished (its -precision bf16 store) */
 static void matmul_forward_w(float* out, const float* inp, const float* W, int N, int I, int O, int bf16, int round_out) {
-    (bf16 ? gemm_bf16_x : gemm_f32_x)(out, inp, I, 1, W, 1, N, I, O, 0, round_out);
+    matmul_forward_x(out, NULL, 0.0f, inp, 0, W, N, I, O, bf16, round_out);
 }
 /* matmul_backward_p with dinp rounded to bf16 when finished (round_dinp: the last product into dinp) */
 static void matmul_backward_r(float* dinp, float* dW, const float* dout, const float* inp, const float* W,
                               int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
-    if (dinp) (bf16 ? gemm_bf16_x : gemm_f32_x)(dinp, dout, O, 1, W, 0, N, O, I, accumulate_dinp, round_dinp);
-    (bf16 ? gemm_nn_bf16 : gemm_nn)(dW, dout, 1, O, inp, O, N, I, 1);
-}
-/* -precision bf16 with the tensor between the two stored as bf16 bits (the classifier's logits and dlogits): the
- * forward stores its output so, after the softcap cap * tanh(z / cap) where cap > 0; the backward reads dout so.
- * The bits of matmul_forward_w + softcap_forward + the bf16 store, and of matmul_backward_r, on the same values. */
-static void matmul_forward_h(uint16_t* out, const float* inp, const float* W, int N, int I, int O, float cap) {
-    gemm_x(1, NULL, out, cap, inp, 0, I, 1, W, 1, N, I, O, 0, 0);
-}
-static void matmul_backward_h(float* dinp, float* dW, const uint16_t* dout, const float* inp, const float* W,
-                              int N, int I, int O, int accumulate_dinp, int round_dinp) {
-    if (dinp) gemm_x(1, dinp, NULL, 0.0f, dout, 1, O, 1, W, 0, N, O, I, accumulate_dinp, round_dinp);
-    gemm_x(1, dW, NULL, 0.0f, dout, 1, 1, O, inp, 0, O, N, I, 1, 0);
+    matmul_backward_x(dinp, dW, dout, 0, inp, 0, W, N, I, O, accumulate_dinp, bf16, round_dinp);
 }
 #else
 #define gemm_nn gemm_portable
@@ -186,20 +187,39 @@ static void matmul_backward_r(float* dinp, float* dW, const float* dout, const f
     (void)bf16;
 }
 /* the bf16-storage forms (see the C branch), through fp32 copies */
+static const float* mm_widen(const void* x, int h, size_t n, float** tmp) {
+    *tmp = NULL;
+    if (!h) return (const float*)x;
+    *tmp = (float*)mallocCheck(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) (*tmp)[i] = bf16_bits_to_f32(((const uint16_t*)x)[i]);
+    return *tmp;
+}
+static void matmul_forward_x(float* out, uint16_t* out16, float cap, const void* inp, int ih, const float* W, int N, int I, int O,
+                             int bf16, int round_out) {
+    float *xt, *y = out16 ? (float*)mallocCheck(sizeof(float) * (size_t)N * O) : out;
+    matmul_forward_w(y, mm_widen(inp, ih, (size_t)N * I, &xt), W, N, I, O, bf16, out16 ? 0 : round_out);
+    if (out16)
+        for (size_t i = 0; i < (size_t)N * O; i++) out16[i] = f32_to_bf16_bits(cap > 0.0f ? softcap_value(y[i], cap) : y[i]);
+    if (out16) free(y);
+    free(xt);
+}
+static void matmul_backward_x(float* dinp, float* dW, const void* dout, int doh, const void* inp, int ih, const float* W,
+                              int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
+    float *gt, *xt;
+    const float* g = mm_widen(dout, doh, (size_t)N * O, &gt);
+    matmul_backward_r(dinp, dW, g, mm_widen(inp, ih, (size_t)N * I, &xt), W, N, I, O, accumulate_dinp, bf16, round_dinp);
+    free(gt); free(xt);
+}
+#endif
+/* -precision bf16 with the classifier's logits and dlogits stored as bf16 bits: the forward stores them after the
+ * softcap, the backward reads them */
 static void matmul_forward_h(uint16_t* out, const float* inp, const float* W, int N, int I, int O, float cap) {
-    float* y = (float*)mallocCheck(sizeof(float) * (size_t)N * O);
-    matmul_forward_w(y, inp, W, N, I, O, 1, 0);
-    for (size_t i = 0; i < (size_t)N * O; i++) out[i] = f32_to_bf16_bits(cap > 0.0f ? softcap_value(y[i], cap) : y[i]);
-    free(y);
+    matmul_forward_x(NULL, out, cap, inp, 0, W, N, I, O, 1, 0);
 }
 static void matmul_backward_h(float* dinp, float* dW, const uint16_t* dout, const float* inp, const float* W,
                               int N, int I, int O, int accumulate_dinp, int round_dinp) {
-    float* g = (float*)mallocCheck(sizeof(float) * (size_t)N * O);
-    for (size_t i = 0; i < (size_t)N * O; i++) g[i] = bf16_bits_to_f32(dout[i]);
-    matmul_backward_r(dinp, dW, g, inp, W, N, I, O, accumulate_dinp, 1, round_dinp);
-    free(g);
+    matmul_backward_x(dinp, dW, dout, 1, inp, 0, W, N, I, O, accumulate_dinp, 1, round_dinp);
 }
-#endif
 
 /* linear: out[N,O] = inp[N,I] W^T with wT = W^T [I,O] (the trainer keeps transposed weight copies);
  * bf16 = 1: the inputs are bf16 values (-precision bf16) and the product runs on gemm_bf16 */
@@ -289,25 +309,31 @@ __attribute__((optimize("fp-contract=off"))) static void norm_row_sumsq(float* s
         }
     for (int j = 0; j < n; j++) s[j] = a[j];
 }
-/* round: each output row rounded to bf16 as it is written (its -precision bf16 store, without a pass of its own) */
-static void rmsnorm_forward_r(float* out, float* ms, const float* x, const float* w, int rows, int C, float eps, int round) {
+/* round: each output row rounded to bf16 as it is written (its -precision bf16 store, without a pass of its own);
+ * oh: out stored as bf16 bits (-precision bf16's storage of the norms' outputs: each row computed into a buffer and
+ * stored as the bits of its rounding, the same bits) */
+static void rmsnorm_forward_x(void* out, int oh, float* ms, const float* x, const float* w, int rows, int C, float eps, int round) {
     int nblk = (rows + NORM_ROWS - 1) / NORM_ROWS;
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < nblk; b++) {
         int r0 = b * NORM_ROWS, n = rows - r0 < NORM_ROWS ? rows - r0 : NORM_ROWS;
-        float s[NORM_ROWS];
+        float s[NORM_ROWS], rowbuf[oh ? C : 1];
         norm_row_sumsq(s, x + (size_t)r0 * C, n, C);
         for (int j = 0; j < n; j++) {
             const float* xr = x + (size_t)(r0 + j) * C;
-            float* o = out + (size_t)(r0 + j) * C;
+            float* o = oh ? rowbuf : (float*)out + (size_t)(r0 + j) * C;
             float m = s[j] / C;
             float rstd = 1.0f / sqrtf(m + eps);
             ms[r0 + j] = m;
             if (w) for (int i = 0; i < C; i++) o[i] = w[i] * (xr[i] * rstd);
             else for (int i = 0; i < C; i++) o[i] = xr[i] * rstd;
-            if (round) bf16_round_span(o, C);
+            if (oh) bf16_pack_span((uint16_t*)out + (size_t)(r0 + j) * C, o, C);
+            else if (round) bf16_round_span(o, C);
         }
     }
+}
+static void rmsnorm_forward_r(float* out, float* ms, const float* x, const float* w, int rows, int C, float eps, int round) {
+    rmsnorm_forward_x(out, 0, ms, x, w, rows, C, eps, round);
 }
 static void rmsnorm_forward(float* out, float* ms, const float* x, const float* w, int rows, int C, float eps) {
     rmsnorm_forward_r(out, ms, x, w, rows, C, eps, 0);
@@ -1061,78 +1087,137 @@ static void attention_backward(float* dq, float* dk, float* dv, float* datt, con
 #define EW_BLK 4096
 #define EW_BLOCKS(n) (((n) + EW_BLK - 1) / EW_BLK)
 #define EW_RANGE(b, n, i0, i1) size_t i0 = (size_t)(b) * EW_BLK, i1 = i0 + EW_BLK < (n) ? i0 + EW_BLK : (n)
-static void silu_forward_r(float* act, const float* gate, size_t n, int round) {
+/* An operand may be stored as bf16 bits (h = 1: -precision bf16's storage of the MLP's hidden tensors): a block of it
+ * is widened exactly into the thread's buffer before the arithmetic, and a bf16 output is computed into a buffer and
+ * stored as the bits of its rounding (bf16_pack_span), so each element's arithmetic is the fp32 form's and the
+ * bits are those of the fp32 arrays of the same values. */
+static inline const float* ew_in(const void* x, int h, size_t i0, size_t i1, float* buf) {
+    if (!h) return (const float*)x + i0;
+    bf16_unpack_span(buf, (const uint16_t*)x + i0, (int)(i1 - i0));
+    return buf;
+}
+static inline float* ew_out(void* y, int h, size_t i0, float* buf) { return h ? buf : (float*)y + i0; }
+static inline void ew_store(void* y, int h, size_t i0, size_t i1, float* o, int round) {
+    if (h) bf16_pack_span((uint16_t*)y + i0, o, (int)(i1 - i0));
+    else if (round) bf16_round_span(o, (int)(i1 - i0));
+}
+/* act = silu(gate): act stored as ah says, gate as gh */
+static void silu_forward_x(void* act, int ah, const void* gate, int gh, size_t n, int round) {
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < EW_BLOCKS(n); b++) {
         EW_RANGE(b, n, i0, i1);
-        float e[EW_BLK];   /* expf(-gate) for the block, 16 at a time (vexp.h: libm's bits) */
-        for (size_t i = i0; i < i1; i++) e[i - i0] = -gate[i];
-        vexpf_span(e, e, (long)(i1 - i0));
-        for (size_t i = i0; i < i1; i++) act[i] = gate[i] / (1.0f + e[i - i0]);
-        if (round) bf16_round_span(act + i0, (int)(i1 - i0));
+        const int m = (int)(i1 - i0);
+        float e[EW_BLK], gb[EW_BLK], ob[EW_BLK];   /* e: expf(-gate) for the block, 16 at a time (vexp.h: libm's bits) */
+        const float* g = ew_in(gate, gh, i0, i1, gb);
+        float* o = ew_out(act, ah, i0, ob);
+        for (int i = 0; i < m; i++) e[i] = -g[i];
+        vexpf_span(e, e, m);
+        for (int i = 0; i < m; i++) o[i] = g[i] / (1.0f + e[i]);
+        ew_store(act, ah, i0, i1, o, round);
     }
 }
+static void silu_forward_r(float* act, const float* gate, size_t n, int round) { silu_forward_x(act, 0, gate, 0, n, round); }
 static void silu_forward(float* act, const float* gate, size_t n) { silu_forward_r(act, gate, n, 0); }
-static void silu_backward_r(float* dgate, const float* dact, const float* gate, size_t n, int round) {
+/* dgate (fp32) from dact (fp32) and gate (stored as h says) */
+static void silu_backward_x(float* dgate, const float* dact, const void* gate, int h, size_t n, int round) {
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < EW_BLOCKS(n); b++) {
         EW_RANGE(b, n, i0, i1);
-        float e[EW_BLK];
-        for (size_t i = i0; i < i1; i++) e[i - i0] = -gate[i];
-        vexpf_span(e, e, (long)(i1 - i0));
-        for (size_t i = i0; i < i1; i++) {
-            float s = 1.0f / (1.0f + e[i - i0]);
-            dgate[i] = dact[i] * (s + gate[i] * s * (1.0f - s));
+        const int m = (int)(i1 - i0);
+        float e[EW_BLK], gb[EW_BLK];
+        const float* g = ew_in(gate, h, i0, i1, gb);
+        const float* da = dact + i0;
+        float* o = dgate + i0;
+        for (int i = 0; i < m; i++) e[i] = -g[i];
+        vexpf_span(e, e, m);
+        for (int i = 0; i < m; i++) {
+            float s = 1.0f / (1.0f + e[i]);
+            o[i] = da[i] * (s + g[i] * s * (1.0f - s));
         }
-        if (round) bf16_round_span(dgate + i0, (int)(i1 - i0));
+        if (round) bf16_round_span(o, m);
     }
 }
+static void silu_backward_r(float* dgate, const float* dact, const float* gate, size_t n, int round) { silu_backward_x(dgate, dact, gate, 0, n, round); }
 static void silu_backward(float* dgate, const float* dact, const float* gate, size_t n) { silu_backward_r(dgate, dact, gate, n, 0); }
-static void mul_forward_r(float* out, const float* a, const float* b, size_t n, int round) {
+/* out = a * b: out stored as oh says, a and b as h */
+static void mul_forward_x(void* out, int oh, const void* a, const void* b, int h, size_t n, int round) {
 #pragma omp parallel for schedule(static)
     for (size_t k = 0; k < EW_BLOCKS(n); k++) {
         EW_RANGE(k, n, i0, i1);
-        for (size_t i = i0; i < i1; i++) out[i] = a[i] * b[i];
-        if (round) bf16_round_span(out + i0, (int)(i1 - i0));
+        const int m = (int)(i1 - i0);
+        float ab[EW_BLK], bb[EW_BLK], ob[EW_BLK];
+        const float *x = ew_in(a, h, i0, i1, ab), *y = ew_in(b, h, i0, i1, bb);
+        float* o = ew_out(out, oh, i0, ob);
+        for (int i = 0; i < m; i++) o[i] = x[i] * y[i];
+        ew_store(out, oh, i0, i1, o, round);
     }
 }
+static void mul_forward_r(float* out, const float* a, const float* b, size_t n, int round) { mul_forward_x(out, 0, a, b, 0, n, round); }
 static void mul_forward(float* out, const float* a, const float* b, size_t n) { mul_forward_r(out, a, b, n, 0); }
-/* out = a*b: da = dout*b, db = dout*a */
-static void mul_backward_r(float* da, float* db, const float* dout, const float* a, const float* b, size_t n, int round) {
+/* out = a*b: da = dout*b, db = dout*a (fp32; a and b stored as h says) */
+static void mul_backward_x(float* da, float* db, const float* dout, const void* a, const void* b, int h, size_t n, int round) {
 #pragma omp parallel for schedule(static)
     for (size_t k = 0; k < EW_BLOCKS(n); k++) {
         EW_RANGE(k, n, i0, i1);
-        for (size_t i = i0; i < i1; i++) { da[i] = dout[i] * b[i]; db[i] = dout[i] * a[i]; }
-        if (round) { bf16_round_span(da + i0, (int)(i1 - i0)); bf16_round_span(db + i0, (int)(i1 - i0)); }
+        const int m = (int)(i1 - i0);
+        float ab[EW_BLK], bb[EW_BLK];
+        const float *x = ew_in(a, h, i0, i1, ab), *y = ew_in(b, h, i0, i1, bb), *g = dout + i0;
+        float *oa = da + i0, *ob = db + i0;
+        for (int i = 0; i < m; i++) { oa[i] = g[i] * y[i]; ob[i] = g[i] * x[i]; }
+        if (round) { bf16_round_span(oa, m); bf16_round_span(ob, m); }
     }
+}
+static void mul_backward_r(float* da, float* db, const float* dout, const float* a, const float* b, size_t n, int round) {
+    mul_backward_x(da, db, dout, a, b, 0, n, round);
 }
 static void mul_backward(float* da, float* db, const float* dout, const float* a, const float* b, size_t n) {
     mul_backward_r(da, db, dout, a, b, n, 0);
 }
-/* ReLU^2: act = relu(x)^2 */
-static void relu2_forward_r(float* act, const float* x, size_t n, int round) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) { float r = x[i] > 0.0f ? x[i] : 0.0f; act[i] = round ? bf16_round(r * r) : r * r; }
-}
-static void relu2_forward(float* act, const float* x, size_t n) { relu2_forward_r(act, x, n, 0); }
-static void relu2_backward_r(float* dx, const float* dact, const float* x, size_t n, int round) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float g = x[i] > 0.0f ? dact[i] * 2.0f * x[i] : 0.0f;
-        dx[i] = round ? bf16_round(g) : g;
-    }
-}
-static void relu2_backward(float* dx, const float* dact, const float* x, size_t n) { relu2_backward_r(dx, dact, x, n, 0); }
-
-/* ----------------------------------------------------------------------------------- residual */
-static void residual_forward_r(float* out, const float* a, const float* b, size_t n, int round) {
+/* ReLU^2: act = relu(x)^2 (act stored as ah says, x as h) */
+static void relu2_forward_x(void* act, int ah, const void* x, int h, size_t n, int round) {
 #pragma omp parallel for schedule(static)
     for (size_t k = 0; k < EW_BLOCKS(n); k++) {
         EW_RANGE(k, n, i0, i1);
-        for (size_t i = i0; i < i1; i++) out[i] = a[i] + b[i];
-        if (round) bf16_round_span(out + i0, (int)(i1 - i0));
+        const int m = (int)(i1 - i0);
+        float xb[EW_BLK], ob[EW_BLK];
+        const float* xx = ew_in(x, h, i0, i1, xb);
+        float* o = ew_out(act, ah, i0, ob);
+        for (int i = 0; i < m; i++) { float r = xx[i] > 0.0f ? xx[i] : 0.0f; o[i] = r * r; }
+        ew_store(act, ah, i0, i1, o, round);
     }
 }
+static void relu2_forward_r(float* act, const float* x, size_t n, int round) { relu2_forward_x(act, 0, x, 0, n, round); }
+static void relu2_forward(float* act, const float* x, size_t n) { relu2_forward_r(act, x, n, 0); }
+static void relu2_backward_x(float* dx, const float* dact, const void* x, int h, size_t n, int round) {
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < EW_BLOCKS(n); k++) {
+        EW_RANGE(k, n, i0, i1);
+        const int m = (int)(i1 - i0);
+        float xb[EW_BLK];
+        const float *xx = ew_in(x, h, i0, i1, xb), *g = dact + i0;
+        float* o = dx + i0;
+        for (int i = 0; i < m; i++) o[i] = xx[i] > 0.0f ? g[i] * 2.0f * xx[i] : 0.0f;
+        if (round) bf16_round_span(o, m);
+    }
+}
+static void relu2_backward_r(float* dx, const float* dact, const float* x, size_t n, int round) { relu2_backward_x(dx, dact, x, 0, n, round); }
+static void relu2_backward(float* dx, const float* dact, const float* x, size_t n) { relu2_backward_r(dx, dact, x, n, 0); }
+
+/* ----------------------------------------------------------------------------------- residual */
+/* out = a + b (the residual stream, fp32 arrays; b, a projection's output, stored as bh says) */
+static void residual_forward_x(float* out, const float* a, const void* b, int bh, size_t n, int round) {
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < EW_BLOCKS(n); k++) {
+        EW_RANGE(k, n, i0, i1);
+        const int m = (int)(i1 - i0);
+        float bb[EW_BLK];
+        const float *x = a + i0, *y = ew_in(b, bh, i0, i1, bb);
+        float* o = out + i0;
+        for (int i = 0; i < m; i++) o[i] = x[i] + y[i];
+        if (round) bf16_round_span(o, m);
+    }
+}
+static void residual_forward_r(float* out, const float* a, const float* b, size_t n, int round) { residual_forward_x(out, a, b, 0, n, round); }
 static void residual_forward(float* out, const float* a, const float* b, size_t n) { residual_forward_r(out, a, b, n, 0); }
 
 /* ---------------------------------------------------------------------------------- embedding */

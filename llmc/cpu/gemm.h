@@ -9,9 +9,9 @@
  *   gemm_bf16  bf16 inputs (the -precision bf16 tensors, fp32 arrays that hold bf16 values; a value that
  *              is not one is rounded to nearest even when packed, as the GPU's GEMMs read bf16), fp32
  *              accumulation, the products on the CPU's bf16 units where it has them.
- *   gemm_x     either, with A given as bf16 bits (uint16, -precision bf16's storage: widened exactly as it is
- *              packed, so the bits of the fp32 array of the same values) and C stored as bf16 bits (each
- *              block rounded as it is finished, after an optional softcap; the classifier's logits).
+ *   gemm_x     either, with A, or a row-major B, given as bf16 bits (uint16, -precision bf16's storage: widened
+ *              exactly as it is packed, so the bits of the fp32 array of the same values) and C stored as bf16
+ *              bits (each block rounded as it is finished, after an optional softcap; the classifier's logits).
  *
  * Paths, picked once per process from what CPUID and the OS report (__builtin_cpu_supports; AMX also
  * needs the kernel's permission for the tile state, asked with arch_prctl):
@@ -157,14 +157,15 @@ static void gm_pack_a_f32(float* ap, const void* A, int ah, long sam, long sak, 
     }
 }
 /* columns n0..n0+nr-1, rows k0..k0+kc-1 of B into panels of NR columns: bp[panel][k][NR] */
-static void gm_pack_b_f32(float* bp, const float* B, int N, int n0, int nr, int k0, int kc, int NR) {
+static void gm_pack_b_f32(float* bp, const void* B, int bh, int N, int n0, int nr, int k0, int kc, int NR) {
     int np = (nr + NR - 1) / NR;
     for (int p = 0; p < np; p++) {
         float* dst = bp + (size_t)p * kc * NR;
         int w = nr - p * NR < NR ? nr - p * NR : NR;
         for (int k = 0; k < kc; k++) {
-            const float* src = B + (size_t)(k0 + k) * N + n0 + p * NR;
-            memcpy(dst + (size_t)k * NR, src, sizeof(float) * w);
+            const size_t src = (size_t)(k0 + k) * N + n0 + p * NR;
+            if (!bh) memcpy(dst + (size_t)k * NR, (const float*)B + src, sizeof(float) * w);
+            else bf16_unpack_span(dst + (size_t)k * NR, (const uint16_t*)B + src, w);
             if (w < NR) memset(dst + (size_t)k * NR + w, 0, sizeof(float) * (NR - w));
         }
     }
@@ -501,17 +502,14 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_at_am
 /* B tiles of 16 columns: [panel][ks][16 pairs][16][2], for panels p0..p1-1, row pairs (k, k+1) outermost: the source
  * rows are read in order, each pair's segment of the panels contiguous (a panel at a time would walk all K rows for
  * 64 bytes each) */
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_b_amx_rows(uint16_t* bp, const float* B, int N, int K, int p0, int p1) {
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void gm_pack_b_amx_rows(uint16_t* bp, const void* B, int bh, int N, int K, int p0, int p1) {
     int ks = (K + 31) / 32;
     for (int s = 0; s < ks; s++)
         for (int q = 0; q < 16; q++) {
             int k = s * 32 + 2 * q;
-            const float* r0 = k < K ? B + (size_t)k * N : NULL;
-            const float* r1 = k + 1 < K ? B + (size_t)(k + 1) * N : NULL;
             for (int p = p0; p < p1; p++) {
-                __mmask16 mn = gm_mask(N - p * 16);
-                __m512 v0 = r0 ? _mm512_maskz_loadu_ps(mn, r0 + (size_t)p * 16) : _mm512_setzero_ps();
-                __m512 v1 = r1 ? _mm512_maskz_loadu_ps(mn, r1 + (size_t)p * 16) : _mm512_setzero_ps();
+                __m512 v0 = k < K ? gm_lda16(B, (size_t)k * N + (size_t)p * 16, N - p * 16, bh) : _mm512_setzero_ps();
+                __m512 v1 = k + 1 < K ? gm_lda16(B, (size_t)(k + 1) * N + (size_t)p * 16, N - p * 16, bh) : _mm512_setzero_ps();
                 _mm512_storeu_si512(bp + (((size_t)p * ks + s) * 16 + q) * 32, gm_pair16(v0, v1));
             }
         }
@@ -584,14 +582,13 @@ __attribute__((target("avx512f"))) static void gm_pack_bt_f32_avx512(float* bp, 
 
 /* fp32 B panel p (32 columns) from row-major B [K, N]: two masked zmm moves a row (a memcpy call a row cost 2% of a
  * wide step) */
-__attribute__((target("avx512f"))) static void gm_pack_b_f32_avx512(float* bp, const float* B, int N, int K, int p) {
+__attribute__((target("avx512f"))) static void gm_pack_b_f32_avx512(float* bp, const void* B, int bh, int N, int K, int p) {
     float* dst = bp + (size_t)p * K * 32;
     int n0 = p * 32;
-    __mmask16 m0 = gm_mask(N - n0), m1 = gm_mask(N - n0 - 16);
     for (int k = 0; k < K; k++) {
-        const float* src = B + (size_t)k * N + n0;
-        _mm512_storeu_ps(dst + (size_t)k * 32, _mm512_maskz_loadu_ps(m0, src));
-        _mm512_storeu_ps(dst + (size_t)k * 32 + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+        const size_t src = (size_t)k * N + n0;
+        _mm512_storeu_ps(dst + (size_t)k * 32, gm_lda16(B, src, N - n0, bh));
+        _mm512_storeu_ps(dst + (size_t)k * 32 + 16, gm_lda16(B, src + 16, N - n0 - 16, bh));
     }
 }
 
@@ -620,17 +617,16 @@ __attribute__((target("avx512f"))) static inline __m512i gm_bf16_row_pairs(const
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 /* B panels [panel][kp][32][2] from row-major B [K, N], panels p0..p1-1, row pairs outermost (the rows read in order) */
-__attribute__((target("avx512f"))) static void gm_pack_b_bf16_rows(uint16_t* bp, const float* B, int N, int K, int p0, int p1) {
+__attribute__((target("avx512f"))) static void gm_pack_b_bf16_rows(uint16_t* bp, const void* B, int bh, int N, int K, int p0, int p1) {
     const int kp = (K + 1) / 2;
     for (int q = 0; q < kp; q++) {
-        const float* r0 = B + (size_t)(2 * q) * N;
-        const float* r1 = 2 * q + 1 < K ? B + (size_t)(2 * q + 1) * N : NULL;
+        const size_t r0 = (size_t)(2 * q) * N, r1 = (size_t)(2 * q + 1) * N;
+        const int has1 = 2 * q + 1 < K;
         for (int p = p0; p < p1; p++) {
             uint32_t* d = (uint32_t*)(bp + (size_t)p * kp * 64) + (size_t)q * 32;
             for (int h = 0; h < 2; h++) {
                 const int n0 = p * 32 + h * 16;
-                const __mmask16 mn = gm_mask(N - n0);
-                const __m512 v0 = _mm512_maskz_loadu_ps(mn, r0 + n0), v1 = r1 ? _mm512_maskz_loadu_ps(mn, r1 + n0) : _mm512_setzero_ps();
+                const __m512 v0 = gm_lda16(B, r0 + n0, N - n0, bh), v1 = has1 ? gm_lda16(B, r1 + n0, N - n0, bh) : _mm512_setzero_ps();
                 _mm512_storeu_si512(d + h * 16, gm_bf16_pairs(v0, v1));
             }
         }
@@ -736,8 +732,9 @@ static void* gm_scratch(int which, size_t bytes) {
  * (tiles) from k = 0 to K-1, and C is read and written once. */
 /* A: fp32, or (ah) bf16 bits; C fp32, or (C16 != NULL, then C unused and accumulate 0) each finished block stored as
  * bf16 bits from a thread's fp32 block buffer, after the softcap where cap > 0 (gm_store_c16) */
-static void gemm_blocked(int kind, float* C, uint16_t* C16, float cap, const void* A, int ah, long sam, long sak, const float* B, int btr,
-                         int M, int K, int N, int accumulate, int round_out) {
+static void gemm_blocked(int kind, float* C, uint16_t* C16, float cap, const void* A, int ah, long sam, long sak, const void* B, int bh,
+                         int btr, int M, int K, int N, int accumulate, int round_out) {
+    const float* Bf = (const float*)B;   /* B given transposed: fp32 (gemm_x refuses bf16 bits there) */
     static const int MRs[4] = {12, 6, 12, 16}, NRs[4] = {32, 16, 32, 16};
     const int MR = MRs[kind], NR = NRs[kind];
     if (M <= 0 || N <= 0) return;
@@ -813,8 +810,8 @@ static void gemm_blocked(int kind, float* C, uint16_t* C16, float cap, const voi
 #ifdef _OPENMP
             nt = omp_get_num_threads(); me = omp_get_thread_num();
 #endif
-            if (kind == 3) gm_pack_b_amx_rows((uint16_t*)bbuf, B, N, K, (int)((long)npb * me / nt), (int)((long)npb * (me + 1) / nt));
-            else gm_pack_b_bf16_rows((uint16_t*)bbuf, B, N, K, (int)((long)npb * me / nt), (int)((long)npb * (me + 1) / nt));
+            if (kind == 3) gm_pack_b_amx_rows((uint16_t*)bbuf, B, bh, N, K, (int)((long)npb * me / nt), (int)((long)npb * (me + 1) / nt));
+            else gm_pack_b_bf16_rows((uint16_t*)bbuf, B, bh, N, K, (int)((long)npb * me / nt), (int)((long)npb * (me + 1) / nt));
             if (me == 0) memset((char*)bbuf + (size_t)npb * pb * esz, 0, pb * esz);
 #pragma omp barrier
         } else {
@@ -823,12 +820,12 @@ static void gemm_blocked(int kind, float* C, uint16_t* C16, float cap, const voi
                 int n0 = p * NR, nr = N - n0 < NR ? N - n0 : NR;
                 if (p == npb) { memset((char*)bbuf + (size_t)p * pb * esz, 0, pb * esz); continue; }
                 if (btr) {
-                    if (kind == 3) gm_pack_bt_amx_vec((uint16_t*)bbuf, B, N, K, p);
-                    else if (kind == 2) gm_pack_bt_bf16_vec((uint16_t*)bbuf, B, N, K, p);
-                    else if (kind == 0) gm_pack_bt_f32_avx512((float*)bbuf, B, N, K, p);
-                    else gm_pack_bt_f32((float*)bbuf + (size_t)p * pb, B, K, n0, nr, NR);
-                } else if (kind == 0) gm_pack_b_f32_avx512((float*)bbuf, B, N, K, p);
-                else gm_pack_b_f32((float*)bbuf + (size_t)p * pb, B, N, n0, nr, 0, K, NR);
+                    if (kind == 3) gm_pack_bt_amx_vec((uint16_t*)bbuf, Bf, N, K, p);
+                    else if (kind == 2) gm_pack_bt_bf16_vec((uint16_t*)bbuf, Bf, N, K, p);
+                    else if (kind == 0) gm_pack_bt_f32_avx512((float*)bbuf, Bf, N, K, p);
+                    else gm_pack_bt_f32((float*)bbuf + (size_t)p * pb, Bf, K, n0, nr, NR);
+                } else if (kind == 0) gm_pack_b_f32_avx512((float*)bbuf, B, bh, N, K, p);
+                else gm_pack_b_f32((float*)bbuf + (size_t)p * pb, B, bh, N, n0, nr, 0, K, NR);
             }
         }
         /* the tasks: blocks of GM_MB rows x GM_NB columns of C (whole micro-tiles) */
@@ -899,16 +896,15 @@ static void gemm_blocked(int kind, float* C, uint16_t* C16, float cap, const voi
  * bf16 storage, widened exactly as it is packed (so the same bits as the fp32 array holding those values); C fp32,
  * or (C16 != NULL; accumulate 0) stored as bf16 bits, after the softcap cap * tanh(c / cap) where cap > 0, each block
  * as it is finished (the same bits as softcap_forward and the bf16 rounding after the GEMM). */
-static void gemm_x(int bf16, float* C, uint16_t* C16, float cap, const void* A, int ah, long sam, long sak, const float* B, int btr,
-                   int M, int K, int N, int accumulate, int round_out) {
+static void gemm_x(int bf16, float* C, uint16_t* C16, float cap, const void* A, int ah, long sam, long sak, const void* B, int bh,
+                   int btr, int M, int K, int N, int accumulate, int round_out) {
     if (C16 && accumulate) { fprintf(stderr, "internal error: gemm: a bf16 output cannot accumulate\n"); exit(1); }
+    if (bh && btr) { fprintf(stderr, "internal error: gemm: B as bf16 bits is read row-major only\n"); exit(1); }
     int lv = gemm_level();
 #if TSDC_GEMM_X86
     if (sam == 1 || sak == 1) {   /* the SIMD paths read A by rows or by columns */
-        if (bf16 && lv == GEMM_AMX) { gemm_blocked(3, C, C16, cap, A, ah, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
-        if (bf16 && lv == GEMM_AVX512BF16) { gemm_blocked(2, C, C16, cap, A, ah, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
-        if (lv >= GEMM_AVX512) { gemm_blocked(0, C, C16, cap, A, ah, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
-        if (lv >= GEMM_AVX2) { gemm_blocked(1, C, C16, cap, A, ah, sam, sak, B, btr, M, K, N, accumulate, round_out); return; }
+        int kind = bf16 && lv == GEMM_AMX ? 3 : bf16 && lv == GEMM_AVX512BF16 ? 2 : lv >= GEMM_AVX512 ? 0 : lv >= GEMM_AVX2 ? 1 : -1;
+        if (kind >= 0) { gemm_blocked(kind, C, C16, cap, A, ah, sam, sak, B, bh, btr, M, K, N, accumulate, round_out); return; }
     }
 #endif
     (void)lv;
@@ -921,11 +917,15 @@ static void gemm_x(int bf16, float* C, uint16_t* C16, float cap, const void* A, 
         Af = w;
     }
     float* Cf = C16 ? (float*)gm_scratch(2, sizeof(float) * (size_t)M * N) : C;
-    if (!btr) gemm_portable(Cf, Af, sam, sak, B, M, K, N, accumulate);
-    else {   /* the portable path reads B row-major: transpose Bt once */
+    const float* Bf = (const float*)B;
+    if (!btr && !bh) gemm_portable(Cf, Af, sam, sak, Bf, M, K, N, accumulate);
+    else {   /* the portable path reads fp32 B row-major: Bt transposed once, or the bf16 B widened once */
         float* Bn = (float*)gm_scratch(1, sizeof(float) * (size_t)K * N);
-        for (int n = 0; n < N; n++)
-            for (int k = 0; k < K; k++) Bn[(size_t)k * N + n] = B[(size_t)n * K + k];
+        if (bh)
+            for (size_t i = 0; i < (size_t)K * N; i++) Bn[i] = bf16_bits_to_f32(((const uint16_t*)B)[i]);
+        else
+            for (int n = 0; n < N; n++)
+                for (int k = 0; k < K; k++) Bn[(size_t)k * N + n] = Bf[(size_t)n * K + k];
         gemm_portable(Cf, Af, sam, sak, Bn, M, K, N, accumulate);
     }
     if (C16) {
@@ -936,11 +936,11 @@ static void gemm_x(int bf16, float* C, uint16_t* C16, float cap, const void* A, 
 }
 static void gemm_f32_x(float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate,
                        int round_out) {
-    gemm_x(0, C, NULL, 0.0f, A, 0, sam, sak, B, btr, M, K, N, accumulate, round_out);
+    gemm_x(0, C, NULL, 0.0f, A, 0, sam, sak, B, 0, btr, M, K, N, accumulate, round_out);
 }
 static void gemm_bf16_x(float* C, const float* A, long sam, long sak, const float* B, int btr, int M, int K, int N, int accumulate,
                         int round_out) {
-    gemm_x(1, C, NULL, 0.0f, A, 0, sam, sak, B, btr, M, K, N, accumulate, round_out);
+    gemm_x(1, C, NULL, 0.0f, A, 0, sam, sak, B, 0, btr, M, K, N, accumulate, round_out);
 }
 /* fp32 inputs, fp32 accumulation, on the best fp32 path at or below the level in use */
 static void gemm_f32(float* C, const float* A, long sam, long sak, const float* B, int M, int K, int N, int accumulate) {

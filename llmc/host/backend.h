@@ -57,7 +57,10 @@ static void model_trace_snapshot(Model* model);
 static void model_trace_diff(Model* model, int site, int l, int B, int T, double* num, double* den);
 
 /* ------------------------------------------------------------------ the shared protection state's accessors */
-static void model_set_fault(Model* model, FaultCtx* fx) { model->prot.fx = fx; }
+/* the trainer's storage for the flips fx makes (the CPU's -precision bf16 keeps a tensor that takes fp32 flips in a
+ * float array; called before the first forward) */
+static void model_fault_storage(Model* model, const FaultCtx* fx);
+static void model_set_fault(Model* model, FaultCtx* fx) { model->prot.fx = fx; model_fault_storage(model, fx); }
 /* a kind of PROT_KINDS on or off in the passes (the host loop sets every kind from -protect; a kind the
  * trainer does not provide is never set on: PROT_KINDS' gpu column) */
 static void model_set_protect(Model* model, int kind, int on) { model->prot.on[kind] = on != 0; }

@@ -38,6 +38,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #ifndef TSDC_HD
 #ifdef __CUDACC__
@@ -88,43 +89,69 @@ TSDC_HD static inline float mmb_norm(double ss) { return (float)(sqrt(ss) * (1.0
 /* the comparison, in the same fp32 operations on both trainers */
 TSDC_HD static inline int mmb_violates(float y, float nx, float nw, float c) { return !(fabsf(y) <= nx * nw * c + MMB_ABS); }
 
+/* an operand stored as fp32, or (h) as bf16 bits (-precision bf16's storage of the MLP's hidden tensors): columns
+ * c0 .. c0 + n - 1 (n <= MMB_CHUNK) of the row at offset o, widened exactly into buf where needed */
+#define MMB_CHUNK 512
+static inline const float* mmb_chunk(const void* x, int h, size_t o, int n, float* buf) {
+    if (!h) return (const float*)x + o;
+    const unsigned short* s = (const unsigned short*)x + o;
+    for (int i = 0; i < n; i++) {
+        const unsigned int u = (unsigned int)s[i] << 16;
+        memcpy(buf + i, &u, 4);
+    }
+    return buf;
+}
 /* the 2-norms of the rows of x [rows, cols] (row stride ld), each a sum of squares in double: 8 partial sums over
- * the columns k = j mod 8 (a SIMD-friendly order; any order is far inside the 2^-20 the norm is rounded up by) */
-static void mmb_row_norms(float* out, const float* x, int rows, int cols, int ld) {
+ * the columns k = j mod 8, each in k order (a SIMD-friendly order; any order is far inside the 2^-20 the norm is
+ * rounded up by); the columns taken MMB_CHUNK at a time (a multiple of 8: the same sums) */
+static void mmb_row_norms_x(float* out, const void* x, int h, int rows, int cols, int ld) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
-        const float* p = x + (size_t)r * ld;
         double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        int k = 0;
-        for (; k + 8 <= cols; k += 8)
-            for (int j = 0; j < 8; j++) acc[j] += (double)p[k + j] * p[k + j];
-        for (; k < cols; k++) acc[k & 7] += (double)p[k] * p[k];
+        float buf[MMB_CHUNK];
+        for (int c0 = 0; c0 < cols; c0 += MMB_CHUNK) {
+            const int n = cols - c0 < MMB_CHUNK ? cols - c0 : MMB_CHUNK;
+            const float* p = mmb_chunk(x, h, (size_t)r * ld + c0, n, buf);
+            int k = 0;
+            for (; k + 8 <= n; k += 8)
+                for (int j = 0; j < 8; j++) acc[j] += (double)p[k + j] * p[k + j];
+            for (; k < n; k++) acc[k & 7] += (double)p[k] * p[k];
+        }
         out[r] = mmb_norm(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
     }
 }
-/* the number of outputs of y [rows, cols] (row stride ld) over their bound, given the input rows' norms nx [rows]
- * and the weight rows' norms nw [cols] of a product over K; qmax (not NULL): the largest |y| / bound of the finite
- * outputs (how close the clean outputs come; test-only) */
-static long long mmb_count_q(const float* y, int rows, int cols, int ld, const float* nx, const float* nw, int K, double* qmax) {
+static void mmb_row_norms(float* out, const float* x, int rows, int cols, int ld) { mmb_row_norms_x(out, x, 0, rows, cols, ld); }
+/* the number of outputs of y [rows, cols] (row stride ld; stored as yh says) over their bound, given the input rows'
+ * norms nx [rows] and the weight rows' norms nw [cols] of a product over K; qmax (not NULL): the largest |y| / bound of
+ * the finite outputs (how close the clean outputs come; test-only) */
+static long long mmb_count_qx(const void* y, int yh, int rows, int cols, int ld, const float* nx, const float* nw, int K, double* qmax) {
     const float c = mmb_factor(K);
     long long bad = 0;
     double q = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : bad) reduction(max : q)
     for (int r = 0; r < rows; r++) {
-        const float* p = y + (size_t)r * ld;
         const float xr = nx[r];
-        int nb = 0;
-        for (int j = 0; j < cols; j++) nb += mmb_violates(p[j], xr, nw[j], c);   /* vectorised: no branch */
-        bad += nb;
-        if (qmax)
-            for (int j = 0; j < cols; j++)
-                if (isfinite(p[j])) {
-                    const double t = fabs((double)p[j]) / ((double)xr * nw[j] * c + MMB_ABS);
-                    if (t > q) q = t;
-                }
+        float buf[MMB_CHUNK];
+        for (int c0 = 0; c0 < cols; c0 += MMB_CHUNK) {
+            const int n = cols - c0 < MMB_CHUNK ? cols - c0 : MMB_CHUNK;
+            const float* p = mmb_chunk(y, yh, (size_t)r * ld + c0, n, buf);
+            const float* w = nw + c0;
+            int nb = 0;
+            for (int j = 0; j < n; j++) nb += mmb_violates(p[j], xr, w[j], c);   /* vectorised: no branch */
+            bad += nb;
+            if (qmax)
+                for (int j = 0; j < n; j++)
+                    if (isfinite(p[j])) {
+                        const double t = fabs((double)p[j]) / ((double)xr * w[j] * c + MMB_ABS);
+                        if (t > q) q = t;
+                    }
+        }
     }
     if (qmax) *qmax = q;
     return bad;
+}
+static long long mmb_count_q(const float* y, int rows, int cols, int ld, const float* nx, const float* nw, int K, double* qmax) {
+    return mmb_count_qx(y, 0, rows, cols, ld, nx, nw, K, qmax);
 }
 static long long mmb_count(const float* y, int rows, int cols, int ld, const float* nx, const float* nw, int K) {
     return mmb_count_q(y, rows, cols, ld, nx, nw, K, NULL);

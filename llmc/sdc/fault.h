@@ -25,7 +25,8 @@
  * Flip dtype (-fault_dtype). By default the bits flip in the storage dtype. Under -precision bf16 the
  * CPU trainer can flip them instead as if a site were stored in fp32 (fp32: every site; autocast: the
  * sites PyTorch autocast keeps in fp32, fault_autocast_fp32() below), to compare with the paper, whose
- * models ran under autocast. The flipped fp32 value is then read as is (not rounded to bf16 again). */
+ * models ran under autocast. The flipped fp32 value is then read as is (not rounded to bf16 again): such a site keeps
+ * a float array in the CPU trainer (which stores some sites as bf16 bits otherwise; fault_apply_host_x flips either). */
 #ifndef TSDC_FAULT_H
 #define TSDC_FAULT_H
 
@@ -313,24 +314,33 @@ static void fault_log_event(FaultCtx* fx, size_t n, size_t m, size_t live, doubl
             fault_event_width(fx) == 32 ? "fp32" : "bf16", (unsigned long long)e->seed, jnum(rms_before).s, jnum(rms_after).s);
 }
 
-/* CPU tensors (float arrays holding fp32, or bf16-representable values): flip in place, log */
-static void fault_apply_host(FaultCtx* fx, float* x, size_t n) {
+/* CPU tensors: float arrays holding fp32 or bf16-representable values, or (h) -precision bf16's storage as bf16 bits
+ * (the MLP's hidden tensors; only with 16-bit flips: a site that takes fp32 flips keeps its float array). Flip in
+ * place (a bf16 element as fault_flip_value flips the float that holds it, so the same bits either way), log. */
+static inline float fault_elem(const void* x, int h, size_t i) { return h ? bf16_bits_to_f32(((const uint16_t*)x)[i]) : ((const float*)x)[i]; }
+static void fault_apply_host_x(FaultCtx* fx, void* x, int h, size_t n) {
     size_t m = fault_count(&fx->ev, n);
     double ss0 = 0, ss1 = 0;
     size_t live = 0;
-    for (size_t i = 0; i < n; i++) ss0 += (double)x[i] * x[i];
+    for (size_t i = 0; i < n; i++) { double v = fault_elem(x, h, i); ss0 += v * v; }
     if (m > 0) {
         size_t* idx = (size_t*)mallocCheck(sizeof(size_t) * m);
         uint32_t* mask = (uint32_t*)mallocCheck(sizeof(uint32_t) * m);
         int width = fault_event_width(fx);
+        if (h && width != 16) { fprintf(stderr, "internal error: fp32 flips into a tensor stored as bf16\n"); exit(1); }
         fault_select(&fx->ev, n, m, width, idx, mask);
-        for (size_t i = 0; i < m; i++) x[idx[i]] = fault_flip_value(x[idx[i]], mask[i], width);
+        for (size_t i = 0; i < m; i++) {
+            const float v = fault_flip_value(fault_elem(x, h, idx[i]), mask[i], width);
+            if (h) ((uint16_t*)x)[idx[i]] = (uint16_t)(f32_bits(v) >> 16);   /* exact: a bf16 value */
+            else ((float*)x)[idx[i]] = v;
+        }
         live = fault_live_count(fx, idx, m);
         free(idx); free(mask);
     }
-    for (size_t i = 0; i < n; i++) ss1 += (double)x[i] * x[i];
+    for (size_t i = 0; i < n; i++) { double v = fault_elem(x, h, i); ss1 += v * v; }
     fault_log_event(fx, n, m, live, sqrt(ss0 / (n ? n : 1)), sqrt(ss1 / (n ? n : 1)));
 }
+static void fault_apply_host(FaultCtx* fx, float* x, size_t n) { fault_apply_host_x(fx, x, 0, n); }
 
 /* --------------------------------------------------------------------------------- flags */
 /* parse "q_proj,k_proj" (or "all", "qk" = the Q/K path) into a mask; fails naming the flag */

@@ -357,8 +357,8 @@ static void test_strided(void) {
 }
 
 /* --------------------------------------------- (j) faults at the fused sites land as on the CPU trainer */
-/* a site's forward tensor as bf16 bits in logical order: the GPU's through its view, the CPU's (-precision bf16, fp32
- * arrays holding bf16 values) directly */
+/* a site's forward tensor as bf16 bits in logical order: the GPU's through its view, the CPU's (-precision bf16: bf16
+ * bits for the logits and the MLP's hidden tensors, fp32 arrays holding bf16 values otherwise) directly */
 static uint16_t* gpu_site_bits(Model* gm, int site, int l, int B, int T, size_t* n) {
     size_t cols, ld;
     const bf16* x = model_site_view(gm, site, l, B, T, n, &cols, &ld);
@@ -368,8 +368,15 @@ static uint16_t* gpu_site_bits(Model* gm, int site, int l, int B, int T, size_t*
     return v;
 }
 static uint16_t* cpu_site_bits(cpu::Model* cm, int site, int l, int B, int T, size_t* n) {
+    uint16_t* v;
+    const uint16_t* xh = cpu::model_site_tensor_h(cm, site, l, B, T, n);
+    if (xh) {
+        v = (uint16_t*)mallocCheck(*n * 2);
+        memcpy(v, xh, *n * 2);
+        return v;
+    }
     const float* x = cpu::model_site_tensor(cm, site, l, B, T, n);
-    uint16_t* v = (uint16_t*)mallocCheck(*n * 2);
+    v = (uint16_t*)mallocCheck(*n * 2);
     for (size_t i = 0; i < *n; i++) v[i] = f32_to_bf16_bits(x[i]);
     return v;
 }
