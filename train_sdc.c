@@ -61,9 +61,9 @@
 typedef struct {
     float *attn_norm, *attn_ms;          /* [N,d], [N]                      attn_norm */
     float *q, *k, *v;                    /* [N,H*hd], [N,KV*hd] x2          q_proj k_proj v_proj */
-    float *qn, *kn, *qn_ms, *kn_ms;      /* weighted QK norm before RoPE    q_norm k_norm (Qwen3) */
+    float *qn, *kn, *qn_ms, *kn_ms;      /* weighted QK norm before RoPE    q_norm k_norm (Qwen3; NULL otherwise) */
     float *qr, *kr;                      /* after RoPE                      q_rope k_rope */
-    float *qf, *kf, *qf_ms, *kf_ms;      /* plain QK norm after RoPE        q_norm k_norm (nanochat) */
+    float *qf, *kf, *qf_ms, *kf_ms;      /* plain QK norm after RoPE        q_norm k_norm (nanochat; NULL otherwise) */
     float *logits, *probs;               /* [B,H,T,T]                       att_logits att_probs (materialised path only:
                                             in Model.att_mem, NULL until something needs them) */
     int fused;                           /* the last forward took the fused attention here (the backward follows it) */
@@ -234,9 +234,11 @@ static void model_carve(Model* model) {
     size_t N = (size_t)model->B * model->T, d = c->d_model, qd = (size_t)c->n_head * c->head_dim, kd = (size_t)c->n_kv_head * c->head_dim;
     size_t F = c->ffn_dim, V = c->vocab_size, H = c->n_head, KV = c->n_kv_head;
 #define NFL(site, n) (h[site] ? ((n) + 1) / 2 : (n))   /* a tensor's floats */
+    /* the QK norm's output and mean squares: only for the family's form (Qwen3's before RoPE, nanochat's after) */
+    const int qkn_pre = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE, qkn_post = c->qk_norm == QKNORM_PLAIN_POST_ROPE;
     size_t per_layer = N * d * 2 + NFL(SITE_ATTN_NORM, N * d) + NFL(SITE_O_PROJ, N * d) + NFL(SITE_MLP_NORM, N * d) +
-                       NFL(SITE_DOWN_PROJ, N * d) + N * 2 + N * qd * 5 + N * kd * 5 + N * (H + KV) * 2 + NFL(SITE_GATE_PROJ, N * F) +
-                       NFL(SITE_UP_PROJ, N * F) + NFL(SITE_ACT, N * F) + NFL(SITE_MLP_PRODUCT, N * F);
+                       NFL(SITE_DOWN_PROJ, N * d) + N * 2 + N * qd * 3 + N * kd * 3 + (size_t)(qkn_pre + qkn_post) * N * (qd + kd + H + KV) +
+                       NFL(SITE_GATE_PROJ, N * F) + NFL(SITE_UP_PROJ, N * F) + NFL(SITE_ACT, N * F) + NFL(SITE_MLP_PRODUCT, N * F);
 #undef NFL
     size_t nlog = precision ? (N * V + 1) / 2 : N * V;   /* the logits: bf16 bits in bf16 mode (two a float) */
     size_t total = N * d * 2 + N + (size_t)c->n_layer * per_layer + N * d + N + nlog + N * 2 /* forward */
@@ -253,9 +255,10 @@ static void model_carve(Model* model) {
         LayerActs* a = &model->la[l];
         CARVE_S(attn_norm, SITE_ATTN_NORM, N * d); CARVE(a->attn_ms, N);
         CARVE(a->q, N * qd); CARVE(a->k, N * kd); CARVE(a->v, N * kd);
-        CARVE(a->qn, N * qd); CARVE(a->kn, N * kd); CARVE(a->qn_ms, N * H); CARVE(a->kn_ms, N * KV);
+        a->qn = a->kn = a->qn_ms = a->kn_ms = a->qf = a->kf = a->qf_ms = a->kf_ms = NULL;
+        if (qkn_pre) { CARVE(a->qn, N * qd); CARVE(a->kn, N * kd); CARVE(a->qn_ms, N * H); CARVE(a->kn_ms, N * KV); }
         CARVE(a->qr, N * qd); CARVE(a->kr, N * kd);
-        CARVE(a->qf, N * qd); CARVE(a->kf, N * kd); CARVE(a->qf_ms, N * H); CARVE(a->kf_ms, N * KV);
+        if (qkn_post) { CARVE(a->qf, N * qd); CARVE(a->kf, N * kd); CARVE(a->qf_ms, N * H); CARVE(a->kf_ms, N * KV); }
         CARVE(a->att_out, N * qd); CARVE_S(o, SITE_O_PROJ, N * d); CARVE(a->resid_mid, N * d);
         CARVE_S(mlp_norm, SITE_MLP_NORM, N * d); CARVE(a->mlp_ms, N);
         CARVE_S(gate, SITE_GATE_PROJ, N * F); CARVE_S(up, SITE_UP_PROJ, N * F); CARVE_S(act, SITE_ACT, N * F);
