@@ -785,14 +785,14 @@ static int bench_init(const char* preset) {
     return 0;
 }
 
-/* -precision bf16's storage of the MLP's hidden tensors as bf16 bits: each element-wise kernel's _x form, the bound's
- * row norms and comparison, and the fault injector on bf16 bits, against the fp32 forms on float arrays holding the
- * same values, bit for bit (n spanning several EW_BLK blocks and a partial one; values of both signs, zeros, a NaN
+/* -precision bf16's storage of activations as bf16 bits: each element-wise kernel's _x form (SiLU, the product, ReLU^2,
+ * the residual add, RMSNorm), the bound's row norms and comparison, and the fault injector on bf16 bits, against the
+ * fp32 forms on float arrays holding the same values, bit for bit (n spanning several EW_BLK blocks and a partial one; values of both signs, zeros, a NaN
  * and infinities; a row longer than MMB_CHUNK). Catches: a block widened or stored at the wrong offset, a bf16 output
  * not rounded to nearest even (or rounded twice), a flip landing in another bit or element of a bf16 tensor than of
  * the float array, the bound reading a bf16 row as floats. */
 static void test_bf16_storage_forms(void) {
-    printf("bf16 storage of the MLP's hidden tensors: the _x forms = the fp32 forms, bitwise\n");
+    printf("bf16 storage of the activations: the _x forms = the fp32 forms, bitwise\n");
     const size_t n = 3 * EW_BLK + 77;
     float *g = mallocCheck(4 * n), *u = mallocCheck(4 * n), *d = mallocCheck(4 * n), *r0 = mallocCheck(4 * n), *r1 = mallocCheck(4 * n);
     float *s0 = mallocCheck(4 * n), *s1 = mallocCheck(4 * n);
@@ -828,6 +828,40 @@ static void test_bf16_storage_forms(void) {
     check(ok[1], "  product forward");
     check(ok[2], "  ReLU^2 forward");
     check(ok[3], "  silu, product and ReLU^2 backward from bf16 stored inputs");
+    /* the residual add (each operand and the output either way) and RMSNorm, forward and backward, over rows of 300
+     * (a partial block of NORM_ROWS rows at the end; finite values, past the special ones, so that a NaN does not hide
+     * a difference in dw) with the input and output stored as bf16 bits */
+    {
+        const int rows = 39, C = 300, o0 = 200;
+        const size_t nn = (size_t)rows * C;
+        float *w = mallocCheck(4 * C), *ms0 = mallocCheck(4 * rows), *ms1 = mallocCheck(4 * rows), *dw0 = calloc(C, 4), *dw1 = calloc(C, 4);
+        fill_normal(w, C, 8, 1);
+        int okr = 1, okn = 1;
+        for (int hh = 0; hh < 4; hh++) {   /* a, b stored as bf16 bits or not */
+            residual_forward_r(r0, g, u, n, 1);
+            residual_forward_x(oh, 1, hh & 1 ? (const void*)gh : (const void*)g, hh & 1, hh & 2 ? (const void*)uh : (const void*)u, (hh & 2) != 0, n, 1);
+            for (size_t i = 0; i < n; i++) okr &= oh[i] == f32_to_bf16_bits(r0[i]);
+            residual_forward_x(r1, 0, hh & 1 ? (const void*)gh : (const void*)g, hh & 1, hh & 2 ? (const void*)uh : (const void*)u, (hh & 2) != 0, n, 1);
+            okr &= !memcmp(r0, r1, 4 * n);
+        }
+        for (int round = 0; round < 2; round++) {
+            rmsnorm_forward_r(r0, ms0, u + o0, w, rows, C, 1e-5f, 1);
+            rmsnorm_forward_x(oh, 1, ms1, uh + o0, 1, w, rows, C, 1e-5f, round);
+            for (size_t i = 0; i < nn; i++) okn &= oh[i] == f32_to_bf16_bits(r0[i]);
+            okn &= !memcmp(ms0, ms1, 4 * rows);
+            rmsnorm_forward_r(r0, ms0, u + o0, w, rows, C, 1e-5f, round);
+            rmsnorm_forward_x(r1, 0, ms1, uh + o0, 1, w, rows, C, 1e-5f, round);
+            okn &= !memcmp(r0, r1, 4 * nn);
+            memcpy(s0, d, 4 * nn); memcpy(s1, d, 4 * nn);
+            rmsnorm_backward_r(s0, dw0, g + o0, u + o0, w, ms0, rows, C, 1e-5f, round, round);
+            rmsnorm_backward_x(s1, dw1, g + o0, uh + o0, 1, w, ms0, rows, C, 1e-5f, round, round);
+            okn &= !memcmp(s0, s1, 4 * nn) && !memcmp(dw0, dw1, 4 * C);
+            for (int i = 0; i < C; i++) okn &= isfinite(dw0[i]);
+        }
+        check(okr, "  residual add, operands and output as fp32 or bf16 bits");
+        check(okn, "  RMSNorm forward (bf16 input and output) and backward (bf16 input; dx and dw)");
+        free(w); free(ms0); free(ms1); free(dw0); free(dw1);
+    }
     /* the bound: rows of 1300 columns (MMB_CHUNK 512: two chunks and a partial one) */
     const int rows = 7, cols = 1300;
     float nx0[7], nx1[7], *nw = mallocCheck(4 * cols);

@@ -13,13 +13,13 @@
  * activation gradient is rounded to bf16 (round-to-nearest-even) by the op that writes it, as it writes it (the _r
  * forms' round = precision; no rounding pass of its own). Weight gradients, mean squares, losses and the
  * optimizer stay fp32. Stored as bf16 bits (half the bytes, as the GPU stores them): the logits (then dlogits, in
- * place; logits_h), and the forward tensors of the sites in BF16_SITES (the norms' outputs, o_proj, the MLP's
- * hidden tensors, down_proj; Model.h16, ACT_T): the op that writes one stores it so, the ops that read it widen
+ * place; logits_h), and the forward tensors of the sites in BF16_SITES (the norms' outputs, the residual stream,
+ * o_proj, the MLP's hidden tensors, down_proj; Model.h16, ACT_T): the op that writes one stores it so, the ops that read it widen
  * it exactly (the GEMMs as they pack A or B, the element-wise kernels a block at a time, the checks a row at a
  * time), so every result has the bits of the fp32 arrays holding the same values. A site that the faults flip in
  * fp32 (-fault_dtype fp32, autocast's fp32 sites) keeps its float array (model_fault_storage), and
  * TSDC_CPU_STORAGE=fp32 keeps them all so. The other activations (q, k, v and their norms and rotations, att_out,
- * the residual stream) and the activation gradients are fp32 arrays holding bf16 values.
+ * the embedding's output) and the activation gradients are fp32 arrays holding bf16 values.
  *
  * Determinism: see llmc/cpu/cpu_kernels.h; every reduction has a fixed order that does not depend on the
  * thread count, so the same flags give the same bits. test_sdc.c includes this file with TESTING
@@ -75,7 +75,7 @@ typedef struct {
     float *act, *prod;                   /* [N,F]                           act mlp_product */
     /* the same tensors as bf16 bits where Model.h16 says their site is so stored (the float pointer NULL then; ACT_T
      * gives either) */
-    uint16_t *attn_norm_h, *o_h, *mlp_norm_h, *gate_h, *up_h, *act_h, *prod_h, *down_h;
+    uint16_t *attn_norm_h, *o_h, *resid_mid_h, *mlp_norm_h, *gate_h, *up_h, *act_h, *prod_h, *down_h, *out_h;
     float *down;                         /* [N,d]                           down_proj */
     float *out;                          /* [N,d] resid_mid + down          block_out */
 } LayerActs;
@@ -191,11 +191,12 @@ static int storage_fp32_from_env(void) {
     return 0;
 }
 static void model_carve(Model* model);
-/* the sites whose forward tensor -precision bf16 stores as bf16 bits: the norms' outputs and every projection's
- * output that no fused kernel writes (the attention's q, k, v and their norms and rotations, att_out, the residual
- * stream and every gradient are float arrays holding bf16 values) */
-static const int BF16_SITES[] = {SITE_ATTN_NORM, SITE_O_PROJ, SITE_MLP_NORM, SITE_GATE_PROJ, SITE_UP_PROJ, SITE_ACT,
-                                 SITE_MLP_PRODUCT, SITE_DOWN_PROJ};
+/* the sites whose forward tensor -precision bf16 stores as bf16 bits: the norms' outputs, the residual stream (but the
+ * embedding's output, the first layer's input) and every projection's output that no attention kernel reads or
+ * writes (the attention's q, k, v and their norms and rotations, att_out and every gradient are float arrays holding
+ * bf16 values) */
+static const int BF16_SITES[] = {SITE_ATTN_NORM, SITE_O_PROJ, SITE_ATTN_RESIDUAL, SITE_MLP_NORM, SITE_GATE_PROJ, SITE_UP_PROJ,
+                                 SITE_ACT, SITE_MLP_PRODUCT, SITE_DOWN_PROJ, SITE_BLOCK_OUT};
 #define N_BF16_SITES ((int)(sizeof(BF16_SITES) / sizeof(BF16_SITES[0])))
 static void model_build(Model* model, const Config* c, int B, int T, int precision) {
     memset(model, 0, sizeof(*model));
@@ -236,7 +237,7 @@ static void model_carve(Model* model) {
 #define NFL(site, n) (h[site] ? ((n) + 1) / 2 : (n))   /* a tensor's floats */
     /* the QK norm's output and mean squares: only for the family's form (Qwen3's before RoPE, nanochat's after) */
     const int qkn_pre = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE, qkn_post = c->qk_norm == QKNORM_PLAIN_POST_ROPE;
-    size_t per_layer = N * d * 2 + NFL(SITE_ATTN_NORM, N * d) + NFL(SITE_O_PROJ, N * d) + NFL(SITE_MLP_NORM, N * d) +
+    size_t per_layer = NFL(SITE_ATTN_RESIDUAL, N * d) + NFL(SITE_BLOCK_OUT, N * d) + NFL(SITE_ATTN_NORM, N * d) + NFL(SITE_O_PROJ, N * d) + NFL(SITE_MLP_NORM, N * d) +
                        NFL(SITE_DOWN_PROJ, N * d) + N * 2 + N * qd * 3 + N * kd * 3 + (size_t)(qkn_pre + qkn_post) * N * (qd + kd + H + KV) +
                        NFL(SITE_GATE_PROJ, N * F) + NFL(SITE_UP_PROJ, N * F) + NFL(SITE_ACT, N * F) + NFL(SITE_MLP_PRODUCT, N * F);
 #undef NFL
@@ -259,11 +260,11 @@ static void model_carve(Model* model) {
         if (qkn_pre) { CARVE(a->qn, N * qd); CARVE(a->kn, N * kd); CARVE(a->qn_ms, N * H); CARVE(a->kn_ms, N * KV); }
         CARVE(a->qr, N * qd); CARVE(a->kr, N * kd);
         if (qkn_post) { CARVE(a->qf, N * qd); CARVE(a->kf, N * kd); CARVE(a->qf_ms, N * H); CARVE(a->kf_ms, N * KV); }
-        CARVE(a->att_out, N * qd); CARVE_S(o, SITE_O_PROJ, N * d); CARVE(a->resid_mid, N * d);
+        CARVE(a->att_out, N * qd); CARVE_S(o, SITE_O_PROJ, N * d); CARVE_S(resid_mid, SITE_ATTN_RESIDUAL, N * d);
         CARVE_S(mlp_norm, SITE_MLP_NORM, N * d); CARVE(a->mlp_ms, N);
         CARVE_S(gate, SITE_GATE_PROJ, N * F); CARVE_S(up, SITE_UP_PROJ, N * F); CARVE_S(act, SITE_ACT, N * F);
         CARVE_S(prod, SITE_MLP_PRODUCT, N * F);
-        CARVE_S(down, SITE_DOWN_PROJ, N * d); CARVE(a->out, N * d);
+        CARVE_S(down, SITE_DOWN_PROJ, N * d); CARVE_S(out, SITE_BLOCK_OUT, N * d);
     }
     CARVE(model->final_norm, N * d); CARVE(model->final_ms, N);
     if (precision) { model->logits_h = (uint16_t*)p; p += nlog; }
@@ -495,16 +496,16 @@ static void ew_compare_x(Model* model, int l, const void* x, int h, const float*
 }
 static void ew_compare(Model* model, int l, const float* x, const float* r, size_t n) { ew_compare_x(model, l, x, 0, r, n); }
 /* out stored as oh says */
-static void ew_rmsnorm(Model* model, int l, const void* out, int oh, const float* x, const float* w, int N, int d) {
+static void ew_rmsnorm(Model* model, int l, const void* out, int oh, const void* x, int xh, const float* w, int N, int d) {
     float* r = ew_scratch(model);
-    rmsnorm_forward(r, r + 2 * ew_stride(model), x, w, N, d, (float)model->c.norm_eps);
+    rmsnorm_forward_x(r, 0, r + 2 * ew_stride(model), x, xh, w, N, d, (float)model->c.norm_eps, 0);
     ew_compare_x(model, l, out, oh, r, (size_t)N * d);
 }
-/* out = a + b, b stored as bh says */
-static void ew_residual(Model* model, int l, const float* out, const float* a, const void* b, int bh, size_t n) {
+/* out = a + b, each stored as its flag says */
+static void ew_residual(Model* model, int l, const void* out, int oh, const void* a, int ah, const void* b, int bh, size_t n) {
     float* r = ew_scratch(model);
-    residual_forward_x(r, a, b, bh, n, 0);
-    ew_compare(model, l, out, r, n);
+    residual_forward_x(r, 0, a, ah, b, bh, n, 0);
+    ew_compare_x(model, l, out, oh, r, n);
 }
 /* the backward's residual gradients, accumulated in place by the norms' backward (dres += d/dx norm(x)): the value
  * before the accumulation is kept in the scratch (ew_keep_dres), and after the result's injection point the same
@@ -513,10 +514,10 @@ static void ew_residual(Model* model, int l, const float* out, const float* a, c
 static void ew_keep_dres(Model* model, const float* dres, size_t n) {
     if (model->prot.on[PK_EW]) memcpy(ew_scratch(model), dres, n * sizeof(float));
 }
-static void ew_norm_backward(Model* model, int l, const float* dres, const float* dout, const float* x, const float* w, const float* ms,
-                             int N, int d, int accumulate) {
+static void ew_norm_backward(Model* model, int l, const float* dres, const float* dout, const void* x, int xh, const float* w,
+                             const float* ms, int N, int d, int accumulate) {
     float* r = ew_scratch(model);
-    rmsnorm_backward(r, NULL, dout, x, w, ms, N, d, (float)model->c.norm_eps, accumulate);
+    rmsnorm_backward_x(r, NULL, dout, x, xh, w, ms, N, d, (float)model->c.norm_eps, accumulate, 0);
     ew_compare(model, l, dres, r, (size_t)N * d);
 }
 
@@ -620,21 +621,23 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
     model->last_B = B; model->last_T = T;
 
     embedding_forward(model->emb, inputs, W(PT_WTE, -1), N, d);   /* [N,d]; rows of the weights in use: bf16 values in bf16 mode */
-    float* x = model->emb;
+    const void* x = model->emb;   /* the layer's input, the residual stream: stored as xh says */
+    int xh = 0;
     if (c->embed_norm) {
-        rmsnorm_forward_r(model->x0, model->emb_ms, x, W(PT_EMBED_NORM, -1), N, d, eps, model->precision);
+        rmsnorm_forward_r(model->x0, model->emb_ms, model->emb, W(PT_EMBED_NORM, -1), N, d, eps, model->precision);
         x = model->x0;
     }
     const int prec = model->precision;
-    /* the tensors stored as bf16 bits where h16 says (ACT_T): the norms' outputs, o_proj, the MLP's, down_proj */
+    /* the tensors stored as bf16 bits where h16 says (ACT_T): the norms' outputs, the residual stream, o_proj, the
+     * MLP's, down_proj */
     const unsigned char* h16 = model->h16;
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
         /* attention block: x + o_proj(attn(rope(qk_norm(q, k)), v)) */
         void* an = ACT_T(a, attn_norm, SITE_ATTN_NORM);
         const int anh = h16[SITE_ATTN_NORM];
-        rmsnorm_forward_x(an, anh, a->attn_ms, x, W(PT_ATTN_NORM, l), N, d, eps, prec);   STORE_RND_X(SITE_ATTN_NORM, l, an, anh, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, an, anh, x, W(PT_ATTN_NORM, l), N, d);
+        rmsnorm_forward_x(an, anh, a->attn_ms, x, xh, W(PT_ATTN_NORM, l), N, d, eps, prec);   STORE_RND_X(SITE_ATTN_NORM, l, an, anh, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, an, anh, x, xh, W(PT_ATTN_NORM, l), N, d);
         matmul_forward_x(a->q, NULL, 0.0f, an, anh, W(PT_WQ, l), N, d, qd, prec, prec);                       STORE_RND(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
         matmul_forward_x(a->k, NULL, 0.0f, an, anh, W(PT_WK, l), N, d, kd, prec, prec);                       STORE_RND(SITE_K_PROJ, l, a->k, (size_t)N * kd);
         matmul_forward_x(a->v, NULL, 0.0f, an, anh, W(PT_WV, l), N, d, kd, prec, prec);                       STORE_RND(SITE_V_PROJ, l, a->v, (size_t)N * kd);
@@ -679,13 +682,15 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         const int oh = h16[SITE_O_PROJ];
         matmul_forward_x((float*)(oh ? NULL : o), (uint16_t*)(oh ? o : NULL), 0.0f, a->att_out, 0, W(PT_WO, l), N, qd, d, prec, prec); STORE_RND_X(SITE_O_PROJ, l, o, oh, (size_t)N * d);
         if (mmb) mmb_check_x(model, l, MMB_O_PROJ, o, oh, N, d, mmb_input_norms(model, 0, a->att_out, N, qd), qd);
-        residual_forward_x(a->resid_mid, x, o, oh, (size_t)N * d, prec);      STORE_RND(SITE_ATTN_RESIDUAL, l, a->resid_mid, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_residual(model, l, a->resid_mid, x, o, oh, (size_t)N * d);
+        void* rm = ACT_T(a, resid_mid, SITE_ATTN_RESIDUAL);
+        const int rmh = h16[SITE_ATTN_RESIDUAL];
+        residual_forward_x(rm, rmh, x, xh, o, oh, (size_t)N * d, prec);      STORE_RND_X(SITE_ATTN_RESIDUAL, l, rm, rmh, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_residual(model, l, rm, rmh, x, xh, o, oh, (size_t)N * d);
         /* MLP block: x + down(silu(gate) * up)  or  x + down(relu(fc)^2) */
         void* mn = ACT_T(a, mlp_norm, SITE_MLP_NORM);
         const int mnh = h16[SITE_MLP_NORM];
-        rmsnorm_forward_x(mn, mnh, a->mlp_ms, a->resid_mid, W(PT_MLP_NORM, l), N, d, eps, prec); STORE_RND_X(SITE_MLP_NORM, l, mn, mnh, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, mn, mnh, a->resid_mid, W(PT_MLP_NORM, l), N, d);
+        rmsnorm_forward_x(mn, mnh, a->mlp_ms, rm, rmh, W(PT_MLP_NORM, l), N, d, eps, prec); STORE_RND_X(SITE_MLP_NORM, l, mn, mnh, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, mn, mnh, rm, rmh, W(PT_MLP_NORM, l), N, d);
         /* the hidden tensors as stored: each op reads and writes them so */
         void *gate = ACT_T(a, gate, SITE_GATE_PROJ), *up = ACT_T(a, up, SITE_UP_PROJ), *act = ACT_T(a, act, SITE_ACT);
         void *prod = ACT_T(a, prod, SITE_MLP_PRODUCT), *hidden;
@@ -720,11 +725,13 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         const int dnh = h16[SITE_DOWN_PROJ];
         matmul_forward_x((float*)(dnh ? NULL : dn), (uint16_t*)(dnh ? dn : NULL), 0.0f, hidden, mh, W(PT_WDOWN, l), N, F, d, prec, prec); STORE_RND_X(SITE_DOWN_PROJ, l, dn, dnh, (size_t)N * d);
         if (mmb) mmb_check_x(model, l, MMB_DOWN_PROJ, dn, dnh, N, d, mmb_input_norms_x(model, 0, hidden, mh, N, F), F);
-        residual_forward_x(a->out, a->resid_mid, dn, dnh, (size_t)N * d, prec); STORE_RND(SITE_BLOCK_OUT, l, a->out, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_residual(model, l, a->out, a->resid_mid, dn, dnh, (size_t)N * d);
-        x = a->out;
+        void* bo = ACT_T(a, out, SITE_BLOCK_OUT);
+        const int boh = h16[SITE_BLOCK_OUT];
+        residual_forward_x(bo, boh, rm, rmh, dn, dnh, (size_t)N * d, prec); STORE_RND_X(SITE_BLOCK_OUT, l, bo, boh, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_residual(model, l, bo, boh, rm, rmh, dn, dnh, (size_t)N * d);
+        x = bo; xh = boh;
     }
-    rmsnorm_forward_r(model->final_norm, model->final_ms, x, W(PT_FINAL_NORM, -1), N, d, eps, model->precision);
+    rmsnorm_forward_x(model->final_norm, 0, model->final_ms, x, xh, W(PT_FINAL_NORM, -1), N, d, eps, model->precision);
     const float* lm = c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1);                       /* [V, d] */
     if (model->logits_h)   /* stored as bf16 bits by the GEMM, after the softcap */
         matmul_forward_h(model->logits_h, model->final_norm, lm, N, d, V, (float)c->softcap);
@@ -776,18 +783,25 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         exp_profile(model, lmt, -1, dlogits, (size_t)N * V);
         matmul_backward_r(dbuf, GR(lmt, -1), dlogits, model->final_norm, W(lmt, -1), N, d, V, 0, 0, 0);
     }
-    float* x_last = c->n_layer ? model->la[c->n_layer - 1].out : NULL;
-    rmsnorm_backward_r(dres, GR(PT_FINAL_NORM, -1), dbuf, x_last, W(PT_FINAL_NORM, -1), model->final_ms, N, d, eps, 0, model->precision);
+    /* a layer's input, the residual stream (stored as its flag says; the first layer's, the embedding's, fp32) */
+    const void* x_first = c->embed_norm ? model->x0 : model->emb;
+    const int boh = model->h16[SITE_BLOCK_OUT], rmh = model->h16[SITE_ATTN_RESIDUAL];
+    const void* x_last = c->n_layer ? ACT_T(&model->la[c->n_layer - 1], out, SITE_BLOCK_OUT) : x_first;
+    const int x_last_h = c->n_layer ? boh : 0;
+    rmsnorm_backward_x(dres, GR(PT_FINAL_NORM, -1), dbuf, x_last, x_last_h, W(PT_FINAL_NORM, -1), model->final_ms, N, d, eps, 0, model->precision);
     /* what wrote dres last, for ew's check of d(block_out) (the next layer's attn_norm backward, here the final norm's) */
-    const float *res_x = x_last, *res_w = W(PT_FINAL_NORM, -1), *res_ms = model->final_ms;
-    int res_acc = 0;
+    const void* res_x = x_last;
+    const float *res_w = W(PT_FINAL_NORM, -1), *res_ms = model->final_ms;
+    int res_acc = 0, res_xh = x_last_h;
 
     for (int l = c->n_layer - 1; l >= 0; l--) {
         LayerActs* a = &model->la[l];
-        float* x_in = l > 0 ? model->la[l - 1].out : (c->embed_norm ? model->x0 : model->emb);
+        const void* x_in = l > 0 ? ACT_T(&model->la[l - 1], out, SITE_BLOCK_OUT) : x_first;
+        const int x_in_h = l > 0 ? boh : 0;
+        const void* rm = ACT_T(a, resid_mid, SITE_ATTN_RESIDUAL);
         size_t natt = (size_t)B * H * T * T;
         FAULT_BWD(SITE_BLOCK_OUT, l, dres, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dbuf, res_x, res_w, res_ms, N, d, res_acc);
+        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dbuf, res_x, res_xh, res_w, res_ms, N, d, res_acc);
         /* MLP block: dres is d(block_out) = d(resid_mid) (through the skip) = d(down) */
         const float* ddown = fault_private_grad(model, SITE_DOWN_PROJ, l, dres, dbuf, (size_t)N * d);
         const int mh = model_mlp_h16(model), prec = model->precision;   /* the hidden tensors as stored (ACT_T) */
@@ -830,9 +844,9 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         }
         STORE_GRAD_RND(SITE_MLP_NORM, l, dbuf, (size_t)N * d);   /* the last product into dbuf stored it as bf16 */
         ew_keep_dres(model, dres, (size_t)N * d);
-        rmsnorm_backward_r(dres, GR(PT_MLP_NORM, l), dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, model->precision);
+        rmsnorm_backward_x(dres, GR(PT_MLP_NORM, l), dbuf, rm, rmh, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, model->precision);
         STORE_GRAD_RND(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dbuf, a->resid_mid, W(PT_MLP_NORM, l), a->mlp_ms, N, d, 1);
+        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dbuf, rm, rmh, W(PT_MLP_NORM, l), a->mlp_ms, N, d, 1);
         /* attention block: dres is d(resid_mid) = d(x_in) (skip) = d(o) */
         const float* dout_o = fault_private_grad(model, SITE_O_PROJ, l, dres, dbuf, (size_t)N * d);
         exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
@@ -896,8 +910,8 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         matmul_backward_x(dbuf, GR(PT_WV, l), model->dv, 0, an, anh, W(PT_WV, l), N, d, kd, 1, model->precision, model->precision);
         STORE_GRAD_RND(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
         ew_keep_dres(model, dres, (size_t)N * d);
-        rmsnorm_backward_r(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, model->precision);
-        res_x = x_in; res_w = W(PT_ATTN_NORM, l); res_ms = a->attn_ms; res_acc = 1;
+        rmsnorm_backward_x(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, x_in_h, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, model->precision);
+        res_x = x_in; res_xh = x_in_h; res_w = W(PT_ATTN_NORM, l); res_ms = a->attn_ms; res_acc = 1;
     }
     if (c->embed_norm) {
         rmsnorm_backward_r(dbuf, GR(PT_EMBED_NORM, -1), dres, model->emb, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0, model->precision);
@@ -1094,6 +1108,8 @@ static uint16_t* model_site_tensor_h(Model* model, int site, int l, int B, int T
     switch (site) {
         case SITE_ATTN_NORM: *n = N * d; return a->attn_norm_h;
         case SITE_O_PROJ: *n = N * d; return a->o_h;
+        case SITE_ATTN_RESIDUAL: *n = N * d; return a->resid_mid_h;
+        case SITE_BLOCK_OUT: *n = N * d; return a->out_h;
         case SITE_MLP_NORM: *n = N * d; return a->mlp_norm_h;
         case SITE_GATE_PROJ: *n = N * F; return a->gate_h;
         case SITE_UP_PROJ: *n = N * F; return a->up_h;

@@ -167,9 +167,10 @@ def test_trace_records_downstream_deviation(data, tmp_path, precision):
 
 @pytest.mark.parametrize("preset,site,sibling", [("tiny-qwen3", "gate_proj", "up_proj"), ("tiny-nanochat", "gate_proj", None)])
 def test_trace_of_tensors_stored_as_bf16(data, tmp_path, preset, site, sibling):
-    """-precision bf16 stores the norms' outputs, o_proj, the MLP's hidden tensors and down_proj as bf16 bits: a
-    gate_proj fault at layer 1 shows in its own tensor and those computed from it (act, the product, down_proj,
-    block_out, the logits), not in its sibling up_proj nor anywhere in layer 0; the trace leaves training unchanged.
+    """-precision bf16 stores the norms' outputs, the residual stream, o_proj, the MLP's hidden tensors and down_proj
+    as bf16 bits: a gate_proj fault at layer 1 shows in its own tensor and those computed from it (act, the product,
+    down_proj, block_out, the logits), not in its sibling up_proj nor anywhere in layer 0; the trace leaves training
+    unchanged.
     Catches: the trace reading bf16 bits as floats, a fault written into the wrong element width or tensor."""
     out = tmp_path / "t"
     kw = {"-preset": preset, "-precision": "bf16", "-fault_mode": "char", "-fault_rate": 1, "-fault_sites": site,

@@ -544,14 +544,14 @@ def test_fault_dtype_autocast_flips_fp32_sites_in_fp32(data, tmp_path):
 
 @pytest.mark.parametrize("preset", ["tiny-qwen3", "tiny-nanochat"])
 def test_bf16_storage_keeps_the_bits(data, tmp_path, preset):
-    """-precision bf16 stores the norms' outputs, o_proj, the MLP's hidden tensors (gate_proj, up_proj, act,
-    mlp_product) and down_proj as bf16 bits; the float arrays holding the same values (TSDC_CPU_STORAGE=fp32) give the
+    """-precision bf16 stores the norms' outputs, the residual stream, o_proj, the MLP's hidden tensors (gate_proj,
+    up_proj, act, mlp_product) and down_proj as bf16 bits; the float arrays holding the same values (TSDC_CPU_STORAGE=fp32) give the
     same run bit for bit: checkpoint, losses and fault log, under -protect all with a fault campaign on those sites in
     both passes (SwiGLU and ReLU^2). Catches: a kernel, check or fault reading or writing the bf16 storage differently
     from the float arrays, a fault flipping other bits of a bf16 tensor."""
     mlp = "gate_proj,act" if preset == "tiny-nanochat" else "gate_proj,up_proj,act,mlp_product"
     kw = {"-preset": preset, "-steps": 6, "-accum": 3, "-precision": "bf16", "-protect": "all", "-fault_mode": "campaign",
-          "-fault_pass": "both", "-fault_m": 40, "-fault_sites": "attn_norm,o_proj,mlp_norm,down_proj," + mlp, "-threads": 2}
+          "-fault_pass": "both", "-fault_m": 40, "-fault_sites": "attn_norm,o_proj,attn_residual,mlp_norm,down_proj,block_out," + mlp, "-threads": 2}
     for storage in ("bf16", "fp32"):
         run(small(data, tmp_path / storage, **kw), env={"TSDC_CPU_STORAGE": storage})
     assert ckpt(tmp_path / "bf16", 6) == ckpt(tmp_path / "fp32", 6)

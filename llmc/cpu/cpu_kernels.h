@@ -309,18 +309,31 @@ __attribute__((optimize("fp-contract=off"))) static void norm_row_sumsq(float* s
         }
     for (int j = 0; j < n; j++) s[j] = a[j];
 }
+/* rows r0 .. r0 + n - 1 of x [rows, C]: the fp32 array itself, or (xh) its bf16 bits widened exactly into buf */
+static inline const float* norm_rows_in(const void* x, int xh, size_t r0, int n, int C, float* buf) {
+    if (!xh) return (const float*)x + r0 * C;
+    bf16_unpack_span(buf, (const uint16_t*)x + r0 * C, n * C);
+    return buf;
+}
 /* round: each output row rounded to bf16 as it is written (its -precision bf16 store, without a pass of its own);
  * oh: out stored as bf16 bits (-precision bf16's storage of the norms' outputs: each row computed into a buffer and
- * stored as the bits of its rounding, the same bits) */
-static void rmsnorm_forward_x(void* out, int oh, float* ms, const float* x, const float* w, int rows, int C, float eps, int round) {
+ * stored as the bits of its rounding, the same bits); xh: x stored as bf16 bits (the residual stream), a block of
+ * rows widened exactly before the arithmetic */
+static void rmsnorm_forward_x(void* out, int oh, float* ms, const void* xs, int xh, const float* w, int rows, int C, float eps,
+                              int round) {
     int nblk = (rows + NORM_ROWS - 1) / NORM_ROWS;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel
+    {
+    float* xbuf = xh ? (float*)mallocCheck(sizeof(float) * NORM_ROWS * (size_t)C) : NULL;
+    float* rowbuf = oh ? (float*)mallocCheck(sizeof(float) * (size_t)C) : NULL;
+#pragma omp for schedule(static)
     for (int b = 0; b < nblk; b++) {
         int r0 = b * NORM_ROWS, n = rows - r0 < NORM_ROWS ? rows - r0 : NORM_ROWS;
-        float s[NORM_ROWS], rowbuf[oh ? C : 1];
-        norm_row_sumsq(s, x + (size_t)r0 * C, n, C);
+        float s[NORM_ROWS];
+        const float* x0 = norm_rows_in(xs, xh, (size_t)r0, n, C, xbuf);   /* the block's rows */
+        norm_row_sumsq(s, x0, n, C);
         for (int j = 0; j < n; j++) {
-            const float* xr = x + (size_t)(r0 + j) * C;
+            const float* xr = x0 + (size_t)j * C;
             float* o = oh ? rowbuf : (float*)out + (size_t)(r0 + j) * C;
             float m = s[j] / C;
             float rstd = 1.0f / sqrtf(m + eps);
@@ -331,9 +344,11 @@ static void rmsnorm_forward_x(void* out, int oh, float* ms, const float* x, cons
             else if (round) bf16_round_span(o, C);
         }
     }
+    free(xbuf); free(rowbuf);
+    }
 }
 static void rmsnorm_forward_r(float* out, float* ms, const float* x, const float* w, int rows, int C, float eps, int round) {
-    rmsnorm_forward_x(out, 0, ms, x, w, rows, C, eps, round);
+    rmsnorm_forward_x(out, 0, ms, x, 0, w, rows, C, eps, round);
 }
 static void rmsnorm_forward(float* out, float* ms, const float* x, const float* w, int rows, int C, float eps) {
     rmsnorm_forward_r(out, ms, x, w, rows, C, eps, 0);
@@ -343,16 +358,17 @@ static void rmsnorm_forward(float* out, float* ms, const float* x, const float* 
  * here, not chosen by the compiler). 16 columns walked together, each its own serial sum, reading the rows in
  * place (one column at a time walks down the rows, a cache line an element); the same bits as one column at a
  * time (test_sdc holds it to that loop). */
-__attribute__((optimize("fp-contract=off"))) static void rmsnorm_dw(float* dw, const float* dout, const float* x, const float* ms,
+__attribute__((optimize("fp-contract=off"))) static void rmsnorm_dw(float* dw, const float* dout, const void* x, int xh, const float* ms,
                                                                      int rows, int C, float eps) {
     int ncb = (C + 15) / 16;
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < ncb; b++) {
         int i0 = b * 16, w16 = C - i0 < 16 ? C - i0 : 16;
-        float s[16] = {0};
+        float s[16] = {0}, xw[16];
         for (int r = 0; r < rows; r++) {
             float rs = 1.0f / sqrtf(ms[r] + eps);
-            const float *g = dout + (size_t)r * C + i0, *xr = x + (size_t)r * C + i0;
+            const float *g = dout + (size_t)r * C + i0, *xr = (const float*)x + (size_t)r * C + i0;
+            if (xh) { bf16_unpack_span(xw, (const uint16_t*)x + (size_t)r * C + i0, w16); xr = xw; }   /* widened exactly */
             if (w16 == 16)
                 for (int j = 0; j < 16; j++) s[j] += g[j] * (xr[j] * rs);
             else
@@ -362,12 +378,16 @@ __attribute__((optimize("fp-contract=off"))) static void rmsnorm_dw(float* dw, c
     }
 }
 /* dx (+)= d/dx;  dw += sum_rows dout * x * rstd (dw may be NULL when w is NULL).
- * dw is reduced over rows serially per column block so the order is fixed. */
-static void rmsnorm_backward_r(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* ms,
+ * dw is reduced over rows serially per column block so the order is fixed. x stored as xh says (a row widened
+ * exactly before the arithmetic). */
+static void rmsnorm_backward_x(float* dx, float* dw, const float* dout, const void* x, int xh, const float* w, const float* ms,
                                int rows, int C, float eps, int accumulate_dx, int round) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel
+    {
+    float* xbuf = xh ? (float*)mallocCheck(sizeof(float) * (size_t)C) : NULL;
+#pragma omp for schedule(static)
     for (int r = 0; r < rows; r++) {
-        const float* xr = x + (size_t)r * C;
+        const float* xr = norm_rows_in(x, xh, (size_t)r, 1, C, xbuf);
         const float* g = dout + (size_t)r * C;
         float* d = dx + (size_t)r * C;
         float rstd = 1.0f / sqrtf(ms[r] + eps);
@@ -380,7 +400,13 @@ static void rmsnorm_backward_r(float* dx, float* dw, const float* dout, const fl
         }
         if (round) bf16_round_span(d, C);   /* the row's -precision bf16 store, while it is in L1 */
     }
-    if (dw) rmsnorm_dw(dw, dout, x, ms, rows, C, eps);
+    free(xbuf);
+    }
+    if (dw) rmsnorm_dw(dw, dout, x, xh, ms, rows, C, eps);
+}
+static void rmsnorm_backward_r(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* ms,
+                               int rows, int C, float eps, int accumulate_dx, int round) {
+    rmsnorm_backward_x(dx, dw, dout, x, 0, w, ms, rows, C, eps, accumulate_dx, round);
 }
 static void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* ms,
                              int rows, int C, float eps, int accumulate_dx) {
@@ -1204,20 +1230,22 @@ static void relu2_backward_r(float* dx, const float* dact, const float* x, size_
 static void relu2_backward(float* dx, const float* dact, const float* x, size_t n) { relu2_backward_r(dx, dact, x, n, 0); }
 
 /* ----------------------------------------------------------------------------------- residual */
-/* out = a + b (the residual stream, fp32 arrays; b, a projection's output, stored as bh says) */
-static void residual_forward_x(float* out, const float* a, const void* b, int bh, size_t n, int round) {
+/* out = a + b (the residual stream and a projection's output), each stored as its flag says */
+static void residual_forward_x(void* out, int oh, const void* a, int ah, const void* b, int bh, size_t n, int round) {
 #pragma omp parallel for schedule(static)
     for (size_t k = 0; k < EW_BLOCKS(n); k++) {
         EW_RANGE(k, n, i0, i1);
         const int m = (int)(i1 - i0);
-        float bb[EW_BLK];
-        const float *x = a + i0, *y = ew_in(b, bh, i0, i1, bb);
-        float* o = out + i0;
+        float ab[EW_BLK], bb[EW_BLK], ob[EW_BLK];
+        const float *x = ew_in(a, ah, i0, i1, ab), *y = ew_in(b, bh, i0, i1, bb);
+        float* o = ew_out(out, oh, i0, ob);
         for (int i = 0; i < m; i++) o[i] = x[i] + y[i];
-        if (round) bf16_round_span(o, m);
+        ew_store(out, oh, i0, i1, o, round);
     }
 }
-static void residual_forward_r(float* out, const float* a, const float* b, size_t n, int round) { residual_forward_x(out, a, b, 0, n, round); }
+static void residual_forward_r(float* out, const float* a, const float* b, size_t n, int round) {
+    residual_forward_x(out, 0, a, 0, b, 0, n, round);
+}
 static void residual_forward(float* out, const float* a, const float* b, size_t n) { residual_forward_r(out, a, b, n, 0); }
 
 /* ---------------------------------------------------------------------------------- embedding */
