@@ -145,8 +145,8 @@ static inline float softcap_value(float x, float cap) { return cap * tanhf(x / c
 #include "gemm.h"
 #define gemm_nn gemm_f32
 #define gemm_nn_bf16 gemm_bf16
-/* The general forms, for -precision bf16's tensors stored as bf16 bits (ih, oh, doh: the input, the output, the
- * output's gradient so stored; the classifier's logits and dlogits, the MLP's hidden tensors): out is fp32 (out16
+/* The general forms, for -precision bf16's tensors stored as bf16 bits (ih, doh: the input, the output's gradient so
+ * stored; the classifier's logits and dlogits, the activations of train_sdc.c's BF16_SITES): out is fp32 (out16
  * NULL), or out16 is stored as bf16 bits, after the softcap cap * tanh(z / cap) where cap > 0. The bits of the fp32
  * forms below on arrays of the same values, followed by softcap_forward and the bf16 store. */
 static void matmul_forward_x(float* out, uint16_t* out16, float cap, const void* inp, int ih, const float* W, int N, int I, int O,
