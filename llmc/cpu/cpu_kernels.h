@@ -289,6 +289,21 @@ static double sumsq_det_ref(const float* x, size_t n) {
     return s;
 }
 
+/* -------------------------------------------------------------------------- bf16 storage */
+/* An operand may be stored as bf16 bits (h = 1: -precision bf16's storage of an activation): a block of it
+ * is widened exactly into the thread's buffer before the arithmetic, and a bf16 output is computed into a buffer and
+ * stored as the bits of its rounding (bf16_pack_span), so each element's arithmetic is the fp32 form's and the
+ * bits are those of the fp32 arrays of the same values. */
+static inline const float* ew_in(const void* x, int h, size_t i0, size_t i1, float* buf) {
+    if (!h) return (const float*)x + i0;
+    bf16_unpack_span(buf, (const uint16_t*)x + i0, (int)(i1 - i0));
+    return buf;
+}
+static inline float* ew_out(void* y, int h, size_t i0, float* buf) { return h ? buf : (float*)y + i0; }
+static inline void ew_store(void* y, int h, size_t i0, size_t i1, float* o, int round) {
+    if (h) bf16_pack_span((uint16_t*)y + i0, o, (int)(i1 - i0));
+    else if (round) bf16_round_span(o, (int)(i1 - i0));
+}
 /* -------------------------------------------------------------------------------------- RMSNorm
  * out = x * rstd (* w),  rstd = 1/sqrt(ms + eps),  ms = mean(x^2) over the last dim C (per row).
  * ms is kept per row (the Residual Gain Guard reuses it). w == NULL: parameter-free. */
@@ -309,12 +324,6 @@ __attribute__((optimize("fp-contract=off"))) static void norm_row_sumsq(float* s
         }
     for (int j = 0; j < n; j++) s[j] = a[j];
 }
-/* rows r0 .. r0 + n - 1 of x [rows, C]: the fp32 array itself, or (xh) its bf16 bits widened exactly into buf */
-static inline const float* norm_rows_in(const void* x, int xh, size_t r0, int n, int C, float* buf) {
-    if (!xh) return (const float*)x + r0 * C;
-    bf16_unpack_span(buf, (const uint16_t*)x + r0 * C, n * C);
-    return buf;
-}
 /* round: each output row rounded to bf16 as it is written (its -precision bf16 store, without a pass of its own);
  * oh: out stored as bf16 bits (-precision bf16's storage of the norms' outputs: each row computed into a buffer and
  * stored as the bits of its rounding, the same bits); xh: x stored as bf16 bits (the residual stream), a block of
@@ -330,7 +339,7 @@ static void rmsnorm_forward_x(void* out, int oh, float* ms, const void* xs, int 
     for (int b = 0; b < nblk; b++) {
         int r0 = b * NORM_ROWS, n = rows - r0 < NORM_ROWS ? rows - r0 : NORM_ROWS;
         float s[NORM_ROWS];
-        const float* x0 = norm_rows_in(xs, xh, (size_t)r0, n, C, xbuf);   /* the block's rows */
+        const float* x0 = ew_in(xs, xh, (size_t)r0 * C, (size_t)(r0 + n) * C, xbuf);   /* the block's rows */
         norm_row_sumsq(s, x0, n, C);
         for (int j = 0; j < n; j++) {
             const float* xr = x0 + (size_t)j * C;
@@ -387,7 +396,7 @@ static void rmsnorm_backward_x(float* dx, float* dw, const float* dout, const vo
     float* xbuf = xh ? (float*)mallocCheck(sizeof(float) * (size_t)C) : NULL;
 #pragma omp for schedule(static)
     for (int r = 0; r < rows; r++) {
-        const float* xr = norm_rows_in(x, xh, (size_t)r, 1, C, xbuf);
+        const float* xr = ew_in(x, xh, (size_t)r * C, (size_t)(r + 1) * C, xbuf);
         const float* g = dout + (size_t)r * C;
         float* d = dx + (size_t)r * C;
         float rstd = 1.0f / sqrtf(ms[r] + eps);
@@ -1113,20 +1122,6 @@ static void attention_backward(float* dq, float* dk, float* dv, float* datt, con
 #define EW_BLK 4096
 #define EW_BLOCKS(n) (((n) + EW_BLK - 1) / EW_BLK)
 #define EW_RANGE(b, n, i0, i1) size_t i0 = (size_t)(b) * EW_BLK, i1 = i0 + EW_BLK < (n) ? i0 + EW_BLK : (n)
-/* An operand may be stored as bf16 bits (h = 1: -precision bf16's storage of the MLP's hidden tensors): a block of it
- * is widened exactly into the thread's buffer before the arithmetic, and a bf16 output is computed into a buffer and
- * stored as the bits of its rounding (bf16_pack_span), so each element's arithmetic is the fp32 form's and the
- * bits are those of the fp32 arrays of the same values. */
-static inline const float* ew_in(const void* x, int h, size_t i0, size_t i1, float* buf) {
-    if (!h) return (const float*)x + i0;
-    bf16_unpack_span(buf, (const uint16_t*)x + i0, (int)(i1 - i0));
-    return buf;
-}
-static inline float* ew_out(void* y, int h, size_t i0, float* buf) { return h ? buf : (float*)y + i0; }
-static inline void ew_store(void* y, int h, size_t i0, size_t i1, float* o, int round) {
-    if (h) bf16_pack_span((uint16_t*)y + i0, o, (int)(i1 - i0));
-    else if (round) bf16_round_span(o, (int)(i1 - i0));
-}
 /* act = silu(gate): act stored as ah says, gate as gh */
 static void silu_forward_x(void* act, int ah, const void* gate, int gh, size_t n, int round) {
 #pragma omp parallel for schedule(static)

@@ -38,7 +38,7 @@
 
 #include <math.h>
 #include <stddef.h>
-#include <string.h>
+#include "../cpu/bf16.h"
 
 #ifndef TSDC_HD
 #ifdef __CUDACC__
@@ -94,11 +94,7 @@ TSDC_HD static inline int mmb_violates(float y, float nx, float nw, float c) { r
 #define MMB_CHUNK 512
 static inline const float* mmb_chunk(const void* x, int h, size_t o, int n, float* buf) {
     if (!h) return (const float*)x + o;
-    const unsigned short* s = (const unsigned short*)x + o;
-    for (int i = 0; i < n; i++) {
-        const unsigned int u = (unsigned int)s[i] << 16;
-        memcpy(buf + i, &u, 4);
-    }
+    bf16_unpack_span(buf, (const uint16_t*)x + o, n);
     return buf;
 }
 /* the 2-norms of the rows of x [rows, cols] (row stride ld), each a sum of squares in double: 8 partial sums over
