@@ -297,6 +297,36 @@ static void test_attention_fast(void) {
                       round ? "bf16" : "fp32", fo ? "=" : "DIFFER", fq ? "=" : "DIFFER", fk ? "=" : "DIFFER", fv ? "=" : "DIFFER");
                 free(dk1); free(dk2);
             }
+        /* v and the output stored as bf16 bits (-precision bf16's storage of v_proj and att_out): the _x forms = the fp32
+         * forms on arrays of the same values, bit for bit (hd 40: the _ref fallback's copies) */
+        {
+            q[(size_t)(T - 1) * H * hd + 1] = 0.5f; v[(size_t)(T / 2) * KV * hd + 3] = 0.5f;
+            float *vr = mallocCheck(sizeof(float) * nk), *dk1 = mallocCheck(sizeof(float) * nk), *dk2 = mallocCheck(sizeof(float) * nk);
+            uint16_t *vh = mallocCheck(2 * nk), *oh = mallocCheck(2 * nq);
+            for (size_t i = 0; i < nk; i++) { vr[i] = bf16_round(v[i]); vh[i] = f32_to_bf16_bits(v[i]); }
+            attention_logits_forward(r1, q, k, B, T, H, KV, hd, 1);
+            attention_softmax_forward(p, r1, B, H, T, 1);
+            int xo = 1, xb, xf = 1;
+            attention_av_forward(o1, p, vr, B, T, H, KV, hd, 1);
+            attention_av_forward_x(oh, 1, p, vh, 1, B, T, H, KV, hd, 1);
+            for (size_t i = 0; i < nq; i++) xo &= (uint32_t)oh[i] << 16 == f32_bits(o1[i]);
+            attention_av_forward_x(o2, 0, p, vh, 1, B, T, H, KV, hd, 1);
+            xo &= memcmp(o1, o2, sizeof(float) * nq) == 0;
+            attention_av_backward(r1, dv1, go, p, vr, B, T, H, KV, hd, 1);
+            attention_av_backward_x(r2, dv2, go, p, vh, 1, B, T, H, KV, hd, 1);
+            xb = memcmp(r1, r2, sizeof(float) * na) == 0 && memcmp(dv1, dv2, sizeof(float) * nk) == 0;
+            if (attention_fused_supported(hd)) {
+                attention_fused_forward(o1, q, k, vr, B, T, H, KV, hd, 1);
+                attention_fused_forward_x(oh, 1, q, k, vh, 1, B, T, H, KV, hd, 1);
+                for (size_t i = 0; i < nq; i++) xf &= (uint32_t)oh[i] << 16 == f32_bits(o1[i]);
+                attention_fused_backward(dq1, dk1, dv1, go, q, k, vr, B, T, H, KV, hd, 1);
+                attention_fused_backward_x(dq2, dk2, dv2, go, q, k, vh, 1, B, T, H, KV, hd, 1);
+                xf &= !memcmp(dq1, dq2, sizeof(float) * nq) && !memcmp(dk1, dk2, sizeof(float) * nk) && !memcmp(dv1, dv2, sizeof(float) * nk);
+            }
+            check(xo && xb && xf, "  B %d T %-3d H %d KV %d hd %-3d: v and out as bf16 bits: out %s, dprobs+dv %s, fused %s", B, T, H, KV, hd,
+                  xo ? "=" : "DIFFER", xb ? "=" : "DIFFER", attention_fused_supported(hd) ? (xf ? "=" : "DIFFER") : "n/a");
+            free(vr); free(dk1); free(dk2); free(vh); free(oh);
+        }
         /* the softmax and its backward (rows side by side) against their one-row specification: each row's sum in s
          * order; the backward's sum of probs * dprobs with the first 8 floor((t+1)/8) products rounded before their
          * add and the rest fused (on an FMA build), as cpu_kernels.h writes down */

@@ -14,12 +14,12 @@
  * forms' round = precision; no rounding pass of its own). Weight gradients, mean squares, losses and the
  * optimizer stay fp32. Stored as bf16 bits (half the bytes, as the GPU stores them): the logits (then dlogits, in
  * place; logits_h), and the forward tensors of the sites in BF16_SITES (the norms' outputs, the residual stream,
- * o_proj, the MLP's hidden tensors, down_proj; Model.h16, ACT_T): the op that writes one stores it so, the ops that read it widen
- * it exactly (the GEMMs as they pack A or B, the element-wise kernels a block at a time, the checks a row at a
- * time), so every result has the bits of the fp32 arrays holding the same values. A site that the faults flip in
- * fp32 (-fault_dtype fp32, autocast's fp32 sites) keeps its float array (model_fault_storage), and
- * TSDC_CPU_STORAGE=fp32 keeps them all so. The other activations (q, k, v and their norms and rotations, att_out,
- * the embedding's output) and the activation gradients are fp32 arrays holding bf16 values.
+ * v_proj, att_out, o_proj, the MLP's hidden tensors, down_proj; Model.h16, ACT_T): the op that writes one stores it so, the
+ * ops that read it widen it exactly (the GEMMs as they pack A or B, the element-wise kernels a block at a time, the
+ * attention a head of v at a time, the checks a row at a time), so every result has the bits of the fp32 arrays
+ * holding the same values. A site that the faults flip in fp32 (-fault_dtype fp32, autocast's fp32 sites) keeps its
+ * float array (model_fault_storage), and TSDC_CPU_STORAGE=fp32 keeps them all so. The other activations (q, k and
+ * their norms and rotations, the embedding's output) and the activation gradients are fp32 arrays holding bf16 values.
  *
  * Determinism: see llmc/cpu/cpu_kernels.h; every reduction has a fixed order that does not depend on the
  * thread count, so the same flags give the same bits. test_sdc.c includes this file with TESTING
@@ -75,7 +75,7 @@ typedef struct {
     float *act, *prod;                   /* [N,F]                           act mlp_product */
     /* the same tensors as bf16 bits where Model.h16 says their site is so stored (the float pointer NULL then; ACT_T
      * gives either) */
-    uint16_t *attn_norm_h, *o_h, *resid_mid_h, *mlp_norm_h, *gate_h, *up_h, *act_h, *prod_h, *down_h, *out_h;
+    uint16_t *attn_norm_h, *v_h, *att_out_h, *o_h, *resid_mid_h, *mlp_norm_h, *gate_h, *up_h, *act_h, *prod_h, *down_h, *out_h;
     float *down;                         /* [N,d]                           down_proj */
     float *out;                          /* [N,d] resid_mid + down          block_out */
 } LayerActs;
@@ -192,10 +192,10 @@ static int storage_fp32_from_env(void) {
 }
 static void model_carve(Model* model);
 /* the sites whose forward tensor -precision bf16 stores as bf16 bits: the norms' outputs, the residual stream (but the
- * embedding's output, the first layer's input) and every projection's output that no attention kernel reads or
- * writes (the attention's q, k, v and their norms and rotations, att_out and every gradient are float arrays holding
- * bf16 values) */
-static const int BF16_SITES[] = {SITE_ATTN_NORM, SITE_O_PROJ, SITE_ATTN_RESIDUAL, SITE_MLP_NORM, SITE_GATE_PROJ, SITE_UP_PROJ,
+ * embedding's output, the first layer's input), v and the attention's output, and every projection's output but q's
+ * and k's (q, k, their norms and rotations, which the Q/K fingerprints and recomputations read in place, and every
+ * gradient are float arrays holding bf16 values) */
+static const int BF16_SITES[] = {SITE_ATTN_NORM, SITE_V_PROJ, SITE_ATT_OUT, SITE_O_PROJ, SITE_ATTN_RESIDUAL, SITE_MLP_NORM, SITE_GATE_PROJ, SITE_UP_PROJ,
                                  SITE_ACT, SITE_MLP_PRODUCT, SITE_DOWN_PROJ, SITE_BLOCK_OUT};
 #define N_BF16_SITES ((int)(sizeof(BF16_SITES) / sizeof(BF16_SITES[0])))
 static void model_build(Model* model, const Config* c, int B, int T, int precision) {
@@ -238,7 +238,8 @@ static void model_carve(Model* model) {
     /* the QK norm's output and mean squares: only for the family's form (Qwen3's before RoPE, nanochat's after) */
     const int qkn_pre = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE, qkn_post = c->qk_norm == QKNORM_PLAIN_POST_ROPE;
     size_t per_layer = NFL(SITE_ATTN_RESIDUAL, N * d) + NFL(SITE_BLOCK_OUT, N * d) + NFL(SITE_ATTN_NORM, N * d) + NFL(SITE_O_PROJ, N * d) + NFL(SITE_MLP_NORM, N * d) +
-                       NFL(SITE_DOWN_PROJ, N * d) + N * 2 + N * qd * 3 + N * kd * 3 + (size_t)(qkn_pre + qkn_post) * N * (qd + kd + H + KV) +
+                       NFL(SITE_DOWN_PROJ, N * d) + N * 2 + N * qd * 2 + NFL(SITE_ATT_OUT, N * qd) + N * kd * 2 + NFL(SITE_V_PROJ, N * kd) +
+                       (size_t)(qkn_pre + qkn_post) * N * (qd + kd + H + KV) +
                        NFL(SITE_GATE_PROJ, N * F) + NFL(SITE_UP_PROJ, N * F) + NFL(SITE_ACT, N * F) + NFL(SITE_MLP_PRODUCT, N * F);
 #undef NFL
     size_t nlog = precision ? (N * V + 1) / 2 : N * V;   /* the logits: bf16 bits in bf16 mode (two a float) */
@@ -255,12 +256,12 @@ static void model_carve(Model* model) {
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
         CARVE_S(attn_norm, SITE_ATTN_NORM, N * d); CARVE(a->attn_ms, N);
-        CARVE(a->q, N * qd); CARVE(a->k, N * kd); CARVE(a->v, N * kd);
+        CARVE(a->q, N * qd); CARVE(a->k, N * kd); CARVE_S(v, SITE_V_PROJ, N * kd);
         a->qn = a->kn = a->qn_ms = a->kn_ms = a->qf = a->kf = a->qf_ms = a->kf_ms = NULL;
         if (qkn_pre) { CARVE(a->qn, N * qd); CARVE(a->kn, N * kd); CARVE(a->qn_ms, N * H); CARVE(a->kn_ms, N * KV); }
         CARVE(a->qr, N * qd); CARVE(a->kr, N * kd);
         if (qkn_post) { CARVE(a->qf, N * qd); CARVE(a->kf, N * kd); CARVE(a->qf_ms, N * H); CARVE(a->kf_ms, N * KV); }
-        CARVE(a->att_out, N * qd); CARVE_S(o, SITE_O_PROJ, N * d); CARVE_S(resid_mid, SITE_ATTN_RESIDUAL, N * d);
+        CARVE_S(att_out, SITE_ATT_OUT, N * qd); CARVE_S(o, SITE_O_PROJ, N * d); CARVE_S(resid_mid, SITE_ATTN_RESIDUAL, N * d);
         CARVE_S(mlp_norm, SITE_MLP_NORM, N * d); CARVE(a->mlp_ms, N);
         CARVE_S(gate, SITE_GATE_PROJ, N * F); CARVE_S(up, SITE_UP_PROJ, N * F); CARVE_S(act, SITE_ACT, N * F);
         CARVE_S(prod, SITE_MLP_PRODUCT, N * F);
@@ -640,9 +641,11 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, an, anh, x, xh, W(PT_ATTN_NORM, l), N, d);
         matmul_forward_x(a->q, NULL, 0.0f, an, anh, W(PT_WQ, l), N, d, qd, prec, prec);                       STORE_RND(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
         matmul_forward_x(a->k, NULL, 0.0f, an, anh, W(PT_WK, l), N, d, kd, prec, prec);                       STORE_RND(SITE_K_PROJ, l, a->k, (size_t)N * kd);
-        matmul_forward_x(a->v, NULL, 0.0f, an, anh, W(PT_WV, l), N, d, kd, prec, prec);                       STORE_RND(SITE_V_PROJ, l, a->v, (size_t)N * kd);
+        void* v = ACT_T(a, v, SITE_V_PROJ);
+        const int vh = h16[SITE_V_PROJ];
+        matmul_forward_x((float*)(vh ? NULL : v), (uint16_t*)(vh ? v : NULL), 0.0f, an, anh, W(PT_WV, l), N, d, kd, prec, prec); STORE_RND_X(SITE_V_PROJ, l, v, vh, (size_t)N * kd);
         const int mmb = model->prot.on[PK_BOUND];
-        if (mmb) mmb_check(model, l, MMB_V_PROJ, a->v, N, kd, mmb_input_norms_x(model, 0, an, anh, N, d), d);
+        if (mmb) mmb_check_x(model, l, MMB_V_PROJ, v, vh, N, kd, mmb_input_norms_x(model, 0, an, anh, N, d), d);
         float *qc = a->q, *kc = a->k;
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {                                    /* per head, over hd */
             rmsnorm_forward_r(a->qn, a->qn_ms, qc, W(PT_QNORM, l), N * H, hd, eps, model->precision);   STORE_RND(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
@@ -658,8 +661,10 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             qc = a->qf; kc = a->kf;
         }
         if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, qc, kc);
+        void* ao = ACT_T(a, att_out, SITE_ATT_OUT);
+        const int aoh = h16[SITE_ATT_OUT];
         if ((a->fused = attention_fused(model, l))) {
-            attention_fused_forward(a->att_out, qc, kc, a->v, B, T, H, KV, hd, model->precision);   STORE_RND(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
+            attention_fused_forward_x(ao, aoh, qc, kc, v, vh, B, T, H, KV, hd, prec);   STORE_RND_X(SITE_ATT_OUT, l, ao, aoh, (size_t)N * qd);
         } else {
             model_att_buffers(model, model_materialised_reason(model));
             size_t natt = (size_t)B * H * T * T;
@@ -675,13 +680,18 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
                 att_fwd_stats(a->logits, a->probs, qc, kc, B, T, H, KV, hd, width, st);
                 check_dump_attf(l, att_n[0], att_n[1], st);
             }
-            attention_av_forward(a->att_out, a->probs, a->v, B, T, H, KV, hd, model->precision); STORE_RND(SITE_ATT_OUT, l, a->att_out, (size_t)N * qd);
-            if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_av_check(a->att_out, a->probs, a->v, B, T, H, KV, hd, width));
+            attention_av_forward_x(ao, aoh, a->probs, v, vh, B, T, H, KV, hd, prec); STORE_RND_X(SITE_ATT_OUT, l, ao, aoh, (size_t)N * qd);
+            if (model->prot.abft) {   /* on fp32 copies of what is stored as bf16 bits */
+                float *ot, *vt;
+                const float *of = widen_copy(ao, aoh, (size_t)N * qd, &ot), *vf = widen_copy(v, vh, (size_t)N * kd, &vt);
+                check_alarm(model, CHECK_ABFT, l, abft_av_check(of, a->probs, vf, B, T, H, KV, hd, width));
+                free(ot); free(vt);
+            }
         }
         void* o = ACT_T(a, o, SITE_O_PROJ);
         const int oh = h16[SITE_O_PROJ];
-        matmul_forward_x((float*)(oh ? NULL : o), (uint16_t*)(oh ? o : NULL), 0.0f, a->att_out, 0, W(PT_WO, l), N, qd, d, prec, prec); STORE_RND_X(SITE_O_PROJ, l, o, oh, (size_t)N * d);
-        if (mmb) mmb_check_x(model, l, MMB_O_PROJ, o, oh, N, d, mmb_input_norms(model, 0, a->att_out, N, qd), qd);
+        matmul_forward_x((float*)(oh ? NULL : o), (uint16_t*)(oh ? o : NULL), 0.0f, ao, aoh, W(PT_WO, l), N, qd, d, prec, prec); STORE_RND_X(SITE_O_PROJ, l, o, oh, (size_t)N * d);
+        if (mmb) mmb_check_x(model, l, MMB_O_PROJ, o, oh, N, d, mmb_input_norms_x(model, 0, ao, aoh, N, qd), qd);
         void* rm = ACT_T(a, resid_mid, SITE_ATTN_RESIDUAL);
         const int rmh = h16[SITE_ATTN_RESIDUAL];
         residual_forward_x(rm, rmh, x, xh, o, oh, (size_t)N * d, prec);      STORE_RND_X(SITE_ATTN_RESIDUAL, l, rm, rmh, (size_t)N * d);
@@ -850,31 +860,36 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         /* attention block: dres is d(resid_mid) = d(x_in) (skip) = d(o) */
         const float* dout_o = fault_private_grad(model, SITE_O_PROJ, l, dres, dbuf, (size_t)N * d);
         exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
-        matmul_backward_r(model->datt, GR(PT_WO, l), dout_o, a->att_out, W(PT_WO, l), N, qd, d, 0, model->precision, model->precision);      STORE_GRAD_RND(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
+        const void *ao = ACT_T(a, att_out, SITE_ATT_OUT), *v = ACT_T(a, v, SITE_V_PROJ);
+        const int aoh = model->h16[SITE_ATT_OUT], vh = model->h16[SITE_V_PROJ];
+        matmul_backward_x(model->datt, GR(PT_WO, l), dout_o, 0, ao, aoh, W(PT_WO, l), N, qd, d, 0, prec, prec);      STORE_GRAD_RND(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
         const float* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
         const float* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
         if (a->fused) {   /* the probs again from q and k (the forward kept none): dq, dk, dv with the materialised bits */
-            attention_fused_backward(model->dq, model->dk, model->dv, model->datt, qc, kc, a->v, B, T, H, KV, hd, model->precision);
+            attention_fused_backward_x(model->dq, model->dk, model->dv, model->datt, qc, kc, v, vh, B, T, H, KV, hd, prec);
             FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
         } else {
-            attention_av_backward(model->dlog, model->dv, model->datt, a->probs, a->v, B, T, H, KV, hd, model->precision);
+            attention_av_backward_x(model->dlog, model->dv, model->datt, a->probs, v, vh, B, T, H, KV, hd, prec);
             FAULT_BWD(SITE_ATT_PROBS, l, model->dlog, natt);
             FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
             int width = model->precision ? 16 : 32;
             int attb_n[3] = {0, 0, 0};   /* dprobs, dlogits, dV failed heads (the GPU's ATTB_* order) */
+            float* vt = NULL;   /* the checks read v as fp32 (a copy where it is stored as bf16 bits) */
+            const float* vf = model->prot.on[PK_ATT_BWD] ? widen_copy(v, vh, (size_t)N * kd, &vt) : NULL;
             if (model->prot.on[PK_ATT_BWD]) {
-                check_alarm(model, CHECK_ATT_BWD, l, attb_n[0] = att_dprobs_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
+                check_alarm(model, CHECK_ATT_BWD, l, attb_n[0] = att_dprobs_rowcheck(model->dlog, model->datt, vf, B, T, H, KV, hd, width));
                 check_alarm(model, CHECK_ATT_BWD, l, attb_n[2] = att_dv_colcheck(model->dv, model->datt, B, T, H, KV, hd, width));
             }
             attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T, model->precision); STORE_GRAD_RND(SITE_ATT_LOGITS, l, model->dlog, natt);
             if (model->prot.on[PK_ATT_BWD])
-                check_alarm(model, CHECK_ATT_BWD, l, attb_n[1] = att_dlogits_rowcheck(model->dlog, model->datt, a->v, B, T, H, KV, hd, width));
+                check_alarm(model, CHECK_ATT_BWD, l, attb_n[1] = att_dlogits_rowcheck(model->dlog, model->datt, vf, B, T, H, KV, hd, width));
             if (model->prot.on[PK_ATT_BWD] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
                 double tb[3];
-                att_bwd_bound_sums(model->datt, a->v, B, T, H, KV, hd, width, tb);
+                att_bwd_bound_sums(model->datt, vf, B, T, H, KV, hd, width, tb);
                 fprintf(check_dump_file(), "{\"kind\":\"att\",\"bwd\":%lld,\"layer\":%d,\"att\":[%d,%d,%d],\"tol\":[%.17g,%.17g,%.17g]}\n",
                         check_dump_bwd, l, attb_n[0], attb_n[1], attb_n[2], tb[0], tb[1], tb[2]);
             }
+            free(vt);
             attention_logits_backward(model->dq, model->dk, model->dlog, qc, kc, B, T, H, KV, hd, model->precision);
         }
         float *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
@@ -1104,9 +1119,12 @@ static uint16_t* model_site_tensor_h(Model* model, int site, int l, int B, int T
     if (site < 0) { *n = (size_t)B * T * model->c.vocab_size; return model->logits_h; }
     if (!model->h16[site] || !site_exists(&model->c, site)) return NULL;
     LayerActs* a = &model->la[l];
-    const size_t N = (size_t)B * T, d = model->c.d_model, F = model->c.ffn_dim;
+    const size_t N = (size_t)B * T, d = model->c.d_model, F = model->c.ffn_dim, qd = (size_t)model->c.n_head * model->c.head_dim,
+                 kd = (size_t)model->c.n_kv_head * model->c.head_dim;
     switch (site) {
         case SITE_ATTN_NORM: *n = N * d; return a->attn_norm_h;
+        case SITE_V_PROJ: *n = N * kd; return a->v_h;
+        case SITE_ATT_OUT: *n = N * qd; return a->att_out_h;
         case SITE_O_PROJ: *n = N * d; return a->o_h;
         case SITE_ATTN_RESIDUAL: *n = N * d; return a->resid_mid_h;
         case SITE_BLOCK_OUT: *n = N * d; return a->out_h;

@@ -544,19 +544,23 @@ def test_fault_dtype_autocast_flips_fp32_sites_in_fp32(data, tmp_path):
 
 @pytest.mark.parametrize("preset", ["tiny-qwen3", "tiny-nanochat"])
 def test_bf16_storage_keeps_the_bits(data, tmp_path, preset):
-    """-precision bf16 stores the norms' outputs, the residual stream, o_proj, the MLP's hidden tensors (gate_proj,
-    up_proj, act, mlp_product) and down_proj as bf16 bits; the float arrays holding the same values (TSDC_CPU_STORAGE=fp32) give the
-    same run bit for bit: checkpoint, losses and fault log, under -protect all with a fault campaign on those sites in
-    both passes (SwiGLU and ReLU^2). Catches: a kernel, check or fault reading or writing the bf16 storage differently
-    from the float arrays, a fault flipping other bits of a bf16 tensor."""
+    """-precision bf16 stores the norms' outputs, the residual stream, v_proj, att_out, o_proj, the MLP's hidden tensors
+    (gate_proj, up_proj, act, mlp_product) and down_proj as bf16 bits; the float arrays holding the same values
+    (TSDC_CPU_STORAGE=fp32) give the same run bit for bit: checkpoint, losses and fault log, under -protect all (the
+    materialised attention) with a fault campaign on those sites in both passes (SwiGLU and ReLU^2), and with the fused
+    attention (the protection that leaves it on; faults on the two tensors it reads and writes). Catches: a kernel, check or fault reading or writing the bf16 storage
+    differently from the float arrays, a fault flipping other bits of a bf16 tensor."""
     mlp = "gate_proj,act" if preset == "tiny-nanochat" else "gate_proj,up_proj,act,mlp_product"
     kw = {"-preset": preset, "-steps": 6, "-accum": 3, "-precision": "bf16", "-protect": "all", "-fault_mode": "campaign",
-          "-fault_pass": "both", "-fault_m": 40, "-fault_sites": "attn_norm,o_proj,attn_residual,mlp_norm,down_proj,block_out," + mlp, "-threads": 2}
-    for storage in ("bf16", "fp32"):
-        run(small(data, tmp_path / storage, **kw), env={"TSDC_CPU_STORAGE": storage})
-    assert ckpt(tmp_path / "bf16", 6) == ckpt(tmp_path / "fp32", 6)
-    assert loss_bits(tmp_path / "bf16") == loss_bits(tmp_path / "fp32")
-    fb, ff = (open(tmp_path / s / "faults.jsonl").read() for s in ("bf16", "fp32"))
-    assert fb == ff and fb.count("\n") == 6
+          "-fault_pass": "both", "-fault_m": 40, "-fault_sites": "attn_norm,v_proj,att_out,o_proj,attn_residual,mlp_norm,down_proj,block_out," + mlp,
+          "-threads": 2}
+    for att, prot, sites in (("materialised", "all", kw["-fault_sites"]), ("fused", "qk,bound,ew,rgg", "v_proj,att_out")):
+        for storage in ("bf16", "fp32"):
+            run(small(data, tmp_path / (att + storage), **dict(kw, **{"-protect": prot, "-fault_sites": sites})),
+                env={"TSDC_CPU_STORAGE": storage, "TSDC_CPU_ATTENTION": att})
+        assert ckpt(tmp_path / (att + "bf16"), 6) == ckpt(tmp_path / (att + "fp32"), 6)
+        assert loss_bits(tmp_path / (att + "bf16")) == loss_bits(tmp_path / (att + "fp32"))
+        fb, ff = (open(tmp_path / (att + s) / "faults.jsonl").read() for s in ("bf16", "fp32"))
+        assert fb == ff and fb.count("\n") == 6
     p = run(small(data, tmp_path / "x", **kw), check=False, env={"TSDC_CPU_STORAGE": "half"})
     assert p.returncode != 0 and "TSDC_CPU_STORAGE=half" in p.stderr

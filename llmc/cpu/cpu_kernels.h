@@ -141,6 +141,16 @@ static void transpose(float* outT, const float* in, int rows, int cols) {
 /* the logit softcap of one value, cap * tanh(x / cap): the one arithmetic of every store of it (softcap_forward, the
  * GEMM that stores the logits as bf16 bits), so the same bits */
 static inline float softcap_value(float x, float cap) { return cap * tanhf(x / cap); }
+/* n elements stored as h says (bf16 bits where h) as an fp32 array: x itself, or an exact widened copy in *tmp (NULL
+ * otherwise; the caller frees it): for the paths that are not worth a blockwise form (the C++ references, head_dim
+ * not a multiple of 16, the attention checks) */
+static inline const float* widen_copy(const void* x, int h, size_t n, float** tmp) {
+    *tmp = NULL;
+    if (!h) return (const float*)x;
+    *tmp = (float*)mallocCheck(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) (*tmp)[i] = bf16_bits_to_f32(((const uint16_t*)x)[i]);
+    return *tmp;
+}
 #ifndef __cplusplus
 #include "gemm.h"
 #define gemm_nn gemm_f32
@@ -186,18 +196,11 @@ static void matmul_backward_r(float* dinp, float* dW, const float* dout, const f
     if (dinp && round_dinp) bf16_round_array(dinp, (long long)N * I);
     (void)bf16;
 }
-/* the bf16-storage forms (see the C branch), through fp32 copies */
-static const float* mm_widen(const void* x, int h, size_t n, float** tmp) {
-    *tmp = NULL;
-    if (!h) return (const float*)x;
-    *tmp = (float*)mallocCheck(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) (*tmp)[i] = bf16_bits_to_f32(((const uint16_t*)x)[i]);
-    return *tmp;
-}
+/* the bf16-storage forms (see the C branch), through fp32 copies (widen_copy) */
 static void matmul_forward_x(float* out, uint16_t* out16, float cap, const void* inp, int ih, const float* W, int N, int I, int O,
                              int bf16, int round_out) {
     float *xt, *y = out16 ? (float*)mallocCheck(sizeof(float) * (size_t)N * O) : out;
-    matmul_forward_w(y, mm_widen(inp, ih, (size_t)N * I, &xt), W, N, I, O, bf16, out16 ? 0 : round_out);
+    matmul_forward_w(y, widen_copy(inp, ih, (size_t)N * I, &xt), W, N, I, O, bf16, out16 ? 0 : round_out);
     if (out16)
         for (size_t i = 0; i < (size_t)N * O; i++) out16[i] = f32_to_bf16_bits(cap > 0.0f ? softcap_value(y[i], cap) : y[i]);
     if (out16) free(y);
@@ -206,8 +209,8 @@ static void matmul_forward_x(float* out, uint16_t* out16, float cap, const void*
 static void matmul_backward_x(float* dinp, float* dW, const void* dout, int doh, const void* inp, int ih, const float* W,
                               int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
     float *gt, *xt;
-    const float* g = mm_widen(dout, doh, (size_t)N * O, &gt);
-    matmul_backward_r(dinp, dW, g, mm_widen(inp, ih, (size_t)N * I, &xt), W, N, I, O, accumulate_dinp, bf16, round_dinp);
+    const float* g = widen_copy(dout, doh, (size_t)N * O, &gt);
+    matmul_backward_r(dinp, dW, g, widen_copy(inp, ih, (size_t)N * I, &xt), W, N, I, O, accumulate_dinp, bf16, round_dinp);
     free(gt); free(xt);
 }
 #endif
@@ -677,12 +680,33 @@ static inline void att_dot16x4(float* out, const float* const* x, const float* k
     for (int r = 0; r < 4; r++) att_store16(out + (size_t)r * ATT_KB, x0[r] + x1[r]);
 #undef ATT_PAIR
 }
-/* rows s0..s0+15 of x (row stride xs, hd wide) into kT [hd][16], rows past n as zeros */
-static inline void att_block_T(float* kT, const float* x, size_t xs, int s0, int n, int hd) {
+/* rows s0..s0+15 of x (row stride xs, hd wide; bf16 bits where h, widened exactly) into kT [hd][16], rows past n as
+ * zeros */
+static inline void att_block_T(float* kT, const void* x, int h, size_t xs, int s0, int n, int hd) {
     for (int c = 0; c < ATT_KB; c++) {
         int s = s0 + c;
-        for (int i = 0; i < hd; i++) kT[(size_t)i * ATT_KB + c] = s < n ? x[(size_t)s * xs + i] : 0.0f;
+        if (h)
+            for (int i = 0; i < hd; i++) kT[(size_t)i * ATT_KB + c] = s < n ? bf16_bits_to_f32(((const uint16_t*)x)[(size_t)s * xs + i]) : 0.0f;
+        else
+            for (int i = 0; i < hd; i++) kT[(size_t)i * ATT_KB + c] = s < n ? ((const float*)x)[(size_t)s * xs + i] : 0.0f;
     }
+}
+/* element i of a tensor stored as h says, as a pointer (bf16 bits where h) */
+static inline const void* att_at(const void* x, int h, size_t i) { return h ? (const void*)((const uint16_t*)x + i) : (const void*)((const float*)x + i); }
+/* n rows of x (stride xs, hd wide, stored as h says) as fp32 rows: x itself (*s = xs), or widened exactly into buf
+ * [n][hd] (*s = hd): a head's v for the products that read its rows in place */
+static inline const float* att_rows_in(const void* x, int h, size_t xs, int n, int hd, float* buf, size_t* s) {
+    if (!h) { *s = xs; return (const float*)x; }
+    for (int i = 0; i < n; i++) bf16_unpack_span(buf + (size_t)i * hd, (const uint16_t*)x + (size_t)i * xs, hd);
+    *s = hd;
+    return buf;
+}
+/* nr finished output rows o (stride os, hd wide) stored at out + off (row stride qs): as bf16 bits where oh (then o is
+ * the task's buffer), else in place, rounded where round */
+static inline void att_rows_out(void* out, int oh, size_t off, size_t qs, const float* o, size_t os, int nr, int hd, int round) {
+    for (int r = 0; r < nr; r++)
+        if (oh) bf16_pack_span((uint16_t*)out + off + (size_t)r * qs, o + (size_t)r * os, hd);
+        else if (round) bf16_round_span((float*)out + off + (size_t)r * qs, hd);
 }
 /* acc rows r0..r0+nr-1 (stride as) += w[r][s] x[s] over s in [lo(r), hi(r)], s ascending, one 16-float
  * chunk of hd at a time; w(r, s) at w[r * wrs + s * wss]. Rows of the block take the common range together
@@ -800,38 +824,57 @@ static void attention_logits_forward(float* logits, const float* q, const float*
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
                 const float* kb = k + (size_t)b * T * ks + (size_t)(h / g) * hd;
-                for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, ks, j * ATT_KB, T, hd);
+                for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, 0, ks, j * ATT_KB, T, hd);
                 for (int t = 0; t < T; t += 4)
                     att_causal_rows4(logits + (((size_t)b * H + h) * T + t) * T, T, q + ((size_t)b * T + t) * qs + (size_t)h * hd, qs,
                                      T - t < 4 ? T - t : 4, kT, t, T, hd, 1, scale, round, 1);
             }
     }
 }
-static void attention_av_forward(float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd, int round) {
+/* out = probs v; v and out stored as vh and oh say (bf16 bits where set: v widened a head at a time, out's rows summed
+ * in a buffer and stored as the bits of their rounding; the same bits as the fp32 arrays of the same values) */
+static void attention_av_forward_x(void* out, int oh, const float* probs, const void* v, int vh, int B, int T, int H, int KV, int hd,
+                                   int round) {
     if (hd % 16) {
-        attention_av_forward_ref(out, probs, v, B, T, H, KV, hd);
-        if (round) bf16_round_array(out, (long long)B * T * H * hd);
+        float *vt, *ot = oh ? (float*)mallocCheck(sizeof(float) * (size_t)B * T * H * hd) : NULL;
+        attention_av_forward_ref(oh ? ot : (float*)out, probs, widen_copy(v, vh, (size_t)B * T * KV * hd, &vt), B, T, H, KV, hd);
+        if (oh) bf16_pack_span((uint16_t*)out, ot, B * T * H * hd);
+        else if (round) bf16_round_array((float*)out, (long long)B * T * H * hd);
+        free(vt); free(ot);
         return;
     }
     int g = H / KV;
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++)
-            for (int t0 = 0; t0 < T; t0 += ATT_RB) {
-                int nr = T - t0 < ATT_RB ? T - t0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
-                float* o = out + ((size_t)b * T + t0) * qs + (size_t)h * hd;
-                for (int r = 0; r < nr; r++) { lo[r] = 0; hi[r] = t0 + r; memset(o + (size_t)r * qs, 0, sizeof(float) * hd); }
-                att_rows_accumulate(o, qs, nr, probs + (((size_t)b * H + h) * T + t0) * T, T, 1,
-                                    v + (size_t)b * T * ks + (size_t)(h / g) * hd, ks, lo, hi, hd);
-                if (round) for (int r = 0; r < nr; r++) bf16_round_span(o + (size_t)r * qs, hd);
+#pragma omp parallel
+    {
+        float* vbuf = vh ? att_scratch(2, (size_t)T * hd) : NULL;
+        float* obuf = oh ? att_scratch(3, (size_t)ATT_RB * hd) : NULL;
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++) {
+                size_t vs;
+                const float* vb = att_rows_in(att_at(v, vh, (size_t)b * T * ks + (size_t)(h / g) * hd), vh, ks, T, hd, vbuf, &vs);
+                for (int t0 = 0; t0 < T; t0 += ATT_RB) {
+                    int nr = T - t0 < ATT_RB ? T - t0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
+                    const size_t off = ((size_t)b * T + t0) * qs + (size_t)h * hd, os = oh ? (size_t)hd : qs;
+                    float* o = oh ? obuf : (float*)out + off;
+                    for (int r = 0; r < nr; r++) { lo[r] = 0; hi[r] = t0 + r; memset(o + (size_t)r * os, 0, sizeof(float) * hd); }
+                    att_rows_accumulate(o, os, nr, probs + (((size_t)b * H + h) * T + t0) * T, T, 1, vb, vs, lo, hi, hd);
+                    att_rows_out(out, oh, off, qs, o, os, nr, hd, round);
+                }
             }
+    }
+}
+static void attention_av_forward(float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd, int round) {
+    attention_av_forward_x(out, 0, probs, v, 0, B, T, H, KV, hd, round);
 }
 /* dprobs[b,h,t,s] = dout[b,t,h] . v[b,s,h/g] (s <= t, else 0); dv overwritten with sum_t probs dout */
-static void attention_av_backward(float* dprobs, float* dv, const float* dout, const float* probs, const float* v,
-                                  int B, int T, int H, int KV, int hd, int round) {
+static void attention_av_backward_x(float* dprobs, float* dv, const float* dout, const float* probs, const void* v, int vh,
+                                    int B, int T, int H, int KV, int hd, int round) {
     if (hd % 16) {
-        attention_av_backward_ref(dprobs, dv, dout, probs, v, B, T, H, KV, hd);
+        float* vt;
+        attention_av_backward_ref(dprobs, dv, dout, probs, widen_copy(v, vh, (size_t)B * T * KV * hd, &vt), B, T, H, KV, hd);
+        free(vt);
         if (round) { bf16_round_array(dprobs, (long long)B * H * T * T); bf16_round_array(dv, (long long)B * T * KV * hd); }
         return;
     }
@@ -843,10 +886,10 @@ static void attention_av_backward(float* dprobs, float* dv, const float* dout, c
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < KV; kh++) {
-                const float* vb = v + (size_t)b * T * ks + (size_t)kh * hd;
+                const void* vb = att_at(v, vh, (size_t)b * T * ks + (size_t)kh * hd);
                 float* dvb = dv + (size_t)b * T * ks + (size_t)kh * hd;
                 for (int s = 0; s < T; s++) memset(dvb + (size_t)s * ks, 0, sizeof(float) * hd);
-                for (int j = 0; j < nkb; j++) att_block_T(vT + (size_t)j * hd * ATT_KB, vb, ks, j * ATT_KB, T, hd);
+                for (int j = 0; j < nkb; j++) att_block_T(vT + (size_t)j * hd * ATT_KB, vb, vh, ks, j * ATT_KB, T, hd);
                 for (int h = kh * g; h < kh * g + g; h++) {
                     const float* pb = probs + ((size_t)b * H + h) * T * T;
                     const float* gob = dout + (size_t)b * T * qs + (size_t)h * hd;
@@ -863,6 +906,10 @@ static void attention_av_backward(float* dprobs, float* dv, const float* dout, c
                 if (round) for (int s = 0; s < T; s++) bf16_round_span(dvb + (size_t)s * ks, hd);   /* every head of the group added */
             }
     }
+}
+static void attention_av_backward(float* dprobs, float* dv, const float* dout, const float* probs, const float* v,
+                                  int B, int T, int H, int KV, int hd, int round) {
+    attention_av_backward_x(dprobs, dv, dout, probs, v, 0, B, T, H, KV, hd, round);
 }
 /* dq = scale * dlogits k, dk = scale * dlogits^T q (overwritten); one task per (b, kv head). The _ref loop
  * multiplies each dlogit by scale before its products (d = dl * scale): so do these, on a scaled row copy. */
@@ -941,8 +988,8 @@ static void att_tile_cols_accumulate(float* acc, size_t as, const float* w, int 
 }
 /* out = the causal GQA attention of q, k, v (overwritten): attention_logits_forward, attention_softmax_forward and
  * attention_av_forward's bits; one task per (b, head) */
-static void attention_fused_forward(float* out, const float* q, const float* k, const float* v, int B, int T, int H, int KV, int hd,
-                                    int round) {
+static void attention_fused_forward_x(void* out, int oh, const float* q, const float* k, const void* v, int vh, int B, int T, int H,
+                                      int KV, int hd, int round) {
     int g = H / KV, nkb = (T + ATT_KB - 1) / ATT_KB;
     float scale = 1.0f / sqrtf((float)hd);
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
@@ -950,33 +997,41 @@ static void attention_fused_forward(float* out, const float* q, const float* k, 
     {
         float* kT = att_scratch(0, (size_t)nkb * hd * ATT_KB);
         float* P = att_scratch(1, (size_t)ATT_RB * T);
+        float* vbuf = vh ? att_scratch(2, (size_t)T * hd) : NULL;
+        float* obuf = oh ? att_scratch(3, (size_t)ATT_RB * hd) : NULL;
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
                 const float* kb = k + (size_t)b * T * ks + (size_t)(h / g) * hd;
-                const float* vb = v + (size_t)b * T * ks + (size_t)(h / g) * hd;
-                for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, ks, j * ATT_KB, T, hd);
+                size_t vs;
+                const float* vb = att_rows_in(att_at(v, vh, (size_t)b * T * ks + (size_t)(h / g) * hd), vh, ks, T, hd, vbuf, &vs);
+                for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, 0, ks, j * ATT_KB, T, hd);
                 for (int t0 = 0; t0 < T; t0 += ATT_RB) {
                     int nr = T - t0 < ATT_RB ? T - t0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
-                    float* o = out + ((size_t)b * T + t0) * qs + (size_t)h * hd;
+                    const size_t off = ((size_t)b * T + t0) * qs + (size_t)h * hd, os = oh ? (size_t)hd : qs;
+                    float* o = oh ? obuf : (float*)out + off;
                     for (int r = 0; r < nr; r += 4)
                         att_causal_rows4(P + (size_t)r * T, T, q + ((size_t)b * T + t0 + r) * qs + (size_t)h * hd, qs, nr - r < 4 ? nr - r : 4,
                                          kT, t0 + r, T, hd, 1, scale, round, 0);
                     att_softmax_rows(P, P, T, nr, t0, T, round, 0);
                     for (int r = 0; r < nr; r++) {
                         lo[r] = 0; hi[r] = t0 + r;
-                        memset(o + (size_t)r * qs, 0, sizeof(float) * hd);
+                        memset(o + (size_t)r * os, 0, sizeof(float) * hd);
                     }
-                    att_rows_accumulate(o, qs, nr, P, T, 1, vb, ks, lo, hi, hd);
-                    if (round) for (int r = 0; r < nr; r++) bf16_round_span(o + (size_t)r * qs, hd);
+                    att_rows_accumulate(o, os, nr, P, T, 1, vb, vs, lo, hi, hd);
+                    att_rows_out(out, oh, off, qs, o, os, nr, hd, round);
                 }
             }
     }
 }
+static void attention_fused_forward(float* out, const float* q, const float* k, const float* v, int B, int T, int H, int KV, int hd,
+                                    int round) {
+    attention_fused_forward_x(out, 0, q, k, v, 0, B, T, H, KV, hd, round);
+}
 /* dq, dk, dv (overwritten) from dout, q, k, v: attention_av_backward, attention_softmax_backward and
  * attention_logits_backward's bits; one task per (b, kv head), which owns that head's dk and dv rows */
-static void attention_fused_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
-                                     int B, int T, int H, int KV, int hd, int round) {
+static void attention_fused_backward_x(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const void* v,
+                                       int vh, int B, int T, int H, int KV, int hd, int round) {
     int g = H / KV, nkb = (T + ATT_KB - 1) / ATT_KB, R = att_fused_tile_rows(T);
     float scale = 1.0f / sqrtf((float)hd);
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
@@ -990,7 +1045,7 @@ static void attention_fused_backward(float* dq, float* dk, float* dv, const floa
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < KV; kh++) {
                 const float* kb = k + (size_t)b * T * ks + (size_t)kh * hd;
-                const float* vb = v + (size_t)b * T * ks + (size_t)kh * hd;
+                const void* vb = att_at(v, vh, (size_t)b * T * ks + (size_t)kh * hd);
                 float* dkb = dk + (size_t)b * T * ks + (size_t)kh * hd;
                 float* dvb = dv + (size_t)b * T * ks + (size_t)kh * hd;
                 for (int s = 0; s < T; s++) {
@@ -998,8 +1053,8 @@ static void attention_fused_backward(float* dq, float* dk, float* dv, const floa
                     memset(dvb + (size_t)s * ks, 0, sizeof(float) * hd);
                 }
                 for (int j = 0; j < nkb; j++) {
-                    att_block_T(kT + (size_t)j * hd * ATT_KB, kb, ks, j * ATT_KB, T, hd);
-                    att_block_T(vT + (size_t)j * hd * ATT_KB, vb, ks, j * ATT_KB, T, hd);
+                    att_block_T(kT + (size_t)j * hd * ATT_KB, kb, 0, ks, j * ATT_KB, T, hd);
+                    att_block_T(vT + (size_t)j * hd * ATT_KB, vb, vh, ks, j * ATT_KB, T, hd);
                 }
                 for (int h = kh * g; h < kh * g + g; h++) {
                     const float* qb = q + (size_t)b * T * qs + (size_t)h * hd;
@@ -1035,6 +1090,10 @@ static void attention_fused_backward(float* dq, float* dk, float* dv, const floa
                     for (int s = 0; s < T; s++) { bf16_round_span(dkb + (size_t)s * ks, hd); bf16_round_span(dvb + (size_t)s * ks, hd); }
             }
     }
+}
+static void attention_fused_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
+                                     int B, int T, int H, int KV, int hd, int round) {
+    attention_fused_backward_x(dq, dk, dv, dout, q, k, v, 0, B, T, H, KV, hd, round);
 }
 static void attention_forward(float* out, float* logits, float* probs, const float* q, const float* k, const float* v,
                               int B, int T, int H, int KV, int hd) {
