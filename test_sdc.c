@@ -297,16 +297,20 @@ static void test_attention_fast(void) {
                       round ? "bf16" : "fp32", fo ? "=" : "DIFFER", fq ? "=" : "DIFFER", fk ? "=" : "DIFFER", fv ? "=" : "DIFFER");
                 free(dk1); free(dk2);
             }
-        /* v and the output stored as bf16 bits (-precision bf16's storage of v_proj and att_out): the _x forms = the fp32
-         * forms on arrays of the same values, bit for bit (hd 40: the _ref fallback's copies) */
+        /* q, k, v and the output stored as bf16 bits (-precision bf16's storage of the Q/K path, v_proj and att_out): the _x
+         * forms = the fp32 forms on arrays of the same values, bit for bit (hd 40: the _ref fallback's copies) */
         {
             q[(size_t)(T - 1) * H * hd + 1] = 0.5f; v[(size_t)(T / 2) * KV * hd + 3] = 0.5f;
-            float *vr = mallocCheck(sizeof(float) * nk), *dk1 = mallocCheck(sizeof(float) * nk), *dk2 = mallocCheck(sizeof(float) * nk);
-            uint16_t *vh = mallocCheck(2 * nk), *oh = mallocCheck(2 * nq);
-            for (size_t i = 0; i < nk; i++) { vr[i] = bf16_round(v[i]); vh[i] = f32_to_bf16_bits(v[i]); }
-            attention_logits_forward(r1, q, k, B, T, H, KV, hd, 1);
+            float *vr = mallocCheck(sizeof(float) * nk), *kr = mallocCheck(sizeof(float) * nk), *qr = mallocCheck(sizeof(float) * nq);
+            float *dk1 = mallocCheck(sizeof(float) * nk), *dk2 = mallocCheck(sizeof(float) * nk);
+            uint16_t *vh = mallocCheck(2 * nk), *kh = mallocCheck(2 * nk), *qh = mallocCheck(2 * nq), *oh = mallocCheck(2 * nq);
+            for (size_t i = 0; i < nk; i++) { vr[i] = bf16_round(v[i]); vh[i] = f32_to_bf16_bits(v[i]); kr[i] = bf16_round(k[i]); kh[i] = f32_to_bf16_bits(k[i]); }
+            for (size_t i = 0; i < nq; i++) { qr[i] = bf16_round(q[i]); qh[i] = f32_to_bf16_bits(q[i]); }
+            int xl, xo = 1, xb, xd, xf = 1;
+            attention_logits_forward(r1, qr, kr, B, T, H, KV, hd, 1);
+            attention_logits_forward_x(r2, qh, 1, kh, 1, B, T, H, KV, hd, 1);
+            xl = memcmp(r1, r2, sizeof(float) * na) == 0;
             attention_softmax_forward(p, r1, B, H, T, 1);
-            int xo = 1, xb, xf = 1;
             attention_av_forward(o1, p, vr, B, T, H, KV, hd, 1);
             attention_av_forward_x(oh, 1, p, vh, 1, B, T, H, KV, hd, 1);
             for (size_t i = 0; i < nq; i++) xo &= (uint32_t)oh[i] << 16 == f32_bits(o1[i]);
@@ -315,17 +319,21 @@ static void test_attention_fast(void) {
             attention_av_backward(r1, dv1, go, p, vr, B, T, H, KV, hd, 1);
             attention_av_backward_x(r2, dv2, go, p, vh, 1, B, T, H, KV, hd, 1);
             xb = memcmp(r1, r2, sizeof(float) * na) == 0 && memcmp(dv1, dv2, sizeof(float) * nk) == 0;
+            attention_logits_backward(dq1, dk1, dl, qr, kr, B, T, H, KV, hd, 1);
+            attention_logits_backward_x(dq2, dk2, dl, qh, 1, kh, 1, B, T, H, KV, hd, 1);
+            xd = memcmp(dq1, dq2, sizeof(float) * nq) == 0 && memcmp(dk1, dk2, sizeof(float) * nk) == 0;
             if (attention_fused_supported(hd)) {
-                attention_fused_forward(o1, q, k, vr, B, T, H, KV, hd, 1);
-                attention_fused_forward_x(oh, 1, q, k, vh, 1, B, T, H, KV, hd, 1);
+                attention_fused_forward(o1, qr, kr, vr, B, T, H, KV, hd, 1);
+                attention_fused_forward_x(oh, 1, qh, 1, kh, 1, vh, 1, B, T, H, KV, hd, 1);
                 for (size_t i = 0; i < nq; i++) xf &= (uint32_t)oh[i] << 16 == f32_bits(o1[i]);
-                attention_fused_backward(dq1, dk1, dv1, go, q, k, vr, B, T, H, KV, hd, 1);
-                attention_fused_backward_x(dq2, dk2, dv2, go, q, k, vh, 1, B, T, H, KV, hd, 1);
+                attention_fused_backward(dq1, dk1, dv1, go, qr, kr, vr, B, T, H, KV, hd, 1);
+                attention_fused_backward_x(dq2, dk2, dv2, go, qh, 1, kh, 1, vh, 1, B, T, H, KV, hd, 1);
                 xf &= !memcmp(dq1, dq2, sizeof(float) * nq) && !memcmp(dk1, dk2, sizeof(float) * nk) && !memcmp(dv1, dv2, sizeof(float) * nk);
             }
-            check(xo && xb && xf, "  B %d T %-3d H %d KV %d hd %-3d: v and out as bf16 bits: out %s, dprobs+dv %s, fused %s", B, T, H, KV, hd,
-                  xo ? "=" : "DIFFER", xb ? "=" : "DIFFER", attention_fused_supported(hd) ? (xf ? "=" : "DIFFER") : "n/a");
-            free(vr); free(dk1); free(dk2); free(vh); free(oh);
+            check(xl && xo && xb && xd && xf, "  B %d T %-3d H %d KV %d hd %-3d: q, k, v, out as bf16 bits: logits %s, out %s, dprobs+dv %s, dq+dk %s, fused %s", B,
+                  T, H, KV, hd, xl ? "=" : "DIFFER", xo ? "=" : "DIFFER", xb ? "=" : "DIFFER", xd ? "=" : "DIFFER",
+                  attention_fused_supported(hd) ? (xf ? "=" : "DIFFER") : "n/a");
+            free(vr); free(kr); free(qr); free(dk1); free(dk2); free(vh); free(kh); free(qh); free(oh);
         }
         /* the softmax and its backward (rows side by side) against their one-row specification: each row's sum in s
          * order; the backward's sum of probs * dprobs with the first 8 floor((t+1)/8) products rounded before their
@@ -891,6 +899,43 @@ static void test_bf16_storage_forms(void) {
         check(okr, "  residual add, operands and output as fp32 or bf16 bits");
         check(okn, "  RMSNorm forward (bf16 input and output) and backward (bf16 input; dx and dw)");
         free(w); free(ms0); free(ms1); free(dw0); free(dw1);
+    }
+    /* the embedding's rows (a table of bf16 values, as -precision bf16's weights) stored as bf16 bits */
+    {
+        const int toks[5] = {3, 0, 7, 3, 1}, C = 100;   /* rows of u as the table */
+        embedding_forward(r0, toks, u, 5, C);
+        embedding_forward_x(oh, 1, toks, u, 5, C);
+        int oke = 1;
+        for (int i = 0; i < 5 * C; i++) oke &= (uint32_t)oh[i] << 16 == f32_bits(r0[i]);
+        check(oke, "  embedding rows stored as bf16 bits = the rows");
+    }
+    /* RoPE (the Q/K path's rotation, heads of 64) and the Q/K fingerprint on bf16 bits */
+    {
+        const int B = 2, T = 5, nh = 3, hd = 64, half = hd / 2;
+        const size_t nr = (size_t)B * T * nh * hd;
+        float *cs = mallocCheck(4 * T * half), *sn = mallocCheck(4 * T * half);
+        fill_normal(cs, (size_t)T * half, 9, 1); fill_normal(sn, (size_t)T * half, 10, 1);
+        int okp = 1;
+        for (int round = 0; round < 2; round++)
+            for (int style = 0; style < 2; style++) {
+                rope_forward_r(r0, u, cs, sn, B, T, nh, hd, style, 1);
+                rope_forward_x(oh, 1, uh, 1, cs, sn, B, T, nh, hd, style, round);
+                for (size_t i = 0; i < nr; i++) okp &= oh[i] == f32_to_bf16_bits(r0[i]);
+                rope_forward_r(r0, u, cs, sn, B, T, nh, hd, style, round);
+                rope_forward_x(r1, 0, uh, 1, cs, sn, B, T, nh, hd, style, round);
+                okp &= !memcmp(r0, r1, 4 * nr);
+            }
+        check(okp, "  RoPE forward (bf16 input, bf16 or fp32 output, both styles)");
+        int okf = 1;
+        for (int w = 16; w <= 32; w += 16) {
+            Fingerprint f0 = qk_fingerprint(u, n, w), f1 = qk_fingerprint_x(uh, 1, n, w);
+            okf &= fp_equal(f0, f1);
+        }
+        uh[5] ^= 1;   /* one low mantissa bit: another fingerprint */
+        okf &= !fp_equal(qk_fingerprint(u, n, 16), qk_fingerprint_x(uh, 1, n, 16));
+        uh[5] ^= 1;
+        check(okf, "  Q/K fingerprint of bf16 bits = of the float array holding them (widths 16 and 32); one flipped bit changes it");
+        free(cs); free(sn);
     }
     /* the bound: rows of 1300 columns (MMB_CHUNK 512: two chunks and a partial one) */
     const int rows = 7, cols = 1300;

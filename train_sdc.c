@@ -13,13 +13,14 @@
  * activation gradient is rounded to bf16 (round-to-nearest-even) by the op that writes it, as it writes it (the _r
  * forms' round = precision; no rounding pass of its own). Weight gradients, mean squares, losses and the
  * optimizer stay fp32. Stored as bf16 bits (half the bytes, as the GPU stores them): the logits (then dlogits, in
- * place; logits_h), and the forward tensors of the sites in BF16_SITES (the norms' outputs, the residual stream,
- * v_proj, att_out, o_proj, the MLP's hidden tensors, down_proj; Model.h16, ACT_T): the op that writes one stores it so, the
- * ops that read it widen it exactly (the GEMMs as they pack A or B, the element-wise kernels a block at a time, the
- * attention a head of v at a time, the checks a row at a time), so every result has the bits of the fp32 arrays
- * holding the same values. A site that the faults flip in fp32 (-fault_dtype fp32, autocast's fp32 sites) keeps its
- * float array (model_fault_storage), and TSDC_CPU_STORAGE=fp32 keeps them all so. The other activations (q, k and
- * their norms and rotations, the embedding's output) and the activation gradients are fp32 arrays holding bf16 values.
+ * place; logits_h), and the forward tensors of the sites in BF16_SITES (every site but the materialised attention's
+ * logits and probabilities; Model.h16, ACT_T): the op that writes one stores it so, the ops that read it widen it
+ * exactly (the GEMMs as they pack A or B, the element-wise kernels, RoPE and the norms a block or a row at a time, the
+ * attention a head of q, k or v at a time, the fingerprints and checks as they read), so every result has the bits of
+ * the fp32 arrays holding the same values. A site that the faults flip in fp32 (-fault_dtype fp32, autocast's fp32
+ * sites) keeps its float array (model_fault_storage), and TSDC_CPU_STORAGE=fp32 keeps them all so. The embedding's
+ * output (and nanochat's norm of it) is stored so too (Model.emb16). The activation gradients are fp32 arrays holding
+ * bf16 values.
  *
  * Determinism: see llmc/cpu/cpu_kernels.h; every reduction has a fixed order that does not depend on the
  * thread count, so the same flags give the same bits. test_sdc.c includes this file with TESTING
@@ -75,7 +76,7 @@ typedef struct {
     float *act, *prod;                   /* [N,F]                           act mlp_product */
     /* the same tensors as bf16 bits where Model.h16 says their site is so stored (the float pointer NULL then; ACT_T
      * gives either) */
-    uint16_t *attn_norm_h, *v_h, *att_out_h, *o_h, *resid_mid_h, *mlp_norm_h, *gate_h, *up_h, *act_h, *prod_h, *down_h, *out_h;
+    uint16_t *attn_norm_h, *q_h, *k_h, *v_h, *qn_h, *kn_h, *qr_h, *kr_h, *qf_h, *kf_h, *att_out_h, *o_h, *resid_mid_h, *mlp_norm_h, *gate_h, *up_h, *act_h, *prod_h, *down_h, *out_h;
     float *down;                         /* [N,d]                           down_proj */
     float *out;                          /* [N,d] resid_mid + down          block_out */
 } LayerActs;
@@ -92,7 +93,10 @@ typedef struct {
     float *wr;                 /* weights used by the math: bf16-rounded copy in bf16 mode, else params */
     float *rope_cos, *rope_sin;
     /* activations */
-    float *emb, *emb_ms, *x0;  /* embedding output, embed-norm mean square, layer-0 input */
+    float *emb, *emb_ms, *x0;  /* embedding output, embed-norm mean square, layer-0 input (x0: the embedding norm's output,
+                                  NULL without one); emb and x0 NULL where emb16: */
+    uint16_t *emb_h, *x0_h;    /* the same as bf16 bits (-precision bf16, not TSDC_CPU_STORAGE=fp32; no fault site flips them) */
+    int emb16;
     LayerActs* la;
     float *final_norm, *final_ms, *logits, *lse, *losses;
     uint16_t* logits_h;        /* -precision bf16: the logits (then dlogits) [N, V] stored as bf16 bits, as the GPU stores
@@ -136,6 +140,15 @@ typedef struct {
 /* field f of the layer activations a, the forward tensor of site, as stored: its float array, or its bf16 bits where
  * model->h16[site] */
 #define ACT_T(a, f, site) (model->h16[site] ? (void*)(a)->f##_h : (void*)(a)->f)
+/* the Q (is_k 0) or K (1) that attention consumes at layer a, as stored (*h): after RoPE, or nanochat's norm after it */
+static const void* att_qk(const Model* model, const LayerActs* a, int is_k, int* h) {
+    if (model->c.qk_norm == QKNORM_PLAIN_POST_ROPE) {
+        *h = model->h16[is_k ? SITE_K_NORM : SITE_Q_NORM];
+        return is_k ? ACT_T(a, kf, SITE_K_NORM) : ACT_T(a, qf, SITE_Q_NORM);
+    }
+    *h = model->h16[is_k ? SITE_K_ROPE : SITE_Q_ROPE];
+    return is_k ? ACT_T(a, kr, SITE_K_ROPE) : ACT_T(a, qr, SITE_Q_ROPE);
+}
 /* the MLP's hidden tensors (gate, up, act, product) are stored alike: their kernels take one storage flag */
 static int model_mlp_h16(const Model* model) {
     const unsigned char* h = model->h16;
@@ -191,11 +204,11 @@ static int storage_fp32_from_env(void) {
     return 0;
 }
 static void model_carve(Model* model);
-/* the sites whose forward tensor -precision bf16 stores as bf16 bits: the norms' outputs, the residual stream (but the
- * embedding's output, the first layer's input), v and the attention's output, and every projection's output but q's
- * and k's (q, k, their norms and rotations, which the Q/K fingerprints and recomputations read in place, and every
- * gradient are float arrays holding bf16 values) */
-static const int BF16_SITES[] = {SITE_ATTN_NORM, SITE_V_PROJ, SITE_ATT_OUT, SITE_O_PROJ, SITE_ATTN_RESIDUAL, SITE_MLP_NORM, SITE_GATE_PROJ, SITE_UP_PROJ,
+/* the sites whose forward tensor -precision bf16 stores as bf16 bits: all but the materialised attention's logits and
+ * probabilities (float [B, H, T, T] tensors that the attention checks read; the fused path stores neither). Every
+ * gradient is a float array holding bf16 values. */
+static const int BF16_SITES[] = {SITE_ATTN_NORM, SITE_Q_PROJ, SITE_K_PROJ, SITE_V_PROJ, SITE_Q_NORM, SITE_K_NORM, SITE_Q_ROPE, SITE_K_ROPE,
+                                 SITE_ATT_OUT, SITE_O_PROJ, SITE_ATTN_RESIDUAL, SITE_MLP_NORM, SITE_GATE_PROJ, SITE_UP_PROJ,
                                  SITE_ACT, SITE_MLP_PRODUCT, SITE_DOWN_PROJ, SITE_BLOCK_OUT};
 #define N_BF16_SITES ((int)(sizeof(BF16_SITES) / sizeof(BF16_SITES[0])))
 static void model_build(Model* model, const Config* c, int B, int T, int precision) {
@@ -217,8 +230,10 @@ static void model_build(Model* model, const Config* c, int B, int T, int precisi
     rope_tables(c, T, model->rope_cos, model->rope_sin);
 
     model->la = (LayerActs*)callocCheck(c->n_layer, sizeof(LayerActs));
-    if (precision && !storage_fp32_from_env())
+    if (precision && !storage_fp32_from_env()) {
         for (int i = 0; i < N_BF16_SITES; i++) model->h16[BF16_SITES[i]] = 1;
+        model->emb16 = 1;
+    }
     model_carve(model);
     model->inputs = (int*)callocCheck((size_t)B * T, sizeof(int));
     model->targets = (int*)callocCheck((size_t)B * T, sizeof(int));
@@ -238,12 +253,14 @@ static void model_carve(Model* model) {
     /* the QK norm's output and mean squares: only for the family's form (Qwen3's before RoPE, nanochat's after) */
     const int qkn_pre = c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE, qkn_post = c->qk_norm == QKNORM_PLAIN_POST_ROPE;
     size_t per_layer = NFL(SITE_ATTN_RESIDUAL, N * d) + NFL(SITE_BLOCK_OUT, N * d) + NFL(SITE_ATTN_NORM, N * d) + NFL(SITE_O_PROJ, N * d) + NFL(SITE_MLP_NORM, N * d) +
-                       NFL(SITE_DOWN_PROJ, N * d) + N * 2 + N * qd * 2 + NFL(SITE_ATT_OUT, N * qd) + N * kd * 2 + NFL(SITE_V_PROJ, N * kd) +
-                       (size_t)(qkn_pre + qkn_post) * N * (qd + kd + H + KV) +
+                       NFL(SITE_DOWN_PROJ, N * d) + N * 2 + NFL(SITE_Q_PROJ, N * qd) + NFL(SITE_Q_ROPE, N * qd) + NFL(SITE_ATT_OUT, N * qd) +
+                       NFL(SITE_K_PROJ, N * kd) + NFL(SITE_K_ROPE, N * kd) + NFL(SITE_V_PROJ, N * kd) +
+                       (size_t)(qkn_pre + qkn_post) * (NFL(SITE_Q_NORM, N * qd) + NFL(SITE_K_NORM, N * kd) + N * (H + KV)) +
                        NFL(SITE_GATE_PROJ, N * F) + NFL(SITE_UP_PROJ, N * F) + NFL(SITE_ACT, N * F) + NFL(SITE_MLP_PRODUCT, N * F);
 #undef NFL
     size_t nlog = precision ? (N * V + 1) / 2 : N * V;   /* the logits: bf16 bits in bf16 mode (two a float) */
-    size_t total = N * d * 2 + N + (size_t)c->n_layer * per_layer + N * d + N + nlog + N * 2 /* forward */
+    const size_t nemb = (model->emb16 ? (N * d + 1) / 2 : N * d) * (c->embed_norm ? 2 : 1);   /* emb, x0 */
+    size_t total = nemb + N + (size_t)c->n_layer * per_layer + N * d + N + nlog + N * 2 /* forward */
                  + N * d * 2 + N * qd * 3 + N * kd * 3 + N * F * 3 + N * H;                 /* backward */
     model->act_mem = (float*)callocCheck(total, sizeof(float));
     model->act_floats = total;
@@ -252,15 +269,19 @@ static void model_carve(Model* model) {
 #define CARVE16(ptr, n) do { (ptr) = (uint16_t*)p; p += ((n) + 1) / 2; } while (0)
 /* field f of a layer's activations, site's tensor of n elements: its float array or its bf16 bits */
 #define CARVE_S(f, site, n) do { a->f = NULL; a->f##_h = NULL; if (h[site]) CARVE16(a->f##_h, n); else CARVE(a->f, n); } while (0)
-    CARVE(model->emb, N * d); CARVE(model->emb_ms, N); CARVE(model->x0, N * d);
+    model->emb = model->x0 = NULL; model->emb_h = model->x0_h = NULL;
+    if (model->emb16) { CARVE16(model->emb_h, N * d); if (c->embed_norm) CARVE16(model->x0_h, N * d); }
+    else { CARVE(model->emb, N * d); if (c->embed_norm) CARVE(model->x0, N * d); }
+    CARVE(model->emb_ms, N);
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
         CARVE_S(attn_norm, SITE_ATTN_NORM, N * d); CARVE(a->attn_ms, N);
-        CARVE(a->q, N * qd); CARVE(a->k, N * kd); CARVE_S(v, SITE_V_PROJ, N * kd);
+        CARVE_S(q, SITE_Q_PROJ, N * qd); CARVE_S(k, SITE_K_PROJ, N * kd); CARVE_S(v, SITE_V_PROJ, N * kd);
         a->qn = a->kn = a->qn_ms = a->kn_ms = a->qf = a->kf = a->qf_ms = a->kf_ms = NULL;
-        if (qkn_pre) { CARVE(a->qn, N * qd); CARVE(a->kn, N * kd); CARVE(a->qn_ms, N * H); CARVE(a->kn_ms, N * KV); }
-        CARVE(a->qr, N * qd); CARVE(a->kr, N * kd);
-        if (qkn_post) { CARVE(a->qf, N * qd); CARVE(a->kf, N * kd); CARVE(a->qf_ms, N * H); CARVE(a->kf_ms, N * KV); }
+        a->qn_h = a->kn_h = a->qf_h = a->kf_h = NULL;
+        if (qkn_pre) { CARVE_S(qn, SITE_Q_NORM, N * qd); CARVE_S(kn, SITE_K_NORM, N * kd); CARVE(a->qn_ms, N * H); CARVE(a->kn_ms, N * KV); }
+        CARVE_S(qr, SITE_Q_ROPE, N * qd); CARVE_S(kr, SITE_K_ROPE, N * kd);
+        if (qkn_post) { CARVE_S(qf, SITE_Q_NORM, N * qd); CARVE_S(kf, SITE_K_NORM, N * kd); CARVE(a->qf_ms, N * H); CARVE(a->kf_ms, N * KV); }
         CARVE_S(att_out, SITE_ATT_OUT, N * qd); CARVE_S(o, SITE_O_PROJ, N * d); CARVE_S(resid_mid, SITE_ATTN_RESIDUAL, N * d);
         CARVE_S(mlp_norm, SITE_MLP_NORM, N * d); CARVE(a->mlp_ms, N);
         CARVE_S(gate, SITE_GATE_PROJ, N * F); CARVE_S(up, SITE_UP_PROJ, N * F); CARVE_S(act, SITE_ACT, N * F);
@@ -374,7 +395,7 @@ static void model_prepare_weights(Model* model) {
  * and weights into backward scratch (dq, dq2, dk, dk2; the mean squares into qk_ms), both results
  * reduced to 128-bit fingerprints and compared with those of the Q and K the forward gave attention.
  * The recomputation has no injection points: a transient fault hits one execution, not both. */
-static void qk_recompute_check(Model* model, int l, int B, int T, const float* q_used, const float* k_used) {
+static void qk_recompute_check(Model* model, int l, int B, int T, const void* q_used, int qh, const void* k_used, int kh) {
     const Config* c = &model->c;
     LayerActs* a = &model->la[l];
     int N = B * T, d = c->d_model, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
@@ -398,8 +419,8 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const float* q
         rmsnorm_forward_r(k2, ms, k1, NULL, N * KV, hd, eps, model->precision);
         t = q1; q1 = q2; q2 = t; t = k1; k1 = k2; k2 = t;
     }
-    int bad = !fp_equal(qk_fingerprint(q_used, (size_t)N * qd, width), qk_fingerprint(q1, (size_t)N * qd, width)) ||
-              !fp_equal(qk_fingerprint(k_used, (size_t)N * kd, width), qk_fingerprint(k1, (size_t)N * kd, width));
+    int bad = !fp_equal(qk_fingerprint_x(q_used, qh, (size_t)N * qd, width), qk_fingerprint(q1, (size_t)N * qd, width)) ||
+              !fp_equal(qk_fingerprint_x(k_used, kh, (size_t)N * kd, width), qk_fingerprint(k1, (size_t)N * kd, width));
     if (bad) check_alarm(model, CHECK_QK, l, 1);
     if (check_dump_file())   /* test-only (llmc/sdc/checks.h) */
         fprintf(check_dump_file(), "{\"kind\":\"qkf\",\"fwd\":%lld,\"layer\":%d,\"qkf\":%d}\n", check_dump_fwd, l, bad);
@@ -443,23 +464,26 @@ static float* qk_bwd_path(Model* model, int l, int B, int T, int nh, int is_k, f
     int n = B * T * nh, hd = c->head_dim;
     float eps = (float)c->norm_eps, *t;
     if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-        rmsnorm_backward_r(spare, NULL, x, is_k ? a->kr : a->qr, NULL, is_k ? a->kf_ms : a->qf_ms, n, hd, eps, 0, model->precision);
+        const int site = is_k ? SITE_K_ROPE : SITE_Q_ROPE;
+        rmsnorm_backward_x(spare, NULL, x, is_k ? ACT_T(a, kr, site) : ACT_T(a, qr, site), model->h16[site], NULL, is_k ? a->kf_ms : a->qf_ms, n,
+                           hd, eps, 0, model->precision);
         t = x; x = spare; spare = t;
     }
     rope_backward_r(spare, x, model->rope_cos, model->rope_sin, B, T, nh, hd, c->rope_style, model->precision);
     t = x; x = spare; spare = t;
     if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
-        rmsnorm_backward_r(spare, NULL, x, is_k ? a->k : a->q, W(is_k ? PT_KNORM : PT_QNORM, l), is_k ? a->kn_ms : a->qn_ms, n, hd,
-                           eps, 0, model->precision);
+        const int site = is_k ? SITE_K_PROJ : SITE_Q_PROJ;
+        rmsnorm_backward_x(spare, NULL, x, is_k ? ACT_T(a, k, site) : ACT_T(a, q, site), model->h16[site], W(is_k ? PT_KNORM : PT_QNORM, l),
+                           is_k ? a->kn_ms : a->qn_ms, n, hd, eps, 0, model->precision);
         t = x; x = spare; spare = t;
     }
     return x;
 }
-static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const float* qc, const float* kc,
+static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const void* qc, int qch, const void* kc, int kch,
                                    const float* dq_used, const float* dk_used, float* sq, float* sk) {
     const Config* c = &model->c;
     int N = B * T, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
-    attention_logits_backward(sq, sk, model->dlog, qc, kc, B, T, H, KV, hd, model->precision);
+    attention_logits_backward_x(sq, sk, model->dlog, qc, qch, kc, kch, B, T, H, KV, hd, model->precision);
     /* datt (N qd >= N kd) is free once attention_av_backward has read it: the spare of both */
     int bad = recompute_differs(model, dq_used, qk_bwd_path(model, l, B, T, H, 0, sq, model->datt), (size_t)N * qd, 0) ||
               recompute_differs(model, dk_used, qk_bwd_path(model, l, B, T, KV, 1, sk, model->datt), (size_t)N * kd, 0);
@@ -621,12 +645,16 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
     const int* inputs = model->inputs;
     model->last_B = B; model->last_T = T;
 
-    embedding_forward(model->emb, inputs, W(PT_WTE, -1), N, d);   /* [N,d]; rows of the weights in use: bf16 values in bf16 mode */
-    const void* x = model->emb;   /* the layer's input, the residual stream: stored as xh says */
-    int xh = 0;
+    /* [N,d]; rows of the weights in use: bf16 values in bf16 mode */
+    const int eh = model->emb16;
+    void* emb = eh ? (void*)model->emb_h : (void*)model->emb;
+    embedding_forward_x(emb, eh, inputs, W(PT_WTE, -1), N, d);
+    const void* x = emb;   /* the layer's input, the residual stream: stored as xh says */
+    int xh = eh;
     if (c->embed_norm) {
-        rmsnorm_forward_r(model->x0, model->emb_ms, model->emb, W(PT_EMBED_NORM, -1), N, d, eps, model->precision);
-        x = model->x0;
+        void* x0 = eh ? (void*)model->x0_h : (void*)model->x0;
+        rmsnorm_forward_x(x0, eh, model->emb_ms, emb, eh, W(PT_EMBED_NORM, -1), N, d, eps, model->precision);
+        x = x0;
     }
     const int prec = model->precision;
     /* the tensors stored as bf16 bits where h16 says (ACT_T): the norms' outputs, the residual stream, o_proj, the
@@ -639,47 +667,62 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         const int anh = h16[SITE_ATTN_NORM];
         rmsnorm_forward_x(an, anh, a->attn_ms, x, xh, W(PT_ATTN_NORM, l), N, d, eps, prec);   STORE_RND_X(SITE_ATTN_NORM, l, an, anh, (size_t)N * d);
         if (model->prot.on[PK_EW]) ew_rmsnorm(model, l, an, anh, x, xh, W(PT_ATTN_NORM, l), N, d);
-        matmul_forward_x(a->q, NULL, 0.0f, an, anh, W(PT_WQ, l), N, d, qd, prec, prec);                       STORE_RND(SITE_Q_PROJ, l, a->q, (size_t)N * qd);
-        matmul_forward_x(a->k, NULL, 0.0f, an, anh, W(PT_WK, l), N, d, kd, prec, prec);                       STORE_RND(SITE_K_PROJ, l, a->k, (size_t)N * kd);
+        void *q = ACT_T(a, q, SITE_Q_PROJ), *k = ACT_T(a, k, SITE_K_PROJ);
+        const int qh = h16[SITE_Q_PROJ], kh = h16[SITE_K_PROJ];
+        matmul_forward_x((float*)(qh ? NULL : q), (uint16_t*)(qh ? q : NULL), 0.0f, an, anh, W(PT_WQ, l), N, d, qd, prec, prec); STORE_RND_X(SITE_Q_PROJ, l, q, qh, (size_t)N * qd);
+        matmul_forward_x((float*)(kh ? NULL : k), (uint16_t*)(kh ? k : NULL), 0.0f, an, anh, W(PT_WK, l), N, d, kd, prec, prec); STORE_RND_X(SITE_K_PROJ, l, k, kh, (size_t)N * kd);
         void* v = ACT_T(a, v, SITE_V_PROJ);
         const int vh = h16[SITE_V_PROJ];
         matmul_forward_x((float*)(vh ? NULL : v), (uint16_t*)(vh ? v : NULL), 0.0f, an, anh, W(PT_WV, l), N, d, kd, prec, prec); STORE_RND_X(SITE_V_PROJ, l, v, vh, (size_t)N * kd);
         const int mmb = model->prot.on[PK_BOUND];
         if (mmb) mmb_check_x(model, l, MMB_V_PROJ, v, vh, N, kd, mmb_input_norms_x(model, 0, an, anh, N, d), d);
-        float *qc = a->q, *kc = a->k;
+        /* the Q/K path, each tensor as stored (qc, kc the latest, qch, kch their flags) */
+        const void *qc = q, *kc = k;
+        int qch = qh, kch = kh;
+        const int qnh = h16[SITE_Q_NORM], knh = h16[SITE_K_NORM], qrh = h16[SITE_Q_ROPE], krh = h16[SITE_K_ROPE];
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {                                    /* per head, over hd */
-            rmsnorm_forward_r(a->qn, a->qn_ms, qc, W(PT_QNORM, l), N * H, hd, eps, model->precision);   STORE_RND(SITE_Q_NORM, l, a->qn, (size_t)N * qd);
-            rmsnorm_forward_r(a->kn, a->kn_ms, kc, W(PT_KNORM, l), N * KV, hd, eps, model->precision);  STORE_RND(SITE_K_NORM, l, a->kn, (size_t)N * kd);
-            qc = a->qn; kc = a->kn;
+            void *qn = ACT_T(a, qn, SITE_Q_NORM), *kn = ACT_T(a, kn, SITE_K_NORM);
+            rmsnorm_forward_x(qn, qnh, a->qn_ms, qc, qch, W(PT_QNORM, l), N * H, hd, eps, prec);   STORE_RND_X(SITE_Q_NORM, l, qn, qnh, (size_t)N * qd);
+            rmsnorm_forward_x(kn, knh, a->kn_ms, kc, kch, W(PT_KNORM, l), N * KV, hd, eps, prec);  STORE_RND_X(SITE_K_NORM, l, kn, knh, (size_t)N * kd);
+            qc = qn; kc = kn; qch = qnh; kch = knh;
         }
-        rope_forward_r(a->qr, qc, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, model->precision);   STORE_RND(SITE_Q_ROPE, l, a->qr, (size_t)N * qd);
-        rope_forward_r(a->kr, kc, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, model->precision);  STORE_RND(SITE_K_ROPE, l, a->kr, (size_t)N * kd);
-        qc = a->qr; kc = a->kr;
+        void *qr = ACT_T(a, qr, SITE_Q_ROPE), *kr = ACT_T(a, kr, SITE_K_ROPE);
+        rope_forward_x(qr, qrh, qc, qch, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, prec);   STORE_RND_X(SITE_Q_ROPE, l, qr, qrh, (size_t)N * qd);
+        rope_forward_x(kr, krh, kc, kch, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, prec);  STORE_RND_X(SITE_K_ROPE, l, kr, krh, (size_t)N * kd);
+        qc = qr; kc = kr; qch = qrh; kch = krh;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-            rmsnorm_forward_r(a->qf, a->qf_ms, qc, NULL, N * H, hd, eps, model->precision);   STORE_RND(SITE_Q_NORM, l, a->qf, (size_t)N * qd);
-            rmsnorm_forward_r(a->kf, a->kf_ms, kc, NULL, N * KV, hd, eps, model->precision);  STORE_RND(SITE_K_NORM, l, a->kf, (size_t)N * kd);
-            qc = a->qf; kc = a->kf;
+            void *qf = ACT_T(a, qf, SITE_Q_NORM), *kf = ACT_T(a, kf, SITE_K_NORM);
+            rmsnorm_forward_x(qf, qnh, a->qf_ms, qc, qch, NULL, N * H, hd, eps, prec);   STORE_RND_X(SITE_Q_NORM, l, qf, qnh, (size_t)N * qd);
+            rmsnorm_forward_x(kf, knh, a->kf_ms, kc, kch, NULL, N * KV, hd, eps, prec);  STORE_RND_X(SITE_K_NORM, l, kf, knh, (size_t)N * kd);
+            qc = qf; kc = kf; qch = qnh; kch = knh;
         }
-        if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, qc, kc);
+        if (model->prot.on[PK_QK]) qk_recompute_check(model, l, B, T, qc, qch, kc, kch);
         void* ao = ACT_T(a, att_out, SITE_ATT_OUT);
         const int aoh = h16[SITE_ATT_OUT];
         if ((a->fused = attention_fused(model, l))) {
-            attention_fused_forward_x(ao, aoh, qc, kc, v, vh, B, T, H, KV, hd, prec);   STORE_RND_X(SITE_ATT_OUT, l, ao, aoh, (size_t)N * qd);
+            attention_fused_forward_x(ao, aoh, qc, qch, kc, kch, v, vh, B, T, H, KV, hd, prec);   STORE_RND_X(SITE_ATT_OUT, l, ao, aoh, (size_t)N * qd);
         } else {
             model_att_buffers(model, model_materialised_reason(model));
             size_t natt = (size_t)B * H * T * T;
-            attention_logits_forward(a->logits, qc, kc, B, T, H, KV, hd, model->precision);   STORE_RND(SITE_ATT_LOGITS, l, a->logits, natt);
+            attention_logits_forward_x(a->logits, qc, qch, kc, kch, B, T, H, KV, hd, prec);   STORE_RND(SITE_ATT_LOGITS, l, a->logits, natt);
             int width = model->precision ? 16 : 32;
-            if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_logits_check(a->logits, qc, kc, B, T, H, KV, hd, width));
+            float *qt = NULL, *kt = NULL;   /* the checks read q and k as fp32 (copies where they are stored as bf16 bits) */
+            const float *qf32 = NULL, *kf32 = NULL;
+            if (model->prot.abft || model->prot.on[PK_ATT]) {
+                qf32 = widen_copy(qc, qch, (size_t)N * qd, &qt);
+                kf32 = widen_copy(kc, kch, (size_t)N * kd, &kt);
+            }
+            if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_logits_check(a->logits, qf32, kf32, B, T, H, KV, hd, width));
             int att_n[2] = {0, 0};   /* failed heads of the logits and the probability checks */
-            if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[0] = att_logits_rowcheck(a->logits, qc, kc, B, T, H, KV, hd, width));
+            if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[0] = att_logits_rowcheck(a->logits, qf32, kf32, B, T, H, KV, hd, width));
             attention_softmax_forward(a->probs, a->logits, B, H, T, model->precision);        STORE_RND(SITE_ATT_PROBS, l, a->probs, natt);
             if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[1] = att_probs_rowcheck(a->probs, B, H, T, width));
             if (model->prot.on[PK_ATT] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
                 double st[4];
-                att_fwd_stats(a->logits, a->probs, qc, kc, B, T, H, KV, hd, width, st);
+                att_fwd_stats(a->logits, a->probs, qf32, kf32, B, T, H, KV, hd, width, st);
                 check_dump_attf(l, att_n[0], att_n[1], st);
             }
+            free(qt); free(kt);
             attention_av_forward_x(ao, aoh, a->probs, v, vh, B, T, H, KV, hd, prec); STORE_RND_X(SITE_ATT_OUT, l, ao, aoh, (size_t)N * qd);
             if (model->prot.abft) {   /* on fp32 copies of what is stored as bf16 bits */
                 float *ot, *vt;
@@ -793,11 +836,14 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         exp_profile(model, lmt, -1, dlogits, (size_t)N * V);
         matmul_backward_r(dbuf, GR(lmt, -1), dlogits, model->final_norm, W(lmt, -1), N, d, V, 0, 0, 0);
     }
-    /* a layer's input, the residual stream (stored as its flag says; the first layer's, the embedding's, fp32) */
-    const void* x_first = c->embed_norm ? model->x0 : model->emb;
+    /* a layer's input, the residual stream (stored as its flag says; the first layer's, the embedding's or its norm's, as
+     * emb16 says) */
+    const int eh = model->emb16;
+    const void* emb = eh ? (void*)model->emb_h : (void*)model->emb;
+    const void* x_first = c->embed_norm ? (eh ? (void*)model->x0_h : (void*)model->x0) : emb;
     const int boh = model->h16[SITE_BLOCK_OUT], rmh = model->h16[SITE_ATTN_RESIDUAL];
     const void* x_last = c->n_layer ? ACT_T(&model->la[c->n_layer - 1], out, SITE_BLOCK_OUT) : x_first;
-    const int x_last_h = c->n_layer ? boh : 0;
+    const int x_last_h = c->n_layer ? boh : eh;
     rmsnorm_backward_x(dres, GR(PT_FINAL_NORM, -1), dbuf, x_last, x_last_h, W(PT_FINAL_NORM, -1), model->final_ms, N, d, eps, 0, model->precision);
     /* what wrote dres last, for ew's check of d(block_out) (the next layer's attn_norm backward, here the final norm's) */
     const void* res_x = x_last;
@@ -807,7 +853,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
     for (int l = c->n_layer - 1; l >= 0; l--) {
         LayerActs* a = &model->la[l];
         const void* x_in = l > 0 ? ACT_T(&model->la[l - 1], out, SITE_BLOCK_OUT) : x_first;
-        const int x_in_h = l > 0 ? boh : 0;
+        const int x_in_h = l > 0 ? boh : eh;
         const void* rm = ACT_T(a, resid_mid, SITE_ATTN_RESIDUAL);
         size_t natt = (size_t)B * H * T * T;
         FAULT_BWD(SITE_BLOCK_OUT, l, dres, (size_t)N * d);
@@ -863,10 +909,10 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         const void *ao = ACT_T(a, att_out, SITE_ATT_OUT), *v = ACT_T(a, v, SITE_V_PROJ);
         const int aoh = model->h16[SITE_ATT_OUT], vh = model->h16[SITE_V_PROJ];
         matmul_backward_x(model->datt, GR(PT_WO, l), dout_o, 0, ao, aoh, W(PT_WO, l), N, qd, d, 0, prec, prec);      STORE_GRAD_RND(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
-        const float* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
-        const float* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
+        int qch, kch;
+        const void *qc = att_qk(model, a, 0, &qch), *kc = att_qk(model, a, 1, &kch);
         if (a->fused) {   /* the probs again from q and k (the forward kept none): dq, dk, dv with the materialised bits */
-            attention_fused_backward_x(model->dq, model->dk, model->dv, model->datt, qc, kc, v, vh, B, T, H, KV, hd, prec);
+            attention_fused_backward_x(model->dq, model->dk, model->dv, model->datt, qc, qch, kc, kch, v, vh, B, T, H, KV, hd, prec);
             FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
         } else {
             attention_av_backward_x(model->dlog, model->dv, model->datt, a->probs, v, vh, B, T, H, KV, hd, prec);
@@ -890,14 +936,14 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
                         check_dump_bwd, l, attb_n[0], attb_n[1], attb_n[2], tb[0], tb[1], tb[2]);
             }
             free(vt);
-            attention_logits_backward(model->dq, model->dk, model->dlog, qc, kc, B, T, H, KV, hd, model->precision);
+            attention_logits_backward_x(model->dq, model->dk, model->dlog, qc, qch, kc, kch, B, T, H, KV, hd, prec);
         }
         float *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
             FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
-            rmsnorm_backward_r(dq2, NULL, dq, a->qr, NULL, a->qf_ms, N * H, hd, eps, 0, model->precision);
-            rmsnorm_backward_r(dk2, NULL, dk, a->kr, NULL, a->kf_ms, N * KV, hd, eps, 0, model->precision);
+            rmsnorm_backward_x(dq2, NULL, dq, ACT_T(a, qr, SITE_Q_ROPE), model->h16[SITE_Q_ROPE], NULL, a->qf_ms, N * H, hd, eps, 0, prec);
+            rmsnorm_backward_x(dk2, NULL, dk, ACT_T(a, kr, SITE_K_ROPE), model->h16[SITE_K_ROPE], NULL, a->kf_ms, N * KV, hd, eps, 0, prec);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         }
         FAULT_BWD(SITE_Q_ROPE, l, dq, (size_t)N * qd);
@@ -908,13 +954,13 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
             FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
-            rmsnorm_backward_r(dq2, GR(PT_QNORM, l), dq, a->q, W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0, model->precision);
-            rmsnorm_backward_r(dk2, GR(PT_KNORM, l), dk, a->k, W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0, model->precision);
+            rmsnorm_backward_x(dq2, GR(PT_QNORM, l), dq, ACT_T(a, q, SITE_Q_PROJ), model->h16[SITE_Q_PROJ], W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0, prec);
+            rmsnorm_backward_x(dk2, GR(PT_KNORM, l), dk, ACT_T(a, k, SITE_K_PROJ), model->h16[SITE_K_PROJ], W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0, prec);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         }
         FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
         FAULT_BWD(SITE_K_PROJ, l, dk, (size_t)N * kd);
-        if (model->prot.on[PK_QK_BWD]) qk_bwd_recompute_check(model, l, B, T, qc, kc, dq, dk, dq2, dk2);
+        if (model->prot.on[PK_QK_BWD]) qk_bwd_recompute_check(model, l, B, T, qc, qch, kc, kch, dq, dk, dq2, dk2);
         exp_profile(model, PT_WQ, l, dq, (size_t)N * qd);
         exp_profile(model, PT_WK, l, dk, (size_t)N * kd);
         exp_profile(model, PT_WV, l, model->dv, (size_t)N * kd);
@@ -929,7 +975,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         res_x = x_in; res_xh = x_in_h; res_w = W(PT_ATTN_NORM, l); res_ms = a->attn_ms; res_acc = 1;
     }
     if (c->embed_norm) {
-        rmsnorm_backward_r(dbuf, GR(PT_EMBED_NORM, -1), dres, model->emb, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0, model->precision);
+        rmsnorm_backward_x(dbuf, GR(PT_EMBED_NORM, -1), dres, emb, eh, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0, model->precision);
         dres = dbuf;
     }
     embedding_backward(GR(PT_WTE, -1), dres, inputs, N, d);
@@ -1123,7 +1169,13 @@ static uint16_t* model_site_tensor_h(Model* model, int site, int l, int B, int T
                  kd = (size_t)model->c.n_kv_head * model->c.head_dim;
     switch (site) {
         case SITE_ATTN_NORM: *n = N * d; return a->attn_norm_h;
+        case SITE_Q_PROJ: *n = N * qd; return a->q_h;
+        case SITE_K_PROJ: *n = N * kd; return a->k_h;
         case SITE_V_PROJ: *n = N * kd; return a->v_h;
+        case SITE_Q_NORM: *n = N * qd; return model->c.qk_norm == QKNORM_WEIGHTED_PRE_ROPE ? a->qn_h : a->qf_h;
+        case SITE_K_NORM: *n = N * kd; return model->c.qk_norm == QKNORM_WEIGHTED_PRE_ROPE ? a->kn_h : a->kf_h;
+        case SITE_Q_ROPE: *n = N * qd; return a->qr_h;
+        case SITE_K_ROPE: *n = N * kd; return a->kr_h;
         case SITE_ATT_OUT: *n = N * qd; return a->att_out_h;
         case SITE_O_PROJ: *n = N * d; return a->o_h;
         case SITE_ATTN_RESIDUAL: *n = N * d; return a->resid_mid_h;
@@ -1143,10 +1195,10 @@ static void model_materialise_attention(Model* model, int l) {
     const Config* c = &model->c;
     LayerActs* a = &model->la[l];
     if (!a->fused) return;
-    const float* qc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->qf : a->qr;
-    const float* kc = c->qk_norm == QKNORM_PLAIN_POST_ROPE ? a->kf : a->kr;
+    int qch, kch;
+    const void *qc = att_qk(model, a, 0, &qch), *kc = att_qk(model, a, 1, &kch);
     model_att_buffers(model, "the propagation trace (-trace_out)");
-    attention_logits_forward(a->logits, qc, kc, model->last_B, model->last_T, c->n_head, c->n_kv_head, c->head_dim, model->precision);
+    attention_logits_forward_x(a->logits, qc, qch, kc, kch, model->last_B, model->last_T, c->n_head, c->n_kv_head, c->head_dim, model->precision);
     attention_softmax_forward(a->probs, a->logits, model->last_B, c->n_head, model->last_T, model->precision);
 }
 /* the snapshot: the activations and the logits and probs of every layer (two allocations, each copied whole) */

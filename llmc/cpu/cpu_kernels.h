@@ -430,23 +430,35 @@ static void rmsnorm_backward(float* dx, float* dw, const float* dout, const floa
 /* round: each head's row rounded to bf16 right after it is rotated, while it is in L1 (the -precision bf16 store, no
  * pass of its own; the rotation loop is left as it is, since how the compiler contracts x1 c - x2 s into FMAs
  * decides its bits) */
+/* x and out stored as xh and oh say (bf16 bits where set: a head's row widened, rotated in a buffer and stored as the
+ * bits of its rounding) */
+static void rope_forward_x(void* out, int oh, const void* x, int xh, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd,
+                           int style, int round) {
+    int half = hd / 2;
+#pragma omp parallel
+    {
+        float* buf = xh || oh ? (float*)mallocCheck(sizeof(float) * 2 * (size_t)hd) : NULL;
+#pragma omp for schedule(static)
+        for (int n = 0; n < B * T; n++) {
+            int t = n % T;
+            for (int h = 0; h < nh; h++) {
+                const size_t i0 = ((size_t)n * nh + h) * hd;
+                const float* xi = ew_in(x, xh, i0, i0 + hd, buf);
+                float* o = ew_out(out, oh, i0, buf + hd);
+                for (int i = 0; i < half; i++) {
+                    float y1, y2;
+                    rope_rotate_pair(style, xi[i], xi[i + half], cos_t[t * half + i], sin_t[t * half + i], &y1, &y2);
+                    o[i] = y1; o[i + half] = y2;
+                }
+                ew_store(out, oh, i0, i0 + hd, o, round);
+            }
+        }
+        free(buf);
+    }
+}
 static void rope_forward_r(float* out, const float* x, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style,
                            int round) {
-    int half = hd / 2;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < B * T; n++) {
-        int t = n % T;
-        for (int h = 0; h < nh; h++) {
-            const float* xi = x + ((size_t)n * nh + h) * hd;
-            float* o = out + ((size_t)n * nh + h) * hd;
-            for (int i = 0; i < half; i++) {
-                float y1, y2;
-                rope_rotate_pair(style, xi[i], xi[i + half], cos_t[t * half + i], sin_t[t * half + i], &y1, &y2);
-                o[i] = y1; o[i + half] = y2;
-            }
-            if (round) bf16_round_span(o, hd);
-        }
-    }
+    rope_forward_x(out, 0, x, 0, cos_t, sin_t, B, T, nh, hd, style, round);
 }
 static void rope_forward(float* out, const float* x, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style) {
     rope_forward_r(out, x, cos_t, sin_t, B, T, nh, hd, style, 0);
@@ -635,8 +647,8 @@ static void attention_logits_backward_ref(float* dq, float* dk, const float* dlo
 #define TSDC_THREAD_LOCAL _Thread_local
 #endif
 static float* att_scratch(int which, size_t n) {
-    static TSDC_THREAD_LOCAL float* buf[4];
-    static TSDC_THREAD_LOCAL size_t cap[4];
+    static TSDC_THREAD_LOCAL float* buf[6];
+    static TSDC_THREAD_LOCAL size_t cap[6];
     if (n > cap[which]) {
         free(buf[which]);
         buf[which] = (float*)mallocCheck(sizeof(float) * n);
@@ -808,9 +820,14 @@ static inline void att_causal_rows4(float* rows, size_t rs, const float* x, size
         if (round) bf16_round_span(row, t + 1);
     }
 }
-static void attention_logits_forward(float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd, int round) {
+/* q and k stored as qh and kh say (bf16 bits where set: q widened a head at a time, k as its key blocks are made) */
+static void attention_logits_forward_x(float* logits, const void* q, int qh, const void* k, int kh, int B, int T, int H, int KV, int hd,
+                                       int round) {
     if (hd % 16) {
-        attention_logits_forward_ref(logits, q, k, B, T, H, KV, hd);
+        float *qt, *kt;
+        attention_logits_forward_ref(logits, widen_copy(q, qh, (size_t)B * T * H * hd, &qt), widen_copy(k, kh, (size_t)B * T * KV * hd, &kt), B,
+                                     T, H, KV, hd);
+        free(qt); free(kt);
         if (round) bf16_round_array(logits, (long long)B * H * T * T);
         return;
     }
@@ -820,16 +837,22 @@ static void attention_logits_forward(float* logits, const float* q, const float*
 #pragma omp parallel
     {
         float* kT = att_scratch(0, (size_t)nkb * hd * ATT_KB);
+        float* qbuf = qh ? att_scratch(1, (size_t)T * hd) : NULL;
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
-                const float* kb = k + (size_t)b * T * ks + (size_t)(h / g) * hd;
-                for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, 0, ks, j * ATT_KB, T, hd);
+                const void* kb = att_at(k, kh, (size_t)b * T * ks + (size_t)(h / g) * hd);
+                size_t qss;
+                const float* qb = att_rows_in(att_at(q, qh, (size_t)b * T * qs + (size_t)h * hd), qh, qs, T, hd, qbuf, &qss);
+                for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, kh, ks, j * ATT_KB, T, hd);
                 for (int t = 0; t < T; t += 4)
-                    att_causal_rows4(logits + (((size_t)b * H + h) * T + t) * T, T, q + ((size_t)b * T + t) * qs + (size_t)h * hd, qs,
-                                     T - t < 4 ? T - t : 4, kT, t, T, hd, 1, scale, round, 1);
+                    att_causal_rows4(logits + (((size_t)b * H + h) * T + t) * T, T, qb + (size_t)t * qss, qss, T - t < 4 ? T - t : 4, kT, t, T, hd,
+                                     1, scale, round, 1);
             }
     }
+}
+static void attention_logits_forward(float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd, int round) {
+    attention_logits_forward_x(logits, q, 0, k, 0, B, T, H, KV, hd, round);
 }
 /* out = probs v; v and out stored as vh and oh say (bf16 bits where set: v widened a head at a time, out's rows summed
  * in a buffer and stored as the bits of their rounding; the same bits as the fp32 arrays of the same values) */
@@ -913,10 +936,13 @@ static void attention_av_backward(float* dprobs, float* dv, const float* dout, c
 }
 /* dq = scale * dlogits k, dk = scale * dlogits^T q (overwritten); one task per (b, kv head). The _ref loop
  * multiplies each dlogit by scale before its products (d = dl * scale): so do these, on a scaled row copy. */
-static void attention_logits_backward(float* dq, float* dk, const float* dlogits, const float* q, const float* k,
-                                      int B, int T, int H, int KV, int hd, int round) {
+static void attention_logits_backward_x(float* dq, float* dk, const float* dlogits, const void* q, int qh, const void* k, int kh,
+                                        int B, int T, int H, int KV, int hd, int round) {
     if (hd % 16) {
-        attention_logits_backward_ref(dq, dk, dlogits, q, k, B, T, H, KV, hd);
+        float *qt, *kt;
+        attention_logits_backward_ref(dq, dk, dlogits, widen_copy(q, qh, (size_t)B * T * H * hd, &qt), widen_copy(k, kh, (size_t)B * T * KV * hd, &kt),
+                                      B, T, H, KV, hd);
+        free(qt); free(kt);
         if (round) { bf16_round_array(dq, (long long)B * T * H * hd); bf16_round_array(dk, (long long)B * T * KV * hd); }
         return;
     }
@@ -926,33 +952,40 @@ static void attention_logits_backward(float* dq, float* dk, const float* dlogits
 #pragma omp parallel
     {
         float* ds = att_scratch(1, (size_t)T * T);   /* scale * dlogits of one head */
+        float* kbuf = kh ? att_scratch(2, (size_t)T * hd) : NULL;
+        float* qbuf = qh ? att_scratch(3, (size_t)T * hd) : NULL;
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
-            for (int kh = 0; kh < KV; kh++) {
-                const float* kb = k + (size_t)b * T * ks + (size_t)kh * hd;
-                float* dkb = dk + (size_t)b * T * ks + (size_t)kh * hd;
+            for (int j = 0; j < KV; j++) {
+                size_t kss, qss;
+                const float* kb = att_rows_in(att_at(k, kh, (size_t)b * T * ks + (size_t)j * hd), kh, ks, T, hd, kbuf, &kss);
+                float* dkb = dk + (size_t)b * T * ks + (size_t)j * hd;
                 for (int s = 0; s < T; s++) memset(dkb + (size_t)s * ks, 0, sizeof(float) * hd);
-                for (int h = kh * g; h < kh * g + g; h++) {
+                for (int h = j * g; h < j * g + g; h++) {
                     const float* dl = dlogits + ((size_t)b * H + h) * T * T;
                     for (int t = 0; t < T; t++)
                         for (int s = 0; s <= t; s++) ds[(size_t)t * T + s] = dl[(size_t)t * T + s] * scale;
-                    const float* qb = q + (size_t)b * T * qs + (size_t)h * hd;
+                    const float* qb = att_rows_in(att_at(q, qh, (size_t)b * T * qs + (size_t)h * hd), qh, qs, T, hd, qbuf, &qss);
                     float* dqb = dq + (size_t)b * T * qs + (size_t)h * hd;
                     for (int t0 = 0; t0 < T; t0 += ATT_RB) {   /* dq rows t: += d[t, s] k[s], s = 0 .. t */
                         int nr = T - t0 < ATT_RB ? T - t0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
                         for (int r = 0; r < nr; r++) { lo[r] = 0; hi[r] = t0 + r; memset(dqb + (size_t)(t0 + r) * qs, 0, sizeof(float) * hd); }
-                        att_rows_accumulate(dqb + (size_t)t0 * qs, qs, nr, ds + (size_t)t0 * T, T, 1, kb, ks, lo, hi, hd);
+                        att_rows_accumulate(dqb + (size_t)t0 * qs, qs, nr, ds + (size_t)t0 * T, T, 1, kb, kss, lo, hi, hd);
                         if (round) for (int r = 0; r < nr; r++) bf16_round_span(dqb + (size_t)(t0 + r) * qs, hd);
                     }
                     for (int s0 = 0; s0 < T; s0 += ATT_RB) {   /* dk rows s: += d[t, s] q[t], t = s .. T-1 */
                         int nr = T - s0 < ATT_RB ? T - s0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
                         for (int r = 0; r < nr; r++) { lo[r] = s0 + r; hi[r] = T - 1; }
-                        att_rows_accumulate(dkb + (size_t)s0 * ks, ks, nr, ds + s0, 1, T, qb, qs, lo, hi, hd);
+                        att_rows_accumulate(dkb + (size_t)s0 * ks, ks, nr, ds + s0, 1, T, qb, qss, lo, hi, hd);
                     }
                 }
                 if (round) for (int s = 0; s < T; s++) bf16_round_span(dkb + (size_t)s * ks, hd);   /* every head of the group added */
             }
     }
+}
+static void attention_logits_backward(float* dq, float* dk, const float* dlogits, const float* q, const float* k,
+                                      int B, int T, int H, int KV, int hd, int round) {
+    attention_logits_backward_x(dq, dk, dlogits, q, 0, k, 0, B, T, H, KV, hd, round);
 }
 /* ---- the fused attention: the materialised path's outputs, bit for bit, without its [B,H,T,T] tensors
  * For where nothing reads the stored logits, probabilities or their gradients (train_sdc.c's attention_fused: no
@@ -988,8 +1021,8 @@ static void att_tile_cols_accumulate(float* acc, size_t as, const float* w, int 
 }
 /* out = the causal GQA attention of q, k, v (overwritten): attention_logits_forward, attention_softmax_forward and
  * attention_av_forward's bits; one task per (b, head) */
-static void attention_fused_forward_x(void* out, int oh, const float* q, const float* k, const void* v, int vh, int B, int T, int H,
-                                      int KV, int hd, int round) {
+static void attention_fused_forward_x(void* out, int oh, const void* q, int qh, const void* k, int kh, const void* v, int vh, int B, int T,
+                                      int H, int KV, int hd, int round) {
     int g = H / KV, nkb = (T + ATT_KB - 1) / ATT_KB;
     float scale = 1.0f / sqrtf((float)hd);
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
@@ -999,20 +1032,22 @@ static void attention_fused_forward_x(void* out, int oh, const float* q, const f
         float* P = att_scratch(1, (size_t)ATT_RB * T);
         float* vbuf = vh ? att_scratch(2, (size_t)T * hd) : NULL;
         float* obuf = oh ? att_scratch(3, (size_t)ATT_RB * hd) : NULL;
+        float* qbuf = qh ? att_scratch(4, (size_t)T * hd) : NULL;
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
-                const float* kb = k + (size_t)b * T * ks + (size_t)(h / g) * hd;
-                size_t vs;
+                const void* kb = att_at(k, kh, (size_t)b * T * ks + (size_t)(h / g) * hd);
+                size_t vs, qss;
                 const float* vb = att_rows_in(att_at(v, vh, (size_t)b * T * ks + (size_t)(h / g) * hd), vh, ks, T, hd, vbuf, &vs);
-                for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, 0, ks, j * ATT_KB, T, hd);
+                const float* qb = att_rows_in(att_at(q, qh, (size_t)b * T * qs + (size_t)h * hd), qh, qs, T, hd, qbuf, &qss);
+                for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, kh, ks, j * ATT_KB, T, hd);
                 for (int t0 = 0; t0 < T; t0 += ATT_RB) {
                     int nr = T - t0 < ATT_RB ? T - t0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
                     const size_t off = ((size_t)b * T + t0) * qs + (size_t)h * hd, os = oh ? (size_t)hd : qs;
                     float* o = oh ? obuf : (float*)out + off;
                     for (int r = 0; r < nr; r += 4)
-                        att_causal_rows4(P + (size_t)r * T, T, q + ((size_t)b * T + t0 + r) * qs + (size_t)h * hd, qs, nr - r < 4 ? nr - r : 4,
-                                         kT, t0 + r, T, hd, 1, scale, round, 0);
+                        att_causal_rows4(P + (size_t)r * T, T, qb + (size_t)(t0 + r) * qss, qss, nr - r < 4 ? nr - r : 4, kT, t0 + r, T, hd, 1,
+                                         scale, round, 0);
                     att_softmax_rows(P, P, T, nr, t0, T, round, 0);
                     for (int r = 0; r < nr; r++) {
                         lo[r] = 0; hi[r] = t0 + r;
@@ -1026,12 +1061,12 @@ static void attention_fused_forward_x(void* out, int oh, const float* q, const f
 }
 static void attention_fused_forward(float* out, const float* q, const float* k, const float* v, int B, int T, int H, int KV, int hd,
                                     int round) {
-    attention_fused_forward_x(out, 0, q, k, v, 0, B, T, H, KV, hd, round);
+    attention_fused_forward_x(out, 0, q, 0, k, 0, v, 0, B, T, H, KV, hd, round);
 }
 /* dq, dk, dv (overwritten) from dout, q, k, v: attention_av_backward, attention_softmax_backward and
  * attention_logits_backward's bits; one task per (b, kv head), which owns that head's dk and dv rows */
-static void attention_fused_backward_x(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const void* v,
-                                       int vh, int B, int T, int H, int KV, int hd, int round) {
+static void attention_fused_backward_x(float* dq, float* dk, float* dv, const float* dout, const void* q, int qh, const void* k, int kh,
+                                       const void* v, int vh, int B, int T, int H, int KV, int hd, int round) {
     int g = H / KV, nkb = (T + ATT_KB - 1) / ATT_KB, R = att_fused_tile_rows(T);
     float scale = 1.0f / sqrtf((float)hd);
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
@@ -1041,23 +1076,26 @@ static void attention_fused_backward_x(float* dq, float* dk, float* dv, const fl
         float* vT = att_scratch(1, (size_t)nkb * hd * ATT_KB);
         float* P = att_scratch(2, (size_t)R * T);   /* the tile's probs */
         float* D = att_scratch(3, (size_t)R * T);   /* its dprobs, then dlogits, then scale * dlogits */
+        float* kbuf = kh ? att_scratch(4, (size_t)T * hd) : NULL;
+        float* qbuf = qh ? att_scratch(5, (size_t)T * hd) : NULL;
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
-            for (int kh = 0; kh < KV; kh++) {
-                const float* kb = k + (size_t)b * T * ks + (size_t)kh * hd;
-                const void* vb = att_at(v, vh, (size_t)b * T * ks + (size_t)kh * hd);
-                float* dkb = dk + (size_t)b * T * ks + (size_t)kh * hd;
-                float* dvb = dv + (size_t)b * T * ks + (size_t)kh * hd;
+            for (int jh = 0; jh < KV; jh++) {
+                size_t kss, qss;
+                const float* kb = att_rows_in(att_at(k, kh, (size_t)b * T * ks + (size_t)jh * hd), kh, ks, T, hd, kbuf, &kss);
+                const void* vb = att_at(v, vh, (size_t)b * T * ks + (size_t)jh * hd);
+                float* dkb = dk + (size_t)b * T * ks + (size_t)jh * hd;
+                float* dvb = dv + (size_t)b * T * ks + (size_t)jh * hd;
                 for (int s = 0; s < T; s++) {
                     memset(dkb + (size_t)s * ks, 0, sizeof(float) * hd);
                     memset(dvb + (size_t)s * ks, 0, sizeof(float) * hd);
                 }
                 for (int j = 0; j < nkb; j++) {
-                    att_block_T(kT + (size_t)j * hd * ATT_KB, kb, 0, ks, j * ATT_KB, T, hd);
+                    att_block_T(kT + (size_t)j * hd * ATT_KB, kb, 0, kss, j * ATT_KB, T, hd);
                     att_block_T(vT + (size_t)j * hd * ATT_KB, vb, vh, ks, j * ATT_KB, T, hd);
                 }
-                for (int h = kh * g; h < kh * g + g; h++) {
-                    const float* qb = q + (size_t)b * T * qs + (size_t)h * hd;
+                for (int h = jh * g; h < jh * g + g; h++) {
+                    const float* qb = att_rows_in(att_at(q, qh, (size_t)b * T * qs + (size_t)h * hd), qh, qs, T, hd, qbuf, &qss);
                     const float* gob = dout + (size_t)b * T * qs + (size_t)h * hd;
                     float* dqb = dq + (size_t)b * T * qs + (size_t)h * hd;
                     for (int t0 = 0; t0 < T; t0 += R) {
@@ -1067,7 +1105,7 @@ static void attention_fused_backward_x(float* dq, float* dk, float* dv, const fl
                             float *pr = P + (size_t)r * T, *dr = D + (size_t)r * T;
                             for (int r4 = 0; r4 < nr; r4 += 4) {
                                 int n4 = nr - r4 < 4 ? nr - r4 : 4, t = t0 + r + r4;
-                                att_causal_rows4(pr + (size_t)r4 * T, T, qb + (size_t)t * qs, qs, n4, kT, t, T, hd, 1, scale, round, 0);
+                                att_causal_rows4(pr + (size_t)r4 * T, T, qb + (size_t)t * qss, qss, n4, kT, t, T, hd, 1, scale, round, 0);
                                 att_causal_rows4(dr + (size_t)r4 * T, T, gob + (size_t)t * qs, qs, n4, vT, t, T, hd, 0, 1.0f, round, 0);
                             }
                             att_softmax_rows(pr, pr, T, nr, t0 + r, T, round, 0);
@@ -1080,10 +1118,10 @@ static void attention_fused_backward_x(float* dq, float* dk, float* dv, const fl
                             int nr = nt - r0 < ATT_RB ? nt - r0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
                             float* dqr = dqb + (size_t)(t0 + r0) * qs;
                             for (int r = 0; r < nr; r++) { lo[r] = 0; hi[r] = t0 + r0 + r; memset(dqr + (size_t)r * qs, 0, sizeof(float) * hd); }
-                            att_rows_accumulate(dqr, qs, nr, D + (size_t)r0 * T, T, 1, kb, ks, lo, hi, hd);
+                            att_rows_accumulate(dqr, qs, nr, D + (size_t)r0 * T, T, 1, kb, kss, lo, hi, hd);
                             if (round) for (int r = 0; r < nr; r++) bf16_round_span(dqr + (size_t)r * qs, hd);
                         }
-                        att_tile_cols_accumulate(dkb, ks, D, T, qb + (size_t)t0 * qs, qs, t0, nt, hd);
+                        att_tile_cols_accumulate(dkb, ks, D, T, qb + (size_t)t0 * qss, qss, t0, nt, hd);
                     }
                 }
                 if (round)   /* every head of the group added */
@@ -1093,7 +1131,7 @@ static void attention_fused_backward_x(float* dq, float* dk, float* dv, const fl
 }
 static void attention_fused_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
                                      int B, int T, int H, int KV, int hd, int round) {
-    attention_fused_backward_x(dq, dk, dv, dout, q, k, v, 0, B, T, H, KV, hd, round);
+    attention_fused_backward_x(dq, dk, dv, dout, q, 0, k, 0, v, 0, B, T, H, KV, hd, round);
 }
 static void attention_forward(float* out, float* logits, float* probs, const float* q, const float* k, const float* v,
                               int B, int T, int H, int KV, int hd) {
@@ -1303,10 +1341,14 @@ static void residual_forward_r(float* out, const float* a, const float* b, size_
 static void residual_forward(float* out, const float* a, const float* b, size_t n) { residual_forward_r(out, a, b, n, 0); }
 
 /* ---------------------------------------------------------------------------------- embedding */
-static void embedding_forward(float* out, const int* tokens, const float* wte, int N, int C) {
+/* the rows of the tokens; stored as bf16 bits where oh (the rows' rounding: exact for -precision bf16's bf16 weights) */
+static void embedding_forward_x(void* out, int oh, const int* tokens, const float* wte, int N, int C) {
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, sizeof(float) * C);
+    for (int n = 0; n < N; n++)
+        if (oh) bf16_pack_span((uint16_t*)out + (size_t)n * C, wte + (size_t)tokens[n] * C, C);
+        else memcpy((float*)out + (size_t)n * C, wte + (size_t)tokens[n] * C, sizeof(float) * C);
 }
+static void embedding_forward(float* out, const int* tokens, const float* wte, int N, int C) { embedding_forward_x(out, 0, tokens, wte, N, C); }
 /* dwte[tok] += dout rows, tokens in order (serial over tokens, parallel over channels) */
 static void embedding_backward(float* dwte, const float* dout, const int* tokens, int N, int C) {
 #pragma omp parallel for schedule(static)

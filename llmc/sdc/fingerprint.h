@@ -31,8 +31,8 @@ static inline TSDC_HD uint64_t fp_bits(float x, int width) {
     return width == 32 ? (uint64_t)f32_bits(x) : (uint64_t)(f32_bits(x) >> 16);
 }
 
-/* fingerprint of a float array (CPU tensors) */
-static Fingerprint qk_fingerprint(const float* z, size_t n, int width) {
+/* fingerprint of a CPU tensor: a float array, or (h) bf16 bits (the bits of the float holding the same value) */
+static Fingerprint qk_fingerprint_x(const void* z, int h, size_t n, int width) {
     Fingerprint total = {0, 0};
     const size_t chunk = 1 << 14;
     size_t nc = (n + chunk - 1) / chunk;
@@ -42,13 +42,18 @@ static Fingerprint qk_fingerprint(const float* z, size_t n, int width) {
 #pragma omp for schedule(static)
         for (long long c = 0; c < (long long)nc; c++) {
             size_t lo = (size_t)c * chunk, hi = lo + chunk < n ? lo + chunk : n;
-            for (size_t i = lo; i < hi; i++) fp_add(&part, i, fp_bits(z[i], width), width);
+            if (h)
+                for (size_t i = lo; i < hi; i++) fp_add(&part, i, fp_bits(bits_f32((uint32_t)((const uint16_t*)z)[i] << 16), width), width);
+            else
+                for (size_t i = lo; i < hi; i++) fp_add(&part, i, fp_bits(((const float*)z)[i], width), width);
         }
 #pragma omp critical
         { total.raw ^= part.raw; total.idx ^= part.idx; }   /* XOR: any combine order gives the same bits */
     }
     return total;
 }
+
+static Fingerprint qk_fingerprint(const float* z, size_t n, int width) { return qk_fingerprint_x(z, 0, n, width); }
 
 static inline int fp_equal(Fingerprint a, Fingerprint b) { return a.raw == b.raw && a.idx == b.idx; }
 
