@@ -76,7 +76,8 @@ typedef struct {
     float *act, *prod;                   /* [N,F]                           act mlp_product */
     /* the same tensors as bf16 bits where Model.h16 says their site is so stored (the float pointer NULL then; ACT_T
      * gives either) */
-    uint16_t *attn_norm_h, *q_h, *k_h, *v_h, *qn_h, *kn_h, *qr_h, *kr_h, *qf_h, *kf_h, *att_out_h, *o_h, *resid_mid_h, *mlp_norm_h, *gate_h, *up_h, *act_h, *prod_h, *down_h, *out_h;
+    uint16_t *attn_norm_h, *q_h, *k_h, *v_h, *qn_h, *kn_h, *qr_h, *kr_h, *qf_h, *kf_h, *att_out_h, *o_h, *resid_mid_h, *mlp_norm_h;
+    uint16_t *gate_h, *up_h, *act_h, *prod_h, *down_h, *out_h;
     float *down;                         /* [N,d]                           down_proj */
     float *out;                          /* [N,d] resid_mid + down          block_out */
 } LayerActs;
@@ -657,8 +658,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         x = x0;
     }
     const int prec = model->precision;
-    /* the tensors stored as bf16 bits where h16 says (ACT_T): the norms' outputs, the residual stream, o_proj, the
-     * MLP's, down_proj */
+    /* each site's tensor stored as bf16 bits where h16 says (ACT_T) */
     const unsigned char* h16 = model->h16;
     for (int l = 0; l < c->n_layer; l++) {
         LayerActs* a = &model->la[l];
