@@ -560,6 +560,10 @@ static void test_gemm_paths(void) {
                         gemm_x(bf, NULL, Ch, cap, v == 0 ? (const void*)A : (const void*)Ah, v > 0, sam, sak, Bt, 0, 1, M, K, N, 0, 0);
                         for (size_t i = 0; i < nc; i++) same_c16 &= Ch[i] == f32_to_bf16_bits(cap > 0 ? cap * tanhf(C1[i] / cap) : C1[i]);
                     }
+                    /* B row-major (a dx product's W), C stored as bf16 bits: C1 rounded */
+                    memset(Ch, 0xff, sizeof(uint16_t) * nc);
+                    gemm_x(bf, NULL, Ch, 0.0f, Ah, 1, sam, sak, B, 0, 0, M, K, N, 0, 0);
+                    for (size_t i = 0; i < nc; i++) same_c16 &= Ch[i] == f32_to_bf16_bits(C1[i]);
                     free(Ch);
                 }
                 free(Ah);
@@ -834,8 +838,10 @@ static void test_bf16_storage_forms(void) {
     const size_t n = 3 * EW_BLK + 77;
     float *g = mallocCheck(4 * n), *u = mallocCheck(4 * n), *d = mallocCheck(4 * n), *r0 = mallocCheck(4 * n), *r1 = mallocCheck(4 * n);
     float *s0 = mallocCheck(4 * n), *s1 = mallocCheck(4 * n);
-    uint16_t *gh = mallocCheck(2 * n), *uh = mallocCheck(2 * n), *oh = mallocCheck(2 * n);
+    uint16_t *gh = mallocCheck(2 * n), *uh = mallocCheck(2 * n), *oh = mallocCheck(2 * n), *oh2 = mallocCheck(2 * n), *dh = mallocCheck(2 * n);
+    float* dr = mallocCheck(4 * n);   /* d as bf16 values (dh: its bits), the gradients the backward forms read */
     fill_normal(g, n, 5, 3); fill_normal(u, n, 6, 1); fill_normal(d, n, 7, 1e-3f);
+    for (size_t i = 0; i < n; i++) { dr[i] = bf16_round(d[i]); dh[i] = f32_to_bf16_bits(d[i]); }
     g[10] = 0.0f; g[11] = -0.0f; g[12] = INFINITY; g[13] = -INFINITY; u[14] = NAN;
     bf16_round_array(g, (long long)n); bf16_round_array(u, (long long)n);
     for (size_t i = 0; i < n; i++) { gh[i] = f32_to_bf16_bits(g[i]); uh[i] = f32_to_bf16_bits(u[i]); }
@@ -854,18 +860,24 @@ static void test_bf16_storage_forms(void) {
         for (size_t i = 0; i < n; i++) ok[2] &= oh[i] == f32_to_bf16_bits(r0[i]);
         relu2_forward_r(r0, g, n, round); relu2_forward_x(r1, 0, gh, 1, n, round);
         ok[2] &= !memcmp(r0, r1, 4 * n);
-        /* backward: fp32 gradients from bf16 stored inputs */
-        silu_backward_r(r0, d, g, n, round); silu_backward_x(r1, d, gh, 1, n, round);
+        /* backward: from bf16 stored inputs and a bf16 incoming gradient, into fp32 (rounded or not) or bf16 gradients */
+        silu_backward_r(r0, dr, g, n, round); silu_backward_x(r1, 0, dh, gh, 1, n, round);
         ok[3] &= !memcmp(r0, r1, 4 * n);
-        mul_backward_r(r0, s0, d, g, u, n, round); mul_backward_x(r1, s1, d, gh, uh, 1, n, round);
+        silu_backward_r(r0, dr, g, n, 1); silu_backward_x(oh, 1, dh, gh, 1, n, round);
+        for (size_t i = 0; i < n; i++) ok[3] &= (uint32_t)oh[i] << 16 == f32_bits(r0[i]);
+        mul_backward_r(r0, s0, dr, g, u, n, round); mul_backward_x(r1, s1, 0, dh, gh, uh, 1, n, round);
         ok[3] &= !memcmp(r0, r1, 4 * n) && !memcmp(s0, s1, 4 * n);
-        relu2_backward_r(r0, d, g, n, round); relu2_backward_x(r1, d, gh, 1, n, round);
+        mul_backward_r(r0, s0, dr, g, u, n, 1); mul_backward_x(oh, oh2, 1, dh, gh, uh, 1, n, round);
+        for (size_t i = 0; i < n; i++) ok[3] &= (uint32_t)oh[i] << 16 == f32_bits(r0[i]) && (uint32_t)oh2[i] << 16 == f32_bits(s0[i]);
+        relu2_backward_r(r0, dr, g, n, round); relu2_backward_x(r1, 0, dh, gh, 1, n, round);
         ok[3] &= !memcmp(r0, r1, 4 * n);
+        relu2_backward_r(r0, dr, g, n, 1); relu2_backward_x(oh, 1, dh, gh, 1, n, round);
+        for (size_t i = 0; i < n; i++) ok[3] &= (uint32_t)oh[i] << 16 == f32_bits(r0[i]);
     }
     check(ok[0], "  silu forward (bf16 and fp32 outputs, rounded or not), %zu elements", n);
     check(ok[1], "  product forward");
     check(ok[2], "  ReLU^2 forward");
-    check(ok[3], "  silu, product and ReLU^2 backward from bf16 stored inputs");
+    check(ok[3], "  silu, product and ReLU^2 backward from bf16 stored inputs and gradients, into fp32 or bf16 gradients");
     /* the residual add (each operand and the output either way) and RMSNorm, forward and backward, over rows of 300
      * (a partial block of NORM_ROWS rows at the end; finite values, past the special ones, so that a NaN does not hide
      * a difference in dw) with the input and output stored as bf16 bits */
@@ -955,7 +967,7 @@ static void test_bf16_storage_forms(void) {
     ok[5] = 1;
     for (size_t i = 0; i < n; i++) { ok[5] &= f32_bits(r0[i]) == (uint32_t)oh[i] << 16; changed += oh[i] != gh[i]; }   /* NaNs as flipped */
     check(ok[5] && changed > 0 && fx.injected == 2, "  fault injector: %zu elements flipped in bf16 bits as in the float array", changed);
-    free(g); free(u); free(d); free(r0); free(r1); free(s0); free(s1); free(gh); free(uh); free(oh); free(nw);
+    free(g); free(u); free(d); free(r0); free(r1); free(s0); free(s1); free(gh); free(uh); free(oh); free(oh2); free(dh); free(dr); free(nw);
 }
 
 /* ------------------------------------------------------------------------------ fault model */

@@ -19,8 +19,8 @@
  * attention a head of q, k or v at a time, the fingerprints and checks as they read), so every result has the bits of
  * the fp32 arrays holding the same values. A site that the faults flip in fp32 (-fault_dtype fp32, autocast's fp32
  * sites) keeps its float array (model_fault_storage), and TSDC_CPU_STORAGE=fp32 keeps them all so. The embedding's
- * output (and nanochat's norm of it) is stored so too (Model.emb16). The activation gradients are fp32 arrays holding
- * bf16 values.
+ * output (and nanochat's norm of it) is stored so too (Model.emb16), and the MLP's hidden gradients as its tensors
+ * are (dF, dF2, dF3). The other activation gradients are fp32 arrays holding bf16 values.
  *
  * Determinism: see llmc/cpu/cpu_kernels.h; every reduction has a fixed order that does not depend on the
  * thread count, so the same flags give the same bits. test_sdc.c includes this file with TESTING
@@ -104,7 +104,8 @@ typedef struct {
                                 * them; logits is then NULL (the fp32 array holds them under -precision fp32) */
     int *inputs, *targets;
     /* backward scratch */
-    float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt, *dF, *dF2, *dF3;
+    float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt;
+    float *dF, *dF2, *dF3;     /* the MLP's hidden gradients [N,F], stored as its tensors are: bf16 bits where model_mlp_h16 */
     float* dlog;               /* [B,H,T,T]: dprobs, then dlogits, of the layer being differentiated (materialised path;
                                   in att_mem) */
     float* qk_ms;              /* [N*H]: the Q/K recomputation's QK-norm mean squares */
@@ -138,6 +139,9 @@ typedef struct {
 /* the same for a tensor stored as h says (ACT_T) */
 #define STORE_RND_X(site, l, x, h, n) do { if (fault_due(model->prot.fx, (site), (l), PASS_FWD)) fault_apply_host_x(model->prot.fx, (x), (h), (size_t)(n)); } while (0)
 #define STORE_GRAD_RND(site, l, x, n) FAULT_BWD((site), (l), (x), (size_t)(n))
+/* the same for a gradient stored as h says */
+#define FAULT_BWD_X(site, l, x, h, n) do { if (fault_due(model->prot.fx, (site), (l), PASS_BWD)) fault_apply_host_x(model->prot.fx, (x), (h), (size_t)(n)); } while (0)
+#define STORE_GRAD_RND_X(site, l, x, h, n) FAULT_BWD_X((site), (l), (x), (h), (n))
 /* field f of the layer activations a, the forward tensor of site, as stored: its float array, or its bf16 bits where
  * model->h16[site] */
 #define ACT_T(a, f, site) (model->h16[site] ? (void*)(a)->f##_h : (void*)(a)->f)
@@ -206,8 +210,8 @@ static int storage_fp32_from_env(void) {
 }
 static void model_carve(Model* model);
 /* the sites whose forward tensor -precision bf16 stores as bf16 bits: all but the materialised attention's logits and
- * probabilities (float [B, H, T, T] tensors that the attention checks read; the fused path stores neither). Every
- * gradient is a float array holding bf16 values. */
+ * probabilities (float [B, H, T, T] tensors that the attention checks read; the fused path stores neither). Of the
+ * gradients, the MLP's hidden ones are stored as its tensors; the rest are float arrays holding bf16 values. */
 static const int BF16_SITES[] = {SITE_ATTN_NORM, SITE_Q_PROJ, SITE_K_PROJ, SITE_V_PROJ, SITE_Q_NORM, SITE_K_NORM, SITE_Q_ROPE, SITE_K_ROPE,
                                  SITE_ATT_OUT, SITE_O_PROJ, SITE_ATTN_RESIDUAL, SITE_MLP_NORM, SITE_GATE_PROJ, SITE_UP_PROJ,
                                  SITE_ACT, SITE_MLP_PRODUCT, SITE_DOWN_PROJ, SITE_BLOCK_OUT};
@@ -262,7 +266,7 @@ static void model_carve(Model* model) {
     size_t nlog = precision ? (N * V + 1) / 2 : N * V;   /* the logits: bf16 bits in bf16 mode (two a float) */
     const size_t nemb = (model->emb16 ? (N * d + 1) / 2 : N * d) * (c->embed_norm ? 2 : 1);   /* emb, x0 */
     size_t total = nemb + N + (size_t)c->n_layer * per_layer + N * d + N + nlog + N * 2 /* forward */
-                 + N * d * 2 + N * qd * 3 + N * kd * 3 + N * F * 3 + N * H;                 /* backward */
+                 + N * d * 2 + N * qd * 3 + N * kd * 3 + (h[SITE_GATE_PROJ] ? (N * F + 1) / 2 : N * F) * 3 + N * H;   /* backward */
     model->act_mem = (float*)callocCheck(total, sizeof(float));
     model->act_floats = total;
     float* p = model->act_mem;
@@ -296,7 +300,8 @@ static void model_carve(Model* model) {
     CARVE(model->dres, N * d); CARVE(model->dbuf, N * d);
     CARVE(model->dq, N * qd); CARVE(model->dq2, N * qd); CARVE(model->datt, N * qd);
     CARVE(model->dk, N * kd); CARVE(model->dk2, N * kd); CARVE(model->dv, N * kd);
-    CARVE(model->dF, N * F); CARVE(model->dF2, N * F); CARVE(model->dF3, N * F); CARVE(model->qk_ms, N * H);
+    const size_t nF = h[SITE_GATE_PROJ] ? (N * F + 1) / 2 : N * F;   /* floats of an MLP gradient (model_mlp_h16) */
+    CARVE(model->dF, nF); CARVE(model->dF2, nF); CARVE(model->dF3, nF); CARVE(model->qk_ms, N * H);
 #undef CARVE
 #undef CARVE16
 #undef CARVE_S
@@ -863,40 +868,44 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         const int mh = model_mlp_h16(model), prec = model->precision;   /* the hidden tensors as stored (ACT_T) */
         const void* mn = ACT_T(a, mlp_norm, SITE_MLP_NORM);
         const int mnh = model->h16[SITE_MLP_NORM];
+        void *dF = model->dF, *dF2 = model->dF2, *dF3 = model->dF3;   /* the hidden gradients, stored as the tensors (mh) */
+        float* const dF32 = mh ? NULL : model->dF;   /* dF where it is a float array (a GEMM's dx stores into one or the other) */
+        uint16_t* const dF16 = mh ? (uint16_t*)model->dF : NULL;
+        const size_t nf = (size_t)N * F;
         if (c->mlp == MLP_SWIGLU) {
             const void *gate = ACT_T(a, gate, SITE_GATE_PROJ), *up = ACT_T(a, up, SITE_UP_PROJ), *act = ACT_T(a, act, SITE_ACT);
             const void* prod = ACT_T(a, prod, SITE_MLP_PRODUCT);
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            matmul_backward_x(model->dF, GR(PT_WDOWN, l), ddown, 0, prod, mh, W(PT_WDOWN, l), N, F, d, 0, prec, prec);  STORE_GRAD_RND(SITE_MLP_PRODUCT, l, model->dF, (size_t)N * F);
-            mul_backward_x(model->dF2, model->dF3, model->dF, act, up, mh, (size_t)N * F, prec);   /* d act, d up */
-            FAULT_BWD(SITE_ACT, l, model->dF2, (size_t)N * F);
-            FAULT_BWD(SITE_UP_PROJ, l, model->dF3, (size_t)N * F);
+            matmul_backward_xo(dF32, dF16, GR(PT_WDOWN, l), ddown, 0, prod, mh, W(PT_WDOWN, l), N, F, d, 0, prec, prec);  STORE_GRAD_RND_X(SITE_MLP_PRODUCT, l, dF, mh, nf);
+            mul_backward_x(dF2, dF3, mh, dF, act, up, mh, nf, prec);   /* d act, d up */
+            FAULT_BWD_X(SITE_ACT, l, dF2, mh, nf);
+            FAULT_BWD_X(SITE_UP_PROJ, l, dF3, mh, nf);
             if (model->prot.on[PK_EW]) {   /* d act, d up from mlp_product's gradient (still in dF) */
                 float *r = ew_scratch(model), *r2 = r + ew_stride(model);
-                mul_backward_x(r, r2, model->dF, act, up, mh, (size_t)N * F, 0);
-                ew_compare(model, l, model->dF2, r, (size_t)N * F);
-                ew_compare(model, l, model->dF3, r2, (size_t)N * F);
+                mul_backward_x(r, r2, 0, dF, act, up, mh, nf, 0);
+                ew_compare_x(model, l, dF2, mh, r, nf);
+                ew_compare_x(model, l, dF3, mh, r2, nf);
             }
-            silu_backward_x(model->dF, model->dF2, gate, mh, (size_t)N * F, prec);       STORE_GRAD_RND(SITE_GATE_PROJ, l, model->dF, (size_t)N * F);
+            silu_backward_x(dF, mh, dF2, gate, mh, nf, prec);       STORE_GRAD_RND_X(SITE_GATE_PROJ, l, dF, mh, nf);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
-                silu_backward_x(r, model->dF2, gate, mh, (size_t)N * F, 0);  ew_compare(model, l, model->dF, r, (size_t)N * F);
+                silu_backward_x(r, 0, dF2, gate, mh, nf, 0);  ew_compare_x(model, l, dF, mh, r, nf);
             }
-            exp_profile(model, PT_WGATE, l, model->dF, (size_t)N * F);
-            exp_profile(model, PT_WUP, l, model->dF3, (size_t)N * F);
-            matmul_backward_x(dbuf, GR(PT_WGATE, l), model->dF, 0, mn, mnh, W(PT_WGATE, l), N, d, F, 0, prec, 0);
-            matmul_backward_x(dbuf, GR(PT_WUP, l), model->dF3, 0, mn, mnh, W(PT_WUP, l), N, d, F, 1, prec, prec);
+            exp_profile_x(model, PT_WGATE, l, dF, mh, nf);
+            exp_profile_x(model, PT_WUP, l, dF3, mh, nf);
+            matmul_backward_x(dbuf, GR(PT_WGATE, l), dF, mh, mn, mnh, W(PT_WGATE, l), N, d, F, 0, prec, 0);
+            matmul_backward_x(dbuf, GR(PT_WUP, l), dF3, mh, mn, mnh, W(PT_WUP, l), N, d, F, 1, prec, prec);
         } else {
             const void *gate = ACT_T(a, gate, SITE_GATE_PROJ), *act = ACT_T(a, act, SITE_ACT);
             exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            matmul_backward_x(model->dF, GR(PT_WDOWN, l), ddown, 0, act, mh, W(PT_WDOWN, l), N, F, d, 0, prec, prec);   STORE_GRAD_RND(SITE_ACT, l, model->dF, (size_t)N * F);
-            relu2_backward_x(model->dF2, model->dF, gate, mh, (size_t)N * F, prec);       STORE_GRAD_RND(SITE_GATE_PROJ, l, model->dF2, (size_t)N * F);
+            matmul_backward_xo(dF32, dF16, GR(PT_WDOWN, l), ddown, 0, act, mh, W(PT_WDOWN, l), N, F, d, 0, prec, prec);   STORE_GRAD_RND_X(SITE_ACT, l, dF, mh, nf);
+            relu2_backward_x(dF2, mh, dF, gate, mh, nf, prec);       STORE_GRAD_RND_X(SITE_GATE_PROJ, l, dF2, mh, nf);
             if (model->prot.on[PK_EW]) {
                 float* r = ew_scratch(model);
-                relu2_backward_x(r, model->dF, gate, mh, (size_t)N * F, 0);  ew_compare(model, l, model->dF2, r, (size_t)N * F);
+                relu2_backward_x(r, 0, dF, gate, mh, nf, 0);  ew_compare_x(model, l, dF2, mh, r, nf);
             }
-            exp_profile(model, PT_WFC, l, model->dF2, (size_t)N * F);
-            matmul_backward_x(dbuf, GR(PT_WFC, l), model->dF2, 0, mn, mnh, W(PT_WFC, l), N, d, F, 0, prec, prec);
+            exp_profile_x(model, PT_WFC, l, dF2, mh, nf);
+            matmul_backward_x(dbuf, GR(PT_WFC, l), dF2, mh, mn, mnh, W(PT_WFC, l), N, d, F, 0, prec, prec);
         }
         STORE_GRAD_RND(SITE_MLP_NORM, l, dbuf, (size_t)N * d);   /* the last product into dbuf stored it as bf16 */
         ew_keep_dres(model, dres, (size_t)N * d);

@@ -163,10 +163,15 @@ static void matmul_forward_x(float* out, uint16_t* out16, float cap, const void*
                              int bf16, int round_out) {
     gemm_x(bf16, out, out16, cap, inp, ih, I, 1, W, 0, 1, N, I, O, 0, round_out);
 }
+/* dinp16: dinp stored as bf16 bits instead (dinp NULL, no accumulation) */
+static void matmul_backward_xo(float* dinp, uint16_t* dinp16, float* dW, const void* dout, int doh, const void* inp, int ih, const float* W,
+                               int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
+    if (dinp || dinp16) gemm_x(bf16, dinp, dinp16, 0.0f, dout, doh, O, 1, W, 0, 0, N, O, I, accumulate_dinp, round_dinp);
+    gemm_x(bf16, dW, NULL, 0.0f, dout, doh, 1, O, inp, ih, 0, O, N, I, 1, 0);
+}
 static void matmul_backward_x(float* dinp, float* dW, const void* dout, int doh, const void* inp, int ih, const float* W,
                               int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
-    if (dinp) gemm_x(bf16, dinp, NULL, 0.0f, dout, doh, O, 1, W, 0, 0, N, O, I, accumulate_dinp, round_dinp);
-    gemm_x(bf16, dW, NULL, 0.0f, dout, doh, 1, O, inp, ih, 0, O, N, I, 1, 0);
+    matmul_backward_xo(dinp, NULL, dW, dout, doh, inp, ih, W, N, I, O, accumulate_dinp, bf16, round_dinp);
 }
 /* linear with the weight as stored, W [O, I] (read as W^T by the GEMM's packing: no transposed copy);
  * round_out: the output rounded to bf16 as it is finished (its -precision bf16 store) */
@@ -206,12 +211,20 @@ static void matmul_forward_x(float* out, uint16_t* out16, float cap, const void*
     if (out16) free(y);
     free(xt);
 }
+static void matmul_backward_xo(float* dinp, uint16_t* dinp16, float* dW, const void* dout, int doh, const void* inp, int ih, const float* W,
+                               int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
+    float *gt, *xt, *d = dinp16 ? (float*)mallocCheck(sizeof(float) * (size_t)N * I) : dinp;
+    const float* g = widen_copy(dout, doh, (size_t)N * O, &gt);
+    matmul_backward_r(d, dW, g, widen_copy(inp, ih, (size_t)N * I, &xt), W, N, I, O, accumulate_dinp, bf16, dinp16 ? 0 : round_dinp);
+    if (dinp16) {
+        for (size_t i = 0; i < (size_t)N * I; i++) dinp16[i] = f32_to_bf16_bits(d[i]);
+        free(d);
+    }
+    free(gt); free(xt);
+}
 static void matmul_backward_x(float* dinp, float* dW, const void* dout, int doh, const void* inp, int ih, const float* W,
                               int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
-    float *gt, *xt;
-    const float* g = widen_copy(dout, doh, (size_t)N * O, &gt);
-    matmul_backward_r(dinp, dW, g, widen_copy(inp, ih, (size_t)N * I, &xt), W, N, I, O, accumulate_dinp, bf16, round_dinp);
-    free(gt); free(xt);
+    matmul_backward_xo(dinp, NULL, dW, dout, doh, inp, ih, W, N, I, O, accumulate_dinp, bf16, round_dinp);
 }
 #endif
 /* -precision bf16 with the classifier's logits and dlogits stored as bf16 bits: the forward stores them after the
@@ -1237,25 +1250,27 @@ static void silu_forward_x(void* act, int ah, const void* gate, int gh, size_t n
 static void silu_forward_r(float* act, const float* gate, size_t n, int round) { silu_forward_x(act, 0, gate, 0, n, round); }
 static void silu_forward(float* act, const float* gate, size_t n) { silu_forward_r(act, gate, n, 0); }
 /* dgate (fp32) from dact (fp32) and gate (stored as h says) */
-static void silu_backward_x(float* dgate, const float* dact, const void* gate, int h, size_t n, int round) {
+/* the backward forms: the gradient out stored as oh says, the stored input and the incoming gradient as h (the MLP's
+ * tensors and their gradients are stored alike) */
+static void silu_backward_x(void* dgate, int oh, const void* dact, const void* gate, int h, size_t n, int round) {
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < EW_BLOCKS(n); b++) {
         EW_RANGE(b, n, i0, i1);
         const int m = (int)(i1 - i0);
-        float e[EW_BLK], gb[EW_BLK];
+        float e[EW_BLK], gb[EW_BLK], db[EW_BLK], ob[EW_BLK];
         const float* g = ew_in(gate, h, i0, i1, gb);
-        const float* da = dact + i0;
-        float* o = dgate + i0;
+        const float* da = ew_in(dact, h, i0, i1, db);
+        float* o = ew_out(dgate, oh, i0, ob);
         for (int i = 0; i < m; i++) e[i] = -g[i];
         vexpf_span(e, e, m);
         for (int i = 0; i < m; i++) {
             float s = 1.0f / (1.0f + e[i]);
             o[i] = da[i] * (s + g[i] * s * (1.0f - s));
         }
-        if (round) bf16_round_span(o, m);
+        ew_store(dgate, oh, i0, i1, o, round);
     }
 }
-static void silu_backward_r(float* dgate, const float* dact, const float* gate, size_t n, int round) { silu_backward_x(dgate, dact, gate, 0, n, round); }
+static void silu_backward_r(float* dgate, const float* dact, const float* gate, size_t n, int round) { silu_backward_x(dgate, 0, dact, gate, 0, n, round); }
 static void silu_backward(float* dgate, const float* dact, const float* gate, size_t n) { silu_backward_r(dgate, dact, gate, n, 0); }
 /* out = a * b: out stored as oh says, a and b as h */
 static void mul_forward_x(void* out, int oh, const void* a, const void* b, int h, size_t n, int round) {
@@ -1273,20 +1288,21 @@ static void mul_forward_x(void* out, int oh, const void* a, const void* b, int h
 static void mul_forward_r(float* out, const float* a, const float* b, size_t n, int round) { mul_forward_x(out, 0, a, b, 0, n, round); }
 static void mul_forward(float* out, const float* a, const float* b, size_t n) { mul_forward_r(out, a, b, n, 0); }
 /* out = a*b: da = dout*b, db = dout*a (fp32; a and b stored as h says) */
-static void mul_backward_x(float* da, float* db, const float* dout, const void* a, const void* b, int h, size_t n, int round) {
+static void mul_backward_x(void* da, void* db, int oh, const void* dout, const void* a, const void* b, int h, size_t n, int round) {
 #pragma omp parallel for schedule(static)
     for (size_t k = 0; k < EW_BLOCKS(n); k++) {
         EW_RANGE(k, n, i0, i1);
         const int m = (int)(i1 - i0);
-        float ab[EW_BLK], bb[EW_BLK];
-        const float *x = ew_in(a, h, i0, i1, ab), *y = ew_in(b, h, i0, i1, bb), *g = dout + i0;
-        float *oa = da + i0, *ob = db + i0;
+        float ab[EW_BLK], bb[EW_BLK], gb[EW_BLK], oab[EW_BLK], obb[EW_BLK];
+        const float *x = ew_in(a, h, i0, i1, ab), *y = ew_in(b, h, i0, i1, bb), *g = ew_in(dout, h, i0, i1, gb);
+        float *oa = ew_out(da, oh, i0, oab), *ob = ew_out(db, oh, i0, obb);
         for (int i = 0; i < m; i++) { oa[i] = g[i] * y[i]; ob[i] = g[i] * x[i]; }
-        if (round) { bf16_round_span(oa, m); bf16_round_span(ob, m); }
+        ew_store(da, oh, i0, i1, oa, round);
+        ew_store(db, oh, i0, i1, ob, round);
     }
 }
 static void mul_backward_r(float* da, float* db, const float* dout, const float* a, const float* b, size_t n, int round) {
-    mul_backward_x(da, db, dout, a, b, 0, n, round);
+    mul_backward_x(da, db, 0, dout, a, b, 0, n, round);
 }
 static void mul_backward(float* da, float* db, const float* dout, const float* a, const float* b, size_t n) {
     mul_backward_r(da, db, dout, a, b, n, 0);
@@ -1306,19 +1322,19 @@ static void relu2_forward_x(void* act, int ah, const void* x, int h, size_t n, i
 }
 static void relu2_forward_r(float* act, const float* x, size_t n, int round) { relu2_forward_x(act, 0, x, 0, n, round); }
 static void relu2_forward(float* act, const float* x, size_t n) { relu2_forward_r(act, x, n, 0); }
-static void relu2_backward_x(float* dx, const float* dact, const void* x, int h, size_t n, int round) {
+static void relu2_backward_x(void* dx, int oh, const void* dact, const void* x, int h, size_t n, int round) {
 #pragma omp parallel for schedule(static)
     for (size_t k = 0; k < EW_BLOCKS(n); k++) {
         EW_RANGE(k, n, i0, i1);
         const int m = (int)(i1 - i0);
-        float xb[EW_BLK];
-        const float *xx = ew_in(x, h, i0, i1, xb), *g = dact + i0;
-        float* o = dx + i0;
+        float xb[EW_BLK], gb[EW_BLK], ob[EW_BLK];
+        const float *xx = ew_in(x, h, i0, i1, xb), *g = ew_in(dact, h, i0, i1, gb);
+        float* o = ew_out(dx, oh, i0, ob);
         for (int i = 0; i < m; i++) o[i] = xx[i] > 0.0f ? g[i] * 2.0f * xx[i] : 0.0f;
-        if (round) bf16_round_span(o, m);
+        ew_store(dx, oh, i0, i1, o, round);
     }
 }
-static void relu2_backward_r(float* dx, const float* dact, const float* x, size_t n, int round) { relu2_backward_x(dx, dact, x, 0, n, round); }
+static void relu2_backward_r(float* dx, const float* dact, const float* x, size_t n, int round) { relu2_backward_x(dx, 0, dact, x, 0, n, round); }
 static void relu2_backward(float* dx, const float* dact, const float* x, size_t n) { relu2_backward_r(dx, dact, x, n, 0); }
 
 /* ----------------------------------------------------------------------------------- residual */
