@@ -297,15 +297,18 @@ static void test_attention_fast(void) {
                       round ? "bf16" : "fp32", fo ? "=" : "DIFFER", fq ? "=" : "DIFFER", fk ? "=" : "DIFFER", fv ? "=" : "DIFFER");
                 free(dk1); free(dk2);
             }
-        /* q, k, v and the output stored as bf16 bits (-precision bf16's storage of the Q/K path, v_proj and att_out): the _x
-         * forms = the fp32 forms on arrays of the same values, bit for bit (hd 40: the _ref fallback's copies) */
+        /* q, k, v, the output and its gradient stored as bf16 bits, dv too (-precision bf16's storage of the Q/K path, v_proj
+         * and att_out and of their gradients): the _x forms = the fp32 forms on arrays of the same values, bit for bit (hd
+         * 40: the _ref fallback's copies) */
         {
             q[(size_t)(T - 1) * H * hd + 1] = 0.5f; v[(size_t)(T / 2) * KV * hd + 3] = 0.5f;
             float *vr = mallocCheck(sizeof(float) * nk), *kr = mallocCheck(sizeof(float) * nk), *qr = mallocCheck(sizeof(float) * nq);
             float *dk1 = mallocCheck(sizeof(float) * nk), *dk2 = mallocCheck(sizeof(float) * nk);
+            float* gor = mallocCheck(sizeof(float) * nq);   /* the output's gradient as bf16 values (goh: its bits) */
             uint16_t *vh = mallocCheck(2 * nk), *kh = mallocCheck(2 * nk), *qh = mallocCheck(2 * nq), *oh = mallocCheck(2 * nq);
+            uint16_t *goh = mallocCheck(2 * nq), *dvh = mallocCheck(2 * nk);
             for (size_t i = 0; i < nk; i++) { vr[i] = bf16_round(v[i]); vh[i] = f32_to_bf16_bits(v[i]); kr[i] = bf16_round(k[i]); kh[i] = f32_to_bf16_bits(k[i]); }
-            for (size_t i = 0; i < nq; i++) { qr[i] = bf16_round(q[i]); qh[i] = f32_to_bf16_bits(q[i]); }
+            for (size_t i = 0; i < nq; i++) { qr[i] = bf16_round(q[i]); qh[i] = f32_to_bf16_bits(q[i]); gor[i] = bf16_round(go[i]); goh[i] = f32_to_bf16_bits(go[i]); }
             int xl, xo = 1, xb, xd, xf = 1;
             attention_logits_forward(r1, qr, kr, B, T, H, KV, hd, 1);
             attention_logits_forward_x(r2, qh, 1, kh, 1, B, T, H, KV, hd, 1);
@@ -316,9 +319,12 @@ static void test_attention_fast(void) {
             for (size_t i = 0; i < nq; i++) xo &= (uint32_t)oh[i] << 16 == f32_bits(o1[i]);
             attention_av_forward_x(o2, 0, p, vh, 1, B, T, H, KV, hd, 1);
             xo &= memcmp(o1, o2, sizeof(float) * nq) == 0;
-            attention_av_backward(r1, dv1, go, p, vr, B, T, H, KV, hd, 1);
-            attention_av_backward_x(r2, dv2, go, p, vh, 1, B, T, H, KV, hd, 1);
+            attention_av_backward(r1, dv1, gor, p, vr, B, T, H, KV, hd, 1);
+            attention_av_backward_x(r2, dv2, 0, goh, 1, p, vh, 1, B, T, H, KV, hd, 1);
             xb = memcmp(r1, r2, sizeof(float) * na) == 0 && memcmp(dv1, dv2, sizeof(float) * nk) == 0;
+            attention_av_backward_x(r2, dvh, 1, goh, 1, p, vh, 1, B, T, H, KV, hd, 1);   /* dv as bf16 bits */
+            xb &= memcmp(r1, r2, sizeof(float) * na) == 0;
+            for (size_t i = 0; i < nk; i++) xb &= (uint32_t)dvh[i] << 16 == f32_bits(dv1[i]);
             attention_logits_backward(dq1, dk1, dl, qr, kr, B, T, H, KV, hd, 1);
             attention_logits_backward_x(dq2, dk2, dl, qh, 1, kh, 1, B, T, H, KV, hd, 1);
             xd = memcmp(dq1, dq2, sizeof(float) * nq) == 0 && memcmp(dk1, dk2, sizeof(float) * nk) == 0;
@@ -326,14 +332,17 @@ static void test_attention_fast(void) {
                 attention_fused_forward(o1, qr, kr, vr, B, T, H, KV, hd, 1);
                 attention_fused_forward_x(oh, 1, qh, 1, kh, 1, vh, 1, B, T, H, KV, hd, 1);
                 for (size_t i = 0; i < nq; i++) xf &= (uint32_t)oh[i] << 16 == f32_bits(o1[i]);
-                attention_fused_backward(dq1, dk1, dv1, go, qr, kr, vr, B, T, H, KV, hd, 1);
-                attention_fused_backward_x(dq2, dk2, dv2, go, qh, 1, kh, 1, vh, 1, B, T, H, KV, hd, 1);
+                attention_fused_backward(dq1, dk1, dv1, gor, qr, kr, vr, B, T, H, KV, hd, 1);
+                attention_fused_backward_x(dq2, dk2, dv2, 0, goh, 1, qh, 1, kh, 1, vh, 1, B, T, H, KV, hd, 1);
                 xf &= !memcmp(dq1, dq2, sizeof(float) * nq) && !memcmp(dk1, dk2, sizeof(float) * nk) && !memcmp(dv1, dv2, sizeof(float) * nk);
+                attention_fused_backward_x(dq2, dk2, dvh, 1, goh, 1, qh, 1, kh, 1, vh, 1, B, T, H, KV, hd, 1);
+                xf &= !memcmp(dq1, dq2, sizeof(float) * nq) && !memcmp(dk1, dk2, sizeof(float) * nk);
+                for (size_t i = 0; i < nk; i++) xf &= (uint32_t)dvh[i] << 16 == f32_bits(dv1[i]);
             }
-            check(xl && xo && xb && xd && xf, "  B %d T %-3d H %d KV %d hd %-3d: q, k, v, out as bf16 bits: logits %s, out %s, dprobs+dv %s, dq+dk %s, fused %s", B,
+            check(xl && xo && xb && xd && xf, "  B %d T %-3d H %d KV %d hd %-3d: q, k, v, out, dout, dv as bf16 bits: logits %s, out %s, dprobs+dv %s, dq+dk %s, fused %s", B,
                   T, H, KV, hd, xl ? "=" : "DIFFER", xo ? "=" : "DIFFER", xb ? "=" : "DIFFER", xd ? "=" : "DIFFER",
                   attention_fused_supported(hd) ? (xf ? "=" : "DIFFER") : "n/a");
-            free(vr); free(kr); free(qr); free(dk1); free(dk2); free(vh); free(kh); free(qh); free(oh);
+            free(vr); free(kr); free(qr); free(gor); free(dk1); free(dk2); free(vh); free(kh); free(qh); free(oh); free(goh); free(dvh);
         }
         /* the softmax and its backward (rows side by side) against their one-row specification: each row's sum in s
          * order; the backward's sum of probs * dprobs with the first 8 floor((t+1)/8) products rounded before their

@@ -19,8 +19,9 @@
  * attention a head of q, k or v at a time, the fingerprints and checks as they read), so every result has the bits of
  * the fp32 arrays holding the same values. A site that the faults flip in fp32 (-fault_dtype fp32, autocast's fp32
  * sites) keeps its float array (model_fault_storage), and TSDC_CPU_STORAGE=fp32 keeps them all so. The embedding's
- * output (and nanochat's norm of it) is stored so too (Model.emb16), and the MLP's hidden gradients as its tensors
- * are (dF, dF2, dF3). The other activation gradients are fp32 arrays holding bf16 values.
+ * output (and nanochat's norm of it) is stored so too (Model.emb16), and the gradients of v, att_out and the MLP's
+ * hidden tensors as those tensors are (dv, datt, dF, dF2, dF3). The other activation gradients are fp32 arrays holding
+ * bf16 values.
  *
  * Determinism: see llmc/cpu/cpu_kernels.h; every reduction has a fixed order that does not depend on the
  * thread count, so the same flags give the same bits. test_sdc.c includes this file with TESTING
@@ -104,7 +105,7 @@ typedef struct {
                                 * them; logits is then NULL (the fp32 array holds them under -precision fp32) */
     int *inputs, *targets;
     /* backward scratch */
-    float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt;
+    float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt;   /* dv, datt: bf16 bits where v's and att_out's sites are */
     float *dF, *dF2, *dF3;     /* the MLP's hidden gradients [N,F], stored as its tensors are: bf16 bits where model_mlp_h16 */
     float* dlog;               /* [B,H,T,T]: dprobs, then dlogits, of the layer being differentiated (materialised path;
                                   in att_mem) */
@@ -211,7 +212,8 @@ static int storage_fp32_from_env(void) {
 static void model_carve(Model* model);
 /* the sites whose forward tensor -precision bf16 stores as bf16 bits: all but the materialised attention's logits and
  * probabilities (float [B, H, T, T] tensors that the attention checks read; the fused path stores neither). Of the
- * gradients, the MLP's hidden ones are stored as its tensors; the rest are float arrays holding bf16 values. */
+ * gradients, v's, att_out's and the MLP's hidden ones are stored as their tensors; the rest are float arrays holding
+ * bf16 values. */
 static const int BF16_SITES[] = {SITE_ATTN_NORM, SITE_Q_PROJ, SITE_K_PROJ, SITE_V_PROJ, SITE_Q_NORM, SITE_K_NORM, SITE_Q_ROPE, SITE_K_ROPE,
                                  SITE_ATT_OUT, SITE_O_PROJ, SITE_ATTN_RESIDUAL, SITE_MLP_NORM, SITE_GATE_PROJ, SITE_UP_PROJ,
                                  SITE_ACT, SITE_MLP_PRODUCT, SITE_DOWN_PROJ, SITE_BLOCK_OUT};
@@ -917,34 +919,40 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
         const void *ao = ACT_T(a, att_out, SITE_ATT_OUT), *v = ACT_T(a, v, SITE_V_PROJ);
         const int aoh = model->h16[SITE_ATT_OUT], vh = model->h16[SITE_V_PROJ];
-        matmul_backward_x(model->datt, GR(PT_WO, l), dout_o, 0, ao, aoh, W(PT_WO, l), N, qd, d, 0, prec, prec);      STORE_GRAD_RND(SITE_ATT_OUT, l, model->datt, (size_t)N * qd);
+        /* att_out's and v's gradients stored as att_out and v are (datt keeps N qd floats: qk_bwd's spare after it is read) */
+        void *datt = model->datt, *dv = model->dv;
+        matmul_backward_xo(aoh ? NULL : model->datt, aoh ? (uint16_t*)datt : NULL, GR(PT_WO, l), dout_o, 0, ao, aoh, W(PT_WO, l), N, qd, d, 0, prec,
+                           prec);      STORE_GRAD_RND_X(SITE_ATT_OUT, l, datt, aoh, (size_t)N * qd);
         int qch, kch;
         const void *qc = att_qk(model, a, 0, &qch), *kc = att_qk(model, a, 1, &kch);
         if (a->fused) {   /* the probs again from q and k (the forward kept none): dq, dk, dv with the materialised bits */
-            attention_fused_backward_x(model->dq, model->dk, model->dv, model->datt, qc, qch, kc, kch, v, vh, B, T, H, KV, hd, prec);
-            FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
+            attention_fused_backward_x(model->dq, model->dk, dv, vh, datt, aoh, qc, qch, kc, kch, v, vh, B, T, H, KV, hd, prec);
+            FAULT_BWD_X(SITE_V_PROJ, l, dv, vh, (size_t)N * kd);
         } else {
-            attention_av_backward_x(model->dlog, model->dv, model->datt, a->probs, v, vh, B, T, H, KV, hd, prec);
+            attention_av_backward_x(model->dlog, dv, vh, datt, aoh, a->probs, v, vh, B, T, H, KV, hd, prec);
             FAULT_BWD(SITE_ATT_PROBS, l, model->dlog, natt);
-            FAULT_BWD(SITE_V_PROJ, l, model->dv, (size_t)N * kd);
+            FAULT_BWD_X(SITE_V_PROJ, l, dv, vh, (size_t)N * kd);
             int width = model->precision ? 16 : 32;
             int attb_n[3] = {0, 0, 0};   /* dprobs, dlogits, dV failed heads (the GPU's ATTB_* order) */
-            float* vt = NULL;   /* the checks read v as fp32 (a copy where it is stored as bf16 bits) */
-            const float* vf = model->prot.on[PK_ATT_BWD] ? widen_copy(v, vh, (size_t)N * kd, &vt) : NULL;
+            float *vt = NULL, *gt = NULL, *dvt = NULL;   /* the checks read v, datt and dv as fp32 (copies of bf16 bits) */
+            const float *vf = NULL, *gf = NULL, *dvf = NULL;
             if (model->prot.on[PK_ATT_BWD]) {
-                check_alarm(model, CHECK_ATT_BWD, l, attb_n[0] = att_dprobs_rowcheck(model->dlog, model->datt, vf, B, T, H, KV, hd, width));
-                check_alarm(model, CHECK_ATT_BWD, l, attb_n[2] = att_dv_colcheck(model->dv, model->datt, B, T, H, KV, hd, width));
+                vf = widen_copy(v, vh, (size_t)N * kd, &vt);
+                gf = widen_copy(datt, aoh, (size_t)N * qd, &gt);
+                dvf = widen_copy(dv, vh, (size_t)N * kd, &dvt);
+                check_alarm(model, CHECK_ATT_BWD, l, attb_n[0] = att_dprobs_rowcheck(model->dlog, gf, vf, B, T, H, KV, hd, width));
+                check_alarm(model, CHECK_ATT_BWD, l, attb_n[2] = att_dv_colcheck(dvf, gf, B, T, H, KV, hd, width));
             }
             attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T, model->precision); STORE_GRAD_RND(SITE_ATT_LOGITS, l, model->dlog, natt);
             if (model->prot.on[PK_ATT_BWD])
-                check_alarm(model, CHECK_ATT_BWD, l, attb_n[1] = att_dlogits_rowcheck(model->dlog, model->datt, vf, B, T, H, KV, hd, width));
+                check_alarm(model, CHECK_ATT_BWD, l, attb_n[1] = att_dlogits_rowcheck(model->dlog, gf, vf, B, T, H, KV, hd, width));
             if (model->prot.on[PK_ATT_BWD] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
                 double tb[3];
-                att_bwd_bound_sums(model->datt, vf, B, T, H, KV, hd, width, tb);
+                att_bwd_bound_sums(gf, vf, B, T, H, KV, hd, width, tb);
                 fprintf(check_dump_file(), "{\"kind\":\"att\",\"bwd\":%lld,\"layer\":%d,\"att\":[%d,%d,%d],\"tol\":[%.17g,%.17g,%.17g]}\n",
                         check_dump_bwd, l, attb_n[0], attb_n[1], attb_n[2], tb[0], tb[1], tb[2]);
             }
-            free(vt);
+            free(vt); free(gt); free(dvt);
             attention_logits_backward_x(model->dq, model->dk, model->dlog, qc, qch, kc, kch, B, T, H, KV, hd, prec);
         }
         float *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
@@ -972,12 +980,12 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         if (model->prot.on[PK_QK_BWD]) qk_bwd_recompute_check(model, l, B, T, qc, qch, kc, kch, dq, dk, dq2, dk2);
         exp_profile(model, PT_WQ, l, dq, (size_t)N * qd);
         exp_profile(model, PT_WK, l, dk, (size_t)N * kd);
-        exp_profile(model, PT_WV, l, model->dv, (size_t)N * kd);
+        exp_profile_x(model, PT_WV, l, dv, vh, (size_t)N * kd);
         const void* an = ACT_T(a, attn_norm, SITE_ATTN_NORM);
         const int anh = model->h16[SITE_ATTN_NORM];
         matmul_backward_x(dbuf, GR(PT_WQ, l), dq, 0, an, anh, W(PT_WQ, l), N, d, qd, 0, model->precision, 0);
         matmul_backward_x(dbuf, GR(PT_WK, l), dk, 0, an, anh, W(PT_WK, l), N, d, kd, 1, model->precision, 0);
-        matmul_backward_x(dbuf, GR(PT_WV, l), model->dv, 0, an, anh, W(PT_WV, l), N, d, kd, 1, model->precision, model->precision);
+        matmul_backward_x(dbuf, GR(PT_WV, l), dv, vh, an, anh, W(PT_WV, l), N, d, kd, 1, model->precision, model->precision);
         STORE_GRAD_RND(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
         ew_keep_dres(model, dres, (size_t)N * d);
         rmsnorm_backward_x(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, x_in_h, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, model->precision);

@@ -660,8 +660,8 @@ static void attention_logits_backward_ref(float* dq, float* dk, const float* dlo
 #define TSDC_THREAD_LOCAL _Thread_local
 #endif
 static float* att_scratch(int which, size_t n) {
-    static TSDC_THREAD_LOCAL float* buf[6];
-    static TSDC_THREAD_LOCAL size_t cap[6];
+    static TSDC_THREAD_LOCAL float* buf[8];
+    static TSDC_THREAD_LOCAL size_t cap[8];
     if (n > cap[which]) {
         free(buf[which]);
         buf[which] = (float*)mallocCheck(sizeof(float) * n);
@@ -905,13 +905,18 @@ static void attention_av_forward(float* out, const float* probs, const float* v,
     attention_av_forward_x(out, 0, probs, v, 0, B, T, H, KV, hd, round);
 }
 /* dprobs[b,h,t,s] = dout[b,t,h] . v[b,s,h/g] (s <= t, else 0); dv overwritten with sum_t probs dout */
-static void attention_av_backward_x(float* dprobs, float* dv, const float* dout, const float* probs, const void* v, int vh,
+/* dv and dout (att_out's gradient) stored as dvh and doh say (bf16 bits where set: dout widened a head at a time, dv
+ * summed over the group's heads in the task's buffer and stored as the bits of its rounding) */
+static void attention_av_backward_x(float* dprobs, void* dv, int dvh, const void* dout, int doh, const float* probs, const void* v, int vh,
                                     int B, int T, int H, int KV, int hd, int round) {
     if (hd % 16) {
-        float* vt;
-        attention_av_backward_ref(dprobs, dv, dout, probs, widen_copy(v, vh, (size_t)B * T * KV * hd, &vt), B, T, H, KV, hd);
-        free(vt);
-        if (round) { bf16_round_array(dprobs, (long long)B * H * T * T); bf16_round_array(dv, (long long)B * T * KV * hd); }
+        float *vt, *gt, *dvt = dvh ? (float*)mallocCheck(sizeof(float) * (size_t)B * T * KV * hd) : (float*)dv;
+        attention_av_backward_ref(dprobs, dvt, widen_copy(dout, doh, (size_t)B * T * H * hd, &gt), probs,
+                                  widen_copy(v, vh, (size_t)B * T * KV * hd, &vt), B, T, H, KV, hd);
+        free(vt); free(gt);
+        if (round) bf16_round_array(dprobs, (long long)B * H * T * T);
+        if (dvh) { bf16_pack_span((uint16_t*)dv, dvt, B * T * KV * hd); free(dvt); }
+        else if (round) bf16_round_array((float*)dv, (long long)B * T * KV * hd);
         return;
     }
     int g = H / KV, nkb = (T + ATT_KB - 1) / ATT_KB;
@@ -919,33 +924,37 @@ static void attention_av_backward_x(float* dprobs, float* dv, const float* dout,
 #pragma omp parallel
     {
         float* vT = att_scratch(0, (size_t)nkb * hd * ATT_KB);
+        float* dvbuf = dvh ? att_scratch(1, (size_t)T * hd) : NULL;
+        float* gobuf = doh ? att_scratch(2, (size_t)T * hd) : NULL;
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < KV; kh++) {
                 const void* vb = att_at(v, vh, (size_t)b * T * ks + (size_t)kh * hd);
-                float* dvb = dv + (size_t)b * T * ks + (size_t)kh * hd;
-                for (int s = 0; s < T; s++) memset(dvb + (size_t)s * ks, 0, sizeof(float) * hd);
+                const size_t dvoff = (size_t)b * T * ks + (size_t)kh * hd, dvs = dvh ? (size_t)hd : ks;
+                float* dvb = dvh ? dvbuf : (float*)dv + dvoff;
+                for (int s = 0; s < T; s++) memset(dvb + (size_t)s * dvs, 0, sizeof(float) * hd);
                 for (int j = 0; j < nkb; j++) att_block_T(vT + (size_t)j * hd * ATT_KB, vb, vh, ks, j * ATT_KB, T, hd);
                 for (int h = kh * g; h < kh * g + g; h++) {
                     const float* pb = probs + ((size_t)b * H + h) * T * T;
-                    const float* gob = dout + (size_t)b * T * qs + (size_t)h * hd;
+                    size_t gs;
+                    const float* gob = att_rows_in(att_at(dout, doh, (size_t)b * T * qs + (size_t)h * hd), doh, qs, T, hd, gobuf, &gs);
                     /* dv rows s: += p[t, s] dout[t] over t = s .. T-1 ascending (this head after the ones before) */
                     for (int s0 = 0; s0 < T; s0 += ATT_RB) {
                         int nr = T - s0 < ATT_RB ? T - s0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
                         for (int r = 0; r < nr; r++) { lo[r] = s0 + r; hi[r] = T - 1; }
-                        att_rows_accumulate(dvb + (size_t)s0 * ks, ks, nr, pb + s0, 1, T, gob, qs, lo, hi, hd);
+                        att_rows_accumulate(dvb + (size_t)s0 * dvs, dvs, nr, pb + s0, 1, T, gob, gs, lo, hi, hd);
                     }
                     for (int t = 0; t < T; t += 4)
-                        att_causal_rows4(dprobs + (((size_t)b * H + h) * T + t) * T, T, gob + (size_t)t * qs, qs, T - t < 4 ? T - t : 4, vT,
+                        att_causal_rows4(dprobs + (((size_t)b * H + h) * T + t) * T, T, gob + (size_t)t * gs, gs, T - t < 4 ? T - t : 4, vT,
                                          t, T, hd, 0, 1.0f, round, 1);
                 }
-                if (round) for (int s = 0; s < T; s++) bf16_round_span(dvb + (size_t)s * ks, hd);   /* every head of the group added */
+                att_rows_out(dv, dvh, dvoff, ks, dvb, dvs, T, hd, round);   /* every head of the group added */
             }
     }
 }
 static void attention_av_backward(float* dprobs, float* dv, const float* dout, const float* probs, const float* v,
                                   int B, int T, int H, int KV, int hd, int round) {
-    attention_av_backward_x(dprobs, dv, dout, probs, v, 0, B, T, H, KV, hd, round);
+    attention_av_backward_x(dprobs, dv, 0, dout, 0, probs, v, 0, B, T, H, KV, hd, round);
 }
 /* dq = scale * dlogits k, dk = scale * dlogits^T q (overwritten); one task per (b, kv head). The _ref loop
  * multiplies each dlogit by scale before its products (d = dl * scale): so do these, on a scaled row copy. */
@@ -1078,8 +1087,8 @@ static void attention_fused_forward(float* out, const float* q, const float* k, 
 }
 /* dq, dk, dv (overwritten) from dout, q, k, v: attention_av_backward, attention_softmax_backward and
  * attention_logits_backward's bits; one task per (b, kv head), which owns that head's dk and dv rows */
-static void attention_fused_backward_x(float* dq, float* dk, float* dv, const float* dout, const void* q, int qh, const void* k, int kh,
-                                       const void* v, int vh, int B, int T, int H, int KV, int hd, int round) {
+static void attention_fused_backward_x(float* dq, float* dk, void* dv, int dvh, const void* dout, int doh, const void* q, int qh, const void* k,
+                                       int kh, const void* v, int vh, int B, int T, int H, int KV, int hd, int round) {
     int g = H / KV, nkb = (T + ATT_KB - 1) / ATT_KB, R = att_fused_tile_rows(T);
     float scale = 1.0f / sqrtf((float)hd);
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
@@ -1091,6 +1100,8 @@ static void attention_fused_backward_x(float* dq, float* dk, float* dv, const fl
         float* D = att_scratch(3, (size_t)R * T);   /* its dprobs, then dlogits, then scale * dlogits */
         float* kbuf = kh ? att_scratch(4, (size_t)T * hd) : NULL;
         float* qbuf = qh ? att_scratch(5, (size_t)T * hd) : NULL;
+        float* dvbuf = dvh ? att_scratch(6, (size_t)T * hd) : NULL;
+        float* gobuf = doh ? att_scratch(7, (size_t)T * hd) : NULL;
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int jh = 0; jh < KV; jh++) {
@@ -1098,10 +1109,11 @@ static void attention_fused_backward_x(float* dq, float* dk, float* dv, const fl
                 const float* kb = att_rows_in(att_at(k, kh, (size_t)b * T * ks + (size_t)jh * hd), kh, ks, T, hd, kbuf, &kss);
                 const void* vb = att_at(v, vh, (size_t)b * T * ks + (size_t)jh * hd);
                 float* dkb = dk + (size_t)b * T * ks + (size_t)jh * hd;
-                float* dvb = dv + (size_t)b * T * ks + (size_t)jh * hd;
+                const size_t dvoff = (size_t)b * T * ks + (size_t)jh * hd, dvs = dvh ? (size_t)hd : ks;
+                float* dvb = dvh ? dvbuf : (float*)dv + dvoff;
                 for (int s = 0; s < T; s++) {
                     memset(dkb + (size_t)s * ks, 0, sizeof(float) * hd);
-                    memset(dvb + (size_t)s * ks, 0, sizeof(float) * hd);
+                    memset(dvb + (size_t)s * dvs, 0, sizeof(float) * hd);
                 }
                 for (int j = 0; j < nkb; j++) {
                     att_block_T(kT + (size_t)j * hd * ATT_KB, kb, 0, kss, j * ATT_KB, T, hd);
@@ -1109,7 +1121,8 @@ static void attention_fused_backward_x(float* dq, float* dk, float* dv, const fl
                 }
                 for (int h = jh * g; h < jh * g + g; h++) {
                     const float* qb = att_rows_in(att_at(q, qh, (size_t)b * T * qs + (size_t)h * hd), qh, qs, T, hd, qbuf, &qss);
-                    const float* gob = dout + (size_t)b * T * qs + (size_t)h * hd;
+                    size_t gs;
+                    const float* gob = att_rows_in(att_at(dout, doh, (size_t)b * T * qs + (size_t)h * hd), doh, qs, T, hd, gobuf, &gs);
                     float* dqb = dq + (size_t)b * T * qs + (size_t)h * hd;
                     for (int t0 = 0; t0 < T; t0 += R) {
                         int nt = T - t0 < R ? T - t0 : R;
@@ -1119,14 +1132,14 @@ static void attention_fused_backward_x(float* dq, float* dk, float* dv, const fl
                             for (int r4 = 0; r4 < nr; r4 += 4) {
                                 int n4 = nr - r4 < 4 ? nr - r4 : 4, t = t0 + r + r4;
                                 att_causal_rows4(pr + (size_t)r4 * T, T, qb + (size_t)t * qss, qss, n4, kT, t, T, hd, 1, scale, round, 0);
-                                att_causal_rows4(dr + (size_t)r4 * T, T, gob + (size_t)t * qs, qs, n4, vT, t, T, hd, 0, 1.0f, round, 0);
+                                att_causal_rows4(dr + (size_t)r4 * T, T, gob + (size_t)t * gs, gs, n4, vT, t, T, hd, 0, 1.0f, round, 0);
                             }
                             att_softmax_rows(pr, pr, T, nr, t0 + r, T, round, 0);
                             att_softmax_bwd_rows(dr, pr, T, nr, t0 + r, T, round, 0);
                             for (int i = 0; i < nr; i++)
                                 for (int s = 0; s <= t0 + r + i; s++) dr[(size_t)i * T + s] *= scale;
                         }
-                        att_tile_cols_accumulate(dvb, ks, P, T, gob + (size_t)t0 * qs, qs, t0, nt, hd);
+                        att_tile_cols_accumulate(dvb, dvs, P, T, gob + (size_t)t0 * gs, gs, t0, nt, hd);
                         for (int r0 = 0; r0 < nt; r0 += ATT_RB) {   /* dq rows t: += d[t, s] k[s], s = 0 .. t */
                             int nr = nt - r0 < ATT_RB ? nt - r0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
                             float* dqr = dqb + (size_t)(t0 + r0) * qs;
@@ -1138,13 +1151,14 @@ static void attention_fused_backward_x(float* dq, float* dk, float* dv, const fl
                     }
                 }
                 if (round)   /* every head of the group added */
-                    for (int s = 0; s < T; s++) { bf16_round_span(dkb + (size_t)s * ks, hd); bf16_round_span(dvb + (size_t)s * ks, hd); }
+                    for (int s = 0; s < T; s++) bf16_round_span(dkb + (size_t)s * ks, hd);
+                att_rows_out(dv, dvh, dvoff, ks, dvb, dvs, T, hd, round);
             }
     }
 }
 static void attention_fused_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
                                      int B, int T, int H, int KV, int hd, int round) {
-    attention_fused_backward_x(dq, dk, dv, dout, q, 0, k, 0, v, 0, B, T, H, KV, hd, round);
+    attention_fused_backward_x(dq, dk, dv, 0, dout, 0, q, 0, k, 0, v, 0, B, T, H, KV, hd, round);
 }
 static void attention_forward(float* out, float* logits, float* probs, const float* q, const float* k, const float* v,
                               int B, int T, int H, int KV, int hd) {
