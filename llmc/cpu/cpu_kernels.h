@@ -148,6 +148,7 @@ static inline const float* widen_copy(const void* x, int h, size_t n, float** tm
     *tmp = NULL;
     if (!h) return (const float*)x;
     *tmp = (float*)mallocCheck(sizeof(float) * (n ? n : 1));
+    (*tmp)[0] = 0.0f;   /* n 0: nothing to widen, but no uninitialised read either */
     for (size_t i = 0; i < n; i++) (*tmp)[i] = bf16_bits_to_f32(((const uint16_t*)x)[i]);
     return *tmp;
 }
@@ -213,14 +214,13 @@ static void matmul_forward_x(float* out, uint16_t* out16, float cap, const void*
 }
 static void matmul_backward_xo(float* dinp, uint16_t* dinp16, float* dW, const void* dout, int doh, const void* inp, int ih, const float* W,
                                int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
-    float *gt, *xt, *d = dinp16 ? (float*)mallocCheck(sizeof(float) * (size_t)N * I) : dinp;
+    float *gt, *xt, *dt = dinp16 ? (float*)mallocCheck(sizeof(float) * (size_t)N * I) : NULL;
     const float* g = widen_copy(dout, doh, (size_t)N * O, &gt);
-    matmul_backward_r(d, dW, g, widen_copy(inp, ih, (size_t)N * I, &xt), W, N, I, O, accumulate_dinp, bf16, dinp16 ? 0 : round_dinp);
-    if (dinp16) {
-        for (size_t i = 0; i < (size_t)N * I; i++) dinp16[i] = f32_to_bf16_bits(d[i]);
-        free(d);
-    }
-    free(gt); free(xt);
+    const float* x = widen_copy(inp, ih, (size_t)N * I, &xt);
+    matmul_backward_r(dinp16 ? dt : dinp, dW, g, x, W, N, I, O, accumulate_dinp, bf16, dinp16 ? 0 : round_dinp);
+    if (dinp16)
+        for (size_t i = 0; i < (size_t)N * I; i++) dinp16[i] = f32_to_bf16_bits(dt[i]);
+    free(dt); free(gt); free(xt);
 }
 static void matmul_backward_x(float* dinp, float* dW, const void* dout, int doh, const void* inp, int ih, const float* W,
                               int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
