@@ -504,7 +504,10 @@ static void rope_backward(float* dx, const float* dout, const float* cos_t, cons
  *   logits[b,h,t,s] = scale * q[b,t,h] . k[b,s,h/g]   (s <= t; 0 above the diagonal), scale = 1/sqrt(hd)
  *   probs = softmax_s(logits),  out[b,t,h] = sum_s probs[b,h,t,s] v[b,s,h/g]
  * In three steps (logits, softmax, probs x v) so that a fault can be injected into the logits and the
- * probabilities between them; the backward likewise (dprobs and dv; dlogits; dq and dk). */
+ * probabilities between them; the backward likewise (dprobs and dv; dlogits; dq and dk). The _x forms take q, k, v,
+ * the output, its gradient and dv stored as bf16 bits (-precision bf16's storage), each flag for its tensor: a task
+ * widens the head it reads into its buffer and stores an output from its buffer as the bits of its rounding, so every
+ * element's arithmetic and order are the fp32 form's (the fp32 forms are the flags-0 case). */
 /* a loop gcc unrolls n times; nothing in the C++ test programs, which compile these loops as references under nvcc
  * (unrolling changes no bits: the operations and their order are the loop's) */
 #ifdef __CUDACC__
@@ -719,7 +722,7 @@ static inline void att_block_T(float* kT, const void* x, int h, size_t xs, int s
 /* element i of a tensor stored as h says, as a pointer (bf16 bits where h) */
 static inline const void* att_at(const void* x, int h, size_t i) { return h ? (const void*)((const uint16_t*)x + i) : (const void*)((const float*)x + i); }
 /* n rows of x (stride xs, hd wide, stored as h says) as fp32 rows: x itself (*s = xs), or widened exactly into buf
- * [n][hd] (*s = hd): a head's v for the products that read its rows in place */
+ * [n][hd] (*s = hd): a head's q, k, v or output gradient for the products that read its rows in place */
 static inline const float* att_rows_in(const void* x, int h, size_t xs, int n, int hd, float* buf, size_t* s) {
     if (!h) { *s = xs; return (const float*)x; }
     for (int i = 0; i < n; i++) bf16_unpack_span(buf + (size_t)i * hd, (const uint16_t*)x + (size_t)i * xs, hd);
