@@ -264,11 +264,12 @@ static void model_carve(Model* model) {
                        NFL(SITE_K_PROJ, N * kd) + NFL(SITE_K_ROPE, N * kd) + NFL(SITE_V_PROJ, N * kd) +
                        (size_t)(qkn_pre + qkn_post) * (NFL(SITE_Q_NORM, N * qd) + NFL(SITE_K_NORM, N * kd) + N * (H + KV)) +
                        NFL(SITE_GATE_PROJ, N * F) + NFL(SITE_UP_PROJ, N * F) + NFL(SITE_ACT, N * F) + NFL(SITE_MLP_PRODUCT, N * F);
+    const size_t nF = NFL(SITE_GATE_PROJ, N * F);   /* floats of an MLP gradient (stored as its tensors: model_mlp_h16) */
 #undef NFL
     size_t nlog = precision ? (N * V + 1) / 2 : N * V;   /* the logits: bf16 bits in bf16 mode (two a float) */
     const size_t nemb = (model->emb16 ? (N * d + 1) / 2 : N * d) * (c->embed_norm ? 2 : 1);   /* emb, x0 */
     size_t total = nemb + N + (size_t)c->n_layer * per_layer + N * d + N + nlog + N * 2 /* forward */
-                 + N * d * 2 + N * qd * 3 + N * kd * 3 + (h[SITE_GATE_PROJ] ? (N * F + 1) / 2 : N * F) * 3 + N * H;   /* backward */
+                 + N * d * 2 + N * qd * 3 + N * kd * 3 + nF * 3 + N * H;   /* backward */
     model->act_mem = (float*)callocCheck(total, sizeof(float));
     model->act_floats = total;
     float* p = model->act_mem;
@@ -302,7 +303,6 @@ static void model_carve(Model* model) {
     CARVE(model->dres, N * d); CARVE(model->dbuf, N * d);
     CARVE(model->dq, N * qd); CARVE(model->dq2, N * qd); CARVE(model->datt, N * qd);
     CARVE(model->dk, N * kd); CARVE(model->dk2, N * kd); CARVE(model->dv, N * kd);
-    const size_t nF = h[SITE_GATE_PROJ] ? (N * F + 1) / 2 : N * F;   /* floats of an MLP gradient (model_mlp_h16) */
     CARVE(model->dF, nF); CARVE(model->dF2, nF); CARVE(model->dF3, nF); CARVE(model->qk_ms, N * H);
 #undef CARVE
 #undef CARVE16
