@@ -956,6 +956,39 @@ static void test_bf16_storage_forms(void) {
         okf &= !fp_equal(qk_fingerprint(u, n, 16), qk_fingerprint_x(uh, 1, n, 16));
         uh[5] ^= 1;
         check(okf, "  Q/K fingerprint of bf16 bits = of the float array holding them (widths 16 and 32); one flipped bit changes it");
+        {   /* the fast paths against the definition, element by element (fp_add); sizes around the 8-lane step and the
+             * 2^14-element chunks */
+            const size_t sizes[] = {0, 1, 7, 8, 9, 100, 16383, 16384, 16385, 40003};
+            const size_t nmax = 40003;
+            float* zf = mallocCheck(4 * nmax);
+            uint16_t* zh = mallocCheck(2 * nmax);
+            fill_normal(zf, nmax, 77, 3);
+            for (size_t i = 0; i < nmax; i++) zh[i] = f32_to_bf16_bits(zf[i]);
+            int okd = 1, paths = 0;
+            for (int si = 0; si < (int)(sizeof(sizes) / sizeof(sizes[0])); si++)
+                for (int w = 16; w <= 32; w += 16)
+                    for (int h = 0; h < 2; h++) {
+                        const void* z = h ? (const void*)zh : (const void*)zf;
+                        size_t n = sizes[si];
+                        Fingerprint ref = {0, 0}, sc = {0, 0};
+                        for (size_t i = 0; i < n; i++) fp_add(&ref, i, fp_elem_bits(z, h, i, w), w);
+                        okd &= fp_equal(ref, qk_fingerprint_x(z, h, n, w));
+                        fp_span_scalar(&sc, z, h, 0, n, w);
+                        okd &= fp_equal(ref, sc);
+#if TSDC_FP_X86
+                        if (fp_avx512() && n >= 8) {   /* a span that starts at 8, as a chunk after the first */
+                            Fingerprint a = {0, 0}, b = {0, 0};
+                            for (size_t i = 8; i < n; i++) fp_add(&a, i, fp_elem_bits(z, h, i, w), w);
+                            fp_span_avx512(&b, z, h, 8, n, w);
+                            okd &= fp_equal(a, b);
+                            paths = 1;
+                        }
+#endif
+                    }
+            check(okd, "  Q/K fingerprint: the chunked and the scalar path (and AVX-512 where the CPU has it) = the definition, n 0-40003");
+            if (!paths) printf("    (the AVX-512 path not run: this CPU lacks AVX512F/DQ)\n");
+            free(zf); free(zh);
+        }
         free(cs); free(sn);
     }
     /* the bound: rows of 1300 columns (MMB_CHUNK 512: two chunks and a partial one) */

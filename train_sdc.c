@@ -438,20 +438,25 @@ static void qk_recompute_check(Model* model, int l, int B, int T, const void* q_
  * the stored tensor bit for bit in one pass (a fingerprint is for a device that never writes it out): 1 when any
  * element differs. r is rounded as it would be stored (bf16 under -precision bf16) unless it already was. */
 static int recompute_differs(const Model* model, const float* x, const float* r, size_t n, int round) {
-    int bf = round && model->precision != 0;
+    const uint32_t *xu = (const uint32_t*)x, *ru = (const uint32_t*)r;
     long long diff = 0;
+    if (round && model->precision != 0) {   /* bf16_round_bits: branch-free, so the loop vectorises */
 #pragma omp parallel for schedule(static) reduction(+:diff)
-    for (long long i = 0; i < (long long)n; i++)
-        diff += f32_bits(bf ? bf16_round(r[i]) : r[i]) != f32_bits(x[i]);
+        for (long long i = 0; i < (long long)n; i++) diff += bf16_round_bits(ru[i]) != xu[i];
+    } else {
+#pragma omp parallel for schedule(static) reduction(+:diff)
+        for (long long i = 0; i < (long long)n; i++) diff += ru[i] != xu[i];
+    }
     return diff != 0;
 }
 /* the same with x stored as bf16 bits (h; r rounded as it is compared) */
 static int recompute_differs_x(const Model* model, const void* x, int h, const float* r, size_t n, int round) {
     if (!h) return recompute_differs(model, (const float*)x, r, n, round);
     const uint16_t* x16 = (const uint16_t*)x;
+    const uint32_t* ru = (const uint32_t*)r;
     long long diff = 0;
 #pragma omp parallel for schedule(static) reduction(+:diff)
-    for (long long i = 0; i < (long long)n; i++) diff += f32_to_bf16_bits(r[i]) != x16[i];
+    for (long long i = 0; i < (long long)n; i++) diff += (bf16_round_bits(ru[i]) >> 16) != x16[i];
     return diff != 0;
 }
 

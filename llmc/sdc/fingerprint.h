@@ -31,21 +31,98 @@ static inline TSDC_HD uint64_t fp_bits(float x, int width) {
     return width == 32 ? (uint64_t)f32_bits(x) : (uint64_t)(f32_bits(x) >> 16);
 }
 
-/* fingerprint of a CPU tensor: a float array, or (h) bf16 bits (the bits of the float holding the same value) */
+/* element i's storage bits: bf16 bits (h) or a float's bits, reduced to the width */
+static inline uint64_t fp_elem_bits(const void* z, int h, size_t i, int width) {
+    if (h) return width == 32 ? (uint64_t)((const uint16_t*)z)[i] << 16 : (uint64_t)((const uint16_t*)z)[i];
+    return fp_bits(((const float*)z)[i], width);
+}
+
+/* elements [lo, hi) into f, one at a time (the definition above; the CPU's portable path and the tails) */
+static inline void fp_span_scalar(Fingerprint* f, const void* z, int h, size_t lo, size_t hi, int width) {
+    if (width == 16)   /* a constant L: i mod L is a mask, not a division */
+        for (size_t i = lo; i < hi; i++) {
+            uint64_t b = fp_elem_bits(z, h, i, 16);
+            f->raw ^= b << (16 * (int)(i & 3));
+            f->idx ^= fp_mix(i, b);
+        }
+    else
+        for (size_t i = lo; i < hi; i++) {
+            uint64_t b = fp_elem_bits(z, h, i, 32);
+            f->raw ^= b << (32 * (int)(i & 1));
+            f->idx ^= fp_mix(i, b);
+        }
+}
+
+#if defined(__x86_64__) && !defined(__CUDACC__)
+#include <immintrin.h>
+#define TSDC_FP_X86 1
+/* eight elements a step on AVX-512 (64-bit lanes; vpmullq is AVX512DQ): lane j holds element lo + 8 t + j, its
+ * bits widened to 64, shifted by width * (j mod L) into the raw half (lo is a multiple of 8, so lane j's shift
+ * is the same every step), mixed with its index into the idx half; the lanes are XORed together at the end.
+ * XOR is associative and commutative, so the bits are those of the scalar definition. */
+static inline __attribute__((target("avx512f,avx512dq"))) __m512i fp_fin8(__m512i z) {
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ULL));
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), _mm512_set1_epi64((long long)0x94D049BB133111EBULL));
+    return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+}
+static __attribute__((target("avx512f,avx512dq"))) void fp_span_avx512(Fingerprint* f, const void* z, int h, size_t lo, size_t hi,
+                                                                         int width) {
+    const __m512i sh = width == 16 ? _mm512_setr_epi64(0, 16, 32, 48, 0, 16, 32, 48) : _mm512_setr_epi64(0, 32, 0, 32, 0, 32, 0, 32);
+    __m512i idx = _mm512_add_epi64(_mm512_set1_epi64((long long)(lo + TSDC_GOLDEN)), _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m512i step = _mm512_set1_epi64(8);
+    __m512i raw = _mm512_setzero_si512(), mix = _mm512_setzero_si512();
+    size_t i = lo;
+    for (; i + 8 <= hi; i += 8) {
+        __m512i b;
+        if (h) {
+            b = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i*)((const uint16_t*)z + i)));
+            if (width == 32) b = _mm512_slli_epi64(b, 16);
+        } else {
+            b = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i*)((const float*)z + i)));
+            if (width == 16) b = _mm512_srli_epi64(b, 16);
+        }
+        raw = _mm512_xor_si512(raw, _mm512_sllv_epi64(b, sh));
+        mix = _mm512_xor_si512(mix, fp_fin8(_mm512_xor_si512(fp_fin8(idx), b)));
+        idx = _mm512_add_epi64(idx, step);
+    }
+    uint64_t r[8], m[8];
+    _mm512_storeu_si512(r, raw);
+    _mm512_storeu_si512(m, mix);
+    for (int j = 0; j < 8; j++) { f->raw ^= r[j]; f->idx ^= m[j]; }
+    fp_span_scalar(f, z, h, i, hi, width);
+}
+static int fp_avx512(void) {
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    }
+    return have;
+}
+#else
+#define TSDC_FP_X86 0
+#endif
+
+/* fingerprint of a CPU tensor: a float array, or (h) bf16 bits (the bits of the float holding the same value).
+ * Chunks of 2^14 elements (multiples of 8, as the AVX-512 path needs), one OpenMP task each, XORed together.
+ * The AVX-512 path where the CPU has it (test_sdc compares both paths with the definition, fp_add). */
 static Fingerprint qk_fingerprint_x(const void* z, int h, size_t n, int width) {
     Fingerprint total = {0, 0};
     const size_t chunk = 1 << 14;
     size_t nc = (n + chunk - 1) / chunk;
+#if TSDC_FP_X86
+    const int vec = fp_avx512();
+#endif
 #pragma omp parallel
     {
         Fingerprint part = {0, 0};
 #pragma omp for schedule(static)
         for (long long c = 0; c < (long long)nc; c++) {
             size_t lo = (size_t)c * chunk, hi = lo + chunk < n ? lo + chunk : n;
-            if (h)
-                for (size_t i = lo; i < hi; i++) fp_add(&part, i, fp_bits(bits_f32((uint32_t)((const uint16_t*)z)[i] << 16), width), width);
-            else
-                for (size_t i = lo; i < hi; i++) fp_add(&part, i, fp_bits(((const float*)z)[i], width), width);
+#if TSDC_FP_X86
+            if (vec) { fp_span_avx512(&part, z, h, lo, hi, width); continue; }
+#endif
+            fp_span_scalar(&part, z, h, lo, hi, width);
         }
 #pragma omp critical
         { total.raw ^= part.raw; total.idx ^= part.idx; }   /* XOR: any combine order gives the same bits */
