@@ -836,6 +836,66 @@ static int bench_init(const char* preset) {
     return 0;
 }
 
+/* -protect ew's compare mode (EW_CMP): each element-wise kernel run again over its stored output compares instead of
+ * storing. Clean: no difference reported; one bit flipped in the stored output (the lowest bit of its storage: bf16
+ * bits, or a float rounded to bf16, or an fp32 float) at the first and last element of a block, of a row, of the
+ * tensor and in the middle: reported, in the right output's bit (mul_backward_x's second output: bit 1). Catches: a
+ * compare that skips an element (the first or last of a block or row), reads the wrong block or row, compares
+ * unrounded values, or reports the wrong output. */
+static void ew_cmp_kernel(int k, void* o, void* o2, int oh, int round, const uint16_t* a, const uint16_t* b, const uint16_t* g,
+                          const float* w, float* ms, size_t n, int rows, int C) {
+    switch (k) {
+    case 0: silu_forward_x(o, oh, a, 1, n, round); break;
+    case 1: mul_forward_x(o, oh, a, b, 1, n, round); break;
+    case 2: relu2_forward_x(o, oh, a, 1, n, round); break;
+    case 3: residual_forward_x(o, oh, a, 1, b, 1, n, round); break;
+    case 4: rmsnorm_forward_x(o, oh, ms, a, 1, w, rows, C, 1e-5f, round); break;
+    case 5: silu_backward_x(o, oh, g, a, 1, n, round); break;
+    case 6: relu2_backward_x(o, oh, g, a, 1, n, round); break;
+    default: mul_backward_x(o, o2, oh, g, a, b, 1, n, round); break;
+    }
+}
+static void test_ew_compare_mode(void) {
+    printf("-protect ew's compare mode: clean runs quiet, one flipped bit anywhere reported\n");
+    const int rows = 45, C = 300;   /* 13500 elements: three EW_BLK blocks and a partial one; rows of 300 */
+    const size_t n = (size_t)rows * C;
+    float *f = mallocCheck(4 * n), *w = mallocCheck(4 * C), *ms = mallocCheck(4 * rows);
+    float *o32 = mallocCheck(4 * n), *o32b = mallocCheck(4 * n);
+    uint16_t *a = mallocCheck(2 * n), *b = mallocCheck(2 * n), *g = mallocCheck(2 * n), *o16 = mallocCheck(2 * n), *o16b = mallocCheck(2 * n);
+    fill_normal(f, n, 31, 2); for (size_t i = 0; i < n; i++) a[i] = f32_to_bf16_bits(f[i]);
+    fill_normal(f, n, 32, 1); for (size_t i = 0; i < n; i++) b[i] = f32_to_bf16_bits(f[i]);
+    fill_normal(f, n, 33, 1e-2f); for (size_t i = 0; i < n; i++) g[i] = f32_to_bf16_bits(f[i]);
+    fill_normal(w, C, 34, 1);
+    const size_t pos[] = {0, 1, (size_t)C - 1, (size_t)C, EW_BLK - 1, EW_BLK, 2 * EW_BLK + 1, n / 2, n - 1};
+    const char* names[] = {"silu", "product", "ReLU^2", "residual add", "RMSNorm", "silu backward", "ReLU^2 backward", "product backward"};
+    ew_cmp_take();
+    for (int k = 0; k < 8; k++) {
+        int ok = 1;
+        for (int mode = 0; mode < 3; mode++) {   /* bf16 output; fp32 output rounded to bf16; fp32 output */
+            const int oh = mode == 0, round = mode != 2;
+            void *o = oh ? (void*)o16 : (void*)o32, *o2 = oh ? (void*)o16b : (void*)o32b;
+            ew_cmp_kernel(k, o, o2, oh, round, a, b, g, w, ms, n, rows, C);
+            ew_cmp_kernel(k, o, o2, oh | EW_CMP, round, a, b, g, w, ms, n, rows, C);
+            ok &= ew_cmp_take() == 0;
+            for (int out = 0; out < (k == 7 ? 2 : 1); out++)
+                for (size_t pi = 0; pi < sizeof(pos) / sizeof(pos[0]); pi++) {
+                    void* t = out ? o2 : o;
+                    const size_t i = pos[pi];
+                    if (oh) ((uint16_t*)t)[i] ^= 1;
+                    else ((uint32_t*)t)[i] ^= round ? 1u << 16 : 1u;
+                    ew_cmp_kernel(k, o, o2, oh | EW_CMP, round, a, b, g, w, ms, n, rows, C);
+                    ok &= ew_cmp_take() == (out ? 2u : 1u);
+                    if (oh) ((uint16_t*)t)[i] ^= 1;
+                    else ((uint32_t*)t)[i] ^= round ? 1u << 16 : 1u;
+                }
+            ew_cmp_kernel(k, o, o2, oh | EW_CMP, round, a, b, g, w, ms, n, rows, C);
+            ok &= ew_cmp_take() == 0;
+        }
+        check(ok, "  %s", names[k]);
+    }
+    free(f); free(w); free(ms); free(o32); free(o32b); free(a); free(b); free(g); free(o16); free(o16b);
+}
+
 /* -precision bf16's storage of activations as bf16 bits: each element-wise kernel's _x form (SiLU, the product, ReLU^2,
  * the residual add, RMSNorm), the bound's row norms and comparison, and the fault injector on bf16 bits, against the
  * fp32 forms on float arrays holding the same values, bit for bit (n spanning several EW_BLK blocks and a partial one; values of both signs, zeros, a NaN
@@ -1438,6 +1498,7 @@ int main(int argc, char** argv) {
     test_init();
     test_fault_flips();
     test_bf16_storage_forms();
+    test_ew_compare_mode();
     test_fault_selection();
     test_att_checks_tolerance();
     test_att_bwd_checks_tolerance();

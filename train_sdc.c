@@ -115,7 +115,7 @@ typedef struct {
     int att_mode;              /* ATT_AUTO, ATT_MATERIALISED or ATT_FUSED (TSDC_CPU_ATTENTION, model_set_attention_mode) */
     int last_B, last_T;        /* the shape of the last forward (the trace materialises with it) */
     Protect prot;              /* protection and fault injection state (llmc/sdc/checks.h, llmc/host/backend.h) */
-    float* ew_scratch;         /* ew's scratch: 2 x [N, max(F, d)] + [N] (allocated on first use) */
+    float* ew_scratch;         /* ew's scratch: [N, d] + [N] (allocated on first use) */
     float *mmb_wn, *mmb_xn;    /* bound's weight row norms [n_layer][kd + 2d + 2F] and input row norms [2][N] (first use) */
     int mmb_wn_valid;          /* mmb_wn is of the current weights (cleared by model_prepare_weights) */
     float* upd;                /* scratch for model_update_norm (allocated on first use) */
@@ -507,9 +507,10 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const void
 
 /* ---------------------------------------------------------------- element-wise recomputation (ours, -protect ew)
  * The kernels that are not matrix products are cheap (one pass over their tensors): each is run a second time
- * from the same stored inputs into scratch and the result compared with the stored output bit for bit, so a
- * fault at any bit of their outputs is caught. Forward: the RMSNorm outputs (attn_norm,
- * mlp_norm, from the input and the saved mean square), the residual writebacks (attn_residual, block_out), the
+ * from the same stored inputs and its result compared with the stored output bit for bit, so a fault at any bit of
+ * their outputs is caught: in the kernels' compare mode (EW_CMP), block by block as the kernel computes it, nothing
+ * stored; the norms' backward, which accumulates into its output, into scratch from the kept value. Forward: the
+ * RMSNorm outputs (attn_norm, mlp_norm, from the input and the saved mean square), the residual writebacks (attn_residual, block_out), the
  * activation and the gated product (act, mlp_product); backward: the gradients the MLP's element-wise backward
  * produces (act and up_proj from mlp_product's gradient, gate_proj from act's) and the residual gradients the norms'
  * backward accumulates in place (attn_residual's from mlp_norm's, block_out's from the next attn_norm's or the final
@@ -519,31 +520,34 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const void
  * outputs of matrix products (q/k/v/o/gate/up/down projections and their dx; bound holds the forward's under their
  * Cauchy-Schwarz bound), attention (att and att_bwd), the QK norms' gradients (qk_bwd's) and the gradient of the
  * first layer's input (the embedding's; no injection site). */
-/* the scratch: two buffers of ew_stride floats (the widest element-wise tensor), then [N] for a mean square */
-static size_t ew_stride(const Model* model) {
-    return (size_t)model->B * model->T * (size_t)(model->c.ffn_dim > model->c.d_model ? model->c.ffn_dim : model->c.d_model);
-}
+/* the scratch: [N, d] for the kept residual gradient, then [N] for the compare-mode norm's mean squares */
+static size_t ew_stride(const Model* model) { return (size_t)model->B * model->T * (size_t)model->c.d_model; }
 static float* ew_scratch(Model* model) {
-    if (!model->ew_scratch) model->ew_scratch = (float*)mallocCheck(sizeof(float) * (2 * ew_stride(model) + (size_t)model->B * model->T));
+    if (!model->ew_scratch) model->ew_scratch = (float*)mallocCheck(sizeof(float) * (ew_stride(model) + (size_t)model->B * model->T));
     return model->ew_scratch;
 }
 /* the stored tensor x (n elements) against its recomputation r (not yet rounded): an alarm at layer l on any
  * difference */
-static void ew_compare_x(Model* model, int l, const void* x, int h, const float* r, size_t n) {
-    if (recompute_differs_x(model, x, h, r, n, 1)) check_alarm(model, CHECK_EW, l, 1);
+static void ew_compare(Model* model, int l, const float* x, const float* r, size_t n) {
+    if (recompute_differs(model, x, r, n, 1)) check_alarm(model, CHECK_EW, l, 1);
 }
-static void ew_compare(Model* model, int l, const float* x, const float* r, size_t n) { ew_compare_x(model, l, x, 0, r, n); }
+/* after a kernel run in compare mode (EW_CMP, llmc/cpu/cpu_kernels.h): an alarm for each output that differed, in
+ * output order (one for each, as a comparison of each) */
+static void ew_cmp_alarms(Model* model, int l) {
+    unsigned bits = ew_cmp_take();
+    if (bits & 1) check_alarm(model, CHECK_EW, l, 1);
+    if (bits & 2) check_alarm(model, CHECK_EW, l, 1);
+}
 /* out stored as oh says */
 static void ew_rmsnorm(Model* model, int l, const void* out, int oh, const void* x, int xh, const float* w, int N, int d) {
-    float* r = ew_scratch(model);
-    rmsnorm_forward_x(r, 0, r + 2 * ew_stride(model), x, xh, w, N, d, (float)model->c.norm_eps, 0);
-    ew_compare_x(model, l, out, oh, r, (size_t)N * d);
+    rmsnorm_forward_x((void*)out, oh | EW_CMP, ew_scratch(model) + ew_stride(model), x, xh, w, N, d, (float)model->c.norm_eps,
+                      model->precision != 0);
+    ew_cmp_alarms(model, l);
 }
 /* out = a + b, each stored as its flag says */
 static void ew_residual(Model* model, int l, const void* out, int oh, const void* a, int ah, const void* b, int bh, size_t n) {
-    float* r = ew_scratch(model);
-    residual_forward_x(r, 0, a, ah, b, bh, n, 0);
-    ew_compare_x(model, l, out, oh, r, n);
+    residual_forward_x((void*)out, oh | EW_CMP, a, ah, b, bh, n, model->precision != 0);
+    ew_cmp_alarms(model, l);
 }
 /* the backward's residual gradients, accumulated in place by the norms' backward (dres += d/dx norm(x)): the value
  * before the accumulation is kept in the scratch (ew_keep_dres), and after the result's injection point the same
@@ -771,9 +775,8 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             silu_forward_x(act, mh, gate, mh, (size_t)N * F, prec);        STORE_RND_X(SITE_ACT, l, act, mh, (size_t)N * F);
             mul_forward_x(prod, mh, act, up, mh, (size_t)N * F, prec);     STORE_RND_X(SITE_MLP_PRODUCT, l, prod, mh, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
-                float* r = ew_scratch(model);
-                silu_forward_x(r, 0, gate, mh, (size_t)N * F, 0);     ew_compare_x(model, l, act, mh, r, (size_t)N * F);
-                mul_forward_x(r, 0, act, up, mh, (size_t)N * F, 0);   ew_compare_x(model, l, prod, mh, r, (size_t)N * F);
+                silu_forward_x(act, mh | EW_CMP, gate, mh, (size_t)N * F, prec);     ew_cmp_alarms(model, l);
+                mul_forward_x(prod, mh | EW_CMP, act, up, mh, (size_t)N * F, prec);  ew_cmp_alarms(model, l);
             }
             hidden = prod;
         } else {
@@ -781,8 +784,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             if (mmb) mmb_check_x(model, l, MMB_GATE_PROJ, gate, mh, N, F, mmb_input_norms_x(model, 1, mn, mnh, N, d), d);
             relu2_forward_x(act, mh, gate, mh, (size_t)N * F, prec);      STORE_RND_X(SITE_ACT, l, act, mh, (size_t)N * F);
             if (model->prot.on[PK_EW]) {
-                float* r = ew_scratch(model);
-                relu2_forward_x(r, 0, gate, mh, (size_t)N * F, 0);  ew_compare_x(model, l, act, mh, r, (size_t)N * F);
+                relu2_forward_x(act, mh | EW_CMP, gate, mh, (size_t)N * F, prec);  ew_cmp_alarms(model, l);
             }
             hidden = act;
         }
@@ -888,15 +890,12 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             FAULT_BWD_X(SITE_ACT, l, dF2, mh, nf);
             FAULT_BWD_X(SITE_UP_PROJ, l, dF3, mh, nf);
             if (model->prot.on[PK_EW]) {   /* d act, d up from mlp_product's gradient (still in dF) */
-                float *r = ew_scratch(model), *r2 = r + ew_stride(model);
-                mul_backward_x(r, r2, 0, dF, act, up, mh, nf, 0);
-                ew_compare_x(model, l, dF2, mh, r, nf);
-                ew_compare_x(model, l, dF3, mh, r2, nf);
+                mul_backward_x(dF2, dF3, mh | EW_CMP, dF, act, up, mh, nf, prec);
+                ew_cmp_alarms(model, l);
             }
             silu_backward_x(dF, mh, dF2, gate, mh, nf, prec);       STORE_GRAD_RND_X(SITE_GATE_PROJ, l, dF, mh, nf);
             if (model->prot.on[PK_EW]) {
-                float* r = ew_scratch(model);
-                silu_backward_x(r, 0, dF2, gate, mh, nf, 0);  ew_compare_x(model, l, dF, mh, r, nf);
+                silu_backward_x(dF, mh | EW_CMP, dF2, gate, mh, nf, prec);  ew_cmp_alarms(model, l);
             }
             exp_profile_x(model, PT_WGATE, l, dF, mh, nf);
             exp_profile_x(model, PT_WUP, l, dF3, mh, nf);
@@ -908,8 +907,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             matmul_backward_xo(dF32, dF16, GR(PT_WDOWN, l), ddown, 0, act, mh, W(PT_WDOWN, l), N, F, d, 0, prec, prec);   STORE_GRAD_RND_X(SITE_ACT, l, dF, mh, nf);
             relu2_backward_x(dF2, mh, dF, gate, mh, nf, prec);       STORE_GRAD_RND_X(SITE_GATE_PROJ, l, dF2, mh, nf);
             if (model->prot.on[PK_EW]) {
-                float* r = ew_scratch(model);
-                relu2_backward_x(r, 0, dF, gate, mh, nf, 0);  ew_compare_x(model, l, dF2, mh, r, nf);
+                relu2_backward_x(dF2, mh | EW_CMP, dF, gate, mh, nf, prec);  ew_cmp_alarms(model, l);
             }
             exp_profile_x(model, PT_WFC, l, dF2, mh, nf);
             matmul_backward_x(dbuf, GR(PT_WFC, l), dF2, mh, mn, mnh, W(PT_WFC, l), N, d, F, 0, prec, prec);

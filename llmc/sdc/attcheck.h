@@ -63,10 +63,38 @@ enum { CHECK_QK = 0, CHECK_ABFT = 1, CHECK_ATT = 2, CHECK_QK_BWD = 3, CHECK_ATT_
  * float sum of T terms of the softmax, with room */
 #define ATT_TOL_ROWSUM(width, T) ((width) == 16 ? 0.015625 : 1e-5 + 4.0 * (T) * 5.9604645e-8)
 
+/* Sums in double over ATT_LANES independent lanes (lane j takes the elements i = j mod 8, in order), the lanes then
+ * added pairwise: one fixed order (the same sums run to run and at any thread count), and loops the compiler
+ * vectorises, where one serial chain waits out the add's latency on every element (these sums were most of the
+ * checks' time). The checks compare them with bounds of relative size 2^-7 (bf16) or 1e-4 (fp32), so the order of
+ * a double sum moves nothing a check decides. */
+#define ATT_LANES 8
+static inline double att_lanes_total(const double* a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
+/* sum_i x[i] */
+static inline double att_sum(const float* x, int n) {
+    double a[ATT_LANES] = {0};
+    int i = 0;
+    for (; i + ATT_LANES <= n; i += ATT_LANES)
+        for (int j = 0; j < ATT_LANES; j++) a[j] += x[i + j];
+    for (int j = 0; i < n; i++, j++) a[j] += x[i];
+    return att_lanes_total(a);
+}
+/* sum_i x[i] y[i], y in double */
+static inline double att_dot_d(const float* x, const double* y, int n) {
+    double a[ATT_LANES] = {0};
+    int i = 0;
+    for (; i + ATT_LANES <= n; i += ATT_LANES)
+        for (int j = 0; j < ATT_LANES; j++) a[j] += x[i + j] * y[i + j];
+    for (int j = 0; i < n; i++, j++) a[j] += x[i] * y[i];
+    return att_lanes_total(a);
+}
 static inline double att_norm(const float* x, int n) {
-    double s = 0;
-    for (int i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return sqrt(s);
+    double a[ATT_LANES] = {0};
+    int i = 0;
+    for (; i + ATT_LANES <= n; i += ATT_LANES)
+        for (int j = 0; j < ATT_LANES; j++) a[j] += (double)x[i + j] * x[i + j];
+    for (int j = 0; i < n; i++, j++) a[j] += (double)x[i] * x[i];
+    return sqrt(att_lanes_total(a));
 }
 
 /* what a per-head check reads: the checked tensor m, the tensors x and y its checksum is built from, the sizes
@@ -174,9 +202,7 @@ static int att_prefix_row_head(const AttHeads* c, int b, int h) {
         for (int i = 0; i < hd; i++) pre[i] += bt[i];
         npre += att_norm(bt, hd);
         const float* at = att_row(c, c->x, c->H, b, t, h);
-        double ref = 0, row = 0;
-        for (int i = 0; i < hd; i++) ref += at[i] * pre[i];
-        for (int s = 0; s <= t; s++) row += Mh[(size_t)t * T + s];
+        double ref = att_dot_d(at, pre, hd), row = att_sum(Mh + (size_t)t * T, t + 1);
         double tol = c->rel * c->scale * att_norm(at, hd) * npre + 1e-30;
         if (!(fabs(row - c->scale * ref) <= tol)) fail = 1;
     }
@@ -208,8 +234,7 @@ static int att_probs_rowcheck(const float* probs, int B, int H, int T, int width
         const float* P = probs + (size_t)bh * T * T;
         int fail = 0;
         for (int t = 0; t < T; t++) {
-            double s = 0;
-            for (int j = 0; j <= t; j++) s += P[(size_t)t * T + j];
+            double s = att_sum(P + (size_t)t * T, t + 1);
             if (!(fabs(s - 1.0) <= tol)) fail = 1;
         }
         bad += fail;
@@ -266,8 +291,7 @@ static int att_dlogits_head(const AttHeads* c, int b, int h) {
     for (int t = 0; t < T; t++) {
         double vn = att_norm(att_row(c, c->y, c->KV, b, t, h / c->g), hd);
         if (vn > vmax || vn != vn) vmax = vn;   /* a NaN norm keeps the bound NaN: the rows fail */
-        double row = 0;
-        for (int s = 0; s <= t; s++) row += D[(size_t)t * T + s];
+        double row = att_sum(D + (size_t)t * T, t + 1);
         double tol = 2.0 * c->rel * 2.0 * att_norm(att_row(c, c->x, c->H, b, t, h), hd) * vmax + 1e-30;
         if (!(fabs(row) <= tol)) fail = 1;
     }

@@ -56,6 +56,10 @@ static inline void fp_span_scalar(Fingerprint* f, const void* z, int h, size_t l
 #if defined(__x86_64__) && !defined(__CUDACC__)
 #include <immintrin.h>
 #define TSDC_FP_X86 1
+/* GCC 12's intrinsic headers start some of these from an "undefined" vector, which its C++ front end without
+ * -march=native (the emulation build) reports as maybe uninitialised: a false positive (as in vexp.h) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 /* eight elements a step on AVX-512 (64-bit lanes; vpmullq is AVX512DQ): lane j holds element lo + 8 t + j, its
  * bits widened to 64, shifted by width * (j mod L) into the raw half (lo is a multiple of 8, so lane j's shift
  * is the same every step), mixed with its index into the idx half; the lanes are XORed together at the end.
@@ -91,6 +95,7 @@ static __attribute__((target("avx512f,avx512dq"))) void fp_span_avx512(Fingerpri
     for (int j = 0; j < 8; j++) { f->raw ^= r[j]; f->idx ^= m[j]; }
     fp_span_scalar(f, z, h, i, hi, width);
 }
+#pragma GCC diagnostic pop
 static int fp_avx512(void) {
     static int have = -1;
     if (have < 0) {
