@@ -27,6 +27,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "cpu_features.h"
 #if defined(__x86_64__) && !defined(__CUDACC__)
 #include <immintrin.h>
 #define TSDC_VEXP_X86 1
@@ -122,18 +123,7 @@ __attribute__((target("avx512f,avx512dq"))) static void vexpf_span_avx512(float*
 #pragma GCC diagnostic pop
 #endif
 
-static int vexp_avx512(void) {
-#if TSDC_VEXP_X86
-    static int have = -1;
-    if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-    }
-    return have;
-#else
-    return 0;
-#endif
-}
+static int vexp_avx512(void) { return cpu_avx512dq(); }
 /* y[i] = expf(x[i]), i < n; y may alias x */
 static inline void vexpf_span(float* y, const float* x, long n) {
 #if TSDC_VEXP_X86

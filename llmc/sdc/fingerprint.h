@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "../cpu/bf16.h"
+#include "../cpu/cpu_features.h"
 #include "../host/checksum.h"
 
 typedef struct { uint64_t raw, idx; } Fingerprint;
@@ -96,14 +97,7 @@ static __attribute__((target("avx512f,avx512dq"))) void fp_span_avx512(Fingerpri
     fp_span_scalar(f, z, h, i, hi, width);
 }
 #pragma GCC diagnostic pop
-static int fp_avx512(void) {
-    static int have = -1;
-    if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-    }
-    return have;
-}
+static int fp_avx512(void) { return cpu_avx512dq(); }
 #else
 #define TSDC_FP_X86 0
 #endif
