@@ -1036,7 +1036,7 @@ static void test_bf16_storage_forms(void) {
                         fp_span_scalar(&sc, z, h, 0, n, w);
                         okd &= fp_equal(ref, sc);
 #if TSDC_FP_X86
-                        if (fp_avx512() && n >= 8) {   /* a span that starts at 8, as a chunk after the first */
+                        if (cpu_avx512dq() && n >= 8) {   /* a span that starts at 8, as a chunk after the first */
                             Fingerprint a = {0, 0}, b = {0, 0};
                             for (size_t i = 8; i < n; i++) fp_add(&a, i, fp_elem_bits(z, h, i, w), w);
                             fp_span_avx512(&b, z, h, 8, n, w);

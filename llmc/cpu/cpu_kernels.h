@@ -56,7 +56,7 @@ __attribute__((target("avx512f"))) static inline float rowmax_avx512(const float
 #endif
 static inline float rowmax(const float* z, int n) {
 #if TSDC_VEXP_X86
-    if (vexp_avx512()) return rowmax_avx512(z, n);
+    if (cpu_avx512dq()) return rowmax_avx512(z, n);
 #endif
     float lane[16];
     for (int j = 0; j < 16; j++) lane[j] = -INFINITY;
@@ -389,7 +389,8 @@ static void rmsnorm_forward_x(void* out, int oh, float* ms, const void* xs, int 
             ms[r0 + j] = m;
             if (w) for (int i = 0; i < C; i++) o[i] = w[i] * (xr[i] * rstd);
             else for (int i = 0; i < C; i++) o[i] = xr[i] * rstd;
-            ew_store(oh ? out : o, oh, oh ? (size_t)(r0 + j) * C : 0, oh ? (size_t)(r0 + j + 1) * C : (size_t)C, o, round);
+            if (oh) ew_store(out, oh, (size_t)(r0 + j) * C, (size_t)(r0 + j + 1) * C, o, round);
+            else if (round) bf16_round_span(o, C);
         }
     }
     free(xbuf); free(rowbuf);

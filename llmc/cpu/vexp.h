@@ -123,11 +123,10 @@ __attribute__((target("avx512f,avx512dq"))) static void vexpf_span_avx512(float*
 #pragma GCC diagnostic pop
 #endif
 
-static int vexp_avx512(void) { return cpu_avx512dq(); }
 /* y[i] = expf(x[i]), i < n; y may alias x */
 static inline void vexpf_span(float* y, const float* x, long n) {
 #if TSDC_VEXP_X86
-    if (vexp_avx512()) { vexpf_span_avx512(y, x, n); return; }
+    if (cpu_avx512dq()) { vexpf_span_avx512(y, x, n); return; }
 #endif
     for (long i = 0; i < n; i++) y[i] = expf(x[i]);
 }

@@ -69,33 +69,19 @@ enum { CHECK_QK = 0, CHECK_ABFT = 1, CHECK_ATT = 2, CHECK_QK_BWD = 3, CHECK_ATT_
  * checks' time). The checks compare them with bounds of relative size 2^-7 (bf16) or 1e-4 (fp32), so the order of
  * a double sum moves nothing a check decides. */
 #define ATT_LANES 8
-static inline double att_lanes_total(const double* a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
+/* the lanes' sum of term(k) over k < n (term: an expression in k) */
+#define ATT_LANE_SUM(n, term)                                                                                          \
+    double a[ATT_LANES] = {0};                                                                                         \
+    int k0 = 0;                                                                                                        \
+    for (; k0 + ATT_LANES <= (n); k0 += ATT_LANES)                                                                     \
+        for (int j = 0; j < ATT_LANES; j++) { const int k = k0 + j; a[j] += (term); }                                  \
+    for (int j = 0; k0 + j < (n); j++) { const int k = k0 + j; a[j] += (term); }                                       \
+    const double lanes = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
 /* sum_i x[i] */
-static inline double att_sum(const float* x, int n) {
-    double a[ATT_LANES] = {0};
-    int i = 0;
-    for (; i + ATT_LANES <= n; i += ATT_LANES)
-        for (int j = 0; j < ATT_LANES; j++) a[j] += x[i + j];
-    for (int j = 0; i < n; i++, j++) a[j] += x[i];
-    return att_lanes_total(a);
-}
+static inline double att_sum(const float* x, int n) { ATT_LANE_SUM(n, x[k]); return lanes; }
 /* sum_i x[i] y[i], y in double */
-static inline double att_dot_d(const float* x, const double* y, int n) {
-    double a[ATT_LANES] = {0};
-    int i = 0;
-    for (; i + ATT_LANES <= n; i += ATT_LANES)
-        for (int j = 0; j < ATT_LANES; j++) a[j] += x[i + j] * y[i + j];
-    for (int j = 0; i < n; i++, j++) a[j] += x[i] * y[i];
-    return att_lanes_total(a);
-}
-static inline double att_norm(const float* x, int n) {
-    double a[ATT_LANES] = {0};
-    int i = 0;
-    for (; i + ATT_LANES <= n; i += ATT_LANES)
-        for (int j = 0; j < ATT_LANES; j++) a[j] += (double)x[i + j] * x[i + j];
-    for (int j = 0; i < n; i++, j++) a[j] += (double)x[i] * x[i];
-    return sqrt(att_lanes_total(a));
-}
+static inline double att_dot_d(const float* x, const double* y, int n) { ATT_LANE_SUM(n, x[k] * y[k]); return lanes; }
+static inline double att_norm(const float* x, int n) { ATT_LANE_SUM(n, (double)x[k] * x[k]); return sqrt(lanes); }
 
 /* what a per-head check reads: the checked tensor m, the tensors x and y its checksum is built from, the sizes
  * (g = H / KV query heads a kv head), the relative tolerance and the logits' scale */

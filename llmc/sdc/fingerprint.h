@@ -38,20 +38,15 @@ static inline uint64_t fp_elem_bits(const void* z, int h, size_t i, int width) {
     return fp_bits(((const float*)z)[i], width);
 }
 
-/* elements [lo, hi) into f, one at a time (the definition above; the CPU's portable path and the tails) */
+/* elements [lo, hi) into f, one at a time (the definition above; the CPU's portable path and the tails); L is a
+ * power of two, so i mod L is a mask, not a division */
 static inline void fp_span_scalar(Fingerprint* f, const void* z, int h, size_t lo, size_t hi, int width) {
-    if (width == 16)   /* a constant L: i mod L is a mask, not a division */
-        for (size_t i = lo; i < hi; i++) {
-            uint64_t b = fp_elem_bits(z, h, i, 16);
-            f->raw ^= b << (16 * (int)(i & 3));
-            f->idx ^= fp_mix(i, b);
-        }
-    else
-        for (size_t i = lo; i < hi; i++) {
-            uint64_t b = fp_elem_bits(z, h, i, 32);
-            f->raw ^= b << (32 * (int)(i & 1));
-            f->idx ^= fp_mix(i, b);
-        }
+    const size_t lmask = (size_t)(64 / width) - 1;
+    for (size_t i = lo; i < hi; i++) {
+        uint64_t b = fp_elem_bits(z, h, i, width);
+        f->raw ^= b << (width * (int)(i & lmask));
+        f->idx ^= fp_mix(i, b);
+    }
 }
 
 #if defined(__x86_64__) && !defined(__CUDACC__)
@@ -97,7 +92,6 @@ static __attribute__((target("avx512f,avx512dq"))) void fp_span_avx512(Fingerpri
     fp_span_scalar(f, z, h, i, hi, width);
 }
 #pragma GCC diagnostic pop
-static int fp_avx512(void) { return cpu_avx512dq(); }
 #else
 #define TSDC_FP_X86 0
 #endif
@@ -110,7 +104,7 @@ static Fingerprint qk_fingerprint_x(const void* z, int h, size_t n, int width) {
     const size_t chunk = 1 << 14;
     size_t nc = (n + chunk - 1) / chunk;
 #if TSDC_FP_X86
-    const int vec = fp_avx512();
+    const int vec = cpu_avx512dq();
 #endif
 #pragma omp parallel
     {
