@@ -23,7 +23,12 @@
  *   threads keep theirs.
  * - A fiber runs until it blocks (at __syncthreads or a warp intrinsic) or returns. A scheduling round
  *   resumes every runnable fiber once, in the schedule's order; then the warp operations whose lanes
- *   have all arrived complete, and then a barrier that every live thread has reached releases.
+ *   have all arrived complete, and then a barrier that every live thread has reached releases. A
+ *   fiber that blocks switches straight to the round's next fiber (one context switch a blocking
+ *   operation, not two through the scheduler: each switch's return lands on another stack, which the
+ *   CPU's return prediction misses, so the switches were most of the emulator's time); the scheduler
+ *   gets control back when a fiber exits (to hand its stack on) or the round's last fiber blocks. The
+ *   order is the same as resuming each fiber from the scheduler in turn.
  * - __syncthreads(): releases when every thread of the block waits at the same __syncthreads (same
  *   file and line). Threads that exited, threads waiting at another __syncthreads, or threads waiting
  *   in a warp operation on a lane that waits at the barrier: an error naming the kernel, the block,
@@ -511,6 +516,9 @@ struct Worker {
     std::vector<Stack*> all_stacks;
     std::vector<Fiber> fibers;
     std::vector<int> order;
+    /* the round being run: its fibers in order (order's data), how many, the one running */
+    const int* run = nullptr;
+    int nrun = 0, pos = 0;
     char* arena = nullptr;
     Block block;
     /* the device buffer the last cp.async source lay in (no buffer is freed while a launch runs) */
@@ -619,7 +627,8 @@ void fiber_entry() {
 void uc_entry() { fiber_entry(); }
 #endif
 
-void resume(Worker* w, Fiber* f) {
+/* make a fiber runnable: a new one gets a stack and an initial frame that enters fiber_entry */
+inline void prepare(Worker* w, Fiber* f) {
     if (f->state == F_NEW) {
         f->stack = get_stack(w);
 #ifdef EMU_UCONTEXT
@@ -634,26 +643,51 @@ void resume(Worker* w, Fiber* f) {
     }
     f->state = F_RUNNING;
     emu_tl_thread = f;
+}
+
+/* from the scheduler: run the round's fibers from w->pos on. A fiber that blocks passes control straight
+ * to the next fiber of the round (yield_to_next), so the scheduler gets it back only when a fiber exits
+ * (its stack is handed on here, to the next new fiber) or the round's last fiber blocks. The order is
+ * the round's, exactly as if the scheduler resumed each fiber in turn: one switch a blocking operation
+ * instead of two. */
+void run_round(Worker* w, std::vector<Fiber>& fib) {
+    while (w->pos < w->nrun) {
+        Fiber* f = &fib[w->run[w->pos]];
+        prepare(w, f);
 #ifdef EMU_UCONTEXT
-    swapcontext(&w->sched_uc, &f->uc);
+        swapcontext(&w->sched_uc, &f->uc);
 #else
-    emu_ctx_switch(&w->sched_sp, f->sp);
+        emu_ctx_switch(&w->sched_sp, f->sp);
 #endif
-    emu_tl_thread = nullptr;
-    if (f->state == F_DONE) {
-        w->free_stacks.push_back(f->stack);
-        f->stack = nullptr;
+        emu_tl_thread = nullptr;
+        /* the fiber that came back: the round's fiber at w->pos, exited or the last to block */
+        Fiber* g = &fib[w->run[w->pos]];
+        if (g->state == F_DONE) {
+            w->free_stacks.push_back(g->stack);
+            g->stack = nullptr;
+        }
+        w->pos++;
     }
 }
 
-/* from a fiber: back to the block scheduler */
-inline void yield_to_scheduler(Fiber* f) {
+/* from a fiber that blocks: on to the round's next fiber, or back to the scheduler after the last */
+inline void yield_to_next(Fiber* f) {
     Worker* w = tl_worker;
+    if (w->pos + 1 < w->nrun) {
+        Fiber* g = &w->fibers[w->run[++w->pos]];
+        prepare(w, g);
 #ifdef EMU_UCONTEXT
-    swapcontext(&f->uc, &w->sched_uc);
+        swapcontext(&f->uc, &g->uc);
 #else
-    emu_ctx_switch(&f->sp, w->sched_sp);
+        emu_ctx_switch(&f->sp, g->sp);
 #endif
+    } else {
+#ifdef EMU_UCONTEXT
+        swapcontext(&f->uc, &w->sched_uc);
+#else
+        emu_ctx_switch(&f->sp, w->sched_sp);
+#endif
+    }
     emu_tl_thread = f;
 }
 
@@ -785,7 +819,7 @@ bool resolve_warps(Block* b, std::vector<Fiber>& fib, std::vector<int>& run) {
                 if (g->wmask != M || g->wkind != kind)
                     kernel_die(b, "warp %d: lane %d waits in %s at %s:%d with mask 0x%08x, lane %d in %s at %s:%d with mask 0x%08x",
                                base / 32, l, kind_name(kind), f->file, f->line, M, j, kind_name(g->wkind), g->file, g->line, g->wmask);
-                if (tensor && (g->warg != f->warg || g->line != f->line || strcmp(g->file, f->file)))
+                if (tensor && (g->warg != f->warg || g->line != f->line || (g->file != f->file && strcmp(g->file, f->file))))
                     kernel_die(b, "warp %d: lane %d waits in %s%s at %s:%d, lane %d in %s%s at %s:%d (every lane of the warp must execute the same "
                                "instruction)", base / 32, l, kind_name(kind), tensor_shape(kind, f->warg), f->file, f->line, j, kind_name(kind),
                                tensor_shape(kind, g->warg), g->file, g->line);
@@ -908,17 +942,18 @@ void run_block(Worker* w, const Launch* L, uint3 bidx) {
     for (uint64_t round = 0;; round++) {
         const int nr = (int)run.size();
         if (g_cfg.sched == SCHED_REV) {
-            for (int k = nr - 1; k >= 0; k--) resume(w, &fib[run[k]]);
-        } else {
-            if (g_cfg.sched == SCHED_RAND) {
-                uint64_t s = mix64(g_cfg.seed * 0x9E3779B97F4A7C15ull + ((b->lin << 20) ^ round));
-                for (int i = nr - 1; i > 0; i--) {
-                    s = mix64(s + 0x9E3779B97F4A7C15ull);
-                    std::swap(run[i], run[(int)(s % (uint64_t)(i + 1))]);
-                }
+            std::reverse(run.begin(), run.end());
+        } else if (g_cfg.sched == SCHED_RAND) {
+            uint64_t s = mix64(g_cfg.seed * 0x9E3779B97F4A7C15ull + ((b->lin << 20) ^ round));
+            for (int i = nr - 1; i > 0; i--) {
+                s = mix64(s + 0x9E3779B97F4A7C15ull);
+                std::swap(run[i], run[(int)(s % (uint64_t)(i + 1))]);
             }
-            for (int k = 0; k < nr; k++) resume(w, &fib[run[k]]);
         }
+        w->run = run.data();
+        w->nrun = nr;
+        w->pos = 0;
+        run_round(w, fib);
         run.clear();
         if (b->ndone == n) break;
         if (b->nwarp > 0 && resolve_warps(b, fib, run)) continue;
@@ -1097,7 +1132,7 @@ void syncthreads(const char* file, int line) {
     tl_worker->block.nbar++;
     f->file = file;
     f->line = line;
-    yield_to_scheduler(f);
+    yield_to_next(f);
 }
 
 unsigned long long warp_op(int kind, unsigned mask, unsigned long long bits, int arg, int width, const char* file, int line) {
@@ -1111,7 +1146,7 @@ unsigned long long warp_op(int kind, unsigned mask, unsigned long long bits, int
     f->wwidth = width;
     f->file = file;
     f->line = line;
-    yield_to_scheduler(f);
+    yield_to_next(f);
     return f->wres;
 }
 
