@@ -27,8 +27,8 @@
 #
 # --trainer picks the binary every stage runs: cpu (default) ./train_sdc; gpu ./train_sdc_cu (nvcc, a
 # GPU); emu ./train_sdc_emu, the GPU trainer's code under the CUDA emulation (dev/cuda_emu) on the CPU,
-# about 2 s a tiny-llama step on 2 cores (6 s on one thread, 13 s under -protect all): --smoke on it takes
-# about 15 minutes, its window of 12 steps 11 of them. -threads (the CPU
+# about 1.4 s a tiny-llama step on 2 cores (2.3 s on one thread, 5.7 s under -protect all): --smoke on it takes
+# about 9 minutes, its window of 12 steps 6 of them. -threads (the CPU
 # trainer's OpenMP threads) is passed to the CPU trainer only.
 #
 # Steps (each skipped when its output is already there, so an interrupted job resumes):
