@@ -4,7 +4,7 @@ end record there); the campaign is the same in every faulty run and spares the l
 -protect all loses no update and raises no false alarm; the control skips exactly the faulty run's lost updates.
 A trainer run that fails stops the job loudly (exit 1, the run named), never a table with n/a in it.
 The same smoke job's window on the GPU trainer under the CUDA emulation (--trainer emu, from the CPU job's common
-checkpoint: about 7 minutes) must give a table with the same rows and columns, and the two trainers must catch the
+checkpoint: about 6 minutes) must give a table with the same rows and columns, and the two trainers must catch the
 same fault events."""
 import json
 import shutil
