@@ -152,6 +152,19 @@ static RopeT rope_tensor(bf16* out, size_t ldo, const bf16* x, size_t ldx, int B
 static const RopeT ROPE_NONE = {NULL, 0, NULL, 0, 1, 0, NULL};
 static const AttbFused ATTB_NONE = {};
 static int g_rope_grid_cap = 0;   /* test-only: > 0 caps the pairs' grid, so that its threads stride (the trainer's shapes do) */
+static int g_rope_index64 = 0;    /* test-only: 1 takes the 64-bit index instances, which only tensors of over 4 G pairs need */
+/* the launch with index type I: 32-bit wherever idx + stride cannot wrap (every shape of these models), 64-bit beyond.
+ * A pair's index splits into head row, head, token and position by three divisions, which the GPU has no unit for: a
+ * 32-bit one is a short inline sequence; a 64-bit one adds a test of its operands' high words (and the 64-bit index
+ * arithmetic around it) before that sequence, and calls a long subroutine where they are set */
+template <typename I>
+static void rope_launch_i(unsigned g, const RopeT& t0, const RopeT& t1, const RopeT& t2, const RopeT& t3, const float* cos, const float* sin,
+                          int T, int hd, int style, bool inverse, bool fp, const MmbTail& mt, const AttbFused* ab, cudaStream_t stream) {
+    if (ab && fp) rope_kernel<I, true, true><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, *ab);
+    else if (ab) rope_kernel<I, false, true><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, *ab);
+    else if (fp) rope_kernel<I, true, false><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, ATTB_NONE);
+    else rope_kernel<I, false, false><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, ATTB_NONE);
+}
 static void rope_launch2(const RopeT& t0, const RopeT& t1, const float* cos, const float* sin, int T, int hd, int style, bool inverse,
                          bool fp, const char* name, cudaStream_t stream, const MmbTail& mt = MMB_TAIL_NONE, const RopeT& t2 = ROPE_NONE,
                          const RopeT& t3 = ROPE_NONE, const AttbFused* ab = NULL) {
@@ -162,13 +175,10 @@ static void rope_launch2(const RopeT& t0, const RopeT& t1, const float* cos, con
     if (fp && grid > FP_MAX_GRID) grid = FP_MAX_GRID;
     if (g_rope_grid_cap > 0 && grid > g_rope_grid_cap) grid = g_rope_grid_cap;
     const unsigned g = (unsigned)grid + (ab ? ab->blocks : 0u);
-    if (ab && fp) rope_kernel<size_t, true, true><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, *ab);
-    else if (ab) rope_kernel<size_t, false, true><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, *ab);
-    else if (fp) rope_kernel<size_t, true, false><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, ATTB_NONE);
-    else if (npairs <= 0xffffffffull - ((size_t)EW_MAX_GRID * EW_BLOCK))   /* idx + stride must not wrap in 32 bits */
-        rope_kernel<unsigned int, false, false><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, ATTB_NONE);
+    if (npairs <= 0xffffffffull - ((size_t)EW_MAX_GRID * EW_BLOCK) && !g_rope_index64)   /* idx + stride must not wrap in 32 bits */
+        rope_launch_i<unsigned int>(g, t0, t1, t2, t3, cos, sin, T, hd, style, inverse, fp, mt, ab, stream);
     else
-        rope_kernel<size_t, false, false><<<g, EW_BLOCK, 0, stream>>>(t0, t1, t2, t3, cos, sin, T, hd, style, inverse, mt, ATTB_NONE);
+        rope_launch_i<size_t>(g, t0, t1, t2, t3, cos, sin, T, hd, style, inverse, fp, mt, ab, stream);
     cudaCheck(cudaGetLastError());
     const size_t written = (t0.out ? t0.npairs : 0) + (t1.out ? t1.npairs : 0) + (t2.out ? t2.npairs : 0) + (t3.out ? t3.npairs : 0);
     /* x pairs (bf16), the tables (and a riding bound check's y and norms) in; out written */

@@ -1166,7 +1166,8 @@ static void fused_bwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTB_NCHECK]) {
     /* and riding on the launch that rotates dq and dk back (the trainer's: attcheck_fused_backward_ride on rope_qk), with and
      * without that launch's fingerprints: the counts of the one launch with the same chunks, the scan's and the dV check's
      * bounds bitwise its (every block ran), and the rotated dq, dk and their fingerprints bitwise those of the launch without the ride,
-     * once with the pairs' grid capped at 3 blocks so that their threads stride (else g_ride_rope_diff) */
+     * once with the pairs' grid capped at 3 blocks so that their threads stride, and the riding launch with 32-bit and
+     * with 64-bit indices (else g_ride_rope_diff) */
     const size_t nq = (size_t)f->B * f->T * qd, nk = (size_t)f->B * f->T * kd;
     const int half = f->hd / 2;
     float *cs = h_normal((size_t)f->T * half, 0.7, 0.0, 0), *sn = h_normal((size_t)f->T * half, 0.7, 0.0, 0);
@@ -1176,7 +1177,8 @@ static void fused_bwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTB_NCHECK]) {
     double* hs1 = (double*)mallocCheck(sizeof(double) * 3 * n);
     double* hs2 = (double*)mallocCheck(sizeof(double) * 3 * n);
     cudaCheck(cudaMemcpy(hs1, f->scr, sizeof(double) * 3 * n, cudaMemcpyDeviceToHost));   /* the one launch's ref, tol_dp, tol_dl */
-    for (int fp = 0; fp <= 1; fp++) {
+    for (int it = 0; it < 4; it++) {   /* without and with fingerprints; the riding launch's indices 32-bit, then 64-bit */
+        const int fp = it & 1, wide = it >> 1;
         g_rope_grid_cap = fp ? 0 : 3;   /* the pairs' threads striding over their own grid's, not the whole launch's */
         cudaCheck(cudaMemset(f->scr, 0xff, sizeof(double) * 3 * n));
         cudaCheck(cudaMemset(fa, 0, 4 * FP_WORDS * sizeof(unsigned long long)));
@@ -1187,7 +1189,9 @@ static void fused_bwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTB_NCHECK]) {
         const AttbFused ab = attcheck_fused_backward_ride(f->dbuf, f->dbuf + ATTB_NCHECK, f->scr, f->go, qd, f->v, kd, f->gdv, kd, f->B, f->T, f->H,
                                                           f->KV, f->hd, bnd2, work, nwork, done);
         cudaCheck(cudaMemset(r2q, 0xff, nq * 2)); cudaCheck(cudaMemset(r2k, 0xff, nk * 2));
+        g_rope_index64 = wide;
         rope_qk(r2q, r2k, f->gdq, f->gdk, qd, kd, dcs, dsn, f->B, f->T, f->H, f->KV, f->hd, ROPE_HF, true, a2, b2, g_s, MMB_TAIL_NONE, NULL, &ab);
+        g_rope_index64 = 0;
         cudaCheck(cudaStreamSynchronize(g_s));
         int c3[ATTB_NCHECK];
         cudaCheck(cudaMemcpy(c3, f->dbuf, sizeof(int) * ATTB_NCHECK, cudaMemcpyDeviceToHost));
@@ -1205,7 +1209,7 @@ static void fused_bwd_checks(FusedChk* f, FlashPlant pl, int cnt[ATTB_NCHECK]) {
                             (fp && (h[0] | h[1]) == 0) || memcmp(hs1, hs2, sizeof(double) * 3 * n) != 0 || bdiff;
         g_ride_rope_runs++;
         FREE_ALL(x1, x2, y1, y2);
-        if (qknorm_rope_ok(f->hd, qd + kd, f->q, f->q)) {
+        if (!wide && qknorm_rope_ok(f->hd, qd + kd, f->q, f->q)) {
             /* and riding on Qwen3's one launch for RoPE's and the QK norm's backward (rope_qknorm_backward_qk, with its norms'
              * dw riding too; x, the weights and mean squares drawn here): the counts and bounds as above, its dx, dw and
              * fingerprints bitwise the launch's without the checks, the rows' grid capped at 2 blocks once */

@@ -175,6 +175,23 @@ static void test_strided(void) {
             rope_qk(dqk, dqk + qd, g, g, ld, ld, dcs, dsn, B, T, H, KV, hd, c->rope_style, true, NULL, NULL, g_s);
             check_view("rope_qk backward: dq into the q view", dqk, N, ld, 0, qd, dv2, NULL);
             check_view("rope_qk backward: dk into the k view", dqk, N, ld, qd, kd, dk2, NULL);
+            {   /* the 64-bit index instances (which only tensors of over 4 G pairs take): the 32-bit ones' outputs and
+                 * fingerprints, forward and backward */
+                g_rope_index64 = 1;
+                bf16 *wq = d_bf16_poison((size_t)N * qd), *wk = d_bf16_poison((size_t)N * kd), *wd = d_raw16(hpoison, (size_t)N * ld);
+                rope_qk(wq, wk, qkv, qkv + qd, ld, ld, dcs, dsn, B, T, H, KV, hd, c->rope_style, false, NULL, NULL, g_s);
+                check_same16("rope_qk forward, 64-bit indices: q", wq, o2, (size_t)N * qd);
+                check_same16("rope_qk forward, 64-bit indices: k", wk, k2, (size_t)N * kd);
+                cudaCheck(cudaMemset(a2, 0, 2 * FP_WORDS * sizeof(unsigned long long)));
+                rope_qk(NULL, NULL, qkv, qkv + qd, ld, ld, dcs, dsn, B, T, H, KV, hd, c->rope_style, false, a2, a2 + FP_WORDS, g_s);
+                const Fingerprint wq2 = fingerprint_read(a2, g_s), wk2 = fingerprint_read(a2 + FP_WORDS, g_s);
+                check(fp_equal(wq2, f2) && fp_equal(wk2, f3), "    %-58s %s", "rope_qk fingerprints, 64-bit indices = the 32-bit ones",
+                      fp_equal(wq2, f2) && fp_equal(wk2, f3) ? "yes" : "NO");
+                rope_qk(wd, wd + qd, g, g, ld, ld, dcs, dsn, B, T, H, KV, hd, c->rope_style, true, NULL, NULL, g_s);
+                check_view("rope_qk backward, 64-bit indices: dq", wd, N, ld, 0, qd, dv2, NULL);
+                check_view("rope_qk backward, 64-bit indices: dk", wd, N, ld, qd, kd, dk2, NULL);
+                g_rope_index64 = 0;
+            }
         }
         free(hg);
     }
