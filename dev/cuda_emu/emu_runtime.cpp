@@ -608,6 +608,14 @@ void check_cp_async_at_exit(Block* b, Fiber* f) {
                "a cp_async_wait<N> / cp_async_wait_all is missing", f->idx.x, f->idx.y, f->idx.z, n, f->cp_groups - e.group, e.file, e.line);
 }
 
+/* save the running context into (sp, uc) and resume (to_sp, to_uc): the fields of a fiber or of the scheduler (the
+ * unused pair is dropped by the preprocessor, so it need not exist) */
+#ifdef EMU_UCONTEXT
+#define EMU_SWITCH(sp, uc, to_sp, to_uc) swapcontext(&(uc), &(to_uc))
+#else
+#define EMU_SWITCH(sp, uc, to_sp, to_uc) emu_ctx_switch(&(sp), (to_sp))
+#endif
+
 void fiber_entry() {
     Worker* w = tl_worker;
     Fiber* f = static_cast<Fiber*>(emu_tl_thread);
@@ -615,11 +623,7 @@ void fiber_entry() {
     check_cp_async_at_exit(&w->block, f);
     f->state = F_DONE;
     w->block.ndone++;
-#ifdef EMU_UCONTEXT
-    swapcontext(&f->uc, &w->sched_uc);
-#else
-    emu_ctx_switch(&f->sp, w->sched_sp);
-#endif
+    EMU_SWITCH(f->sp, f->uc, w->sched_sp, w->sched_uc);
     __builtin_unreachable();
 }
 
@@ -654,11 +658,7 @@ void run_round(Worker* w, std::vector<Fiber>& fib) {
     while (w->pos < w->nrun) {
         Fiber* f = &fib[w->run[w->pos]];
         prepare(w, f);
-#ifdef EMU_UCONTEXT
-        swapcontext(&w->sched_uc, &f->uc);
-#else
-        emu_ctx_switch(&w->sched_sp, f->sp);
-#endif
+        EMU_SWITCH(w->sched_sp, w->sched_uc, f->sp, f->uc);
         emu_tl_thread = nullptr;
         /* the fiber that came back: the round's fiber at w->pos, exited or the last to block */
         Fiber* g = &fib[w->run[w->pos]];
@@ -676,17 +676,9 @@ inline void yield_to_next(Fiber* f) {
     if (w->pos + 1 < w->nrun) {
         Fiber* g = &w->fibers[w->run[++w->pos]];
         prepare(w, g);
-#ifdef EMU_UCONTEXT
-        swapcontext(&f->uc, &g->uc);
-#else
-        emu_ctx_switch(&f->sp, g->sp);
-#endif
+        EMU_SWITCH(f->sp, f->uc, g->sp, g->uc);
     } else {
-#ifdef EMU_UCONTEXT
-        swapcontext(&f->uc, &w->sched_uc);
-#else
-        emu_ctx_switch(&f->sp, w->sched_sp);
-#endif
+        EMU_SWITCH(f->sp, f->uc, w->sched_sp, w->sched_uc);
     }
     emu_tl_thread = f;
 }
