@@ -19,7 +19,7 @@
  * attention a head of q, k or v at a time, the fingerprints and checks as they read), so every result has the bits of
  * the fp32 arrays holding the same values. A site that the faults flip in fp32 (-fault_dtype fp32, autocast's fp32
  * sites) keeps its float array (model_fault_storage), and TSDC_CPU_STORAGE=fp32 keeps them all so. The embedding's
- * output (and nanochat's norm of it) is stored so too (Model.emb16), and the gradients of v, att_out and the MLP's
+ * output (and nanochat's norm of it) and the final norm's output are stored so too (Model.emb16), and the gradients of v, att_out and the MLP's
  * hidden tensors as those tensors are (dv, datt, dF, dF2, dF3). The other activation gradients are fp32 arrays holding
  * bf16 values.
  *
@@ -98,9 +98,10 @@ typedef struct {
     float *emb, *emb_ms, *x0;  /* embedding output, embed-norm mean square, layer-0 input (x0: the embedding norm's output,
                                   NULL without one); emb and x0 NULL where emb16: */
     uint16_t *emb_h, *x0_h;    /* the same as bf16 bits (-precision bf16, not TSDC_CPU_STORAGE=fp32; no fault site flips them) */
-    int emb16;
+    int emb16;                 /* emb_h, x0_h and final_norm_h in use */
     LayerActs* la;
     float *final_norm, *final_ms, *logits, *lse, *losses;
+    uint16_t* final_norm_h;    /* the final norm's output (the classifier's input) as bf16 bits where emb16; final_norm NULL */
     uint16_t* logits_h;        /* -precision bf16: the logits (then dlogits) [N, V] stored as bf16 bits, as the GPU stores
                                 * them; logits is then NULL (the fp32 array holds them under -precision fp32) */
     int *inputs, *targets;
@@ -267,8 +268,8 @@ static void model_carve(Model* model) {
     const size_t nF = NFL(SITE_GATE_PROJ, N * F);   /* floats of an MLP gradient (stored as its tensors: model_mlp_h16) */
 #undef NFL
     size_t nlog = precision ? (N * V + 1) / 2 : N * V;   /* the logits: bf16 bits in bf16 mode (two a float) */
-    const size_t nemb = (model->emb16 ? (N * d + 1) / 2 : N * d) * (c->embed_norm ? 2 : 1);   /* emb, x0 */
-    size_t total = nemb + N + (size_t)c->n_layer * per_layer + N * d + N + nlog + N * 2 /* forward */
+    const size_t nemb = (model->emb16 ? (N * d + 1) / 2 : N * d) * (c->embed_norm ? 3 : 2);   /* emb, x0, the final norm's output */
+    size_t total = nemb + N + (size_t)c->n_layer * per_layer + N + nlog + N * 2 /* forward */
                  + N * d * 2 + N * qd * 3 + N * kd * 3 + nF * 3 + N * H;   /* backward */
     model->act_mem = (float*)callocCheck(total, sizeof(float));
     model->act_floats = total;
@@ -296,7 +297,10 @@ static void model_carve(Model* model) {
         CARVE_S(prod, SITE_MLP_PRODUCT, N * F);
         CARVE_S(down, SITE_DOWN_PROJ, N * d); CARVE_S(out, SITE_BLOCK_OUT, N * d);
     }
-    CARVE(model->final_norm, N * d); CARVE(model->final_ms, N);
+    model->final_norm = NULL; model->final_norm_h = NULL;
+    if (model->emb16) CARVE16(model->final_norm_h, N * d);
+    else CARVE(model->final_norm, N * d);
+    CARVE(model->final_ms, N);
     if (precision) { model->logits_h = (uint16_t*)p; p += nlog; }
     else CARVE(model->logits, N * V);
     CARVE(model->lse, N); CARVE(model->losses, N);
@@ -798,10 +802,12 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         if (model->prot.on[PK_EW]) ew_residual(model, l, bo, boh, rm, rmh, dn, dnh, (size_t)N * d);
         x = bo; xh = boh;
     }
-    rmsnorm_forward_x(model->final_norm, 0, model->final_ms, x, xh, W(PT_FINAL_NORM, -1), N, d, eps, model->precision);
+    const int fh = model->emb16;   /* the final norm's output: stored as bf16 bits where fh */
+    void* fn = fh ? (void*)model->final_norm_h : (void*)model->final_norm;
+    rmsnorm_forward_x(fn, fh, model->final_ms, x, xh, W(PT_FINAL_NORM, -1), N, d, eps, model->precision);
     const float* lm = c->tied ? W(PT_WTE, -1) : W(PT_LMHEAD, -1);                       /* [V, d] */
     if (model->logits_h)   /* stored as bf16 bits by the GEMM, after the softcap */
-        matmul_forward_h(model->logits_h, model->final_norm, lm, N, d, V, (float)c->softcap);
+        matmul_forward_x(NULL, model->logits_h, (float)c->softcap, fn, fh, lm, N, d, V, 1, 0);
     else {
         matmul_forward_w(model->logits, model->final_norm, lm, N, d, V, 0, 0);
         softcap_forward(model->logits, (size_t)N * V, (float)c->softcap);
@@ -845,7 +851,9 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
     const int lmt = c->tied ? PT_WTE : PT_LMHEAD;
     if (model->logits_h) {
         exp_profile_h(model, lmt, -1, model->logits_h, (size_t)N * V);
-        matmul_backward_h(dbuf, GR(lmt, -1), model->logits_h, model->final_norm, W(lmt, -1), N, d, V, 0, 1);
+        const int fh = model->emb16;
+        matmul_backward_x(dbuf, GR(lmt, -1), model->logits_h, 1, fh ? (void*)model->final_norm_h : (void*)model->final_norm, fh, W(lmt, -1),
+                          N, d, V, 0, 1, 1);
     } else {
         exp_profile(model, lmt, -1, dlogits, (size_t)N * V);
         matmul_backward_r(dbuf, GR(lmt, -1), dlogits, model->final_norm, W(lmt, -1), N, d, V, 0, 0, 0);

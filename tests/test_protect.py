@@ -546,7 +546,7 @@ def test_fault_dtype_autocast_flips_fp32_sites_in_fp32(data, tmp_path):
 def test_bf16_storage_keeps_the_bits(data, tmp_path, preset):
     """-precision bf16 stores every activation but the materialised attention's logits and probabilities (the norms'
     outputs, the residual stream, the Q/K path, v_proj, att_out, o_proj, the MLP's hidden tensors, down_proj, the
-    embedding's output) and the gradients of v, att_out and the MLP's tensors as bf16 bits; the float arrays holding the same values
+    embedding's output, the final norm's output) and the gradients of v, att_out and the MLP's tensors as bf16 bits; the float arrays holding the same values
     (TSDC_CPU_STORAGE=fp32) give the same run bit for bit: checkpoint, losses and fault log, under -protect all (the
     materialised attention) with a fault campaign on those sites in both passes (SwiGLU and ReLU^2), and with the fused
     attention (the protection that leaves it on; faults on tensors it reads and writes), and with backward faults on the

@@ -227,16 +227,6 @@ static void matmul_backward_x(float* dinp, float* dW, const void* dout, int doh,
     matmul_backward_xo(dinp, NULL, dW, dout, doh, inp, ih, W, N, I, O, accumulate_dinp, bf16, round_dinp);
 }
 #endif
-/* -precision bf16 with the classifier's logits and dlogits stored as bf16 bits: the forward stores them after the
- * softcap, the backward reads them */
-static void matmul_forward_h(uint16_t* out, const float* inp, const float* W, int N, int I, int O, float cap) {
-    matmul_forward_x(NULL, out, cap, inp, 0, W, N, I, O, 1, 0);
-}
-static void matmul_backward_h(float* dinp, float* dW, const uint16_t* dout, const float* inp, const float* W,
-                              int N, int I, int O, int accumulate_dinp, int round_dinp) {
-    matmul_backward_x(dinp, dW, dout, 1, inp, 0, W, N, I, O, accumulate_dinp, 1, round_dinp);
-}
-
 /* linear: out[N,O] = inp[N,I] W^T with wT = W^T [I,O] (the trainer keeps transposed weight copies);
  * bf16 = 1: the inputs are bf16 values (-precision bf16) and the product runs on gemm_bf16 */
 static void matmul_forward_p(float* out, const float* inp, const float* wT, int N, int I, int O, int bf16) {
