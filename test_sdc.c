@@ -955,7 +955,7 @@ static void test_bf16_storage_forms(void) {
         const size_t nn = (size_t)rows * C;
         float *w = mallocCheck(4 * C), *ms0 = mallocCheck(4 * rows), *ms1 = mallocCheck(4 * rows), *dw0 = calloc(C, 4), *dw1 = calloc(C, 4);
         fill_normal(w, C, 8, 1);
-        int okr = 1, okn = 1;
+        int okr = 1, okn = 1, okb = 1;
         for (int hh = 0; hh < 4; hh++) {   /* a, b stored as bf16 bits or not */
             residual_forward_r(r0, g, u, n, 1);
             residual_forward_x(oh, 1, hh & 1 ? (const void*)gh : (const void*)g, hh & 1, hh & 2 ? (const void*)uh : (const void*)u, (hh & 2) != 0, n, 1);
@@ -973,12 +973,21 @@ static void test_bf16_storage_forms(void) {
             okn &= !memcmp(r0, r1, 4 * nn);
             memcpy(s0, d, 4 * nn); memcpy(s1, d, 4 * nn);
             rmsnorm_backward_r(s0, dw0, g + o0, u + o0, w, ms0, rows, C, 1e-5f, round, round);
-            rmsnorm_backward_x(s1, dw1, g + o0, uh + o0, 1, w, ms0, rows, C, 1e-5f, round, round);
+            rmsnorm_backward_x(s1, 0, dw1, g + o0, 0, uh + o0, 1, w, ms0, rows, C, 1e-5f, round, round);
             okn &= !memcmp(s0, s1, 4 * nn) && !memcmp(dw0, dw1, 4 * C);
             for (int i = 0; i < C; i++) okn &= isfinite(dw0[i]);
+            /* the residual stream's gradient: dout and dx as bf16 bits too, dx written (round 0) or accumulated into
+             * (round 1, from the bf16 values dr) and stored rounded, against the float arrays rounded in place */
+            const int acc = round;
+            memcpy(s0, dr, 4 * nn); memcpy(oh2, dh, 2 * nn);
+            rmsnorm_backward_r(s0, dw0, g + o0, u + o0, w, ms0, rows, C, 1e-5f, acc, 1);
+            rmsnorm_backward_x(oh2, 1, dw1, gh + o0, 1, uh + o0, 1, w, ms0, rows, C, 1e-5f, acc, 1);
+            for (size_t i = 0; i < nn; i++) okb &= (uint32_t)oh2[i] << 16 == f32_bits(s0[i]);
+            okb &= !memcmp(dw0, dw1, 4 * C);
         }
         check(okr, "  residual add, operands and output as fp32 or bf16 bits");
         check(okn, "  RMSNorm forward (bf16 input and output) and backward (bf16 input; dx and dw)");
+        check(okb, "  RMSNorm backward with its gradients as bf16 bits (dout read, dx written or accumulated into)");
         free(w); free(ms0); free(ms1); free(dw0); free(dw1);
     }
     /* the embedding's rows (a table of bf16 values, as -precision bf16's weights) stored as bf16 bits */
@@ -989,6 +998,11 @@ static void test_bf16_storage_forms(void) {
         int oke = 1;
         for (int i = 0; i < 5 * C; i++) oke &= (uint32_t)oh[i] << 16 == f32_bits(r0[i]);
         check(oke, "  embedding rows stored as bf16 bits = the rows");
+        float *e0 = calloc(8 * C, 4), *e1 = calloc(8 * C, 4);   /* its gradient from the residual stream's as bf16 bits */
+        embedding_backward(e0, g, toks, 5, C);
+        embedding_backward_x(e1, gh, 1, toks, 5, C);
+        check(!memcmp(e0, e1, 4 * 8 * C), "  embedding backward from a gradient stored as bf16 bits = from the floats");
+        free(e0); free(e1);
     }
     /* RoPE (the Q/K path's rotation, heads of 64) and the Q/K fingerprint on bf16 bits */
     {

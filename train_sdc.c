@@ -19,9 +19,11 @@
  * attention a head of q, k or v at a time, the fingerprints and checks as they read), so every result has the bits of
  * the fp32 arrays holding the same values. A site that the faults flip in fp32 (-fault_dtype fp32, autocast's fp32
  * sites) keeps its float array (model_fault_storage), and TSDC_CPU_STORAGE=fp32 keeps them all so. The embedding's
- * output (and nanochat's norm of it) and the final norm's output are stored so too (Model.emb16), and the gradients of v, att_out and the MLP's
- * hidden tensors as those tensors are (dv, datt, dF, dF2, dF3). The other activation gradients are fp32 arrays holding
- * bf16 values.
+ * output (and nanochat's norm of it) and the final norm's output are stored so too (Model.emb16), the gradients of v,
+ * att_out and the MLP's hidden tensors as those tensors are (dv, datt, dF, dF2, dF3), and the residual stream's gradient
+ * (dres) as the residual stream is. The other activation gradients are fp32 arrays holding bf16 values: dbuf, into
+ * which two or three dx products add before it is rounded (the GPU makes them one product over adjacent weights), and
+ * the Q/K path's dq and dk.
  *
  * Determinism: see llmc/cpu/cpu_kernels.h; every reduction has a fixed order that does not depend on the
  * thread count, so the same flags give the same bits. test_sdc.c includes this file with TESTING
@@ -106,7 +108,9 @@ typedef struct {
                                 * them; logits is then NULL (the fp32 array holds them under -precision fp32) */
     int *inputs, *targets;
     /* backward scratch */
-    float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt;   /* dv, datt: bf16 bits where v's and att_out's sites are */
+    float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt;   /* dv, datt: bf16 bits where v's and att_out's sites are;
+                                                                dres (the residual stream's gradient) where dres16 */
+    int dres16;                /* dres as bf16 bits: where the residual stream's two sites are (h16) */
     float *dF, *dF2, *dF3;     /* the MLP's hidden gradients [N,F], stored as its tensors are: bf16 bits where model_mlp_h16 */
     float* dlog;               /* [B,H,T,T]: dprobs, then dlogits, of the layer being differentiated (materialised path;
                                   in att_mem) */
@@ -169,6 +173,17 @@ static const float* fault_private_grad(Model* model, int site, int l, const floa
     if (!fault_due(model->prot.fx, site, l, PASS_BWD)) return g;
     memcpy(scratch, g, n * sizeof(float));
     fault_apply_host(model->prot.fx, scratch, n);
+    return scratch;
+}
+/* the same with g stored as gh says; *h: how the result is (a faulted copy is a float array, g widened into it exactly:
+ * the same values and flips as from a float array holding g's values) */
+static const void* fault_private_grad_x(Model* model, int site, int l, const void* g, int gh, float* scratch, size_t n, int* h) {
+    *h = gh;
+    if (!gh) return fault_private_grad(model, site, l, (const float*)g, scratch, n);
+    if (!fault_due(model->prot.fx, site, l, PASS_BWD)) return g;
+    bf16_unpack_array(scratch, (const uint16_t*)g, (long long)n);
+    fault_apply_host(model->prot.fx, scratch, n);
+    *h = 0;
     return scratch;
 }
 
@@ -266,11 +281,15 @@ static void model_carve(Model* model) {
                        (size_t)(qkn_pre + qkn_post) * (NFL(SITE_Q_NORM, N * qd) + NFL(SITE_K_NORM, N * kd) + N * (H + KV)) +
                        NFL(SITE_GATE_PROJ, N * F) + NFL(SITE_UP_PROJ, N * F) + NFL(SITE_ACT, N * F) + NFL(SITE_MLP_PRODUCT, N * F);
     const size_t nF = NFL(SITE_GATE_PROJ, N * F);   /* floats of an MLP gradient (stored as its tensors: model_mlp_h16) */
+    /* the residual stream's gradient: bf16 bits where both its sites' tensors are (a fault flipping either in fp32 makes
+     * it a float array, as it makes them) */
+    model->dres16 = h[SITE_ATTN_RESIDUAL] && h[SITE_BLOCK_OUT];
+    const size_t NRES = model->dres16 ? (N * d + 1) / 2 : N * d;
 #undef NFL
     size_t nlog = precision ? (N * V + 1) / 2 : N * V;   /* the logits: bf16 bits in bf16 mode (two a float) */
     const size_t nemb = (model->emb16 ? (N * d + 1) / 2 : N * d) * (c->embed_norm ? 3 : 2);   /* emb, x0, the final norm's output */
     size_t total = nemb + N + (size_t)c->n_layer * per_layer + N + nlog + N * 2 /* forward */
-                 + N * d * 2 + N * qd * 3 + N * kd * 3 + nF * 3 + N * H;   /* backward */
+                 + NRES + N * d + N * qd * 3 + N * kd * 3 + nF * 3 + N * H;   /* backward */
     model->act_mem = (float*)callocCheck(total, sizeof(float));
     model->act_floats = total;
     float* p = model->act_mem;
@@ -304,7 +323,7 @@ static void model_carve(Model* model) {
     if (precision) { model->logits_h = (uint16_t*)p; p += nlog; }
     else CARVE(model->logits, N * V);
     CARVE(model->lse, N); CARVE(model->losses, N);
-    CARVE(model->dres, N * d); CARVE(model->dbuf, N * d);
+    CARVE(model->dres, NRES); CARVE(model->dbuf, N * d);
     CARVE(model->dq, N * qd); CARVE(model->dq2, N * qd); CARVE(model->datt, N * qd);
     CARVE(model->dk, N * kd); CARVE(model->dk2, N * kd); CARVE(model->dv, N * kd);
     CARVE(model->dF, nF); CARVE(model->dF2, nF); CARVE(model->dF3, nF); CARVE(model->qk_ms, N * H);
@@ -482,16 +501,16 @@ static float* qk_bwd_path(Model* model, int l, int B, int T, int nh, int is_k, f
     float eps = (float)c->norm_eps, *t;
     if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
         const int site = is_k ? SITE_K_ROPE : SITE_Q_ROPE;
-        rmsnorm_backward_x(spare, NULL, x, is_k ? ACT_T(a, kr, site) : ACT_T(a, qr, site), model->h16[site], NULL, is_k ? a->kf_ms : a->qf_ms, n,
-                           hd, eps, 0, model->precision);
+        rmsnorm_backward_x(spare, 0, NULL, x, 0, is_k ? ACT_T(a, kr, site) : ACT_T(a, qr, site), model->h16[site], NULL,
+                           is_k ? a->kf_ms : a->qf_ms, n, hd, eps, 0, model->precision);
         t = x; x = spare; spare = t;
     }
     rope_backward_r(spare, x, model->rope_cos, model->rope_sin, B, T, nh, hd, c->rope_style, model->precision);
     t = x; x = spare; spare = t;
     if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
         const int site = is_k ? SITE_K_PROJ : SITE_Q_PROJ;
-        rmsnorm_backward_x(spare, NULL, x, is_k ? ACT_T(a, k, site) : ACT_T(a, q, site), model->h16[site], W(is_k ? PT_KNORM : PT_QNORM, l),
-                           is_k ? a->kn_ms : a->qn_ms, n, hd, eps, 0, model->precision);
+        rmsnorm_backward_x(spare, 0, NULL, x, 0, is_k ? ACT_T(a, k, site) : ACT_T(a, q, site), model->h16[site],
+                           W(is_k ? PT_KNORM : PT_QNORM, l), is_k ? a->kn_ms : a->qn_ms, n, hd, eps, 0, model->precision);
         t = x; x = spare; spare = t;
     }
     return x;
@@ -530,11 +549,6 @@ static float* ew_scratch(Model* model) {
     if (!model->ew_scratch) model->ew_scratch = (float*)mallocCheck(sizeof(float) * (ew_stride(model) + (size_t)model->B * model->T));
     return model->ew_scratch;
 }
-/* the stored tensor x (n elements) against its recomputation r (not yet rounded): an alarm at layer l on any
- * difference */
-static void ew_compare(Model* model, int l, const float* x, const float* r, size_t n) {
-    if (recompute_differs(model, x, r, n, 1)) check_alarm(model, CHECK_EW, l, 1);
-}
 /* after a kernel run in compare mode (EW_CMP, llmc/cpu/cpu_kernels.h): an alarm for each output that differed, in
  * output order (one for each, as a comparison of each) */
 static void ew_cmp_alarms(Model* model, int l) {
@@ -557,14 +571,17 @@ static void ew_residual(Model* model, int l, const void* out, int oh, const void
  * before the accumulation is kept in the scratch (ew_keep_dres), and after the result's injection point the same
  * accumulation is run again on the kept copy and compared (ew_norm_backward; accumulate 0: the final norm's, which
  * writes dres) */
-static void ew_keep_dres(Model* model, const float* dres, size_t n) {
-    if (model->prot.on[PK_EW]) memcpy(ew_scratch(model), dres, n * sizeof(float));
+static void ew_keep_dres(Model* model, const void* dres, int dh, size_t n) {
+    if (!model->prot.on[PK_EW]) return;
+    if (dh) bf16_unpack_array(ew_scratch(model), (const uint16_t*)dres, (long long)n);
+    else memcpy(ew_scratch(model), dres, n * sizeof(float));
 }
-static void ew_norm_backward(Model* model, int l, const float* dres, const float* dout, const void* x, int xh, const float* w,
+/* dres stored as dh says */
+static void ew_norm_backward(Model* model, int l, const void* dres, int dh, const float* dout, const void* x, int xh, const float* w,
                              const float* ms, int N, int d, int accumulate) {
     float* r = ew_scratch(model);
-    rmsnorm_backward_x(r, NULL, dout, x, xh, w, ms, N, d, (float)model->c.norm_eps, accumulate, 0);
-    ew_compare(model, l, dres, r, (size_t)N * d);
+    rmsnorm_backward_x(r, 0, NULL, dout, 0, x, xh, w, ms, N, d, (float)model->c.norm_eps, accumulate, 0);
+    if (recompute_differs_x(model, dres, dh, r, (size_t)N * d, 1)) check_alarm(model, CHECK_EW, l, 1);
 }
 
 /* ---------------------------------------------------------------- matrix-product output bounds (ours, -protect bound)
@@ -837,7 +854,8 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
     int qd = H * hd, kd = KV * hd, F = c->ffn_dim, V = c->vocab_size;
     float eps = (float)c->norm_eps;
     const int* inputs = model->inputs;
-    float* dres = model->dres;   /* gradient of the residual stream, [N,d] */
+    void* dres = model->dres;   /* gradient of the residual stream, [N,d]: bf16 bits where dh */
+    int dh = model->dres16;
     float* dbuf = model->dbuf;
 
     /* loss -> logits (in place) -> lm_head -> final norm */
@@ -866,7 +884,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
     const int boh = model->h16[SITE_BLOCK_OUT], rmh = model->h16[SITE_ATTN_RESIDUAL];
     const void* x_last = c->n_layer ? ACT_T(&model->la[c->n_layer - 1], out, SITE_BLOCK_OUT) : x_first;
     const int x_last_h = c->n_layer ? boh : eh;
-    rmsnorm_backward_x(dres, GR(PT_FINAL_NORM, -1), dbuf, x_last, x_last_h, W(PT_FINAL_NORM, -1), model->final_ms, N, d, eps, 0, model->precision);
+    rmsnorm_backward_x(dres, dh, GR(PT_FINAL_NORM, -1), dbuf, 0, x_last, x_last_h, W(PT_FINAL_NORM, -1), model->final_ms, N, d, eps, 0, model->precision);
     /* what wrote dres last, for ew's check of d(block_out) (the next layer's attn_norm backward, here the final norm's) */
     const void* res_x = x_last;
     const float *res_w = W(PT_FINAL_NORM, -1), *res_ms = model->final_ms;
@@ -878,10 +896,11 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         const int x_in_h = l > 0 ? boh : eh;
         const void* rm = ACT_T(a, resid_mid, SITE_ATTN_RESIDUAL);
         size_t natt = (size_t)B * H * T * T;
-        FAULT_BWD(SITE_BLOCK_OUT, l, dres, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dbuf, res_x, res_xh, res_w, res_ms, N, d, res_acc);
+        FAULT_BWD_X(SITE_BLOCK_OUT, l, dres, dh, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dh, dbuf, res_x, res_xh, res_w, res_ms, N, d, res_acc);
         /* MLP block: dres is d(block_out) = d(resid_mid) (through the skip) = d(down) */
-        const float* ddown = fault_private_grad(model, SITE_DOWN_PROJ, l, dres, dbuf, (size_t)N * d);
+        int ddh;
+        const void* ddown = fault_private_grad_x(model, SITE_DOWN_PROJ, l, dres, dh, dbuf, (size_t)N * d, &ddh);
         const int mh = model_mlp_h16(model), prec = model->precision;   /* the hidden tensors as stored (ACT_T) */
         const void* mn = ACT_T(a, mlp_norm, SITE_MLP_NORM);
         const int mnh = model->h16[SITE_MLP_NORM];
@@ -892,8 +911,8 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         if (c->mlp == MLP_SWIGLU) {
             const void *gate = ACT_T(a, gate, SITE_GATE_PROJ), *up = ACT_T(a, up, SITE_UP_PROJ), *act = ACT_T(a, act, SITE_ACT);
             const void* prod = ACT_T(a, prod, SITE_MLP_PRODUCT);
-            exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            matmul_backward_xo(dF32, dF16, GR(PT_WDOWN, l), ddown, 0, prod, mh, W(PT_WDOWN, l), N, F, d, 0, prec, prec);  STORE_GRAD_RND_X(SITE_MLP_PRODUCT, l, dF, mh, nf);
+            exp_profile_x(model, PT_WDOWN, l, ddown, ddh, (size_t)N * d);
+            matmul_backward_xo(dF32, dF16, GR(PT_WDOWN, l), ddown, ddh, prod, mh, W(PT_WDOWN, l), N, F, d, 0, prec, prec);  STORE_GRAD_RND_X(SITE_MLP_PRODUCT, l, dF, mh, nf);
             mul_backward_x(dF2, dF3, mh, dF, act, up, mh, nf, prec);   /* d act, d up */
             FAULT_BWD_X(SITE_ACT, l, dF2, mh, nf);
             FAULT_BWD_X(SITE_UP_PROJ, l, dF3, mh, nf);
@@ -911,8 +930,8 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             matmul_backward_x(dbuf, GR(PT_WUP, l), dF3, mh, mn, mnh, W(PT_WUP, l), N, d, F, 1, prec, prec);
         } else {
             const void *gate = ACT_T(a, gate, SITE_GATE_PROJ), *act = ACT_T(a, act, SITE_ACT);
-            exp_profile(model, PT_WDOWN, l, ddown, (size_t)N * d);
-            matmul_backward_xo(dF32, dF16, GR(PT_WDOWN, l), ddown, 0, act, mh, W(PT_WDOWN, l), N, F, d, 0, prec, prec);   STORE_GRAD_RND_X(SITE_ACT, l, dF, mh, nf);
+            exp_profile_x(model, PT_WDOWN, l, ddown, ddh, (size_t)N * d);
+            matmul_backward_xo(dF32, dF16, GR(PT_WDOWN, l), ddown, ddh, act, mh, W(PT_WDOWN, l), N, F, d, 0, prec, prec);   STORE_GRAD_RND_X(SITE_ACT, l, dF, mh, nf);
             relu2_backward_x(dF2, mh, dF, gate, mh, nf, prec);       STORE_GRAD_RND_X(SITE_GATE_PROJ, l, dF2, mh, nf);
             if (model->prot.on[PK_EW]) {
                 relu2_backward_x(dF2, mh | EW_CMP, dF, gate, mh, nf, prec);  ew_cmp_alarms(model, l);
@@ -921,18 +940,19 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             matmul_backward_x(dbuf, GR(PT_WFC, l), dF2, mh, mn, mnh, W(PT_WFC, l), N, d, F, 0, prec, prec);
         }
         STORE_GRAD_RND(SITE_MLP_NORM, l, dbuf, (size_t)N * d);   /* the last product into dbuf stored it as bf16 */
-        ew_keep_dres(model, dres, (size_t)N * d);
-        rmsnorm_backward_x(dres, GR(PT_MLP_NORM, l), dbuf, rm, rmh, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, model->precision);
-        STORE_GRAD_RND(SITE_ATTN_RESIDUAL, l, dres, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dbuf, rm, rmh, W(PT_MLP_NORM, l), a->mlp_ms, N, d, 1);
+        ew_keep_dres(model, dres, dh, (size_t)N * d);
+        rmsnorm_backward_x(dres, dh, GR(PT_MLP_NORM, l), dbuf, 0, rm, rmh, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, model->precision);
+        STORE_GRAD_RND_X(SITE_ATTN_RESIDUAL, l, dres, dh, (size_t)N * d);
+        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dh, dbuf, rm, rmh, W(PT_MLP_NORM, l), a->mlp_ms, N, d, 1);
         /* attention block: dres is d(resid_mid) = d(x_in) (skip) = d(o) */
-        const float* dout_o = fault_private_grad(model, SITE_O_PROJ, l, dres, dbuf, (size_t)N * d);
-        exp_profile(model, PT_WO, l, dout_o, (size_t)N * d);
+        int doh;
+        const void* dout_o = fault_private_grad_x(model, SITE_O_PROJ, l, dres, dh, dbuf, (size_t)N * d, &doh);
+        exp_profile_x(model, PT_WO, l, dout_o, doh, (size_t)N * d);
         const void *ao = ACT_T(a, att_out, SITE_ATT_OUT), *v = ACT_T(a, v, SITE_V_PROJ);
         const int aoh = model->h16[SITE_ATT_OUT], vh = model->h16[SITE_V_PROJ];
         /* att_out's and v's gradients stored as att_out and v are (datt keeps N qd floats: qk_bwd's spare after it is read) */
         void *datt = model->datt, *dv = model->dv;
-        matmul_backward_xo(aoh ? NULL : model->datt, aoh ? (uint16_t*)datt : NULL, GR(PT_WO, l), dout_o, 0, ao, aoh, W(PT_WO, l), N, qd, d, 0, prec,
+        matmul_backward_xo(aoh ? NULL : model->datt, aoh ? (uint16_t*)datt : NULL, GR(PT_WO, l), dout_o, doh, ao, aoh, W(PT_WO, l), N, qd, d, 0, prec,
                            prec);      STORE_GRAD_RND_X(SITE_ATT_OUT, l, datt, aoh, (size_t)N * qd);
         int qch, kch;
         const void *qc = att_qk(model, a, 0, &qch), *kc = att_qk(model, a, 1, &kch);
@@ -970,8 +990,8 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
             FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
-            rmsnorm_backward_x(dq2, NULL, dq, ACT_T(a, qr, SITE_Q_ROPE), model->h16[SITE_Q_ROPE], NULL, a->qf_ms, N * H, hd, eps, 0, prec);
-            rmsnorm_backward_x(dk2, NULL, dk, ACT_T(a, kr, SITE_K_ROPE), model->h16[SITE_K_ROPE], NULL, a->kf_ms, N * KV, hd, eps, 0, prec);
+            rmsnorm_backward_x(dq2, 0, NULL, dq, 0, ACT_T(a, qr, SITE_Q_ROPE), model->h16[SITE_Q_ROPE], NULL, a->qf_ms, N * H, hd, eps, 0, prec);
+            rmsnorm_backward_x(dk2, 0, NULL, dk, 0, ACT_T(a, kr, SITE_K_ROPE), model->h16[SITE_K_ROPE], NULL, a->kf_ms, N * KV, hd, eps, 0, prec);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         }
         FAULT_BWD(SITE_Q_ROPE, l, dq, (size_t)N * qd);
@@ -982,8 +1002,8 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
             FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
             FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
-            rmsnorm_backward_x(dq2, GR(PT_QNORM, l), dq, ACT_T(a, q, SITE_Q_PROJ), model->h16[SITE_Q_PROJ], W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0, prec);
-            rmsnorm_backward_x(dk2, GR(PT_KNORM, l), dk, ACT_T(a, k, SITE_K_PROJ), model->h16[SITE_K_PROJ], W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0, prec);
+            rmsnorm_backward_x(dq2, 0, GR(PT_QNORM, l), dq, 0, ACT_T(a, q, SITE_Q_PROJ), model->h16[SITE_Q_PROJ], W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0, prec);
+            rmsnorm_backward_x(dk2, 0, GR(PT_KNORM, l), dk, 0, ACT_T(a, k, SITE_K_PROJ), model->h16[SITE_K_PROJ], W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0, prec);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         }
         FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
@@ -998,15 +1018,15 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         matmul_backward_x(dbuf, GR(PT_WK, l), dk, 0, an, anh, W(PT_WK, l), N, d, kd, 1, model->precision, 0);
         matmul_backward_x(dbuf, GR(PT_WV, l), dv, vh, an, anh, W(PT_WV, l), N, d, kd, 1, model->precision, model->precision);
         STORE_GRAD_RND(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
-        ew_keep_dres(model, dres, (size_t)N * d);
-        rmsnorm_backward_x(dres, GR(PT_ATTN_NORM, l), dbuf, x_in, x_in_h, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, model->precision);
+        ew_keep_dres(model, dres, dh, (size_t)N * d);
+        rmsnorm_backward_x(dres, dh, GR(PT_ATTN_NORM, l), dbuf, 0, x_in, x_in_h, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, model->precision);
         res_x = x_in; res_xh = x_in_h; res_w = W(PT_ATTN_NORM, l); res_ms = a->attn_ms; res_acc = 1;
     }
     if (c->embed_norm) {
-        rmsnorm_backward_x(dbuf, GR(PT_EMBED_NORM, -1), dres, emb, eh, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0, model->precision);
-        dres = dbuf;
+        rmsnorm_backward_x(dbuf, 0, GR(PT_EMBED_NORM, -1), dres, dh, emb, eh, W(PT_EMBED_NORM, -1), model->emb_ms, N, d, eps, 0, model->precision);
+        dres = dbuf; dh = 0;
     }
-    embedding_backward(GR(PT_WTE, -1), dres, inputs, N, d);
+    embedding_backward_x(GR(PT_WTE, -1), dres, dh, inputs, N, d);
 }
 
 /* --------------------------------------------------------------------------------- optimizer */

@@ -60,5 +60,11 @@ static inline void bf16_unpack_span(float* dst, const uint16_t* src, int n) {
     uint32_t* u = (uint32_t*)dst;
     for (int i = 0; i < n; i++) u[i] = (uint32_t)src[i] << 16;
 }
+/* the same over a whole array, threaded like bf16_round_copy */
+static inline void bf16_unpack_array(float* dst, const uint16_t* src, long long n) {
+    uint32_t* u = (uint32_t*)dst;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (long long i = 0; i < n; i++) u[i] = (uint32_t)src[i] << 16;
+}
 
 #endif

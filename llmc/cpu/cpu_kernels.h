@@ -397,17 +397,18 @@ static void rmsnorm_forward(float* out, float* ms, const float* x, const float* 
  * here, not chosen by the compiler). 16 columns walked together, each its own serial sum, reading the rows in
  * place (one column at a time walks down the rows, a cache line an element); the same bits as one column at a
  * time (test_sdc holds it to that loop). */
-__attribute__((optimize("fp-contract=off"))) static void rmsnorm_dw(float* dw, const float* dout, const void* x, int xh, const float* ms,
-                                                                     int rows, int C, float eps) {
+__attribute__((optimize("fp-contract=off"))) static void rmsnorm_dw(float* dw, const void* dout, int gh, const void* x, int xh,
+                                                                     const float* ms, int rows, int C, float eps) {
     int ncb = (C + 15) / 16;
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < ncb; b++) {
         int i0 = b * 16, w16 = C - i0 < 16 ? C - i0 : 16;
-        float s[16] = {0}, xw[16];
+        float s[16] = {0}, xw[16], gw[16];
         for (int r = 0; r < rows; r++) {
             float rs = 1.0f / sqrtf(ms[r] + eps);
-            const float *g = dout + (size_t)r * C + i0, *xr = (const float*)x + (size_t)r * C + i0;
+            const float *g = (const float*)dout + (size_t)r * C + i0, *xr = (const float*)x + (size_t)r * C + i0;
             if (xh) { bf16_unpack_span(xw, (const uint16_t*)x + (size_t)r * C + i0, w16); xr = xw; }   /* widened exactly */
+            if (gh) { bf16_unpack_span(gw, (const uint16_t*)dout + (size_t)r * C + i0, w16); g = gw; }
             if (w16 == 16)
                 for (int j = 0; j < 16; j++) s[j] += g[j] * (xr[j] * rs);
             else
@@ -417,18 +418,20 @@ __attribute__((optimize("fp-contract=off"))) static void rmsnorm_dw(float* dw, c
     }
 }
 /* dx (+)= d/dx;  dw += sum_rows dout * x * rstd (dw may be NULL when w is NULL).
- * dw is reduced over rows serially per column block so the order is fixed. x stored as xh says (a row widened
- * exactly before the arithmetic). */
-static void rmsnorm_backward_x(float* dx, float* dw, const float* dout, const void* x, int xh, const float* w, const float* ms,
+ * dw is reduced over rows serially per column block so the order is fixed. x, dout and dx stored as xh, gh and dh
+ * say (a row widened exactly before the arithmetic; dx's row, with what it held where it accumulates, computed in a
+ * buffer and stored as the bits of its rounding: the same bits as the float array's row rounded in place). */
+static void rmsnorm_backward_x(void* dx, int dh, float* dw, const void* dout, int gh, const void* x, int xh, const float* w, const float* ms,
                                int rows, int C, float eps, int accumulate_dx, int round) {
 #pragma omp parallel
     {
-    float* xbuf = xh ? (float*)mallocCheck(sizeof(float) * (size_t)C) : NULL;
+    float* xbuf = xh || gh || dh ? (float*)mallocCheck(sizeof(float) * 3 * (size_t)C) : NULL;
 #pragma omp for schedule(static)
     for (int r = 0; r < rows; r++) {
-        const float* xr = ew_in(x, xh, (size_t)r * C, (size_t)(r + 1) * C, xbuf);
-        const float* g = dout + (size_t)r * C;
-        float* d = dx + (size_t)r * C;
+        const size_t i0 = (size_t)r * C, i1 = i0 + C;
+        const float* xr = ew_in(x, xh, i0, i1, xbuf);
+        const float* g = ew_in(dout, gh, i0, i1, xbuf + C);
+        float* d = dh && accumulate_dx ? (float*)ew_in(dx, dh, i0, i1, xbuf + 2 * C) : ew_out(dx, dh, i0, xbuf + 2 * C);
         float rstd = 1.0f / sqrtf(ms[r] + eps);
         float dot = 0.0f; /* sum_j (w_j g_j) x_j */
         for (int i = 0; i < C; i++) dot += (w ? w[i] * g[i] : g[i]) * xr[i];
@@ -437,15 +440,15 @@ static void rmsnorm_backward_x(float* dx, float* dw, const float* dout, const vo
             float v = (w ? w[i] * g[i] : g[i]) * rstd - xr[i] * coef;
             d[i] = accumulate_dx ? d[i] + v : v;
         }
-        if (round) bf16_round_span(d, C);   /* the row's -precision bf16 store, while it is in L1 */
+        ew_store(dx, dh, i0, i1, d, round);   /* the row's -precision bf16 store, while it is in L1 */
     }
     free(xbuf);
     }
-    if (dw) rmsnorm_dw(dw, dout, x, xh, ms, rows, C, eps);
+    if (dw) rmsnorm_dw(dw, dout, gh, x, xh, ms, rows, C, eps);
 }
 static void rmsnorm_backward_r(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* ms,
                                int rows, int C, float eps, int accumulate_dx, int round) {
-    rmsnorm_backward_x(dx, dw, dout, x, 0, w, ms, rows, C, eps, accumulate_dx, round);
+    rmsnorm_backward_x(dx, 0, dw, dout, 0, x, 0, w, ms, rows, C, eps, accumulate_dx, round);
 }
 static void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* ms,
                              int rows, int C, float eps, int accumulate_dx) {
@@ -1397,11 +1400,17 @@ static void embedding_forward_x(void* out, int oh, const int* tokens, const floa
 }
 static void embedding_forward(float* out, const int* tokens, const float* wte, int N, int C) { embedding_forward_x(out, 0, tokens, wte, N, C); }
 /* dwte[tok] += dout rows, tokens in order (serial over tokens, parallel over channels) */
-static void embedding_backward(float* dwte, const float* dout, const int* tokens, int N, int C) {
+/* dout stored as gh says (bf16 bits widened exactly as they are read) */
+static void embedding_backward_x(float* dwte, const void* dout, int gh, const int* tokens, int N, int C) {
+    const float* g = (const float*)dout;
+    const uint16_t* g16 = (const uint16_t*)dout;
 #pragma omp parallel for schedule(static)
-    for (int c = 0; c < C; c++)
-        for (int n = 0; n < N; n++) dwte[(size_t)tokens[n] * C + c] += dout[(size_t)n * C + c];
+    for (int c = 0; c < C; c++) {
+        if (gh) for (int n = 0; n < N; n++) dwte[(size_t)tokens[n] * C + c] += bf16_bits_to_f32(g16[(size_t)n * C + c]);
+        else for (int n = 0; n < N; n++) dwte[(size_t)tokens[n] * C + c] += g[(size_t)n * C + c];
+    }
 }
+static void embedding_backward(float* dwte, const float* dout, const int* tokens, int N, int C) { embedding_backward_x(dwte, dout, 0, tokens, N, C); }
 
 /* ------------------------------------------------------------------------ softcap + cross-entropy
  * logits [N,V] are the raw lm_head outputs z; in place they become the model's logits
