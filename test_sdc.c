@@ -445,13 +445,19 @@ static void test_vexp(void) {
  * rounding other than f32_to_bf16_bits' (VCVTNE2PS2BF16's denormal handling among them). Needs AVX-512F only. */
 static void test_gemm_bf16_packers(void) {
 #if TSDC_GEMM_X86
-    if (gemm_machine_level() < GEMM_AVX512) { printf("bf16 packers: no AVX-512 on this CPU, skipped\n"); return; }
+    if (gemm_machine_level() < GEMM_AVX512 || !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl")) {
+        printf("bf16 packers: no AVX-512 (F, BW and VL) on this CPU, skipped\n");
+        return;
+    }
     printf("VDPBF16PS path's vectorised packers vs the scalar ones\n");
     static const uint32_t special[] = {0x7f800001u, 0xffc12345u, 0x7f800000u, 0xff800000u, 0x00000001u, 0x007fffffu, 0x807fffffu,
                                        0x7f7fffffu, 0x3f808000u, 0x3f818000u, 0xbf818000u, 0x00008000u, 0x7fffffffu};
     const int nsp = (int)(sizeof(special) / sizeof(special[0]));
     struct { int M, K, N; } sh[] = {{1, 1, 1}, {13, 7, 33}, {12, 32, 32}, {25, 33, 65}, {37, 129, 200}, {5, 64, 17}, {24, 1031, 40}};
-    long bad[5] = {0, 0, 0, 0, 0};
+    /* bf16 bit patterns a stored tensor can hold after a fault: signalling and quiet NaNs, infinities, denormals */
+    static const uint16_t hsp[] = {0x7f81, 0xff81, 0x7fc0, 0x7f80, 0xff80, 0x0001, 0x8001, 0x7f7f, 0x3f80, 0xffff, 0x7fbf, 0x8000};
+    const int nhs = (int)(sizeof(hsp) / sizeof(hsp[0]));
+    long bad[7] = {0, 0, 0, 0, 0, 0, 0};
     for (int s = 0; s < (int)(sizeof(sh) / sizeof(sh[0])); s++) {
         const int M = sh[s].M, K = sh[s].K, N = sh[s].N, kp = (K + 1) / 2;
         const int npa = (M + 11) / 12, npb = (N + 31) / 32;
@@ -486,14 +492,38 @@ static void test_gemm_bf16_packers(void) {
             if (form == 0) gm_pack_b_bf16_rows(b1, B, 0, N, K, 0, npb);
             bad[2 + form] += memcmp(b0, b1, 2 * pb * npb) != 0;
         }
-        /* B row-major given as bf16 bits (-precision bf16's storage): the scalar packer's bytes of the values they hold */
+        /* B row-major and A (by rows, and read transposed) given as bf16 bits (-precision bf16's storage), the
+         * patterns above among them (loaded as they are, a NaN quieted): the scalar packer's bytes of the values they
+         * widen to */
         uint16_t* Bh = mallocCheck(sizeof(uint16_t) * K * N);
-        for (size_t i = 0; i < (size_t)K * N; i++) { Bh[i] = f32_to_bf16_bits(B[i]); B[i] = bf16_bits_to_f32(Bh[i]); }
+        for (size_t i = 0; i < (size_t)K * N; i++) {
+            Bh[i] = i % 5 == 2 ? hsp[(i / 5) % nhs] : f32_to_bf16_bits(B[i]);
+            B[i] = bf16_bits_to_f32(Bh[i]);
+        }
         memset(b0, 0xab, 2 * pb * npb); memset(b1, 0xcd, 2 * pb * npb);
         for (int p = 0; p < npb; p++) gm_pack_b_bf16(b0 + p * pb, B, N, p * 32, N - p * 32 < 32 ? N - p * 32 : 32, 0, K, 32);
         gm_pack_b_bf16_rows(b1, Bh, 1, N, K, 0, npb);
         bad[4] += memcmp(b0, b1, 2 * pb * npb) != 0;
         free(Bh);
+        uint16_t *Ah = mallocCheck(sizeof(uint16_t) * M * K), *Aht = mallocCheck(sizeof(uint16_t) * M * K);
+        for (int m = 0; m < M; m++)
+            for (int k = 0; k < K; k++) {
+                const size_t i = (size_t)m * K + k;
+                Ah[i] = i % 4 == 1 ? hsp[(i / 4) % nhs] : f32_to_bf16_bits(A[i]);
+                Aht[(size_t)k * M + m] = Ah[i];
+                A[i] = At[(size_t)k * M + m] = bf16_bits_to_f32(Ah[i]);
+            }
+        for (int form = 0; form < 2; form++) {   /* A by rows, A read transposed */
+            memset(a0, 0xab, 2 * pa * npa); memset(a1, 0xcd, 2 * pa * npa);
+            for (int p = 0; p < npa; p++) {
+                const int m0 = p * 12, mr = M - m0 < 12 ? M - m0 : 12;
+                if (form == 0) { gm_pack_a_bf16(a0 + p * pa, A, 0, K, 1, m0, mr, 0, K, 12); gm_pack_a_bf16_rows(a1, Ah, 1, K, M, K, p); }
+                else gm_pack_a_bf16(a0 + p * pa, At, 0, 1, M, m0, mr, 0, K, 12);
+            }
+            if (form == 1) gm_pack_at_bf16(a1, Aht, 1, M, M, K, 0, npa);
+            bad[5 + form] += memcmp(a0, a1, 2 * pa * npa) != 0;
+        }
+        free(Ah); free(Aht);
         free(A); free(At); free(B); free(Bt); free(a0); free(a1); free(b0); free(b1);
     }
     const int n = (int)(sizeof(sh) / sizeof(sh[0]));
@@ -501,7 +531,9 @@ static void test_gemm_bf16_packers(void) {
     check(bad[1] == 0, "  A read transposed (gm_pack_at_bf16): %d shapes, %ld differ from gm_pack_a_bf16", n, bad[1]);
     check(bad[2] == 0, "  B row-major (gm_pack_b_bf16_rows): %d shapes, %ld differ from gm_pack_b_bf16", n, bad[2]);
     check(bad[3] == 0, "  B given transposed (gm_pack_bt_bf16_vec): %d shapes, %ld differ from gm_pack_bt_bf16", n, bad[3]);
-    check(bad[4] == 0, "  B row-major as bf16 bits (gm_pack_b_bf16_rows): %d shapes, %ld differ from gm_pack_b_bf16", n, bad[4]);
+    check(bad[4] == 0, "  B row-major as bf16 bits, NaNs among them (gm_pack_b_bf16_rows): %d shapes, %ld differ from gm_pack_b_bf16", n, bad[4]);
+    check(bad[5] == 0, "  A by rows as bf16 bits, NaNs among them (gm_pack_a_bf16_rows): %d shapes, %ld differ from gm_pack_a_bf16", n, bad[5]);
+    check(bad[6] == 0, "  A transposed as bf16 bits, NaNs among them (gm_pack_at_bf16): %d shapes, %ld differ from gm_pack_a_bf16", n, bad[6]);
 #endif
 }
 

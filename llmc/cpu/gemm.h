@@ -35,7 +35,8 @@
  * panels, the transposed ones walking k outermost (fp32: 16 k at a time, each panel then written 16 k contiguous)
  * so that the source rows are read in order; the packing is split over the threads. The avx512, avx512bf16 and
  * amx paths pack with AVX-512 (the bf16 conversion in integer lanes, f32_to_bf16_bits' bits; register transposes
- * where a panel's layout crosses the source's rows), but for an fp32 A's partial last panel; the scalar packers
+ * where a panel's layout crosses the source's rows; the avx512bf16 path takes an operand given as bf16 bits as it is,
+ * quieting a NaN as the rounding would: gm_ldh16q), but for an fp32 A's partial last panel; the scalar packers
  * serve the avx2 path, other strides, and as the reference test_sdc holds the bf16 ones to. Then tasks, blocks of GM_MB
  * rows x GM_NB columns of C (halved to 96 x 64 when there are fewer than 4 a thread) taken by the threads in any
  * order, walk K in equal chunks of at most GM_KC (384; AVX512-BF16 1536, AMX 1024) so that the task's chunk of A and B stays in L2,
@@ -362,7 +363,8 @@ static int gemm_machine_level(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) level = GEMM_AVX2;
     if (__builtin_cpu_supports("avx512f")) level = GEMM_AVX512;
-    if (level == GEMM_AVX512 && __builtin_cpu_supports("avx512bf16")) level = GEMM_AVX512BF16;
+    if (level == GEMM_AVX512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+        level = GEMM_AVX512BF16;   /* its packers use BW's and VL's 16-bit lanes (every CPU with AVX512-BF16 has both) */
     if (level == GEMM_AVX512BF16 && __builtin_cpu_supports("amx-bf16") && __builtin_cpu_supports("amx-tile") && gemm_amx_permitted())
         level = GEMM_AMX;
 #endif
@@ -609,15 +611,37 @@ __attribute__((target("avx512f"))) static inline __m512i gm_bf16_lo16(__m512 x) 
 __attribute__((target("avx512f"))) static inline __m512i gm_bf16_pairs(__m512 v0, __m512 v1) {
     return _mm512_or_si512(gm_bf16_lo16(v0), _mm512_slli_epi32(gm_bf16_lo16(v1), 16));
 }
+/* An operand already stored as bf16 bits needs no rounding: its values are bf16 values, which round to themselves,
+ * but for a NaN, which the rounding quiets (gm_bf16_lo16: the quiet bit 0x40 set). The forms below load the bits as
+ * they are and set that bit where a lane holds a NaN: the bytes gm_bf16_lo16 makes from the widened value, without
+ * the widening and the rounding's arithmetic. AVX512BW and VL for the 16-bit lanes (every CPU with AVX512-BF16 has
+ * them; gemm_machine_level asks for both). */
+/* 16 bf16 bits i .. i + n - 1 of X (n <= 0: none), zero past n, NaNs quieted */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m256i gm_ldh16q(const void* X, size_t i, int n) {
+    const __m256i v = _mm256_maskz_loadu_epi16(gm_mask(n), (const uint16_t*)X + i);
+    const __mmask16 nan = _mm256_cmpgt_epu16_mask(_mm256_and_si256(v, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7f80));
+    return _mm256_mask_mov_epi16(v, nan, _mm256_or_si256(v, _mm256_set1_epi16(0x40)));
+}
+/* 16 dwords (a_j, b_j) from two rows of 16 bf16 bits each (a in the low half): gm_bf16_pairs of their values */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512i gm_bf16h_pairs(__m256i a, __m256i b) {
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
 /* 32 consecutive k of one source row (elements i .. i + n - 1 of X, fp32 or (ah) bf16 bits; zero past n) -> 16
- * dwords, the pairs in k order */
-__attribute__((target("avx512f"))) static inline __m512i gm_bf16_row_pairs(const void* X, size_t i, int n, int ah) {
+ * dwords, the pairs in k order (bf16 bits: their own layout, loaded as they are) */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512i gm_bf16_row_pairs(const void* X, size_t i, int n, int ah) {
+    if (ah) {
+        const __mmask32 m = n >= 32 ? 0xffffffffu : n <= 0 ? 0u : (__mmask32)((1u << n) - 1);
+        const __m512i v = _mm512_maskz_loadu_epi16(m, (const uint16_t*)X + i);
+        const __mmask32 nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(v, _mm512_set1_epi16(0x7fff)), _mm512_set1_epi16(0x7f80));
+        return _mm512_mask_mov_epi16(v, nan, _mm512_or_si512(v, _mm512_set1_epi16(0x40)));
+    }
     const __m256i lo = _mm512_cvtepi32_epi16(gm_bf16_lo16(gm_lda16(X, i, n, ah)));
     const __m256i hi = _mm512_cvtepi32_epi16(gm_bf16_lo16(gm_lda16(X, i + 16, n - 16, ah)));
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 /* B panels [panel][kp][32][2] from row-major B [K, N], panels p0..p1-1, row pairs outermost (the rows read in order) */
-__attribute__((target("avx512f"))) static void gm_pack_b_bf16_rows(uint16_t* bp, const void* B, int bh, int N, int K, int p0, int p1) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void gm_pack_b_bf16_rows(uint16_t* bp, const void* B, int bh, int N, int K,
+                                                                                 int p0, int p1) {
     const int kp = (K + 1) / 2;
     for (int q = 0; q < kp; q++) {
         const size_t r0 = (size_t)(2 * q) * N, r1 = (size_t)(2 * q + 1) * N;
@@ -626,6 +650,11 @@ __attribute__((target("avx512f"))) static void gm_pack_b_bf16_rows(uint16_t* bp,
             uint32_t* d = (uint32_t*)(bp + (size_t)p * kp * 64) + (size_t)q * 32;
             for (int h = 0; h < 2; h++) {
                 const int n0 = p * 32 + h * 16;
+                if (bh) {   /* the bits as they are (gm_ldh16q) */
+                    const __m256i b0 = gm_ldh16q(B, r0 + n0, N - n0), b1 = has1 ? gm_ldh16q(B, r1 + n0, N - n0) : _mm256_setzero_si256();
+                    _mm512_storeu_si512(d + h * 16, gm_bf16h_pairs(b0, b1));
+                    continue;
+                }
                 const __m512 v0 = gm_lda16(B, r0 + n0, N - n0, bh), v1 = has1 ? gm_lda16(B, r1 + n0, N - n0, bh) : _mm512_setzero_ps();
                 _mm512_storeu_si512(d + h * 16, gm_bf16_pairs(v0, v1));
             }
@@ -634,7 +663,7 @@ __attribute__((target("avx512f"))) static void gm_pack_b_bf16_rows(uint16_t* bp,
 }
 /* B panel p [kp][32][2] from Bt [N, K] (a weight read as W^T): per 16 columns and 16 pairs, each source row's 32 k
  * give one dword a pair; a 16 x 16 dword transpose turns the columns' dwords into the panel's rows */
-__attribute__((target("avx512f"))) static void gm_pack_bt_bf16_vec(uint16_t* bp, const float* Bt, int N, int K, int p) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void gm_pack_bt_bf16_vec(uint16_t* bp, const float* Bt, int N, int K, int p) {
     const int kp = (K + 1) / 2;
     uint32_t* dst = (uint32_t*)(bp + (size_t)p * kp * 64);
     for (int h = 0; h < 2; h++) {
@@ -650,7 +679,7 @@ __attribute__((target("avx512f"))) static void gm_pack_bt_bf16_vec(uint16_t* bp,
     }
 }
 /* A panel p [kp][12][2] from A stored by rows (element (m, k) at A[m * sam + k]): as above, 12 rows of the 16 */
-__attribute__((target("avx512f"))) static void gm_pack_a_bf16_rows(uint16_t* ap, const void* A, int ah, long sam, int M, int K, int p) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void gm_pack_a_bf16_rows(uint16_t* ap, const void* A, int ah, long sam, int M, int K, int p) {
     const int kp = (K + 1) / 2, m0 = p * 12;
     uint32_t* dst = (uint32_t*)(ap + (size_t)p * kp * 24);
     for (int s = 0; 16 * s < kp; s++) {
@@ -664,13 +693,19 @@ __attribute__((target("avx512f"))) static void gm_pack_a_bf16_rows(uint16_t* ap,
 }
 /* A panels p0..p1-1 [kp][12][2] from A read transposed (element (m, k) at A[m + k * sak]): a pair of source rows gives
  * the 12 dwords of a panel's pair directly; pairs outermost, so the source rows are read in order */
-__attribute__((target("avx512f"))) static void gm_pack_at_bf16(uint16_t* ap, const void* A, int ah, long sak, int M, int K, int p0, int p1) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void gm_pack_at_bf16(uint16_t* ap, const void* A, int ah, long sak, int M, int K,
+                                                                             int p0, int p1) {
     const int kp = (K + 1) / 2;
     for (int q = 0; q < kp; q++) {
         const size_t r0 = (size_t)(2 * q) * sak, r1 = (size_t)(2 * q + 1) * sak;
         const int has1 = 2 * q + 1 < K;
         for (int p = p0; p < p1; p++) {
             const int w = M - p * 12 < 12 ? M - p * 12 : 12;
+            if (ah) {   /* the bits as they are (gm_ldh16q) */
+                const __m256i a0 = gm_ldh16q(A, r0 + (size_t)p * 12, w), a1 = has1 ? gm_ldh16q(A, r1 + (size_t)p * 12, w) : _mm256_setzero_si256();
+                _mm512_mask_storeu_epi32((uint32_t*)(ap + (size_t)p * kp * 24) + (size_t)q * 12, 0x0fff, gm_bf16h_pairs(a0, a1));
+                continue;
+            }
             const __m512 v0 = gm_lda16(A, r0 + (size_t)p * 12, w, ah), v1 = has1 ? gm_lda16(A, r1 + (size_t)p * 12, w, ah) : _mm512_setzero_ps();
             _mm512_mask_storeu_epi32((uint32_t*)(ap + (size_t)p * kp * 24) + (size_t)q * 12, 0x0fff, gm_bf16_pairs(v0, v1));
         }
