@@ -8,7 +8,9 @@
  * Shapes: the linear layers of one transformer layer and the classifier at N tokens, each as the trainer
  * calls it: forward (N x I times W^T), dx (N x O times W) and dW (dout^T x inp, A read transposed),
  * timed as the best of -reps calls after one warm-up; every fp32 path the machine has, and the bf16 path
- * chosen for -precision bf16. Prints GFLOP/s and the fraction of the fp32 peak x threads, per layer (the three
+ * chosen for -precision bf16, called as that mode calls it: the activations and their gradients stored as bf16 bits
+ * (the forward's input, the dx product's dout, both operands of dW), the weights as fp32 arrays of bf16 values read
+ * as W^T (forward) or row-major (dx). Prints GFLOP/s and the fraction of the fp32 peak x threads, per layer (the three
  * products summed) and then per product on the best fp32 path (where a GEMM loses). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,11 +105,12 @@ static double fma_peak(const char** unit) {
     return 0;
 }
 
-static double time_gemm(int bf16, float* C, const float* A, long sam, long sak, const float* B, int M, int K, int N, int acc, int reps) {
+static double time_gemm(int bf16, float* C, const void* A, int ah, long sam, long sak, const void* B, int bh, int btr, int M, int K, int N,
+                        int acc, int reps) {
     double best = 1e30;
     for (int r = 0; r <= reps; r++) {
         double t0 = now_s();
-        (bf16 ? gemm_bf16 : gemm_f32)(C, A, sam, sak, B, M, K, N, acc);
+        gemm_x(bf16, C, NULL, 0.0f, A, ah, sam, sak, B, bh, btr, M, K, N, acc, 0);
         double dt = now_s() - t0;
         if (r > 0 && dt < best) best = dt;
     }
@@ -154,9 +157,10 @@ int main(int argc, char** argv) {
         int I = lin[s].I, O = lin[s].O;
         float *x = mallocCheck(sizeof(float) * Nt * I), *w = mallocCheck(sizeof(float) * I * O), *wT = mallocCheck(sizeof(float) * I * O);
         float *y = mallocCheck(sizeof(float) * Nt * O), *dx = mallocCheck(sizeof(float) * Nt * I), *dw = mallocCheck(sizeof(float) * I * O);
-        for (long i = 0; i < (long)Nt * I; i++) x[i] = bf16_round((float)((i * 37 % 101) - 50) * 0.01f);
+        uint16_t *x16 = mallocCheck(sizeof(uint16_t) * Nt * I), *y16 = mallocCheck(sizeof(uint16_t) * Nt * O);   /* as bf16 bits */
+        for (long i = 0; i < (long)Nt * I; i++) { x[i] = bf16_round((float)((i * 37 % 101) - 50) * 0.01f); x16[i] = f32_to_bf16_bits(x[i]); }
         for (long i = 0; i < (long)I * O; i++) w[i] = wT[i] = bf16_round((float)((i * 53 % 89) - 44) * 0.01f);
-        for (long i = 0; i < (long)Nt * O; i++) y[i] = bf16_round((float)((i * 29 % 83) - 41) * 0.001f);
+        for (long i = 0; i < (long)Nt * O; i++) { y[i] = bf16_round((float)((i * 29 % 83) - 41) * 0.001f); y16[i] = f32_to_bf16_bits(y[i]); }
         memset(dw, 0, sizeof(float) * I * O);
         printf("%-11s %-5d %-5d", lin[s].name, I, O);
         double f = 2.0 * Nt * I * O;
@@ -165,8 +169,10 @@ int main(int argc, char** argv) {
             int bf = lv > top;
             if (!bf && lv > GEMM_AVX512) continue;
             gemm_set_level(bf ? bfl[lv - top - 1] : lv);
-            const double tf = time_gemm(bf, y, x, I, 1, wT, Nt, I, O, 0, reps), tx = time_gemm(bf, dx, y, O, 1, w, Nt, O, I, 0, reps),
-                         tw = time_gemm(bf, dw, y, 1, O, x, O, Nt, I, 1, reps);
+            /* bf16: the forms of -precision bf16 (w as the weight [O, I]: read as W^T, then row-major) */
+            const double tf = bf ? time_gemm(1, y, x16, 1, I, 1, w, 0, 1, Nt, I, O, 0, reps) : time_gemm(0, y, x, 0, I, 1, wT, 0, 0, Nt, I, O, 0, reps),
+                         tx = time_gemm(bf, dx, bf ? (const void*)y16 : (const void*)y, bf, O, 1, w, 0, 0, Nt, O, I, 0, reps),
+                         tw = bf ? time_gemm(1, dw, y16, 1, 1, O, x16, 1, 0, O, Nt, I, 1, reps) : time_gemm(0, dw, y, 0, 1, O, x, 0, 0, O, Nt, I, 1, reps);
             const double t = tf + tx + tw;
             const int di = !bf && lv == best32 ? 0 : bf && lv == top + 1 ? 1 : -1;
             if (di >= 0) { dir_t[di][s][0] = tf; dir_t[di][s][1] = tx; dir_t[di][s][2] = tw; }
@@ -175,7 +181,7 @@ int main(int argc, char** argv) {
             tflop[col] += 3 * f; tsec[col] += t; col++;
         }
         printf("\n");
-        free(x); free(w); free(wT); free(y); free(dx); free(dw);
+        free(x); free(w); free(wT); free(y); free(dx); free(dw); free(x16); free(y16);
     }
     printf("%-23s", "all (FLOP-weighted)");
     for (int c = 0; c < 8 && tsec[c] > 0; c++) {
