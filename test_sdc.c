@@ -443,6 +443,24 @@ static void test_vexp(void) {
  * fp32 denormals (one rounds up to the smallest normal bf16), the largest float (rounds to inf), ties both ways.
  * Catches a pair's halves swapped, a tail pair or a partial panel not zeroed, a transpose lane off by one, a
  * rounding other than f32_to_bf16_bits' (VCVTNE2PS2BF16's denormal handling among them). Needs AVX-512F only. */
+#if TSDC_GEMM_X86
+/* A's panels (M x K) by the scalar packer from the fp32 values (A by rows, At its transpose) against the vectorised
+ * one (form 0: by rows from Asrc; 1: read transposed from Atsrc), the sources fp32 or (h) bf16 bits: 1 when the
+ * bytes differ */
+static int pack_a_differs(int form, const float* A, const float* At, const void* Asrc, const void* Atsrc, int h, int M, int K,
+                          uint16_t* a0, uint16_t* a1) {
+    const int npa = (M + 11) / 12;
+    const size_t pa = (size_t)((K + 1) / 2) * 24;
+    memset(a0, 0xab, 2 * pa * npa); memset(a1, 0xcd, 2 * pa * npa);
+    for (int p = 0; p < npa; p++) {
+        const int m0 = p * 12, mr = M - m0 < 12 ? M - m0 : 12;
+        if (form == 0) { gm_pack_a_bf16(a0 + p * pa, A, 0, K, 1, m0, mr, 0, K, 12); gm_pack_a_bf16_rows(a1, Asrc, h, K, M, K, p); }
+        else gm_pack_a_bf16(a0 + p * pa, At, 0, 1, M, m0, mr, 0, K, 12);
+    }
+    if (form == 1) gm_pack_at_bf16(a1, Atsrc, h, M, M, K, 0, npa);
+    return memcmp(a0, a1, 2 * pa * npa) != 0;
+}
+#endif
 static void test_gemm_bf16_packers(void) {
 #if TSDC_GEMM_X86
     if (gemm_machine_level() < GEMM_AVX512 || !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl")) {
@@ -472,16 +490,7 @@ static void test_gemm_bf16_packers(void) {
         for (int k = 0; k < K; k++)
             for (int n = 0; n < N; n++) Bt[(size_t)n * K + k] = B[(size_t)k * N + n];
         uint16_t *a0 = mallocCheck(2 * pa * npa), *a1 = mallocCheck(2 * pa * npa), *b0 = mallocCheck(2 * pb * npb), *b1 = mallocCheck(2 * pb * npb);
-        for (int form = 0; form < 2; form++) {   /* A by rows, A read transposed */
-            memset(a0, 0xab, 2 * pa * npa); memset(a1, 0xcd, 2 * pa * npa);
-            for (int p = 0; p < npa; p++) {
-                const int m0 = p * 12, mr = M - m0 < 12 ? M - m0 : 12;
-                if (form == 0) { gm_pack_a_bf16(a0 + p * pa, A, 0, K, 1, m0, mr, 0, K, 12); gm_pack_a_bf16_rows(a1, A, 0, K, M, K, p); }
-                else gm_pack_a_bf16(a0 + p * pa, At, 0, 1, M, m0, mr, 0, K, 12);
-            }
-            if (form == 1) gm_pack_at_bf16(a1, At, 0, M, M, K, 0, npa);
-            bad[form] += memcmp(a0, a1, 2 * pa * npa) != 0;
-        }
+        for (int form = 0; form < 2; form++) bad[form] += pack_a_differs(form, A, At, A, At, 0, M, K, a0, a1);   /* by rows, transposed */
         for (int form = 0; form < 2; form++) {   /* B row-major, B given transposed */
             memset(b0, 0xab, 2 * pb * npb); memset(b1, 0xcd, 2 * pb * npb);
             for (int p = 0; p < npb; p++) {
@@ -513,16 +522,7 @@ static void test_gemm_bf16_packers(void) {
                 Aht[(size_t)k * M + m] = Ah[i];
                 A[i] = At[(size_t)k * M + m] = bf16_bits_to_f32(Ah[i]);
             }
-        for (int form = 0; form < 2; form++) {   /* A by rows, A read transposed */
-            memset(a0, 0xab, 2 * pa * npa); memset(a1, 0xcd, 2 * pa * npa);
-            for (int p = 0; p < npa; p++) {
-                const int m0 = p * 12, mr = M - m0 < 12 ? M - m0 : 12;
-                if (form == 0) { gm_pack_a_bf16(a0 + p * pa, A, 0, K, 1, m0, mr, 0, K, 12); gm_pack_a_bf16_rows(a1, Ah, 1, K, M, K, p); }
-                else gm_pack_a_bf16(a0 + p * pa, At, 0, 1, M, m0, mr, 0, K, 12);
-            }
-            if (form == 1) gm_pack_at_bf16(a1, Aht, 1, M, M, K, 0, npa);
-            bad[5 + form] += memcmp(a0, a1, 2 * pa * npa) != 0;
-        }
+        for (int form = 0; form < 2; form++) bad[5 + form] += pack_a_differs(form, A, At, Ah, Aht, 1, M, K, a0, a1);
         free(Ah); free(Aht);
         free(A); free(At); free(B); free(Bt); free(a0); free(a1); free(b0); free(b1);
     }
