@@ -168,20 +168,14 @@ static int model_mlp_h16(const Model* model) {
     return h[SITE_GATE_PROJ];
 }
 /* the gradient of a module output that shares its tensor with the residual path (o_proj, down_proj):
- * a fault there must hit only the module's own backward, so it goes into a copy */
-static const float* fault_private_grad(Model* model, int site, int l, const float* g, float* scratch, size_t n) {
-    if (!fault_due(model->prot.fx, site, l, PASS_BWD)) return g;
-    memcpy(scratch, g, n * sizeof(float));
-    fault_apply_host(model->prot.fx, scratch, n);
-    return scratch;
-}
-/* the same with g stored as gh says; *h: how the result is (a faulted copy is a float array, g widened into it exactly:
- * the same values and flips as from a float array holding g's values) */
-static const void* fault_private_grad_x(Model* model, int site, int l, const void* g, int gh, float* scratch, size_t n, int* h) {
+ * a fault there must hit only the module's own backward, so it goes into a copy. g stored as gh says; *h: how the
+ * result is (the copy is a float array, g widened into it exactly: the same values and flips as from a float array
+ * holding g's values) */
+static const void* fault_private_grad(Model* model, int site, int l, const void* g, int gh, float* scratch, size_t n, int* h) {
     *h = gh;
-    if (!gh) return fault_private_grad(model, site, l, (const float*)g, scratch, n);
     if (!fault_due(model->prot.fx, site, l, PASS_BWD)) return g;
-    bf16_unpack_array(scratch, (const uint16_t*)g, (long long)n);
+    if (gh) bf16_unpack_array(scratch, (const uint16_t*)g, (long long)n);
+    else memcpy(scratch, g, n * sizeof(float));
     fault_apply_host(model->prot.fx, scratch, n);
     *h = 0;
     return scratch;
@@ -900,7 +894,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dh, dbuf, res_x, res_xh, res_w, res_ms, N, d, res_acc);
         /* MLP block: dres is d(block_out) = d(resid_mid) (through the skip) = d(down) */
         int ddh;
-        const void* ddown = fault_private_grad_x(model, SITE_DOWN_PROJ, l, dres, dh, dbuf, (size_t)N * d, &ddh);
+        const void* ddown = fault_private_grad(model, SITE_DOWN_PROJ, l, dres, dh, dbuf, (size_t)N * d, &ddh);
         const int mh = model_mlp_h16(model), prec = model->precision;   /* the hidden tensors as stored (ACT_T) */
         const void* mn = ACT_T(a, mlp_norm, SITE_MLP_NORM);
         const int mnh = model->h16[SITE_MLP_NORM];
@@ -946,7 +940,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dh, dbuf, rm, rmh, W(PT_MLP_NORM, l), a->mlp_ms, N, d, 1);
         /* attention block: dres is d(resid_mid) = d(x_in) (skip) = d(o) */
         int doh;
-        const void* dout_o = fault_private_grad_x(model, SITE_O_PROJ, l, dres, dh, dbuf, (size_t)N * d, &doh);
+        const void* dout_o = fault_private_grad(model, SITE_O_PROJ, l, dres, dh, dbuf, (size_t)N * d, &doh);
         exp_profile_x(model, PT_WO, l, dout_o, doh, (size_t)N * d);
         const void *ao = ACT_T(a, att_out, SITE_ATT_OUT), *v = ACT_T(a, v, SITE_V_PROJ);
         const int aoh = model->h16[SITE_ATT_OUT], vh = model->h16[SITE_V_PROJ];
