@@ -541,13 +541,14 @@ static void test_gemm_paths(void) {
     printf("GEMM paths (this CPU offers up to %s)\n", gemm_path_names[gemm_machine_level()]);
     struct { int M, K, N, tr, acc; } sh[] = {{37, 129, 200, 0, 0}, {1, 1, 1, 0, 1}, {13, 7, 33, 1, 1}, {192, 512, 256, 0, 0},
                                             {200, 1031, 300, 1, 0}, {64, 64, 64, 0, 1}, {33, 1000, 17, 1, 1}, {5, 0, 9, 0, 0},
-                                            {300, 96, 530, 0, 1}, {40, 3100, 70, 1, 1}};   /* K 3100: several chunks on every path */
+                                            {300, 96, 530, 0, 1}, {40, 3100, 70, 1, 1}, {6, 0, 10, 0, 1}};   /* K 3100: several chunks on every path */
     int nsh = (int)(sizeof(sh) / sizeof(sh[0]));
     int top = gemm_machine_level(), saved_threads = omp_get_max_threads();
     for (int lv = 0; lv <= top; lv++) {
         gemm_set_level(lv);
         for (int bf = 0; bf < 2; bf++) {
-            double worst = 0; int same_threads = 1, same_portable = 1, same_bt = 1, same_round = 1, same_ah = 1, same_c16 = 1, same_bh = 1;
+            double worst = 0;
+            int same_threads = 1, same_portable = 1, same_bt = 1, same_round = 1, same_ah = 1, same_c16 = 1, same_bh = 1, same_c16acc = 1;
             for (int s = 0; s < nsh; s++) {
                 int M = sh[s].M, K = sh[s].K, N = sh[s].N;
                 long sam = sh[s].tr ? 1 : K, sak = sh[s].tr ? M : 1;
@@ -606,6 +607,16 @@ static void test_gemm_paths(void) {
                     gemm_x(bf, NULL, Ch, 0.0f, Ah, 1, sam, sak, B, 0, 0, M, K, N, 0, 0);
                     for (size_t i = 0; i < nc; i++) same_c16 &= Ch[i] == f32_to_bf16_bits(C1[i]);
                     free(Ch);
+                } else {
+                    /* C stored as bf16 bits, the product added to fp32 partial sums in C (a dx summed over products, the
+                     * last one storing the sum's bits): C1 rounded, and C left as it was */
+                    uint16_t* Ch = mallocCheck(sizeof(uint16_t) * (nc + 1));
+                    memset(Ch, 0xff, sizeof(uint16_t) * nc);
+                    memcpy(C3, C0, sizeof(float) * nc);
+                    gemm_x(bf, C3, Ch, 0.0f, Ah, 1, sam, sak, B, 0, 0, M, K, N, 1, 0);
+                    for (size_t i = 0; i < nc; i++) same_c16acc &= Ch[i] == f32_to_bf16_bits(C1[i]);
+                    same_c16acc &= memcmp(C3, C0, sizeof(float) * nc) == 0;
+                    free(Ch);
                 }
                 free(Ah);
                 free(Bt);
@@ -637,6 +648,8 @@ static void test_gemm_paths(void) {
             check(same_ah, "  %-10s %s: A stored as bf16 bits = the fp32 array of its values, bitwise", path, bf ? "bf16" : "fp32");
             check(same_bh, "  %-10s %s: B stored as bf16 bits (A fp32 or bf16 bits) = the fp32 arrays, bitwise", path, bf ? "bf16" : "fp32");
             check(same_c16, "  %-10s %s: C stored as bf16 bits (softcap 0 and 1.5) = C rounded after, bitwise", path, bf ? "bf16" : "fp32");
+            check(same_c16acc, "  %-10s %s: C stored as bf16 bits adding to fp32 partial sums = C accumulated and rounded, bitwise",
+                  path, bf ? "bf16" : "fp32");
 #ifdef __FMA__
             if (!bf && lv <= GEMM_AVX512 && lv > GEMM_PORTABLE) check(same_portable, "  %-10s fp32 = gemm_portable bit for bit (FMA build)", path);
 #endif

@@ -21,9 +21,10 @@
  * sites) keeps its float array (model_fault_storage), and TSDC_CPU_STORAGE=fp32 keeps them all so. The embedding's
  * output (and nanochat's norm of it) and the final norm's output are stored so too (Model.emb16), the gradients of v,
  * att_out and the MLP's hidden tensors as those tensors are (dv, datt, dF, dF2, dF3), and the residual stream's gradient
- * (dres) as the residual stream is. The other activation gradients are fp32 arrays holding bf16 values: dbuf, into
- * which two or three dx products add before it is rounded (the GPU makes them one product over adjacent weights), and
- * the Q/K path's dq and dk.
+ * (dres) as the residual stream is, the norms' output gradients as the norms' outputs are (dbuf16: a dx summed over
+ * two or three products, which the GPU makes one product over the adjacent weights, adds them in the fp32 dbuf, the
+ * GEMM's partial sums, and the last product stores the sum's bits). The Q/K path's dq and dk are fp32 arrays holding
+ * bf16 values.
  *
  * Determinism: see llmc/cpu/cpu_kernels.h; every reduction has a fixed order that does not depend on the
  * thread count, so the same flags give the same bits. test_sdc.c includes this file with TESTING
@@ -111,6 +112,11 @@ typedef struct {
     float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt;   /* dv, datt: bf16 bits where v's and att_out's sites are;
                                                                 dres (the residual stream's gradient) where dres16 */
     int dres16;                /* dres as bf16 bits: where the residual stream's two sites are (h16) */
+    uint16_t* dbuf16;          /* the norms' output gradients (the classifier's, the attention's and the MLP's dx) as bf16
+                                * bits, where the two sites are (h16[SITE_ATTN_NORM], h16[SITE_MLP_NORM]), else NULL: a dx
+                                * summed over products (q, k, v; gate, up) adds them in fp32 in dbuf, the GEMM's partial
+                                * sums, and the last product stores the whole sum's bits here, as the GPU's one GEMM over
+                                * the adjacent weights rounds its fp32 sum once */
     float *dF, *dF2, *dF3;     /* the MLP's hidden gradients [N,F], stored as its tensors are: bf16 bits where model_mlp_h16 */
     float* dlog;               /* [B,H,T,T]: dprobs, then dlogits, of the layer being differentiated (materialised path;
                                   in att_mem) */
@@ -279,11 +285,12 @@ static void model_carve(Model* model) {
      * it a float array, as it makes them) */
     model->dres16 = h[SITE_ATTN_RESIDUAL] && h[SITE_BLOCK_OUT];
     const size_t NRES = model->dres16 ? (N * d + 1) / 2 : N * d;
+    const int db16 = h[SITE_ATTN_NORM] && h[SITE_MLP_NORM];
 #undef NFL
     size_t nlog = precision ? (N * V + 1) / 2 : N * V;   /* the logits: bf16 bits in bf16 mode (two a float) */
     const size_t nemb = (model->emb16 ? (N * d + 1) / 2 : N * d) * (c->embed_norm ? 3 : 2);   /* emb, x0, the final norm's output */
     size_t total = nemb + N + (size_t)c->n_layer * per_layer + N + nlog + N * 2 /* forward */
-                 + NRES + N * d + N * qd * 3 + N * kd * 3 + nF * 3 + N * H;   /* backward */
+                 + NRES + N * d + (db16 ? (N * d + 1) / 2 : 0) + N * qd * 3 + N * kd * 3 + nF * 3 + N * H;   /* backward */
     model->act_mem = (float*)callocCheck(total, sizeof(float));
     model->act_floats = total;
     float* p = model->act_mem;
@@ -318,6 +325,8 @@ static void model_carve(Model* model) {
     else CARVE(model->logits, N * V);
     CARVE(model->lse, N); CARVE(model->losses, N);
     CARVE(model->dres, NRES); CARVE(model->dbuf, N * d);
+    model->dbuf16 = NULL;
+    if (db16) CARVE16(model->dbuf16, N * d);
     CARVE(model->dq, N * qd); CARVE(model->dq2, N * qd); CARVE(model->datt, N * qd);
     CARVE(model->dk, N * kd); CARVE(model->dk2, N * kd); CARVE(model->dv, N * kd);
     CARVE(model->dF, nF); CARVE(model->dF2, nF); CARVE(model->dF3, nF); CARVE(model->qk_ms, N * H);
@@ -570,11 +579,11 @@ static void ew_keep_dres(Model* model, const void* dres, int dh, size_t n) {
     if (dh) bf16_unpack_array(ew_scratch(model), (const uint16_t*)dres, (long long)n);
     else memcpy(ew_scratch(model), dres, n * sizeof(float));
 }
-/* dres stored as dh says */
-static void ew_norm_backward(Model* model, int l, const void* dres, int dh, const float* dout, const void* x, int xh, const float* w,
-                             const float* ms, int N, int d, int accumulate) {
+/* dres stored as dh says, dout as douth */
+static void ew_norm_backward(Model* model, int l, const void* dres, int dh, const void* dout, int douth, const void* x, int xh,
+                             const float* w, const float* ms, int N, int d, int accumulate) {
     float* r = ew_scratch(model);
-    rmsnorm_backward_x(r, 0, NULL, dout, 0, x, xh, w, ms, N, d, (float)model->c.norm_eps, accumulate, 0);
+    rmsnorm_backward_x(r, 0, NULL, dout, douth, x, xh, w, ms, N, d, (float)model->c.norm_eps, accumulate, 0);
     if (recompute_differs_x(model, dres, dh, r, (size_t)N * d, 1)) check_alarm(model, CHECK_EW, l, 1);
 }
 
@@ -851,6 +860,11 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
     void* dres = model->dres;   /* gradient of the residual stream, [N,d]: bf16 bits where dh */
     int dh = model->dres16;
     float* dbuf = model->dbuf;
+    /* the norms' output gradients, written by the last dx product (bf16 bits where dbuf16; dbuf: the partial sums
+     * of the products before it), read by the norms' backward */
+    uint16_t* const db16 = model->dbuf16;
+    void* const dg = db16 ? (void*)db16 : (void*)dbuf;
+    const int dgh = db16 != NULL;
 
     /* loss -> logits (in place) -> lm_head -> final norm */
     float* dlogits = model->logits;   /* in place of the logits (bf16 bits in logits_h under -precision bf16) */
@@ -864,8 +878,8 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
     if (model->logits_h) {
         exp_profile_h(model, lmt, -1, model->logits_h, (size_t)N * V);
         const int fh = model->emb16;
-        matmul_backward_x(dbuf, GR(lmt, -1), model->logits_h, 1, fh ? (void*)model->final_norm_h : (void*)model->final_norm, fh, W(lmt, -1),
-                          N, d, V, 0, 1, 1);
+        matmul_backward_xo(dbuf, db16, GR(lmt, -1), model->logits_h, 1, fh ? (void*)model->final_norm_h : (void*)model->final_norm, fh,
+                           W(lmt, -1), N, d, V, 0, 1, 1);
     } else {
         exp_profile(model, lmt, -1, dlogits, (size_t)N * V);
         matmul_backward_r(dbuf, GR(lmt, -1), dlogits, model->final_norm, W(lmt, -1), N, d, V, 0, 0, 0);
@@ -878,7 +892,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
     const int boh = model->h16[SITE_BLOCK_OUT], rmh = model->h16[SITE_ATTN_RESIDUAL];
     const void* x_last = c->n_layer ? ACT_T(&model->la[c->n_layer - 1], out, SITE_BLOCK_OUT) : x_first;
     const int x_last_h = c->n_layer ? boh : eh;
-    rmsnorm_backward_x(dres, dh, GR(PT_FINAL_NORM, -1), dbuf, 0, x_last, x_last_h, W(PT_FINAL_NORM, -1), model->final_ms, N, d, eps, 0, model->precision);
+    rmsnorm_backward_x(dres, dh, GR(PT_FINAL_NORM, -1), dg, dgh, x_last, x_last_h, W(PT_FINAL_NORM, -1), model->final_ms, N, d, eps, 0, model->precision);
     /* what wrote dres last, for ew's check of d(block_out) (the next layer's attn_norm backward, here the final norm's) */
     const void* res_x = x_last;
     const float *res_w = W(PT_FINAL_NORM, -1), *res_ms = model->final_ms;
@@ -891,7 +905,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         const void* rm = ACT_T(a, resid_mid, SITE_ATTN_RESIDUAL);
         size_t natt = (size_t)B * H * T * T;
         FAULT_BWD_X(SITE_BLOCK_OUT, l, dres, dh, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dh, dbuf, res_x, res_xh, res_w, res_ms, N, d, res_acc);
+        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dh, dg, dgh, res_x, res_xh, res_w, res_ms, N, d, res_acc);
         /* MLP block: dres is d(block_out) = d(resid_mid) (through the skip) = d(down) */
         int ddh;
         const void* ddown = fault_private_grad(model, SITE_DOWN_PROJ, l, dres, dh, dbuf, (size_t)N * d, &ddh);
@@ -921,7 +935,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             exp_profile_x(model, PT_WGATE, l, dF, mh, nf);
             exp_profile_x(model, PT_WUP, l, dF3, mh, nf);
             matmul_backward_x(dbuf, GR(PT_WGATE, l), dF, mh, mn, mnh, W(PT_WGATE, l), N, d, F, 0, prec, 0);
-            matmul_backward_x(dbuf, GR(PT_WUP, l), dF3, mh, mn, mnh, W(PT_WUP, l), N, d, F, 1, prec, prec);
+            matmul_backward_xo(dbuf, db16, GR(PT_WUP, l), dF3, mh, mn, mnh, W(PT_WUP, l), N, d, F, 1, prec, prec);
         } else {
             const void *gate = ACT_T(a, gate, SITE_GATE_PROJ), *act = ACT_T(a, act, SITE_ACT);
             exp_profile_x(model, PT_WDOWN, l, ddown, ddh, (size_t)N * d);
@@ -931,13 +945,13 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
                 relu2_backward_x(dF2, mh | EW_CMP, dF, gate, mh, nf, prec);  ew_cmp_alarms(model, l);
             }
             exp_profile_x(model, PT_WFC, l, dF2, mh, nf);
-            matmul_backward_x(dbuf, GR(PT_WFC, l), dF2, mh, mn, mnh, W(PT_WFC, l), N, d, F, 0, prec, prec);
+            matmul_backward_xo(dbuf, db16, GR(PT_WFC, l), dF2, mh, mn, mnh, W(PT_WFC, l), N, d, F, 0, prec, prec);
         }
-        STORE_GRAD_RND(SITE_MLP_NORM, l, dbuf, (size_t)N * d);   /* the last product into dbuf stored it as bf16 */
+        STORE_GRAD_RND_X(SITE_MLP_NORM, l, dg, dgh, (size_t)N * d);   /* the last product stored it as bf16 */
         ew_keep_dres(model, dres, dh, (size_t)N * d);
-        rmsnorm_backward_x(dres, dh, GR(PT_MLP_NORM, l), dbuf, 0, rm, rmh, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, model->precision);
+        rmsnorm_backward_x(dres, dh, GR(PT_MLP_NORM, l), dg, dgh, rm, rmh, W(PT_MLP_NORM, l), a->mlp_ms, N, d, eps, 1, model->precision);
         STORE_GRAD_RND_X(SITE_ATTN_RESIDUAL, l, dres, dh, (size_t)N * d);
-        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dh, dbuf, rm, rmh, W(PT_MLP_NORM, l), a->mlp_ms, N, d, 1);
+        if (model->prot.on[PK_EW]) ew_norm_backward(model, l, dres, dh, dg, dgh, rm, rmh, W(PT_MLP_NORM, l), a->mlp_ms, N, d, 1);
         /* attention block: dres is d(resid_mid) = d(x_in) (skip) = d(o) */
         int doh;
         const void* dout_o = fault_private_grad(model, SITE_O_PROJ, l, dres, dh, dbuf, (size_t)N * d, &doh);
@@ -1010,10 +1024,10 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
         const int anh = model->h16[SITE_ATTN_NORM];
         matmul_backward_x(dbuf, GR(PT_WQ, l), dq, 0, an, anh, W(PT_WQ, l), N, d, qd, 0, model->precision, 0);
         matmul_backward_x(dbuf, GR(PT_WK, l), dk, 0, an, anh, W(PT_WK, l), N, d, kd, 1, model->precision, 0);
-        matmul_backward_x(dbuf, GR(PT_WV, l), dv, vh, an, anh, W(PT_WV, l), N, d, kd, 1, model->precision, model->precision);
-        STORE_GRAD_RND(SITE_ATTN_NORM, l, dbuf, (size_t)N * d);
+        matmul_backward_xo(dbuf, db16, GR(PT_WV, l), dv, vh, an, anh, W(PT_WV, l), N, d, kd, 1, model->precision, model->precision);
+        STORE_GRAD_RND_X(SITE_ATTN_NORM, l, dg, dgh, (size_t)N * d);
         ew_keep_dres(model, dres, dh, (size_t)N * d);
-        rmsnorm_backward_x(dres, dh, GR(PT_ATTN_NORM, l), dbuf, 0, x_in, x_in_h, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, model->precision);
+        rmsnorm_backward_x(dres, dh, GR(PT_ATTN_NORM, l), dg, dgh, x_in, x_in_h, W(PT_ATTN_NORM, l), a->attn_ms, N, d, eps, 1, model->precision);
         res_x = x_in; res_xh = x_in_h; res_w = W(PT_ATTN_NORM, l); res_ms = a->attn_ms; res_acc = 1;
     }
     if (c->embed_norm) {

@@ -164,7 +164,8 @@ static void matmul_forward_x(float* out, uint16_t* out16, float cap, const void*
                              int bf16, int round_out) {
     gemm_x(bf16, out, out16, cap, inp, ih, I, 1, W, 0, 1, N, I, O, 0, round_out);
 }
-/* dinp16: dinp stored as bf16 bits instead (dinp NULL, no accumulation) */
+/* dinp16: dinp stored as bf16 bits instead; accumulating, dinp holds the fp32 partial sums of the products before
+ * (read only) and dinp16 gets the bits of the whole sum (a dx summed over products, stored once as bf16) */
 static void matmul_backward_xo(float* dinp, uint16_t* dinp16, float* dW, const void* dout, int doh, const void* inp, int ih, const float* W,
                                int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
     if (dinp || dinp16) gemm_x(bf16, dinp, dinp16, 0.0f, dout, doh, O, 1, W, 0, 0, N, O, I, accumulate_dinp, round_dinp);
@@ -215,6 +216,7 @@ static void matmul_forward_x(float* out, uint16_t* out16, float cap, const void*
 static void matmul_backward_xo(float* dinp, uint16_t* dinp16, float* dW, const void* dout, int doh, const void* inp, int ih, const float* W,
                                int N, int I, int O, int accumulate_dinp, int bf16, int round_dinp) {
     float *gt, *xt, *dt = dinp16 ? (float*)mallocCheck(sizeof(float) * (size_t)N * I) : NULL;
+    if (dinp16 && accumulate_dinp) memcpy(dt, dinp, sizeof(float) * (size_t)N * I);   /* dinp: the partial sums, read only */
     const float* g = widen_copy(dout, doh, (size_t)N * O, &gt);
     const float* x = widen_copy(inp, ih, (size_t)N * I, &xt);
     matmul_backward_r(dinp16 ? dt : dinp, dW, g, x, W, N, I, O, accumulate_dinp, bf16, dinp16 ? 0 : round_dinp);

@@ -11,7 +11,9 @@
  *              accumulation, the products on the CPU's bf16 units where it has them.
  *   gemm_x     either, with A, or a row-major B, given as bf16 bits (uint16, -precision bf16's storage: widened
  *              exactly as it is packed, so the bits of the fp32 array of the same values) and C stored as bf16
- *              bits (each block rounded as it is finished, after an optional softcap; the classifier's logits).
+ *              bits (each block rounded as it is finished, after an optional softcap; the classifier's logits),
+ *              accumulating onto fp32 partial sums left by earlier products where asked (a dx that is a sum of
+ *              products: C holds the fp32 sums and is only read, the bits of the whole sum go to C16).
  *
  * Paths, picked once per process from what CPUID and the OS report (__builtin_cpu_supports; AMX also
  * needs the kernel's permission for the tile state, asked with arch_prctl):
@@ -765,8 +767,9 @@ static void* gm_scratch(int which, size_t bytes) {
  * (A into MR-row panels over all of K, B into NR-column panels), each operand element converted once; then
  * the tasks, blocks of C, run each micro-tile over all of K in one call: its accumulators live in registers
  * (tiles) from k = 0 to K-1, and C is read and written once. */
-/* A: fp32, or (ah) bf16 bits; C fp32, or (C16 != NULL, then C unused and accumulate 0) each finished block stored as
- * bf16 bits from a thread's fp32 block buffer, after the softcap where cap > 0 (gm_store_c16) */
+/* A: fp32, or (ah) bf16 bits; C fp32, or (C16 != NULL) each finished block stored as bf16 bits from a thread's fp32
+ * block buffer, after the softcap where cap > 0 (gm_store_c16): the buffer starts from C's block where accumulate (C
+ * the fp32 partial sums of earlier products, read only), else from zero */
 static void gemm_blocked(int kind, float* C, uint16_t* C16, float cap, const void* A, int ah, long sam, long sak, const void* B, int bh,
                          int btr, int M, int K, int N, int accumulate, int round_out) {
     const float* Bf = (const float*)B;   /* B given transposed: fp32 (gemm_x refuses bf16 bits there) */
@@ -774,7 +777,9 @@ static void gemm_blocked(int kind, float* C, uint16_t* C16, float cap, const voi
     const int MR = MRs[kind], NR = NRs[kind];
     if (M <= 0 || N <= 0) return;
     if (K == 0) {
-        if (C16) memset(C16, 0, sizeof(uint16_t) * (size_t)M * N);   /* softcap(0) = 0 */
+        if (C16 && accumulate)
+            for (int r = 0; r < M; r++) gm_store_c16(C16 + (size_t)r * N, C + (size_t)r * N, N, cap);
+        else if (C16) memset(C16, 0, sizeof(uint16_t) * (size_t)M * N);   /* softcap(0) = 0 */
         else if (!accumulate) memset(C, 0, sizeof(float) * (size_t)M * N);
         else if (round_out) bf16_round_array(C, (long long)M * N);
         return;
@@ -874,6 +879,8 @@ static void gemm_blocked(int kind, float* C, uint16_t* C16, float cap, const voi
         for (long task = 0; task < (long)nmb * nnb; task++) {
             int mb0 = (int)(task / nnb) * mbs, nb0 = (int)(task % nnb) * nbs;
             int mb1 = M < mb0 + mbs ? M : mb0 + mbs, nb1 = N < nb0 + nbs ? N : nb0 + nbs;
+            if (cblk && accumulate)   /* the partial sums the chunks add to */
+                for (int r = mb0; r < mb1; r++) memcpy(cblk + (size_t)(r - mb0) * nbs, C + (size_t)r * N + nb0, sizeof(float) * (nb1 - nb0));
             for (int k0 = 0; k0 < Kp; k0 += KC) {
                 int kc = Kp - k0 < KC ? Kp - k0 : KC, first = k0 == 0 && !accumulate;
                 int medge = apack ? mb1 : mb1 - (mb1 - mb0) % MR;   /* rows from here on: a partial panel */
@@ -929,11 +936,13 @@ static void gemm_blocked(int kind, float* C, uint16_t* C16, float cap, const voi
  * -precision bf16 store of a GEMM's output without a pass of its own (the same bits as rounding after).
  * gemm_x, the general one: bf16 picks the bf16 product (else fp32); A fp32, or (ah = 1) bf16 bits, the -precision
  * bf16 storage, widened exactly as it is packed (so the same bits as the fp32 array holding those values); C fp32,
- * or (C16 != NULL; accumulate 0) stored as bf16 bits, after the softcap cap * tanh(c / cap) where cap > 0, each block
- * as it is finished (the same bits as softcap_forward and the bf16 rounding after the GEMM). */
+ * or (C16 != NULL) stored as bf16 bits, after the softcap cap * tanh(c / cap) where cap > 0, each block as it is
+ * finished (the same bits as softcap_forward and the bf16 rounding after the GEMM); with C16 and accumulate, C holds
+ * fp32 partial sums (earlier products into the same output) that the product adds to, and is left as it was: the
+ * same bits as accumulating into C and rounding it. */
 static void gemm_x(int bf16, float* C, uint16_t* C16, float cap, const void* A, int ah, long sam, long sak, const void* B, int bh,
                    int btr, int M, int K, int N, int accumulate, int round_out) {
-    if (C16 && accumulate) { fprintf(stderr, "internal error: gemm: a bf16 output cannot accumulate\n"); exit(1); }
+    if (C16 && accumulate && !C) { fprintf(stderr, "internal error: gemm: a bf16 output accumulates onto fp32 partial sums\n"); exit(1); }
     if (bh && btr) { fprintf(stderr, "internal error: gemm: B as bf16 bits is read row-major only\n"); exit(1); }
     int lv = gemm_level();
 #if TSDC_GEMM_X86
@@ -952,6 +961,7 @@ static void gemm_x(int bf16, float* C, uint16_t* C16, float cap, const void* A, 
         Af = w;
     }
     float* Cf = C16 ? (float*)gm_scratch(2, sizeof(float) * (size_t)M * N) : C;
+    if (C16 && accumulate) memcpy(Cf, C, sizeof(float) * (size_t)M * N);
     const float* Bf = (const float*)B;
     if (!btr && !bh) gemm_portable(Cf, Af, sam, sak, Bf, M, K, N, accumulate);
     else {   /* the portable path reads fp32 B row-major: Bt transposed once, or the bf16 B widened once */
