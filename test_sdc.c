@@ -244,6 +244,12 @@ static void test_mmb_bound(void) {
  * as zero would turn it into NaN where the _ref loop leaves a number). Catches: a changed summation order
  * (other bits: the fault-free reference and every hash in the tests would move), a causal triangle
  * visited beyond s <= t, a block edge dropped. */
+/* the n bf16 bits h are those of the fp32 array x (which holds bf16 values), element for element */
+static int bits_equal_values(const uint16_t* h, const float* x, size_t n) {
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= (uint32_t)h[i] << 16 == f32_bits(x[i]);
+    return ok;
+}
 static void test_attention_fast(void) {
     printf("attention products, register-blocked = the reference loops bit for bit; the fused attention = the materialised one\n");
     struct { int B, T, H, KV, hd; } sh[] = {{2, 37, 4, 2, 32}, {1, 16, 3, 1, 64}, {1, 53, 6, 2, 128}, {2, 9, 2, 2, 40}, {1, 21, 4, 2, 48}, {1, 128, 4, 4, 64},
@@ -316,7 +322,7 @@ static void test_attention_fast(void) {
             attention_softmax_forward(p, r1, B, H, T, 1);
             attention_av_forward(o1, p, vr, B, T, H, KV, hd, 1);
             attention_av_forward_x(oh, 1, p, vh, 1, B, T, H, KV, hd, 1);
-            for (size_t i = 0; i < nq; i++) xo &= (uint32_t)oh[i] << 16 == f32_bits(o1[i]);
+            xo &= bits_equal_values(oh, o1, nq);
             attention_av_forward_x(o2, 0, p, vh, 1, B, T, H, KV, hd, 1);
             xo &= memcmp(o1, o2, sizeof(float) * nq) == 0;
             attention_av_backward(r1, dv1, gor, p, vr, B, T, H, KV, hd, 1);
@@ -324,22 +330,29 @@ static void test_attention_fast(void) {
             xb = memcmp(r1, r2, sizeof(float) * na) == 0 && memcmp(dv1, dv2, sizeof(float) * nk) == 0;
             attention_av_backward_x(r2, dvh, 1, goh, 1, p, vh, 1, B, T, H, KV, hd, 1);   /* dv as bf16 bits */
             xb &= memcmp(r1, r2, sizeof(float) * na) == 0;
-            for (size_t i = 0; i < nk; i++) xb &= (uint32_t)dvh[i] << 16 == f32_bits(dv1[i]);
+            xb &= bits_equal_values(dvh, dv1, nk);
             attention_logits_backward(dq1, dk1, dl, qr, kr, B, T, H, KV, hd, 1);
-            attention_logits_backward_x(dq2, dk2, dl, qh, 1, kh, 1, B, T, H, KV, hd, 1);
+            attention_logits_backward_x(dq2, dk2, 0, dl, qh, 1, kh, 1, B, T, H, KV, hd, 1);
             xd = memcmp(dq1, dq2, sizeof(float) * nq) == 0 && memcmp(dk1, dk2, sizeof(float) * nk) == 0;
+            uint16_t *dqh = mallocCheck(2 * nq), *dkh = mallocCheck(2 * nk);   /* dq, dk as bf16 bits */
+            attention_logits_backward_x(dqh, dkh, 1, dl, qh, 1, kh, 1, B, T, H, KV, hd, 1);
+            xd &= bits_equal_values(dqh, dq1, nq) && bits_equal_values(dkh, dk1, nk);
             if (attention_fused_supported(hd)) {
                 attention_fused_forward(o1, qr, kr, vr, B, T, H, KV, hd, 1);
                 attention_fused_forward_x(oh, 1, qh, 1, kh, 1, vh, 1, B, T, H, KV, hd, 1);
-                for (size_t i = 0; i < nq; i++) xf &= (uint32_t)oh[i] << 16 == f32_bits(o1[i]);
+                xf &= bits_equal_values(oh, o1, nq);
                 attention_fused_backward(dq1, dk1, dv1, gor, qr, kr, vr, B, T, H, KV, hd, 1);
-                attention_fused_backward_x(dq2, dk2, dv2, 0, goh, 1, qh, 1, kh, 1, vh, 1, B, T, H, KV, hd, 1);
+                attention_fused_backward_x(dq2, dk2, 0, dv2, 0, goh, 1, qh, 1, kh, 1, vh, 1, B, T, H, KV, hd, 1);
                 xf &= !memcmp(dq1, dq2, sizeof(float) * nq) && !memcmp(dk1, dk2, sizeof(float) * nk) && !memcmp(dv1, dv2, sizeof(float) * nk);
-                attention_fused_backward_x(dq2, dk2, dvh, 1, goh, 1, qh, 1, kh, 1, vh, 1, B, T, H, KV, hd, 1);
+                attention_fused_backward_x(dq2, dk2, 0, dvh, 1, goh, 1, qh, 1, kh, 1, vh, 1, B, T, H, KV, hd, 1);
                 xf &= !memcmp(dq1, dq2, sizeof(float) * nq) && !memcmp(dk1, dk2, sizeof(float) * nk);
-                for (size_t i = 0; i < nk; i++) xf &= (uint32_t)dvh[i] << 16 == f32_bits(dv1[i]);
+                xf &= bits_equal_values(dvh, dv1, nk);
+                memset(dvh, 0xff, 2 * nk);
+                attention_fused_backward_x(dqh, dkh, 1, dvh, 1, goh, 1, qh, 1, kh, 1, vh, 1, B, T, H, KV, hd, 1);   /* dq, dk as bits too */
+                xf &= bits_equal_values(dqh, dq1, nq) && bits_equal_values(dkh, dk1, nk) && bits_equal_values(dvh, dv1, nk);
             }
-            check(xl && xo && xb && xd && xf, "  B %d T %-3d H %d KV %d hd %-3d: q, k, v, out, dout, dv as bf16 bits: logits %s, out %s, dprobs+dv %s, dq+dk %s, fused %s", B,
+            free(dqh); free(dkh);
+            check(xl && xo && xb && xd && xf, "  B %d T %-3d H %d KV %d hd %-3d: q, k, v, out, dout, dv, dq, dk as bf16 bits: logits %s, out %s, dprobs+dv %s, dq+dk %s, fused %s", B,
                   T, H, KV, hd, xl ? "=" : "DIFFER", xo ? "=" : "DIFFER", xb ? "=" : "DIFFER", xd ? "=" : "DIFFER",
                   attention_fused_supported(hd) ? (xf ? "=" : "DIFFER") : "n/a");
             free(vr); free(kr); free(qr); free(gor); free(dk1); free(dk2); free(vh); free(kh); free(qh); free(oh); free(goh); free(dvh);
@@ -1066,6 +1079,19 @@ static void test_bf16_storage_forms(void) {
                 okp &= !memcmp(r0, r1, 4 * nr);
             }
         check(okp, "  RoPE forward (bf16 input, bf16 or fp32 output, both styles)");
+        int okb = 1;   /* its backward (the rotation back) on a gradient stored as bf16 bits */
+        for (int style = 0; style < 2; style++) {
+            rope_backward_r(r0, u, cs, sn, B, T, nh, hd, style, 1);
+            memset(oh, 0xff, 2 * nr);
+            rope_backward_x(oh, 1, uh, 1, cs, sn, B, T, nh, hd, style, 1);
+            for (size_t i = 0; i < nr; i++) okb &= oh[i] == f32_to_bf16_bits(r0[i]);
+            for (int i = 0; i < half; i++) {   /* the first row, by the definition: rotated by the opposite angle */
+                float y1, y2;
+                rope_rotate_pair(style, u[i], u[i + half], cs[i], -sn[i], &y1, &y2);
+                okb &= oh[i] == f32_to_bf16_bits(y1) && oh[i + half] == f32_to_bf16_bits(y2);
+            }
+        }
+        check(okb, "  RoPE backward (bf16 bits in and out, both styles) = the fp32 form rounded, and the rotation back");
         int okf = 1;
         for (int w = 16; w <= 32; w += 16) {
             Fingerprint f0 = qk_fingerprint(u, n, w), f1 = qk_fingerprint_x(uh, 1, n, w);

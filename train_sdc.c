@@ -23,8 +23,10 @@
  * att_out and the MLP's hidden tensors as those tensors are (dv, datt, dF, dF2, dF3), and the residual stream's gradient
  * (dres) as the residual stream is, the norms' output gradients as the norms' outputs are (dbuf16: a dx summed over
  * two or three products, which the GPU makes one product over the adjacent weights, adds them in the fp32 dbuf, the
- * GEMM's partial sums, and the last product stores the sum's bits). The Q/K path's dq and dk are fp32 arrays holding
- * bf16 values.
+ * GEMM's partial sums, and the last product stores the sum's bits), and the Q/K path's (dq, dk: the attention's
+ * backward sums each row in fp32 and stores its bits) as the path's tensors are. Float scratch that nothing stores:
+ * the recomputations' (qk, qk_bwd: into the spare dq / dk buffers, compared with the stored bits), the materialised
+ * attention's [B, H, T, T] tensors.
  *
  * Determinism: see llmc/cpu/cpu_kernels.h; every reduction has a fixed order that does not depend on the
  * thread count, so the same flags give the same bits. test_sdc.c includes this file with TESTING
@@ -112,6 +114,8 @@ typedef struct {
     float *dres, *dbuf, *dq, *dq2, *dk, *dk2, *dv, *datt;   /* dv, datt: bf16 bits where v's and att_out's sites are;
                                                                 dres (the residual stream's gradient) where dres16 */
     int dres16;                /* dres as bf16 bits: where the residual stream's two sites are (h16) */
+    int dqk16;                 /* dq, dk (the Q/K path's gradients, from attention's back to the projections') as bf16 bits:
+                                * where every site on the path is (h16: q_rope, k_rope, q_proj, k_proj, the QK norms) */
     uint16_t* dbuf16;          /* the norms' output gradients (the classifier's, the attention's and the MLP's dx) as bf16
                                 * bits, where the two sites are (h16[SITE_ATTN_NORM], h16[SITE_MLP_NORM]), else NULL: a dx
                                 * summed over products (q, k, v; gate, up) adds them in fp32 in dbuf, the GEMM's partial
@@ -286,6 +290,8 @@ static void model_carve(Model* model) {
     model->dres16 = h[SITE_ATTN_RESIDUAL] && h[SITE_BLOCK_OUT];
     const size_t NRES = model->dres16 ? (N * d + 1) / 2 : N * d;
     const int db16 = h[SITE_ATTN_NORM] && h[SITE_MLP_NORM];
+    model->dqk16 = h[SITE_Q_ROPE] && h[SITE_K_ROPE] && h[SITE_Q_PROJ] && h[SITE_K_PROJ] &&
+                   (c->qk_norm == QKNORM_NONE || (h[SITE_Q_NORM] && h[SITE_K_NORM]));
 #undef NFL
     size_t nlog = precision ? (N * V + 1) / 2 : N * V;   /* the logits: bf16 bits in bf16 mode (two a float) */
     const size_t nemb = (model->emb16 ? (N * d + 1) / 2 : N * d) * (c->embed_norm ? 3 : 2);   /* emb, x0, the final norm's output */
@@ -519,13 +525,13 @@ static float* qk_bwd_path(Model* model, int l, int B, int T, int nh, int is_k, f
     return x;
 }
 static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const void* qc, int qch, const void* kc, int kch,
-                                   const float* dq_used, const float* dk_used, float* sq, float* sk) {
+                                   const void* dq_used, const void* dk_used, int dqkh, float* sq, float* sk) {
     const Config* c = &model->c;
     int N = B * T, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
-    attention_logits_backward_x(sq, sk, model->dlog, qc, qch, kc, kch, B, T, H, KV, hd, model->precision);
+    attention_logits_backward_x(sq, sk, 0, model->dlog, qc, qch, kc, kch, B, T, H, KV, hd, model->precision);
     /* datt (N qd >= N kd) is free once attention_av_backward has read it: the spare of both */
-    int bad = recompute_differs(model, dq_used, qk_bwd_path(model, l, B, T, H, 0, sq, model->datt), (size_t)N * qd, 0) ||
-              recompute_differs(model, dk_used, qk_bwd_path(model, l, B, T, KV, 1, sk, model->datt), (size_t)N * kd, 0);
+    int bad = recompute_differs_x(model, dq_used, dqkh, qk_bwd_path(model, l, B, T, H, 0, sq, model->datt), (size_t)N * qd, 0) ||
+              recompute_differs_x(model, dk_used, dqkh, qk_bwd_path(model, l, B, T, KV, 1, sk, model->datt), (size_t)N * kd, 0);
     if (bad) check_alarm(model, CHECK_QK_BWD, l, 1);
     if (check_dump_file())   /* test-only (llmc/sdc/checks.h) */
         fprintf(check_dump_file(), "{\"kind\":\"qkb\",\"bwd\":%lld,\"layer\":%d,\"qkb\":%d}\n", check_dump_bwd, l, bad);
@@ -964,8 +970,9 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
                            prec);      STORE_GRAD_RND_X(SITE_ATT_OUT, l, datt, aoh, (size_t)N * qd);
         int qch, kch;
         const void *qc = att_qk(model, a, 0, &qch), *kc = att_qk(model, a, 1, &kch);
+        const int qkh = model->dqk16;
         if (a->fused) {   /* the probs again from q and k (the forward kept none): dq, dk, dv with the materialised bits */
-            attention_fused_backward_x(model->dq, model->dk, dv, vh, datt, aoh, qc, qch, kc, kch, v, vh, B, T, H, KV, hd, prec);
+            attention_fused_backward_x(model->dq, model->dk, qkh, dv, vh, datt, aoh, qc, qch, kc, kch, v, vh, B, T, H, KV, hd, prec);
             FAULT_BWD_X(SITE_V_PROJ, l, dv, vh, (size_t)N * kd);
         } else {
             attention_av_backward_x(model->dlog, dv, vh, datt, aoh, a->probs, v, vh, B, T, H, KV, hd, prec);
@@ -992,38 +999,39 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
                         check_dump_bwd, l, attb_n[0], attb_n[1], attb_n[2], tb[0], tb[1], tb[2]);
             }
             free(vt); free(gt); free(dvt);
-            attention_logits_backward_x(model->dq, model->dk, model->dlog, qc, qch, kc, kch, B, T, H, KV, hd, prec);
+            attention_logits_backward_x(model->dq, model->dk, qkh, model->dlog, qc, qch, kc, kch, B, T, H, KV, hd, prec);
         }
+        /* the Q/K path's gradients, between two buffers each, stored as qkh says */
         float *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
         if (c->qk_norm == QKNORM_PLAIN_POST_ROPE) {
-            FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
-            FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
-            rmsnorm_backward_x(dq2, 0, NULL, dq, 0, ACT_T(a, qr, SITE_Q_ROPE), model->h16[SITE_Q_ROPE], NULL, a->qf_ms, N * H, hd, eps, 0, prec);
-            rmsnorm_backward_x(dk2, 0, NULL, dk, 0, ACT_T(a, kr, SITE_K_ROPE), model->h16[SITE_K_ROPE], NULL, a->kf_ms, N * KV, hd, eps, 0, prec);
+            FAULT_BWD_X(SITE_Q_NORM, l, dq, qkh, (size_t)N * qd);
+            FAULT_BWD_X(SITE_K_NORM, l, dk, qkh, (size_t)N * kd);
+            rmsnorm_backward_x(dq2, qkh, NULL, dq, qkh, ACT_T(a, qr, SITE_Q_ROPE), model->h16[SITE_Q_ROPE], NULL, a->qf_ms, N * H, hd, eps, 0, prec);
+            rmsnorm_backward_x(dk2, qkh, NULL, dk, qkh, ACT_T(a, kr, SITE_K_ROPE), model->h16[SITE_K_ROPE], NULL, a->kf_ms, N * KV, hd, eps, 0, prec);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         }
-        FAULT_BWD(SITE_Q_ROPE, l, dq, (size_t)N * qd);
-        FAULT_BWD(SITE_K_ROPE, l, dk, (size_t)N * kd);
-        rope_backward_r(dq2, dq, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, model->precision);
-        rope_backward_r(dk2, dk, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, model->precision);
+        FAULT_BWD_X(SITE_Q_ROPE, l, dq, qkh, (size_t)N * qd);
+        FAULT_BWD_X(SITE_K_ROPE, l, dk, qkh, (size_t)N * kd);
+        rope_backward_x(dq2, qkh, dq, qkh, model->rope_cos, model->rope_sin, B, T, H, hd, c->rope_style, model->precision);
+        rope_backward_x(dk2, qkh, dk, qkh, model->rope_cos, model->rope_sin, B, T, KV, hd, c->rope_style, model->precision);
         t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         if (c->qk_norm == QKNORM_WEIGHTED_PRE_ROPE) {
-            FAULT_BWD(SITE_Q_NORM, l, dq, (size_t)N * qd);
-            FAULT_BWD(SITE_K_NORM, l, dk, (size_t)N * kd);
-            rmsnorm_backward_x(dq2, 0, GR(PT_QNORM, l), dq, 0, ACT_T(a, q, SITE_Q_PROJ), model->h16[SITE_Q_PROJ], W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0, prec);
-            rmsnorm_backward_x(dk2, 0, GR(PT_KNORM, l), dk, 0, ACT_T(a, k, SITE_K_PROJ), model->h16[SITE_K_PROJ], W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0, prec);
+            FAULT_BWD_X(SITE_Q_NORM, l, dq, qkh, (size_t)N * qd);
+            FAULT_BWD_X(SITE_K_NORM, l, dk, qkh, (size_t)N * kd);
+            rmsnorm_backward_x(dq2, qkh, GR(PT_QNORM, l), dq, qkh, ACT_T(a, q, SITE_Q_PROJ), model->h16[SITE_Q_PROJ], W(PT_QNORM, l), a->qn_ms, N * H, hd, eps, 0, prec);
+            rmsnorm_backward_x(dk2, qkh, GR(PT_KNORM, l), dk, qkh, ACT_T(a, k, SITE_K_PROJ), model->h16[SITE_K_PROJ], W(PT_KNORM, l), a->kn_ms, N * KV, hd, eps, 0, prec);
             t = dq; dq = dq2; dq2 = t; t = dk; dk = dk2; dk2 = t;
         }
-        FAULT_BWD(SITE_Q_PROJ, l, dq, (size_t)N * qd);
-        FAULT_BWD(SITE_K_PROJ, l, dk, (size_t)N * kd);
-        if (model->prot.on[PK_QK_BWD]) qk_bwd_recompute_check(model, l, B, T, qc, qch, kc, kch, dq, dk, dq2, dk2);
-        exp_profile(model, PT_WQ, l, dq, (size_t)N * qd);
-        exp_profile(model, PT_WK, l, dk, (size_t)N * kd);
+        FAULT_BWD_X(SITE_Q_PROJ, l, dq, qkh, (size_t)N * qd);
+        FAULT_BWD_X(SITE_K_PROJ, l, dk, qkh, (size_t)N * kd);
+        if (model->prot.on[PK_QK_BWD]) qk_bwd_recompute_check(model, l, B, T, qc, qch, kc, kch, dq, dk, qkh, dq2, dk2);
+        exp_profile_x(model, PT_WQ, l, dq, qkh, (size_t)N * qd);
+        exp_profile_x(model, PT_WK, l, dk, qkh, (size_t)N * kd);
         exp_profile_x(model, PT_WV, l, dv, vh, (size_t)N * kd);
         const void* an = ACT_T(a, attn_norm, SITE_ATTN_NORM);
         const int anh = model->h16[SITE_ATTN_NORM];
-        matmul_backward_x(dbuf, GR(PT_WQ, l), dq, 0, an, anh, W(PT_WQ, l), N, d, qd, 0, model->precision, 0);
-        matmul_backward_x(dbuf, GR(PT_WK, l), dk, 0, an, anh, W(PT_WK, l), N, d, kd, 1, model->precision, 0);
+        matmul_backward_x(dbuf, GR(PT_WQ, l), dq, qkh, an, anh, W(PT_WQ, l), N, d, qd, 0, model->precision, 0);
+        matmul_backward_x(dbuf, GR(PT_WK, l), dk, qkh, an, anh, W(PT_WK, l), N, d, kd, 1, model->precision, 0);
         matmul_backward_xo(dbuf, db16, GR(PT_WV, l), dv, vh, an, anh, W(PT_WV, l), N, d, kd, 1, model->precision, model->precision);
         STORE_GRAD_RND_X(SITE_ATTN_NORM, l, dg, dgh, (size_t)N * d);
         ew_keep_dres(model, dres, dh, (size_t)N * d);

@@ -66,5 +66,10 @@ static inline void bf16_unpack_array(float* dst, const uint16_t* src, long long 
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (long long i = 0; i < n; i++) u[i] = (uint32_t)src[i] << 16;
 }
+static inline void bf16_pack_array(uint16_t* dst, const float* src, long long n) {
+    const uint32_t* in = (const uint32_t*)src;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (long long i = 0; i < n; i++) dst[i] = (uint16_t)(bf16_round_bits(in[i]) >> 16);
+}
 
 #endif

@@ -464,8 +464,9 @@ static void rmsnorm_backward(float* dx, float* dw, const float* dout, const floa
  * decides its bits) */
 /* x and out stored as xh and oh say (bf16 bits where set: a head's row widened, rotated in a buffer and stored as the
  * bits of its rounding) */
-static void rope_forward_x(void* out, int oh, const void* x, int xh, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd,
-                           int style, int round) {
+/* the rotation (neg: by the opposite angle, RoPE's backward), x and out stored as their flags say */
+static void rope_rotate_x(void* out, int oh, const void* x, int xh, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd,
+                          int style, int round, int neg) {
     int half = hd / 2;
 #pragma omp parallel
     {
@@ -479,7 +480,7 @@ static void rope_forward_x(void* out, int oh, const void* x, int xh, const float
                 float* o = ew_out(out, oh, i0, buf + hd);
                 for (int i = 0; i < half; i++) {
                     float y1, y2;
-                    rope_rotate_pair(style, xi[i], xi[i + half], cos_t[t * half + i], sin_t[t * half + i], &y1, &y2);
+                    rope_rotate_pair(style, xi[i], xi[i + half], cos_t[t * half + i], neg ? -sin_t[t * half + i] : sin_t[t * half + i], &y1, &y2);
                     o[i] = y1; o[i + half] = y2;
                 }
                 ew_store(out, oh, i0, i0 + hd, o, round);
@@ -488,6 +489,10 @@ static void rope_forward_x(void* out, int oh, const void* x, int xh, const float
         free(buf);
     }
 }
+static void rope_forward_x(void* out, int oh, const void* x, int xh, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd,
+                           int style, int round) {
+    rope_rotate_x(out, oh, x, xh, cos_t, sin_t, B, T, nh, hd, style, round, 0);
+}
 static void rope_forward_r(float* out, const float* x, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style,
                            int round) {
     rope_forward_x(out, 0, x, 0, cos_t, sin_t, B, T, nh, hd, style, round);
@@ -495,24 +500,14 @@ static void rope_forward_r(float* out, const float* x, const float* cos_t, const
 static void rope_forward(float* out, const float* x, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style) {
     rope_forward_r(out, x, cos_t, sin_t, B, T, nh, hd, style, 0);
 }
-/* the rotation is orthogonal: the gradient is rotated back (sin -> -sin) */
+/* the rotation is orthogonal: the gradient is rotated back (sin -> -sin); dx and dout stored as their flags say */
+static void rope_backward_x(void* dx, int dxh, const void* dout, int douth, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd,
+                            int style, int round) {
+    rope_rotate_x(dx, dxh, dout, douth, cos_t, sin_t, B, T, nh, hd, style, round, 1);
+}
 static void rope_backward_r(float* dx, const float* dout, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style,
                             int round) {
-    int half = hd / 2;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < B * T; n++) {
-        int t = n % T;
-        for (int h = 0; h < nh; h++) {
-            const float* g = dout + ((size_t)n * nh + h) * hd;
-            float* d = dx + ((size_t)n * nh + h) * hd;
-            for (int i = 0; i < half; i++) {
-                float y1, y2;
-                rope_rotate_pair(style, g[i], g[i + half], cos_t[t * half + i], -sin_t[t * half + i], &y1, &y2);
-                d[i] = y1; d[i + half] = y2;
-            }
-            if (round) bf16_round_span(d, hd);
-        }
-    }
+    rope_backward_x(dx, 0, dout, 0, cos_t, sin_t, B, T, nh, hd, style, round);
 }
 static void rope_backward(float* dx, const float* dout, const float* cos_t, const float* sin_t, int B, int T, int nh, int hd, int style) {
     rope_backward_r(dx, dout, cos_t, sin_t, B, T, nh, hd, style, 0);
@@ -682,8 +677,8 @@ static void attention_logits_backward_ref(float* dq, float* dk, const float* dlo
 #define TSDC_THREAD_LOCAL _Thread_local
 #endif
 static float* att_scratch(int which, size_t n) {
-    static TSDC_THREAD_LOCAL float* buf[8];
-    static TSDC_THREAD_LOCAL size_t cap[8];
+    static TSDC_THREAD_LOCAL float* buf[10];
+    static TSDC_THREAD_LOCAL size_t cap[10];
     if (n > cap[which]) {
         free(buf[which]);
         buf[which] = (float*)mallocCheck(sizeof(float) * n);
@@ -978,16 +973,20 @@ static void attention_av_backward(float* dprobs, float* dv, const float* dout, c
                                   int B, int T, int H, int KV, int hd, int round) {
     attention_av_backward_x(dprobs, dv, 0, dout, 0, probs, v, 0, B, T, H, KV, hd, round);
 }
-/* dq = scale * dlogits k, dk = scale * dlogits^T q (overwritten); one task per (b, kv head). The _ref loop
- * multiplies each dlogit by scale before its products (d = dl * scale): so do these, on a scaled row copy. */
-static void attention_logits_backward_x(float* dq, float* dk, const float* dlogits, const void* q, int qh, const void* k, int kh,
+/* dq = scale * dlogits k, dk = scale * dlogits^T q (overwritten; stored as bf16 bits where dqkh: each row summed in a
+ * task's fp32 buffer, then stored); one task per (b, kv head). The _ref loop multiplies each dlogit by scale before
+ * its products (d = dl * scale): so do these, on a scaled row copy. */
+static void attention_logits_backward_x(void* dq, void* dk, int dqkh, const float* dlogits, const void* q, int qh, const void* k, int kh,
                                         int B, int T, int H, int KV, int hd, int round) {
     if (hd % 16) {
-        float *qt, *kt;
-        attention_logits_backward_ref(dq, dk, dlogits, widen_copy(q, qh, (size_t)B * T * H * hd, &qt), widen_copy(k, kh, (size_t)B * T * KV * hd, &kt),
-                                      B, T, H, KV, hd);
+        const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd;
+        float *qt, *kt, *dqf = dqkh ? (float*)mallocCheck(sizeof(float) * nq) : (float*)dq, *dkf = dqkh ? (float*)mallocCheck(sizeof(float) * nk) : (float*)dk;
+        attention_logits_backward_ref(dqf, dkf, dlogits, widen_copy(q, qh, nq, &qt), widen_copy(k, kh, nk, &kt), B, T, H, KV, hd);
         free(qt); free(kt);
-        if (round) { bf16_round_array(dq, (long long)B * T * H * hd); bf16_round_array(dk, (long long)B * T * KV * hd); }
+        if (dqkh) {
+            bf16_pack_array((uint16_t*)dq, dqf, (long long)nq); bf16_pack_array((uint16_t*)dk, dkf, (long long)nk);
+            free(dqf); free(dkf);
+        } else if (round) { bf16_round_array(dqf, (long long)nq); bf16_round_array(dkf, (long long)nk); }
         return;
     }
     int g = H / KV;
@@ -998,38 +997,43 @@ static void attention_logits_backward_x(float* dq, float* dk, const float* dlogi
         float* ds = att_scratch(1, (size_t)T * T);   /* scale * dlogits of one head */
         float* kbuf = kh ? att_scratch(2, (size_t)T * hd) : NULL;
         float* qbuf = qh ? att_scratch(3, (size_t)T * hd) : NULL;
+        float* dkbuf = dqkh ? att_scratch(4, (size_t)T * hd) : NULL;      /* dk's sums, [T][hd] */
+        float* dqbuf = dqkh ? att_scratch(5, (size_t)ATT_RB * hd) : NULL; /* a block of dq's rows */
+        const size_t dks = dqkh ? (size_t)hd : ks, dqs = dqkh ? (size_t)hd : qs;
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int j = 0; j < KV; j++) {
                 size_t kss, qss;
                 const float* kb = att_rows_in(att_at(k, kh, (size_t)b * T * ks + (size_t)j * hd), kh, ks, T, hd, kbuf, &kss);
-                float* dkb = dk + (size_t)b * T * ks + (size_t)j * hd;
-                for (int s = 0; s < T; s++) memset(dkb + (size_t)s * ks, 0, sizeof(float) * hd);
+                const size_t dkoff = (size_t)b * T * ks + (size_t)j * hd;
+                float* dkb = dqkh ? dkbuf : (float*)dk + dkoff;
+                for (int s = 0; s < T; s++) memset(dkb + (size_t)s * dks, 0, sizeof(float) * hd);
                 for (int h = j * g; h < j * g + g; h++) {
                     const float* dl = dlogits + ((size_t)b * H + h) * T * T;
                     for (int t = 0; t < T; t++)
                         for (int s = 0; s <= t; s++) ds[(size_t)t * T + s] = dl[(size_t)t * T + s] * scale;
                     const float* qb = att_rows_in(att_at(q, qh, (size_t)b * T * qs + (size_t)h * hd), qh, qs, T, hd, qbuf, &qss);
-                    float* dqb = dq + (size_t)b * T * qs + (size_t)h * hd;
+                    const size_t dqoff = (size_t)b * T * qs + (size_t)h * hd;
                     for (int t0 = 0; t0 < T; t0 += ATT_RB) {   /* dq rows t: += d[t, s] k[s], s = 0 .. t */
                         int nr = T - t0 < ATT_RB ? T - t0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
-                        for (int r = 0; r < nr; r++) { lo[r] = 0; hi[r] = t0 + r; memset(dqb + (size_t)(t0 + r) * qs, 0, sizeof(float) * hd); }
-                        att_rows_accumulate(dqb + (size_t)t0 * qs, qs, nr, ds + (size_t)t0 * T, T, 1, kb, kss, lo, hi, hd);
-                        if (round) for (int r = 0; r < nr; r++) bf16_round_span(dqb + (size_t)(t0 + r) * qs, hd);
+                        float* dqr = dqkh ? dqbuf : (float*)dq + dqoff + (size_t)t0 * qs;
+                        for (int r = 0; r < nr; r++) { lo[r] = 0; hi[r] = t0 + r; memset(dqr + (size_t)r * dqs, 0, sizeof(float) * hd); }
+                        att_rows_accumulate(dqr, dqs, nr, ds + (size_t)t0 * T, T, 1, kb, kss, lo, hi, hd);
+                        att_rows_out(dq, dqkh, dqoff + (size_t)t0 * qs, qs, dqr, dqs, nr, hd, round);
                     }
                     for (int s0 = 0; s0 < T; s0 += ATT_RB) {   /* dk rows s: += d[t, s] q[t], t = s .. T-1 */
                         int nr = T - s0 < ATT_RB ? T - s0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
                         for (int r = 0; r < nr; r++) { lo[r] = s0 + r; hi[r] = T - 1; }
-                        att_rows_accumulate(dkb + (size_t)s0 * ks, ks, nr, ds + s0, 1, T, qb, qss, lo, hi, hd);
+                        att_rows_accumulate(dkb + (size_t)s0 * dks, dks, nr, ds + s0, 1, T, qb, qss, lo, hi, hd);
                     }
                 }
-                if (round) for (int s = 0; s < T; s++) bf16_round_span(dkb + (size_t)s * ks, hd);   /* every head of the group added */
+                att_rows_out(dk, dqkh, dkoff, ks, dkb, dks, T, hd, round);   /* every head of the group added */
             }
     }
 }
 static void attention_logits_backward(float* dq, float* dk, const float* dlogits, const float* q, const float* k,
                                       int B, int T, int H, int KV, int hd, int round) {
-    attention_logits_backward_x(dq, dk, dlogits, q, 0, k, 0, B, T, H, KV, hd, round);
+    attention_logits_backward_x(dq, dk, 0, dlogits, q, 0, k, 0, B, T, H, KV, hd, round);
 }
 /* ---- the fused attention: the materialised path's outputs, bit for bit, without its [B,H,T,T] tensors
  * For where nothing reads the stored logits, probabilities or their gradients (train_sdc.c's attention_fused: no
@@ -1107,10 +1111,11 @@ static void attention_fused_forward(float* out, const float* q, const float* k, 
                                     int round) {
     attention_fused_forward_x(out, 0, q, 0, k, 0, v, 0, B, T, H, KV, hd, round);
 }
-/* dq, dk, dv (overwritten) from dout, q, k, v: attention_av_backward, attention_softmax_backward and
- * attention_logits_backward's bits; one task per (b, kv head), which owns that head's dk and dv rows */
-static void attention_fused_backward_x(float* dq, float* dk, void* dv, int dvh, const void* dout, int doh, const void* q, int qh, const void* k,
-                                       int kh, const void* v, int vh, int B, int T, int H, int KV, int hd, int round) {
+/* dq, dk, dv (overwritten; dq and dk stored as bf16 bits where dqkh, dv where dvh) from dout, q, k, v: attention_av_backward,
+ * attention_softmax_backward and attention_logits_backward's bits; one task per (b, kv head), which owns that head's dk
+ * and dv rows */
+static void attention_fused_backward_x(void* dq, void* dk, int dqkh, void* dv, int dvh, const void* dout, int doh, const void* q, int qh,
+                                       const void* k, int kh, const void* v, int vh, int B, int T, int H, int KV, int hd, int round) {
     int g = H / KV, nkb = (T + ATT_KB - 1) / ATT_KB, R = att_fused_tile_rows(T);
     float scale = 1.0f / sqrtf((float)hd);
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
@@ -1124,17 +1129,20 @@ static void attention_fused_backward_x(float* dq, float* dk, void* dv, int dvh, 
         float* qbuf = qh ? att_scratch(5, (size_t)T * hd) : NULL;
         float* dvbuf = dvh ? att_scratch(6, (size_t)T * hd) : NULL;
         float* gobuf = doh ? att_scratch(7, (size_t)T * hd) : NULL;
+        float* dkbuf = dqkh ? att_scratch(8, (size_t)T * hd) : NULL;      /* dk's sums */
+        float* dqbuf = dqkh ? att_scratch(9, (size_t)ATT_RB * hd) : NULL; /* a block of dq's rows */
+        const size_t dks = dqkh ? (size_t)hd : ks, dqs = dqkh ? (size_t)hd : qs;
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int jh = 0; jh < KV; jh++) {
                 size_t kss, qss;
                 const float* kb = att_rows_in(att_at(k, kh, (size_t)b * T * ks + (size_t)jh * hd), kh, ks, T, hd, kbuf, &kss);
                 const void* vb = att_at(v, vh, (size_t)b * T * ks + (size_t)jh * hd);
-                float* dkb = dk + (size_t)b * T * ks + (size_t)jh * hd;
                 const size_t dvoff = (size_t)b * T * ks + (size_t)jh * hd, dvs = dvh ? (size_t)hd : ks;
+                float* dkb = dqkh ? dkbuf : (float*)dk + dvoff;
                 float* dvb = dvh ? dvbuf : (float*)dv + dvoff;
                 for (int s = 0; s < T; s++) {
-                    memset(dkb + (size_t)s * ks, 0, sizeof(float) * hd);
+                    memset(dkb + (size_t)s * dks, 0, sizeof(float) * hd);
                     memset(dvb + (size_t)s * dvs, 0, sizeof(float) * hd);
                 }
                 for (int j = 0; j < nkb; j++) {
@@ -1145,7 +1153,7 @@ static void attention_fused_backward_x(float* dq, float* dk, void* dv, int dvh, 
                     const float* qb = att_rows_in(att_at(q, qh, (size_t)b * T * qs + (size_t)h * hd), qh, qs, T, hd, qbuf, &qss);
                     size_t gs;
                     const float* gob = att_rows_in(att_at(dout, doh, (size_t)b * T * qs + (size_t)h * hd), doh, qs, T, hd, gobuf, &gs);
-                    float* dqb = dq + (size_t)b * T * qs + (size_t)h * hd;
+                    const size_t dqoff = (size_t)b * T * qs + (size_t)h * hd;
                     for (int t0 = 0; t0 < T; t0 += R) {
                         int nt = T - t0 < R ? T - t0 : R;
                         for (int r = 0; r < nt; r += ATT_RB) {
@@ -1164,23 +1172,22 @@ static void attention_fused_backward_x(float* dq, float* dk, void* dv, int dvh, 
                         att_tile_cols_accumulate(dvb, dvs, P, T, gob + (size_t)t0 * gs, gs, t0, nt, hd);
                         for (int r0 = 0; r0 < nt; r0 += ATT_RB) {   /* dq rows t: += d[t, s] k[s], s = 0 .. t */
                             int nr = nt - r0 < ATT_RB ? nt - r0 : ATT_RB, lo[ATT_RB], hi[ATT_RB];
-                            float* dqr = dqb + (size_t)(t0 + r0) * qs;
-                            for (int r = 0; r < nr; r++) { lo[r] = 0; hi[r] = t0 + r0 + r; memset(dqr + (size_t)r * qs, 0, sizeof(float) * hd); }
-                            att_rows_accumulate(dqr, qs, nr, D + (size_t)r0 * T, T, 1, kb, kss, lo, hi, hd);
-                            if (round) for (int r = 0; r < nr; r++) bf16_round_span(dqr + (size_t)r * qs, hd);
+                            float* dqr = dqkh ? dqbuf : (float*)dq + dqoff + (size_t)(t0 + r0) * qs;
+                            for (int r = 0; r < nr; r++) { lo[r] = 0; hi[r] = t0 + r0 + r; memset(dqr + (size_t)r * dqs, 0, sizeof(float) * hd); }
+                            att_rows_accumulate(dqr, dqs, nr, D + (size_t)r0 * T, T, 1, kb, kss, lo, hi, hd);
+                            att_rows_out(dq, dqkh, dqoff + (size_t)(t0 + r0) * qs, qs, dqr, dqs, nr, hd, round);
                         }
-                        att_tile_cols_accumulate(dkb, ks, D, T, qb + (size_t)t0 * qss, qss, t0, nt, hd);
+                        att_tile_cols_accumulate(dkb, dks, D, T, qb + (size_t)t0 * qss, qss, t0, nt, hd);
                     }
                 }
-                if (round)   /* every head of the group added */
-                    for (int s = 0; s < T; s++) bf16_round_span(dkb + (size_t)s * ks, hd);
+                att_rows_out(dk, dqkh, dvoff, ks, dkb, dks, T, hd, round);   /* every head of the group added */
                 att_rows_out(dv, dvh, dvoff, ks, dvb, dvs, T, hd, round);
             }
     }
 }
 static void attention_fused_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
                                      int B, int T, int H, int KV, int hd, int round) {
-    attention_fused_backward_x(dq, dk, dv, 0, dout, 0, q, 0, k, 0, v, 0, B, T, H, KV, hd, round);
+    attention_fused_backward_x(dq, dk, 0, dv, 0, dout, 0, q, 0, k, 0, v, 0, B, T, H, KV, hd, round);
 }
 static void attention_forward(float* out, float* logits, float* probs, const float* q, const float* k, const float* v,
                               int B, int T, int H, int KV, int hd) {
