@@ -24,9 +24,10 @@
  * (dres) as the residual stream is, the norms' output gradients as the norms' outputs are (dbuf16: a dx summed over
  * two or three products, which the GPU makes one product over the adjacent weights, adds them in the fp32 dbuf, the
  * GEMM's partial sums, and the last product stores the sum's bits), and the Q/K path's (dq, dk: the attention's
- * backward sums each row in fp32 and stores its bits) as the path's tensors are. Float scratch that nothing stores:
- * the recomputations' (qk, qk_bwd: into the spare dq / dk buffers, compared with the stored bits), the materialised
- * attention's [B, H, T, T] tensors.
+ * backward sums each row in fp32 and stores its bits) as the path's tensors are. Still float arrays holding bf16
+ * values: the materialised attention's [B, H, T, T] logits and probabilities and their gradients (the GPU stores them
+ * as bf16; the attention checks, ABFT and the fault trace read them in fp32 here). Float scratch: the recomputations'
+ * (qk, qk_bwd: into the spare dq / dk buffers, compared with the stored bits).
  *
  * Determinism: see llmc/cpu/cpu_kernels.h; every reduction has a fixed order that does not depend on the
  * thread count, so the same flags give the same bits. test_sdc.c includes this file with TESTING
