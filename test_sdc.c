@@ -316,27 +316,51 @@ static void test_attention_fast(void) {
             for (size_t i = 0; i < nk; i++) { vr[i] = bf16_round(v[i]); vh[i] = f32_to_bf16_bits(v[i]); kr[i] = bf16_round(k[i]); kh[i] = f32_to_bf16_bits(k[i]); }
             for (size_t i = 0; i < nq; i++) { qr[i] = bf16_round(q[i]); qh[i] = f32_to_bf16_bits(q[i]); gor[i] = bf16_round(go[i]); goh[i] = f32_to_bf16_bits(go[i]); }
             int xl, xo = 1, xb, xd, xf = 1;
+            /* the [B,H,T,T] tensors (logits, probs, dprobs, dlogits) as bf16 bits too: the float forms' values, the
+             * masked triangle zero; each function reading them so gives the float form's bits */
+            uint16_t *lh16 = mallocCheck(2 * na), *ph16 = mallocCheck(2 * na), *th16 = mallocCheck(2 * na);
+            float* dlr = mallocCheck(sizeof(float) * na);   /* dl as bf16 values (th16: its bits) */
+            for (size_t i = 0; i < na; i++) { dlr[i] = bf16_round(dl[i]); th16[i] = f32_to_bf16_bits(dl[i]); }
+            int xt = 1;
             attention_logits_forward(r1, qr, kr, B, T, H, KV, hd, 1);
-            attention_logits_forward_x(r2, qh, 1, kh, 1, B, T, H, KV, hd, 1);
+            attention_logits_forward_x(r2, 0, qh, 1, kh, 1, B, T, H, KV, hd, 1);
             xl = memcmp(r1, r2, sizeof(float) * na) == 0;
+            memset(lh16, 0xff, 2 * na);
+            attention_logits_forward_x(lh16, 1, qh, 1, kh, 1, B, T, H, KV, hd, 1);
+            xt &= bits_equal_values(lh16, r1, na);
             attention_softmax_forward(p, r1, B, H, T, 1);
+            memset(ph16, 0xff, 2 * na);
+            attention_softmax_forward_x(ph16, 1, lh16, 1, B, H, T, 1);
+            xt &= bits_equal_values(ph16, p, na);
+            attention_softmax_forward_x(r2, 0, lh16, 1, B, H, T, 1);
+            xt &= memcmp(r2, p, sizeof(float) * na) == 0;
             attention_av_forward(o1, p, vr, B, T, H, KV, hd, 1);
-            attention_av_forward_x(oh, 1, p, vh, 1, B, T, H, KV, hd, 1);
+            attention_av_forward_x(oh, 1, p, 0, vh, 1, B, T, H, KV, hd, 1);
             xo &= bits_equal_values(oh, o1, nq);
-            attention_av_forward_x(o2, 0, p, vh, 1, B, T, H, KV, hd, 1);
+            attention_av_forward_x(o2, 0, p, 0, vh, 1, B, T, H, KV, hd, 1);
             xo &= memcmp(o1, o2, sizeof(float) * nq) == 0;
+            attention_av_forward_x(o2, 0, ph16, 1, vh, 1, B, T, H, KV, hd, 1);
+            xt &= memcmp(o1, o2, sizeof(float) * nq) == 0;
             attention_av_backward(r1, dv1, gor, p, vr, B, T, H, KV, hd, 1);
-            attention_av_backward_x(r2, dv2, 0, goh, 1, p, vh, 1, B, T, H, KV, hd, 1);
+            attention_av_backward_x(r2, 0, dv2, 0, goh, 1, p, 0, vh, 1, B, T, H, KV, hd, 1);
             xb = memcmp(r1, r2, sizeof(float) * na) == 0 && memcmp(dv1, dv2, sizeof(float) * nk) == 0;
-            attention_av_backward_x(r2, dvh, 1, goh, 1, p, vh, 1, B, T, H, KV, hd, 1);   /* dv as bf16 bits */
+            attention_av_backward_x(r2, 0, dvh, 1, goh, 1, p, 0, vh, 1, B, T, H, KV, hd, 1);   /* dv as bf16 bits */
             xb &= memcmp(r1, r2, sizeof(float) * na) == 0;
             xb &= bits_equal_values(dvh, dv1, nk);
-            attention_logits_backward(dq1, dk1, dl, qr, kr, B, T, H, KV, hd, 1);
-            attention_logits_backward_x(dq2, dk2, 0, dl, qh, 1, kh, 1, B, T, H, KV, hd, 1);
+            memset(lh16, 0xff, 2 * na);
+            attention_av_backward_x(lh16, 1, dv2, 0, goh, 1, ph16, 1, vh, 1, B, T, H, KV, hd, 1);   /* dprobs from probs, as bits */
+            xt &= bits_equal_values(lh16, r1, na) && memcmp(dv1, dv2, sizeof(float) * nk) == 0;
+            attention_softmax_backward(r1, r1, p, B, H, T, 1);                                    /* dlogits, in place */
+            attention_softmax_backward_x(lh16, lh16, 1, ph16, 1, B, H, T, 1);
+            xt &= bits_equal_values(lh16, r1, na);
+            attention_logits_backward(dq1, dk1, dlr, qr, kr, B, T, H, KV, hd, 1);
+            attention_logits_backward_x(dq2, dk2, 0, dlr, 0, qh, 1, kh, 1, B, T, H, KV, hd, 1);
             xd = memcmp(dq1, dq2, sizeof(float) * nq) == 0 && memcmp(dk1, dk2, sizeof(float) * nk) == 0;
             uint16_t *dqh = mallocCheck(2 * nq), *dkh = mallocCheck(2 * nk);   /* dq, dk as bf16 bits */
-            attention_logits_backward_x(dqh, dkh, 1, dl, qh, 1, kh, 1, B, T, H, KV, hd, 1);
+            attention_logits_backward_x(dqh, dkh, 1, dlr, 0, qh, 1, kh, 1, B, T, H, KV, hd, 1);
             xd &= bits_equal_values(dqh, dq1, nq) && bits_equal_values(dkh, dk1, nk);
+            attention_logits_backward_x(dqh, dkh, 1, th16, 1, qh, 1, kh, 1, B, T, H, KV, hd, 1);   /* dlogits as bits */
+            xt &= bits_equal_values(dqh, dq1, nq) && bits_equal_values(dkh, dk1, nk);
             if (attention_fused_supported(hd)) {
                 attention_fused_forward(o1, qr, kr, vr, B, T, H, KV, hd, 1);
                 attention_fused_forward_x(oh, 1, qh, 1, kh, 1, vh, 1, B, T, H, KV, hd, 1);
@@ -352,9 +376,10 @@ static void test_attention_fast(void) {
                 xf &= bits_equal_values(dqh, dq1, nq) && bits_equal_values(dkh, dk1, nk) && bits_equal_values(dvh, dv1, nk);
             }
             free(dqh); free(dkh);
-            check(xl && xo && xb && xd && xf, "  B %d T %-3d H %d KV %d hd %-3d: q, k, v, out, dout, dv, dq, dk as bf16 bits: logits %s, out %s, dprobs+dv %s, dq+dk %s, fused %s", B,
+            check(xl && xo && xb && xd && xf && xt, "  B %d T %-3d H %d KV %d hd %-3d: q, k, v, out, dout, dv, dq, dk as bf16 bits: logits %s, out %s, dprobs+dv %s, dq+dk %s, fused %s; [B,H,T,T] as bits %s", B,
                   T, H, KV, hd, xl ? "=" : "DIFFER", xo ? "=" : "DIFFER", xb ? "=" : "DIFFER", xd ? "=" : "DIFFER",
-                  attention_fused_supported(hd) ? (xf ? "=" : "DIFFER") : "n/a");
+                  attention_fused_supported(hd) ? (xf ? "=" : "DIFFER") : "n/a", xt ? "=" : "DIFFER");
+            free(lh16); free(ph16); free(th16); free(dlr);
             free(vr); free(kr); free(qr); free(gor); free(dk1); free(dk2); free(vh); free(kh); free(qh); free(oh); free(goh); free(dvh);
         }
         /* the softmax and its backward (rows side by side) against their one-row specification: each row's sum in s
@@ -1318,6 +1343,61 @@ static void test_att_checks_tolerance(void) {
  * moving it by at most 1/8 must pass; clean rows pass; a flip in the masked triangle (never read) passes; a NaN
  * in a read entry fails. Catches: a backward check whose tolerance is far looser than it claims, one that skips
  * rows or reads the masked triangle, one that alarms on clean rounding, a NaN that compares as passing. */
+/* the attention checks reading their [B,H,T,T] operand as bf16 bits (-precision bf16's storage of the materialised
+ * attention) decide as on the float array of the same values: the failed heads' count equal, clean and with one entry
+ * flipped (sign, exponent or mantissa bits; live or in the masked triangle), for every check that reads one */
+static void test_att_checks_bits(void) {
+    printf("attention checks on [B,H,T,T] tensors stored as bf16 bits\n");
+    const int B = 2, T = 24, H = 4, KV = 2, hd = 32, width = 16;
+    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, na = (size_t)B * H * T * T;
+    float *q = mallocCheck(4 * nq), *k = mallocCheck(4 * nk), *v = mallocCheck(4 * nk), *go = mallocCheck(4 * nq), *o = mallocCheck(4 * nq);
+    float *lg = mallocCheck(4 * na), *pr = mallocCheck(4 * na), *dp = mallocCheck(4 * na), *ds = mallocCheck(4 * na), *dv = mallocCheck(4 * nk);
+    fill_normal(q, nq, 61, 1); fill_normal(k, nk, 62, 1); fill_normal(v, nk, 63, 1); fill_normal(go, nq, 64, 1);
+    bf16_round_array(q, (long long)nq); bf16_round_array(k, (long long)nk); bf16_round_array(v, (long long)nk); bf16_round_array(go, (long long)nq);
+    attention_logits_forward(lg, q, k, B, T, H, KV, hd, 1);
+    attention_softmax_forward(pr, lg, B, H, T, 1);
+    attention_av_forward(o, pr, v, B, T, H, KV, hd, 1);
+    attention_av_backward(dp, dv, go, pr, v, B, T, H, KV, hd, 1);
+    attention_softmax_backward(ds, dp, pr, B, H, T, 1);
+    float* ten[4] = {lg, pr, dp, ds};
+    uint16_t* th = mallocCheck(2 * na);
+    int trials = 0, agree = 0, failed = 0;
+    uint64_t rng = 12345;
+    for (int w = 0; w < 4; w++)
+        for (int trial = 0; trial < 41; trial++) {
+            float* x = ten[w];
+            size_t i = 0;
+            float keep = 0.0f;
+            if (trial > 0) {   /* trial 0: clean */
+                rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+                i = (size_t)((rng >> 33) % na);
+                keep = x[i];
+                uint32_t mask = (uint32_t)1 << (int)((rng >> 13) % 16);   /* one of the 16 bits */
+                x[i] = fault_flip_value(keep, mask, width);
+            }
+            for (size_t j = 0; j < na; j++) th[j] = f32_to_bf16_bits(x[j]);
+            int a, b;
+            if (w == 0) {
+                a = att_logits_rowcheck(x, q, k, B, T, H, KV, hd, width) * 100 + abft_logits_check(x, q, k, B, T, H, KV, hd, width);
+                b = att_logits_rowcheck_x(th, 1, q, k, B, T, H, KV, hd, width) * 100 + abft_logits_check_x(th, 1, q, k, B, T, H, KV, hd, width);
+            } else if (w == 1) {
+                a = att_probs_rowcheck(x, B, H, T, width) * 100 + abft_av_check(o, x, v, B, T, H, KV, hd, width);
+                b = att_probs_rowcheck_x(th, 1, B, H, T, width) * 100 + abft_av_check_x(o, th, 1, v, B, T, H, KV, hd, width);
+            } else if (w == 2) {
+                a = att_dprobs_rowcheck(x, go, v, B, T, H, KV, hd, width);
+                b = att_dprobs_rowcheck_x(th, 1, go, v, B, T, H, KV, hd, width);
+            } else {
+                a = att_dlogits_rowcheck(x, go, v, B, T, H, KV, hd, width);
+                b = att_dlogits_rowcheck_x(th, 1, go, v, B, T, H, KV, hd, width);
+            }
+            if (trial > 0) x[i] = keep;
+            trials++; agree += a == b; failed += a != 0;
+        }
+    check(agree == trials && failed >= 20, "  logits (rows, ABFT), probs (rows, ABFT's P V), dprobs, dlogits: %d of %d clean and flipped "
+          "tensors decided alike (%d with a failed head)", agree, trials, failed);
+    free(q); free(k); free(v); free(go); free(o); free(lg); free(pr); free(dp); free(ds); free(dv); free(th);
+}
+
 static void test_att_bwd_checks_tolerance(void) {
     printf("attention checks, backward (-protect att_bwd): non-exponent flips against the claimed tolerances\n");
     int B = 1, T = 16, H = 4, KV = 2, hd = 32, g = H / KV;
@@ -1587,6 +1667,7 @@ int main(int argc, char** argv) {
     test_fault_selection();
     test_att_checks_tolerance();
     test_att_bwd_checks_tolerance();
+    test_att_checks_bits();
     test_gemm_paths();
     test_gemm_bf16_packers();
     test_vexp();

@@ -13,10 +13,11 @@
  * activation gradient is rounded to bf16 (round-to-nearest-even) by the op that writes it, as it writes it (the _r
  * forms' round = precision; no rounding pass of its own). Weight gradients, mean squares, losses and the
  * optimizer stay fp32. Stored as bf16 bits (half the bytes, as the GPU stores them): the logits (then dlogits, in
- * place; logits_h), and the forward tensors of the sites in BF16_SITES (every site but the materialised attention's
- * logits and probabilities; Model.h16, ACT_T): the op that writes one stores it so, the ops that read it widen it
- * exactly (the GEMMs as they pack A or B, the element-wise kernels, RoPE and the norms a block or a row at a time, the
- * attention a head of q, k or v at a time, the fingerprints and checks as they read), so every result has the bits of
+ * place; logits_h), and the forward tensors of the sites in BF16_SITES (every site; Model.h16, ACT_T; the
+ * materialised attention's logits and probabilities, in Model.att_mem, where Model.att16): the op that writes one
+ * stores it so, the ops that read it widen it exactly (the GEMMs as they pack A or B, the element-wise kernels, RoPE
+ * and the norms a block or a row at a time, the attention a head of q, k or v, or a block of rows of a [T, T] head, at
+ * a time, the fingerprints and checks as they read), so every result has the bits of
  * the fp32 arrays holding the same values. A site that the faults flip in fp32 (-fault_dtype fp32, autocast's fp32
  * sites) keeps its float array (model_fault_storage), and TSDC_CPU_STORAGE=fp32 keeps them all so. The embedding's
  * output (and nanochat's norm of it) and the final norm's output are stored so too (Model.emb16), the gradients of v,
@@ -24,10 +25,9 @@
  * (dres) as the residual stream is, the norms' output gradients as the norms' outputs are (dbuf16: a dx summed over
  * two or three products, which the GPU makes one product over the adjacent weights, adds them in the fp32 dbuf, the
  * GEMM's partial sums, and the last product stores the sum's bits), and the Q/K path's (dq, dk: the attention's
- * backward sums each row in fp32 and stores its bits) as the path's tensors are. Still float arrays holding bf16
- * values: the materialised attention's [B, H, T, T] logits and probabilities and their gradients (the GPU stores them
- * as bf16; the attention checks, ABFT and the fault trace read them in fp32 here). Float scratch: the recomputations'
- * (qk, qk_bwd: into the spare dq / dk buffers, compared with the stored bits).
+ * backward sums each row in fp32 and stores its bits) as the path's tensors are, and the materialised attention's
+ * dprobs and dlogits (dlog_h) as its logits and probabilities are. Float scratch: the recomputations' (qk, qk_bwd: into
+ * the spare dq / dk buffers, compared with the stored bits), a GEMM's partial sums.
  *
  * Determinism: see llmc/cpu/cpu_kernels.h; every reduction has a fixed order that does not depend on the
  * thread count, so the same flags give the same bits. test_sdc.c includes this file with TESTING
@@ -74,6 +74,7 @@ typedef struct {
     float *qf, *kf, *qf_ms, *kf_ms;      /* plain QK norm after RoPE        q_norm k_norm (nanochat; NULL otherwise) */
     float *logits, *probs;               /* [B,H,T,T]                       att_logits att_probs (materialised path only:
                                             in Model.att_mem, NULL until something needs them) */
+    uint16_t *logits_h, *probs_h;        /* the same as bf16 bits where Model.att16 (then logits, probs NULL) */
     int fused;                           /* the last forward took the fused attention here (the backward follows it) */
     float *att_out;                      /* [N,H*hd]                        att_out */
     float *o;                            /* [N,d]                           o_proj */
@@ -125,6 +126,10 @@ typedef struct {
     float *dF, *dF2, *dF3;     /* the MLP's hidden gradients [N,F], stored as its tensors are: bf16 bits where model_mlp_h16 */
     float* dlog;               /* [B,H,T,T]: dprobs, then dlogits, of the layer being differentiated (materialised path;
                                   in att_mem) */
+    uint16_t* dlog_h;          /* the same as bf16 bits where att16 (then dlog NULL) */
+    int att16;                 /* the materialised attention's logits, probs and their gradients as bf16 bits: where both
+                                * sites are (h16[SITE_ATT_LOGITS], h16[SITE_ATT_PROBS]) */
+    int att_mem16;             /* the layout att_mem was allocated with (model_att_buffers reallocates on a change) */
     float* qk_ms;              /* [N*H]: the Q/K recomputation's QK-norm mean squares */
     float *att_mem, *trace_att_mem;   /* the materialised attention's tensors (model_att_buffers), the trace's copy */
     size_t att_floats;
@@ -231,13 +236,12 @@ static int storage_fp32_from_env(void) {
     return 0;
 }
 static void model_carve(Model* model);
-/* the sites whose forward tensor -precision bf16 stores as bf16 bits: all but the materialised attention's logits and
- * probabilities (float [B, H, T, T] tensors that the attention checks read; the fused path stores neither). Of the
- * gradients, v's, att_out's and the MLP's hidden ones are stored as their tensors; the rest are float arrays holding
- * bf16 values. */
+/* the sites whose forward tensor -precision bf16 stores as bf16 bits: all (the materialised attention's logits and
+ * probabilities, [B, H, T, T], in their own allocation: model_att_buffers). The activation gradients are stored as
+ * their tensors (the Q/K path's and the norms' outputs' where every site they pass is, Model.dqk16, dbuf16). */
 static const int BF16_SITES[] = {SITE_ATTN_NORM, SITE_Q_PROJ, SITE_K_PROJ, SITE_V_PROJ, SITE_Q_NORM, SITE_K_NORM, SITE_Q_ROPE, SITE_K_ROPE,
-                                 SITE_ATT_OUT, SITE_O_PROJ, SITE_ATTN_RESIDUAL, SITE_MLP_NORM, SITE_GATE_PROJ, SITE_UP_PROJ,
-                                 SITE_ACT, SITE_MLP_PRODUCT, SITE_DOWN_PROJ, SITE_BLOCK_OUT};
+                                 SITE_ATT_LOGITS, SITE_ATT_PROBS, SITE_ATT_OUT, SITE_O_PROJ, SITE_ATTN_RESIDUAL, SITE_MLP_NORM,
+                                 SITE_GATE_PROJ, SITE_UP_PROJ, SITE_ACT, SITE_MLP_PRODUCT, SITE_DOWN_PROJ, SITE_BLOCK_OUT};
 #define N_BF16_SITES ((int)(sizeof(BF16_SITES) / sizeof(BF16_SITES[0])))
 static void model_build(Model* model, const Config* c, int B, int T, int precision) {
     memset(model, 0, sizeof(*model));
@@ -291,6 +295,7 @@ static void model_carve(Model* model) {
     model->dres16 = h[SITE_ATTN_RESIDUAL] && h[SITE_BLOCK_OUT];
     const size_t NRES = model->dres16 ? (N * d + 1) / 2 : N * d;
     const int db16 = h[SITE_ATTN_NORM] && h[SITE_MLP_NORM];
+    model->att16 = h[SITE_ATT_LOGITS] && h[SITE_ATT_PROBS];
     model->dqk16 = h[SITE_Q_ROPE] && h[SITE_K_ROPE] && h[SITE_Q_PROJ] && h[SITE_K_PROJ] &&
                    (c->qk_norm == QKNORM_NONE || (h[SITE_Q_NORM] && h[SITE_K_NORM]));
 #undef NFL
@@ -360,25 +365,35 @@ static void model_free(Model* model) {
     free(model->ew_scratch); free(model->mmb_wn); free(model->mmb_xn); free(model->att_mem); free(model->trace_att_mem);
 }
 
-/* The materialised attention's logits and probs, [B,H,T,T] floats for every layer, and the backward's dlog (the
- * model's B and T): (2 L + 1) B H T^2 floats in one allocation outside the activations, made the first time a
- * forward takes the materialised path somewhere (attention_fused) or the trace needs them. A run that never
- * needs them never allocates them: at T 1024 they would be the bulk of the memory. */
+/* The materialised attention's logits and probs, [B,H,T,T] for every layer, and the backward's dlog (the model's B
+ * and T): (2 L + 1) B H T^2 elements in one allocation outside the activations, floats or (att16) bf16 bits, made the
+ * first time a forward takes the materialised path somewhere (attention_fused) or the trace needs them. A run that
+ * never needs them never allocates them: at T 1024 they would be the bulk of the memory. */
 static void model_att_buffers(Model* model, const char* why) {
-    if (model->att_mem) return;
+    if (model->att_mem && model->att_mem16 == model->att16) return;
+    free(model->att_mem); free(model->trace_att_mem);
+    model->att_mem = model->trace_att_mem = NULL;
     const Config* c = &model->c;
+    const int h = model->att16;
     size_t att = (size_t)model->B * c->n_head * model->T * model->T, n = att * (2 * (size_t)c->n_layer + 1);
-    model->att_mem = (float*)calloc(n, sizeof(float));
+    size_t nf = h ? (n + 1) / 2 : n;   /* floats */
+    model->att_mem = (float*)calloc(nf, sizeof(float));
     if (!model->att_mem)
-        tsdc_fail("cannot allocate %.2f GiB for the materialised attention's logits and probs (2 x [B %d, H %d, T %d, T] floats a "
-                  "layer, %d layers, and one for the backward), which %s needs; lower -B or -seq", n * 4.0 / 1073741824.0, model->B,
-                  c->n_head, model->T, c->n_layer, why);
-    model->att_floats = n;
+        tsdc_fail("cannot allocate %.2f GiB for the materialised attention's logits and probs (2 x [B %d, H %d, T %d, T] %s a "
+                  "layer, %d layers, and one for the backward), which %s needs; lower -B or -seq", nf * 4.0 / 1073741824.0, model->B,
+                  c->n_head, model->T, h ? "bf16" : "floats", c->n_layer, why);
+    model->att_floats = nf;
+    model->att_mem16 = h;
+    uint16_t* m16 = (uint16_t*)model->att_mem;
     for (int l = 0; l < c->n_layer; l++) {
-        model->la[l].logits = model->att_mem + 2 * att * l;
-        model->la[l].probs = model->att_mem + 2 * att * l + att;
+        LayerActs* a = &model->la[l];
+        a->logits = h ? NULL : model->att_mem + 2 * att * l;
+        a->probs = h ? NULL : model->att_mem + 2 * att * l + att;
+        a->logits_h = h ? m16 + 2 * att * l : NULL;
+        a->probs_h = h ? m16 + 2 * att * l + att : NULL;
     }
-    model->dlog = model->att_mem + 2 * att * c->n_layer;
+    model->dlog = h ? NULL : model->att_mem + 2 * att * c->n_layer;
+    model->dlog_h = h ? m16 + 2 * att * c->n_layer : NULL;
 }
 /* the fused attention (llmc/cpu/cpu_kernels.h: the same bits, no [B,H,T,T] tensor) at layer l, unless something
  * reads the materialised tensors there: -protect att (the logits' and probs' row checks) or att_bwd (dprobs and
@@ -529,7 +544,9 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const void
                                    const void* dq_used, const void* dk_used, int dqkh, float* sq, float* sk) {
     const Config* c = &model->c;
     int N = B * T, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
-    attention_logits_backward_x(sq, sk, 0, model->dlog, qc, qch, kc, kch, B, T, H, KV, hd, model->precision);
+    const int th = model->att16;   /* the stored dlogits */
+    attention_logits_backward_x(sq, sk, 0, th ? (const void*)model->dlog_h : (const void*)model->dlog, th, qc, qch, kc, kch, B, T, H, KV, hd,
+                                model->precision);
     /* datt (N qd >= N kd) is free once attention_av_backward has read it: the spare of both */
     int bad = recompute_differs_x(model, dq_used, dqkh, qk_bwd_path(model, l, B, T, H, 0, sq, model->datt), (size_t)N * qd, 0) ||
               recompute_differs_x(model, dk_used, dqkh, qk_bwd_path(model, l, B, T, KV, 1, sk, model->datt), (size_t)N * kd, 0);
@@ -751,7 +768,9 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
         } else {
             model_att_buffers(model, model_materialised_reason(model));
             size_t natt = (size_t)B * H * T * T;
-            attention_logits_forward_x(a->logits, qc, qch, kc, kch, B, T, H, KV, hd, prec);   STORE_RND(SITE_ATT_LOGITS, l, a->logits, natt);
+            const int th = model->att16;   /* the [B,H,T,T] tensors as stored */
+            void *lg = th ? (void*)a->logits_h : (void*)a->logits, *pr = th ? (void*)a->probs_h : (void*)a->probs;
+            attention_logits_forward_x(lg, th, qc, qch, kc, kch, B, T, H, KV, hd, prec);   STORE_RND_X(SITE_ATT_LOGITS, l, lg, th, natt);
             int width = model->precision ? 16 : 32;
             float *qt = NULL, *kt = NULL;   /* the checks read q and k as fp32 (copies where they are stored as bf16 bits) */
             const float *qf32 = NULL, *kf32 = NULL;
@@ -759,22 +778,22 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
                 qf32 = widen_copy(qc, qch, (size_t)N * qd, &qt);
                 kf32 = widen_copy(kc, kch, (size_t)N * kd, &kt);
             }
-            if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_logits_check(a->logits, qf32, kf32, B, T, H, KV, hd, width));
+            if (model->prot.abft) check_alarm(model, CHECK_ABFT, l, abft_logits_check_x(lg, th, qf32, kf32, B, T, H, KV, hd, width));
             int att_n[2] = {0, 0};   /* failed heads of the logits and the probability checks */
-            if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[0] = att_logits_rowcheck(a->logits, qf32, kf32, B, T, H, KV, hd, width));
-            attention_softmax_forward(a->probs, a->logits, B, H, T, model->precision);        STORE_RND(SITE_ATT_PROBS, l, a->probs, natt);
-            if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[1] = att_probs_rowcheck(a->probs, B, H, T, width));
+            if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[0] = att_logits_rowcheck_x(lg, th, qf32, kf32, B, T, H, KV, hd, width));
+            attention_softmax_forward_x(pr, th, lg, th, B, H, T, model->precision);        STORE_RND_X(SITE_ATT_PROBS, l, pr, th, natt);
+            if (model->prot.on[PK_ATT]) check_alarm(model, CHECK_ATT, l, att_n[1] = att_probs_rowcheck_x(pr, th, B, H, T, width));
             if (model->prot.on[PK_ATT] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
                 double st[4];
-                att_fwd_stats(a->logits, a->probs, qf32, kf32, B, T, H, KV, hd, width, st);
+                att_fwd_stats(lg, pr, th, qf32, kf32, B, T, H, KV, hd, width, st);
                 check_dump_attf(l, att_n[0], att_n[1], st);
             }
             free(qt); free(kt);
-            attention_av_forward_x(ao, aoh, a->probs, v, vh, B, T, H, KV, hd, prec); STORE_RND_X(SITE_ATT_OUT, l, ao, aoh, (size_t)N * qd);
+            attention_av_forward_x(ao, aoh, pr, th, v, vh, B, T, H, KV, hd, prec); STORE_RND_X(SITE_ATT_OUT, l, ao, aoh, (size_t)N * qd);
             if (model->prot.abft) {   /* on fp32 copies of what is stored as bf16 bits */
                 float *ot, *vt;
                 const float *of = widen_copy(ao, aoh, (size_t)N * qd, &ot), *vf = widen_copy(v, vh, (size_t)N * kd, &vt);
-                check_alarm(model, CHECK_ABFT, l, abft_av_check(of, a->probs, vf, B, T, H, KV, hd, width));
+                check_alarm(model, CHECK_ABFT, l, abft_av_check_x(of, pr, th, vf, B, T, H, KV, hd, width));
                 free(ot); free(vt);
             }
         }
@@ -976,8 +995,10 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             attention_fused_backward_x(model->dq, model->dk, qkh, dv, vh, datt, aoh, qc, qch, kc, kch, v, vh, B, T, H, KV, hd, prec);
             FAULT_BWD_X(SITE_V_PROJ, l, dv, vh, (size_t)N * kd);
         } else {
-            attention_av_backward_x(model->dlog, dv, vh, datt, aoh, a->probs, v, vh, B, T, H, KV, hd, prec);
-            FAULT_BWD(SITE_ATT_PROBS, l, model->dlog, natt);
+            const int th = model->att16;   /* the [B,H,T,T] tensors as stored */
+            void *dl = th ? (void*)model->dlog_h : (void*)model->dlog, *pr = th ? (void*)a->probs_h : (void*)a->probs;
+            attention_av_backward_x(dl, th, dv, vh, datt, aoh, pr, th, v, vh, B, T, H, KV, hd, prec);
+            FAULT_BWD_X(SITE_ATT_PROBS, l, dl, th, natt);
             FAULT_BWD_X(SITE_V_PROJ, l, dv, vh, (size_t)N * kd);
             int width = model->precision ? 16 : 32;
             int attb_n[3] = {0, 0, 0};   /* dprobs, dlogits, dV failed heads (the GPU's ATTB_* order) */
@@ -987,12 +1008,12 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
                 vf = widen_copy(v, vh, (size_t)N * kd, &vt);
                 gf = widen_copy(datt, aoh, (size_t)N * qd, &gt);
                 dvf = widen_copy(dv, vh, (size_t)N * kd, &dvt);
-                check_alarm(model, CHECK_ATT_BWD, l, attb_n[0] = att_dprobs_rowcheck(model->dlog, gf, vf, B, T, H, KV, hd, width));
+                check_alarm(model, CHECK_ATT_BWD, l, attb_n[0] = att_dprobs_rowcheck_x(dl, th, gf, vf, B, T, H, KV, hd, width));
                 check_alarm(model, CHECK_ATT_BWD, l, attb_n[2] = att_dv_colcheck(dvf, gf, B, T, H, KV, hd, width));
             }
-            attention_softmax_backward(model->dlog, model->dlog, a->probs, B, H, T, model->precision); STORE_GRAD_RND(SITE_ATT_LOGITS, l, model->dlog, natt);
+            attention_softmax_backward_x(dl, dl, th, pr, th, B, H, T, model->precision); STORE_GRAD_RND_X(SITE_ATT_LOGITS, l, dl, th, natt);
             if (model->prot.on[PK_ATT_BWD])
-                check_alarm(model, CHECK_ATT_BWD, l, attb_n[1] = att_dlogits_rowcheck(model->dlog, gf, vf, B, T, H, KV, hd, width));
+                check_alarm(model, CHECK_ATT_BWD, l, attb_n[1] = att_dlogits_rowcheck_x(dl, th, gf, vf, B, T, H, KV, hd, width));
             if (model->prot.on[PK_ATT_BWD] && check_dump_file()) {   /* test-only (llmc/sdc/checks.h) */
                 double tb[3];
                 att_bwd_bound_sums(gf, vf, B, T, H, KV, hd, width, tb);
@@ -1000,7 +1021,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
                         check_dump_bwd, l, attb_n[0], attb_n[1], attb_n[2], tb[0], tb[1], tb[2]);
             }
             free(vt); free(gt); free(dvt);
-            attention_logits_backward_x(model->dq, model->dk, qkh, model->dlog, qc, qch, kc, kch, B, T, H, KV, hd, prec);
+            attention_logits_backward_x(model->dq, model->dk, qkh, dl, th, qc, qch, kc, kch, B, T, H, KV, hd, prec);
         }
         /* the Q/K path's gradients, between two buffers each, stored as qkh says */
         float *dq = model->dq, *dk = model->dk, *dq2 = model->dq2, *dk2 = model->dk2, *t;
@@ -1251,6 +1272,8 @@ static uint16_t* model_site_tensor_h(Model* model, int site, int l, int B, int T
         case SITE_ACT: *n = N * F; return a->act_h;
         case SITE_MLP_PRODUCT: *n = N * F; return a->prod_h;
         case SITE_DOWN_PROJ: *n = N * d; return a->down_h;
+        case SITE_ATT_LOGITS: *n = (size_t)B * model->c.n_head * T * T; return a->logits_h;
+        case SITE_ATT_PROBS: *n = (size_t)B * model->c.n_head * T * T; return a->probs_h;
     }
     return NULL;
 }
@@ -1263,8 +1286,10 @@ static void model_materialise_attention(Model* model, int l) {
     int qch, kch;
     const void *qc = att_qk(model, a, 0, &qch), *kc = att_qk(model, a, 1, &kch);
     model_att_buffers(model, "the propagation trace (-trace_out)");
-    attention_logits_forward_x(a->logits, qc, qch, kc, kch, model->last_B, model->last_T, c->n_head, c->n_kv_head, c->head_dim, model->precision);
-    attention_softmax_forward(a->probs, a->logits, model->last_B, c->n_head, model->last_T, model->precision);
+    const int th = model->att16;
+    void *lg = th ? (void*)a->logits_h : (void*)a->logits, *pr = th ? (void*)a->probs_h : (void*)a->probs;
+    attention_logits_forward_x(lg, th, qc, qch, kc, kch, model->last_B, model->last_T, c->n_head, c->n_kv_head, c->head_dim, model->precision);
+    attention_softmax_forward_x(pr, th, lg, th, model->last_B, c->n_head, model->last_T, model->precision);
 }
 /* the snapshot: the activations and the logits and probs of every layer (two allocations, each copied whole) */
 static void model_trace_snapshot(Model* model) {
@@ -1280,8 +1305,11 @@ static void model_trace_diff(Model* model, int site, int l, int B, int T, double
     if (site == SITE_ATT_LOGITS || site == SITE_ATT_PROBS) model_materialise_attention(model, l);
     double a = 0, b = 0;
     const uint16_t* xh = model_site_tensor_h(model, site, l, B, T, &n);
-    if (xh) {   /* bf16 bits in the activations: the snapshot's bits at the same offset */
-        const uint16_t* yh = (const uint16_t*)((const char*)model->trace_mem + ((const char*)xh - (const char*)model->act_mem));
+    if (xh) {   /* bf16 bits in the activations (or the attention's tensors): the snapshot's bits at the same offset */
+        const int in_att = model->att_mem && (const char*)xh >= (const char*)model->att_mem &&
+                           (const char*)xh < (const char*)(model->att_mem + model->att_floats);
+        const uint16_t* yh = in_att ? (const uint16_t*)((const char*)model->trace_att_mem + ((const char*)xh - (const char*)model->att_mem))
+                                    : (const uint16_t*)((const char*)model->trace_mem + ((const char*)xh - (const char*)model->act_mem));
         for (size_t i = 0; i < n; i++) {
             double xv = bf16_bits_to_f32(xh[i]), yv = bf16_bits_to_f32(yh[i]), e = xv - yv;
             a += e * e; b += yv * yv;

@@ -544,27 +544,27 @@ def test_fault_dtype_autocast_flips_fp32_sites_in_fp32(data, tmp_path):
 
 @pytest.mark.parametrize("preset", ["tiny-qwen3", "tiny-nanochat"])
 def test_bf16_storage_keeps_the_bits(data, tmp_path, preset):
-    """-precision bf16 stores every activation but the materialised attention's logits and probabilities (the norms'
-    outputs, the residual stream, the Q/K path, v_proj, att_out, o_proj, the MLP's hidden tensors, down_proj, the
-    embedding's output, the final norm's output) and the gradients of v, att_out, the MLP's tensors, the residual
-    stream, the norms' outputs (the attention's and the MLP's dx, summed over their products) and the Q/K path (dq, dk
-    from the attention back to the projections) as bf16 bits; the float arrays holding the same values (TSDC_CPU_STORAGE=fp32) give the same run bit for
-    bit: checkpoint, losses and fault log, under -protect all (the materialised attention) with a fault campaign on
-    those sites in both passes (SwiGLU and ReLU^2), and with the fused attention (the protection that leaves it on;
-    faults on tensors it reads and writes), and with backward faults on the gradients stored as bf16 bits (v's,
-    att_out's, the MLP's, the residual stream's, the norms' outputs', the Q/K path's, on either attention path). Catches: a kernel, check or fault reading or writing the bf16 storage
-    differently from the float arrays, a fault flipping other bits of a bf16 tensor."""
+    """-precision bf16 stores every activation (the norms' outputs, the materialised attention's logits and
+    probabilities, the residual stream, the Q/K path, v_proj, att_out, o_proj, the MLP's hidden tensors, down_proj,
+    the embedding's output, the final norm's output) and every activation gradient (v's, att_out's, the attention's
+    dprobs and dlogits, the MLP's tensors', the residual stream's, the norms' outputs': the attention's and the MLP's
+    dx, summed over their products; the Q/K path's dq, dk) as bf16 bits; the float arrays holding the same values
+    (TSDC_CPU_STORAGE=fp32) give the same run bit for bit: checkpoint, losses and fault log, under -protect all (the
+    materialised attention) with a fault campaign on those sites in both passes (SwiGLU and ReLU^2), and with the
+    fused attention (the protection that leaves it on; faults on tensors it reads and writes), and with backward
+    faults on the gradients, two sites at a time, on either attention path. Catches: a kernel, check or fault reading
+    or writing the bf16 storage differently from the float arrays, a fault flipping other bits of a bf16 tensor."""
     mlp = "gate_proj,act" if preset == "tiny-nanochat" else "gate_proj,up_proj,act,mlp_product"
     kw = {"-preset": preset, "-steps": 6, "-accum": 3, "-precision": "bf16", "-protect": "all", "-fault_mode": "campaign",
           "-fault_pass": "both", "-fault_m": 40, "-threads": 2,
-          "-fault_sites": "attn_norm,q_proj,k_proj,q_norm,k_norm,q_rope,k_rope,v_proj,att_out,o_proj,attn_residual,mlp_norm,"
-                          "down_proj,block_out," + mlp}
+          "-fault_sites": "attn_norm,q_proj,k_proj,q_norm,k_norm,q_rope,k_rope,att_logits,att_probs,v_proj,att_out,o_proj,"
+                          "attn_residual,mlp_norm,down_proj,block_out," + mlp}
     fused = {"-protect": "qk,bound,ew,rgg", "-fault_pass": "fwd"}   # forward faults on two sites at a time: each one hit
     pairs = ("q_proj,k_rope", "k_proj,q_rope", "q_norm,k_norm", "v_proj,att_out")
     # and the gradients stored as their tensors (v's, att_out's, the MLP's, the residual stream's, which down_proj's and
     # o_proj's faults flip in a private copy, the norms' outputs', the Q/K path's): backward faults, two sites at a time
     bwd_pairs = ("v_proj,att_out", "gate_proj,act", "attn_residual,block_out", "down_proj,o_proj", "attn_norm,mlp_norm",
-                 "q_norm,k_rope", "q_rope,k_proj") + \
+                 "q_norm,k_rope", "q_rope,k_proj", "att_logits,att_probs") + \
         (() if preset == "tiny-nanochat" else ("up_proj,mlp_product",))
     for i, (att, over) in enumerate([("materialised", {})] + [("fused", dict(fused, **{"-fault_sites": p})) for p in pairs] +
                                     [("fused", dict(fused, **{"-fault_pass": "bwd", "-fault_sites": p})) for p in ("v_proj,att_out", "q_proj,k_norm")] +

@@ -626,17 +626,6 @@ TSDC_UNROLL(8)
         if (round) bf16_round_span(dl, t + 1);
     }
 }
-/* probs = causal softmax of each row of logits (entries above the diagonal are 0); ATT_RB rows of a head a task */
-static void attention_softmax_forward(float* probs, const float* logits, int B, int H, int T, int round) {
-    int nb = (T + ATT_RB - 1) / ATT_RB;
-#pragma omp parallel for schedule(static)
-    for (long long blk = 0; blk < (long long)B * H * nb; blk++) {
-        long long bh = blk / nb;
-        int t0 = (int)(blk % nb) * ATT_RB, nr = T - t0 < ATT_RB ? T - t0 : ATT_RB;
-        size_t off = ((size_t)bh * T + t0) * T;
-        att_softmax_rows(probs + off, logits + off, T, nr, t0, T, round, 1);
-    }
-}
 static void attention_av_forward_ref(float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd) {
     int g = H / KV;
     size_t qs = (size_t)H * hd, ks = (size_t)KV * hd;
@@ -677,8 +666,8 @@ static void attention_logits_backward_ref(float* dq, float* dk, const float* dlo
 #define TSDC_THREAD_LOCAL _Thread_local
 #endif
 static float* att_scratch(int which, size_t n) {
-    static TSDC_THREAD_LOCAL float* buf[10];
-    static TSDC_THREAD_LOCAL size_t cap[10];
+    static TSDC_THREAD_LOCAL float* buf[12];
+    static TSDC_THREAD_LOCAL size_t cap[12];
     if (n > cap[which]) {
         free(buf[which]);
         buf[which] = (float*)mallocCheck(sizeof(float) * n);
@@ -749,6 +738,44 @@ static inline void att_rows_out(void* out, int oh, size_t off, size_t qs, const 
     for (int r = 0; r < nr; r++)
         if (oh) bf16_pack_span((uint16_t*)out + off + (size_t)r * qs, o + (size_t)r * os, hd);
         else if (round) bf16_round_span((float*)out + off + (size_t)r * qs, hd);
+}
+/* The materialised attention's [B, H, T, T] tensors (logits, probs, their gradients) stored as h says: rows t0 ..
+ * t0+nr-1 of the head at off as fp32 rows (stride T): the tensor itself, or (h) its bf16 bits widened into buf, each
+ * row's causal part (s <= t; nothing reads above it) */
+static inline const float* att_tt_in(const void* x, int h, size_t off, int t0, int nr, int T, float* buf) {
+    if (!h) return (const float*)x + off + (size_t)t0 * T;
+    for (int r = 0; r < nr; r++) bf16_unpack_span(buf + (size_t)r * T, (const uint16_t*)x + off + (size_t)(t0 + r) * T, t0 + r + 1);
+    return buf;
+}
+/* where rows t0 .. of such a head are computed: in place, or (h) into buf */
+static inline float* att_tt_rows(void* x, int h, size_t off, int t0, int T, float* buf) { return h ? buf : (float*)x + off + (size_t)t0 * T; }
+/* rows computed into buf (h) stored as bf16 bits, the whole row (zeros above the diagonal); in place: nothing to do
+ * (the row functions round where asked) */
+static inline void att_tt_out(void* x, int h, size_t off, int t0, int nr, int T, const float* buf) {
+    if (h)
+        for (int r = 0; r < nr; r++) bf16_pack_span((uint16_t*)x + off + (size_t)(t0 + r) * T, buf + (size_t)r * T, T);
+}
+/* probs = causal softmax of each row of logits (entries above the diagonal are 0); ATT_RB rows of a head a task;
+ * probs and logits stored as ph and lh say (bf16 bits: a block of rows widened, computed and stored in a buffer) */
+static void attention_softmax_forward_x(void* probs, int ph, const void* logits, int lh, int B, int H, int T, int round) {
+    int nb = (T + ATT_RB - 1) / ATT_RB;
+#pragma omp parallel
+    {
+        float* buf = ph || lh ? att_scratch(10, (size_t)ATT_RB * T) : NULL;
+#pragma omp for schedule(static)
+        for (long long blk = 0; blk < (long long)B * H * nb; blk++) {
+            long long bh = blk / nb;
+            int t0 = (int)(blk % nb) * ATT_RB, nr = T - t0 < ATT_RB ? T - t0 : ATT_RB;
+            const size_t off = (size_t)bh * T * T;
+            const float* l = att_tt_in(logits, lh, off, t0, nr, T, buf);
+            float* p = ph ? buf : (float*)probs + off + (size_t)t0 * T;
+            att_softmax_rows(p, l, T, nr, t0, T, round, 1);
+            att_tt_out(probs, ph, off, t0, nr, T, p);
+        }
+    }
+}
+static void attention_softmax_forward(float* probs, const float* logits, int B, int H, int T, int round) {
+    attention_softmax_forward_x(probs, 0, logits, 0, B, H, T, round);
 }
 /* acc rows r0..r0+nr-1 (stride as) += w[r][s] x[s] over s in [lo(r), hi(r)], s ascending, one 16-float
  * chunk of hd at a time; w(r, s) at w[r * wrs + s * wss]. Rows of the block take the common range together
@@ -850,15 +877,18 @@ static inline void att_causal_rows4(float* rows, size_t rs, const float* x, size
         if (round) bf16_round_span(row, t + 1);
     }
 }
-/* q and k stored as qh and kh say (bf16 bits where set: q widened a head at a time, k as its key blocks are made) */
-static void attention_logits_forward_x(float* logits, const void* q, int qh, const void* k, int kh, int B, int T, int H, int KV, int hd,
+/* q and k stored as qh and kh say (bf16 bits where set: q widened a head at a time, k as its key blocks are made);
+ * logits as lh says (bf16 bits: four rows at a time made in a buffer and stored) */
+static void attention_logits_forward_x(void* logits, int lh, const void* q, int qh, const void* k, int kh, int B, int T, int H, int KV, int hd,
                                        int round) {
     if (hd % 16) {
-        float *qt, *kt;
-        attention_logits_forward_ref(logits, widen_copy(q, qh, (size_t)B * T * H * hd, &qt), widen_copy(k, kh, (size_t)B * T * KV * hd, &kt), B,
+        const size_t n = (size_t)B * H * T * T;
+        float *qt, *kt, *lt = lh ? (float*)mallocCheck(sizeof(float) * n) : (float*)logits;
+        attention_logits_forward_ref(lt, widen_copy(q, qh, (size_t)B * T * H * hd, &qt), widen_copy(k, kh, (size_t)B * T * KV * hd, &kt), B,
                                      T, H, KV, hd);
         free(qt); free(kt);
-        if (round) bf16_round_array(logits, (long long)B * H * T * T);
+        if (lh) { bf16_pack_array((uint16_t*)logits, lt, (long long)n); free(lt); }
+        else if (round) bf16_round_array(lt, (long long)n);
         return;
     }
     int g = H / KV, nkb = (T + ATT_KB - 1) / ATT_KB;
@@ -868,6 +898,7 @@ static void attention_logits_forward_x(float* logits, const void* q, int qh, con
     {
         float* kT = att_scratch(0, (size_t)nkb * hd * ATT_KB);
         float* qbuf = qh ? att_scratch(1, (size_t)T * hd) : NULL;
+        float* lbuf = lh ? att_scratch(10, (size_t)4 * T) : NULL;
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
@@ -875,25 +906,29 @@ static void attention_logits_forward_x(float* logits, const void* q, int qh, con
                 size_t qss;
                 const float* qb = att_rows_in(att_at(q, qh, (size_t)b * T * qs + (size_t)h * hd), qh, qs, T, hd, qbuf, &qss);
                 for (int j = 0; j < nkb; j++) att_block_T(kT + (size_t)j * hd * ATT_KB, kb, kh, ks, j * ATT_KB, T, hd);
-                for (int t = 0; t < T; t += 4)
-                    att_causal_rows4(logits + (((size_t)b * H + h) * T + t) * T, T, qb + (size_t)t * qss, qss, T - t < 4 ? T - t : 4, kT, t, T, hd,
-                                     1, scale, round, 1);
+                const size_t off = ((size_t)b * H + h) * T * T;
+                for (int t = 0; t < T; t += 4) {
+                    float* rows = att_tt_rows(logits, lh, off, t, T, lbuf);
+                    att_causal_rows4(rows, T, qb + (size_t)t * qss, qss, T - t < 4 ? T - t : 4, kT, t, T, hd, 1, scale, round, 1);
+                    att_tt_out(logits, lh, off, t, T - t < 4 ? T - t : 4, T, rows);
+                }
             }
     }
 }
 static void attention_logits_forward(float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd, int round) {
-    attention_logits_forward_x(logits, q, 0, k, 0, B, T, H, KV, hd, round);
+    attention_logits_forward_x(logits, 0, q, 0, k, 0, B, T, H, KV, hd, round);
 }
 /* out = probs v; v and out stored as vh and oh say (bf16 bits where set: v widened a head at a time, out's rows summed
  * in a buffer and stored as the bits of their rounding; the same bits as the fp32 arrays of the same values) */
-static void attention_av_forward_x(void* out, int oh, const float* probs, const void* v, int vh, int B, int T, int H, int KV, int hd,
+static void attention_av_forward_x(void* out, int oh, const void* probs, int ph, const void* v, int vh, int B, int T, int H, int KV, int hd,
                                    int round) {
     if (hd % 16) {
-        float *vt, *ot = oh ? (float*)mallocCheck(sizeof(float) * (size_t)B * T * H * hd) : NULL;
-        attention_av_forward_ref(oh ? ot : (float*)out, probs, widen_copy(v, vh, (size_t)B * T * KV * hd, &vt), B, T, H, KV, hd);
+        float *vt, *pt, *ot = oh ? (float*)mallocCheck(sizeof(float) * (size_t)B * T * H * hd) : NULL;
+        attention_av_forward_ref(oh ? ot : (float*)out, widen_copy(probs, ph, (size_t)B * H * T * T, &pt), widen_copy(v, vh, (size_t)B * T * KV * hd, &vt),
+                                 B, T, H, KV, hd);
         if (oh) bf16_pack_span((uint16_t*)out, ot, B * T * H * hd);
         else if (round) bf16_round_array((float*)out, (long long)B * T * H * hd);
-        free(vt); free(ot);
+        free(vt); free(ot); free(pt);
         return;
     }
     int g = H / KV;
@@ -902,6 +937,7 @@ static void attention_av_forward_x(void* out, int oh, const float* probs, const 
     {
         float* vbuf = vh ? att_scratch(2, (size_t)T * hd) : NULL;
         float* obuf = oh ? att_scratch(3, (size_t)ATT_RB * hd) : NULL;
+        float* pbuf = ph ? att_scratch(10, (size_t)ATT_RB * T) : NULL;
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
@@ -912,26 +948,31 @@ static void attention_av_forward_x(void* out, int oh, const float* probs, const 
                     const size_t off = ((size_t)b * T + t0) * qs + (size_t)h * hd, os = oh ? (size_t)hd : qs;
                     float* o = oh ? obuf : (float*)out + off;
                     for (int r = 0; r < nr; r++) { lo[r] = 0; hi[r] = t0 + r; memset(o + (size_t)r * os, 0, sizeof(float) * hd); }
-                    att_rows_accumulate(o, os, nr, probs + (((size_t)b * H + h) * T + t0) * T, T, 1, vb, vs, lo, hi, hd);
+                    att_rows_accumulate(o, os, nr, att_tt_in(probs, ph, ((size_t)b * H + h) * T * T, t0, nr, T, pbuf), T, 1, vb, vs, lo, hi, hd);
                     att_rows_out(out, oh, off, qs, o, os, nr, hd, round);
                 }
             }
     }
 }
 static void attention_av_forward(float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd, int round) {
-    attention_av_forward_x(out, 0, probs, v, 0, B, T, H, KV, hd, round);
+    attention_av_forward_x(out, 0, probs, 0, v, 0, B, T, H, KV, hd, round);
 }
 /* dprobs[b,h,t,s] = dout[b,t,h] . v[b,s,h/g] (s <= t, else 0); dv overwritten with sum_t probs dout */
 /* dv and dout (att_out's gradient) stored as dvh and doh say (bf16 bits where set: dout widened a head at a time, dv
  * summed over the group's heads in the task's buffer and stored as the bits of its rounding) */
-static void attention_av_backward_x(float* dprobs, void* dv, int dvh, const void* dout, int doh, const float* probs, const void* v, int vh,
-                                    int B, int T, int H, int KV, int hd, int round) {
+/* dprobs and probs stored as dph and ph say (bf16 bits: a head's probs widened, dprobs four rows at a time made in a
+ * buffer and stored) */
+static void attention_av_backward_x(void* dprobs, int dph, void* dv, int dvh, const void* dout, int doh, const void* probs, int ph, const void* v,
+                                    int vh, int B, int T, int H, int KV, int hd, int round) {
     if (hd % 16) {
-        float *vt, *gt, *dvt = dvh ? (float*)mallocCheck(sizeof(float) * (size_t)B * T * KV * hd) : (float*)dv;
-        attention_av_backward_ref(dprobs, dvt, widen_copy(dout, doh, (size_t)B * T * H * hd, &gt), probs,
+        const size_t na = (size_t)B * H * T * T;
+        float *vt, *gt, *pt, *dvt = dvh ? (float*)mallocCheck(sizeof(float) * (size_t)B * T * KV * hd) : (float*)dv;
+        float* dpt = dph ? (float*)mallocCheck(sizeof(float) * na) : (float*)dprobs;
+        attention_av_backward_ref(dpt, dvt, widen_copy(dout, doh, (size_t)B * T * H * hd, &gt), widen_copy(probs, ph, na, &pt),
                                   widen_copy(v, vh, (size_t)B * T * KV * hd, &vt), B, T, H, KV, hd);
-        free(vt); free(gt);
-        if (round) bf16_round_array(dprobs, (long long)B * H * T * T);
+        free(vt); free(gt); free(pt);
+        if (dph) { bf16_pack_array((uint16_t*)dprobs, dpt, (long long)na); free(dpt); }
+        else if (round) bf16_round_array(dpt, (long long)na);
         if (dvh) { bf16_pack_span((uint16_t*)dv, dvt, B * T * KV * hd); free(dvt); }
         else if (round) bf16_round_array((float*)dv, (long long)B * T * KV * hd);
         return;
@@ -943,6 +984,8 @@ static void attention_av_backward_x(float* dprobs, void* dv, int dvh, const void
         float* vT = att_scratch(0, (size_t)nkb * hd * ATT_KB);
         float* dvbuf = dvh ? att_scratch(1, (size_t)T * hd) : NULL;
         float* gobuf = doh ? att_scratch(2, (size_t)T * hd) : NULL;
+        float* pbuf = ph ? att_scratch(10, (size_t)T * T) : NULL;    /* a head's probs */
+        float* dpbuf = dph ? att_scratch(11, (size_t)4 * T) : NULL;  /* four rows of dprobs */
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < KV; kh++) {
@@ -952,7 +995,8 @@ static void attention_av_backward_x(float* dprobs, void* dv, int dvh, const void
                 for (int s = 0; s < T; s++) memset(dvb + (size_t)s * dvs, 0, sizeof(float) * hd);
                 for (int j = 0; j < nkb; j++) att_block_T(vT + (size_t)j * hd * ATT_KB, vb, vh, ks, j * ATT_KB, T, hd);
                 for (int h = kh * g; h < kh * g + g; h++) {
-                    const float* pb = probs + ((size_t)b * H + h) * T * T;
+                    const size_t poff = ((size_t)b * H + h) * T * T;
+                    const float* pb = att_tt_in(probs, ph, poff, 0, T, T, pbuf);
                     size_t gs;
                     const float* gob = att_rows_in(att_at(dout, doh, (size_t)b * T * qs + (size_t)h * hd), doh, qs, T, hd, gobuf, &gs);
                     /* dv rows s: += p[t, s] dout[t] over t = s .. T-1 ascending (this head after the ones before) */
@@ -961,9 +1005,11 @@ static void attention_av_backward_x(float* dprobs, void* dv, int dvh, const void
                         for (int r = 0; r < nr; r++) { lo[r] = s0 + r; hi[r] = T - 1; }
                         att_rows_accumulate(dvb + (size_t)s0 * dvs, dvs, nr, pb + s0, 1, T, gob, gs, lo, hi, hd);
                     }
-                    for (int t = 0; t < T; t += 4)
-                        att_causal_rows4(dprobs + (((size_t)b * H + h) * T + t) * T, T, gob + (size_t)t * gs, gs, T - t < 4 ? T - t : 4, vT,
-                                         t, T, hd, 0, 1.0f, round, 1);
+                    for (int t = 0; t < T; t += 4) {
+                        float* rows = att_tt_rows(dprobs, dph, poff, t, T, dpbuf);
+                        att_causal_rows4(rows, T, gob + (size_t)t * gs, gs, T - t < 4 ? T - t : 4, vT, t, T, hd, 0, 1.0f, round, 1);
+                        att_tt_out(dprobs, dph, poff, t, T - t < 4 ? T - t : 4, T, rows);
+                    }
                 }
                 att_rows_out(dv, dvh, dvoff, ks, dvb, dvs, T, hd, round);   /* every head of the group added */
             }
@@ -971,18 +1017,19 @@ static void attention_av_backward_x(float* dprobs, void* dv, int dvh, const void
 }
 static void attention_av_backward(float* dprobs, float* dv, const float* dout, const float* probs, const float* v,
                                   int B, int T, int H, int KV, int hd, int round) {
-    attention_av_backward_x(dprobs, dv, 0, dout, 0, probs, v, 0, B, T, H, KV, hd, round);
+    attention_av_backward_x(dprobs, 0, dv, 0, dout, 0, probs, 0, v, 0, B, T, H, KV, hd, round);
 }
 /* dq = scale * dlogits k, dk = scale * dlogits^T q (overwritten; stored as bf16 bits where dqkh: each row summed in a
  * task's fp32 buffer, then stored); one task per (b, kv head). The _ref loop multiplies each dlogit by scale before
  * its products (d = dl * scale): so do these, on a scaled row copy. */
-static void attention_logits_backward_x(void* dq, void* dk, int dqkh, const float* dlogits, const void* q, int qh, const void* k, int kh,
+static void attention_logits_backward_x(void* dq, void* dk, int dqkh, const void* dlogits, int dlh, const void* q, int qh, const void* k, int kh,
                                         int B, int T, int H, int KV, int hd, int round) {
     if (hd % 16) {
         const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd;
-        float *qt, *kt, *dqf = dqkh ? (float*)mallocCheck(sizeof(float) * nq) : (float*)dq, *dkf = dqkh ? (float*)mallocCheck(sizeof(float) * nk) : (float*)dk;
-        attention_logits_backward_ref(dqf, dkf, dlogits, widen_copy(q, qh, nq, &qt), widen_copy(k, kh, nk, &kt), B, T, H, KV, hd);
-        free(qt); free(kt);
+        float *qt, *kt, *lt, *dqf = dqkh ? (float*)mallocCheck(sizeof(float) * nq) : (float*)dq, *dkf = dqkh ? (float*)mallocCheck(sizeof(float) * nk) : (float*)dk;
+        attention_logits_backward_ref(dqf, dkf, widen_copy(dlogits, dlh, (size_t)B * H * T * T, &lt), widen_copy(q, qh, nq, &qt), widen_copy(k, kh, nk, &kt),
+                                      B, T, H, KV, hd);
+        free(qt); free(kt); free(lt);
         if (dqkh) {
             bf16_pack_array((uint16_t*)dq, dqf, (long long)nq); bf16_pack_array((uint16_t*)dk, dkf, (long long)nk);
             free(dqf); free(dkf);
@@ -1009,9 +1056,13 @@ static void attention_logits_backward_x(void* dq, void* dk, int dqkh, const floa
                 float* dkb = dqkh ? dkbuf : (float*)dk + dkoff;
                 for (int s = 0; s < T; s++) memset(dkb + (size_t)s * dks, 0, sizeof(float) * hd);
                 for (int h = j * g; h < j * g + g; h++) {
-                    const float* dl = dlogits + ((size_t)b * H + h) * T * T;
-                    for (int t = 0; t < T; t++)
-                        for (int s = 0; s <= t; s++) ds[(size_t)t * T + s] = dl[(size_t)t * T + s] * scale;
+                    const size_t loff = ((size_t)b * H + h) * T * T;
+                    if (dlh)
+                        for (int t = 0; t < T; t++)
+                            for (int s = 0; s <= t; s++) ds[(size_t)t * T + s] = bf16_bits_to_f32(((const uint16_t*)dlogits)[loff + (size_t)t * T + s]) * scale;
+                    else
+                        for (int t = 0; t < T; t++)
+                            for (int s = 0; s <= t; s++) ds[(size_t)t * T + s] = ((const float*)dlogits)[loff + (size_t)t * T + s] * scale;
                     const float* qb = att_rows_in(att_at(q, qh, (size_t)b * T * qs + (size_t)h * hd), qh, qs, T, hd, qbuf, &qss);
                     const size_t dqoff = (size_t)b * T * qs + (size_t)h * hd;
                     for (int t0 = 0; t0 < T; t0 += ATT_RB) {   /* dq rows t: += d[t, s] k[s], s = 0 .. t */
@@ -1033,7 +1084,7 @@ static void attention_logits_backward_x(void* dq, void* dk, int dqkh, const floa
 }
 static void attention_logits_backward(float* dq, float* dk, const float* dlogits, const float* q, const float* k,
                                       int B, int T, int H, int KV, int hd, int round) {
-    attention_logits_backward_x(dq, dk, 0, dlogits, q, 0, k, 0, B, T, H, KV, hd, round);
+    attention_logits_backward_x(dq, dk, 0, dlogits, 0, q, 0, k, 0, B, T, H, KV, hd, round);
 }
 /* ---- the fused attention: the materialised path's outputs, bit for bit, without its [B,H,T,T] tensors
  * For where nothing reads the stored logits, probabilities or their gradients (train_sdc.c's attention_fused: no
@@ -1223,16 +1274,29 @@ static void attention_av_backward_ref(float* dprobs, float* dv, const float* dou
         }
 }
 /* dlogits = probs * (dprobs - sum_s probs*dprobs), s <= t (in place allowed: dlogits == dprobs) */
-static void attention_softmax_backward(float* dlogits, const float* dprobs, const float* probs, int B, int H, int T, int round) {
+/* dlogits, dprobs and probs stored as dh (both gradients) and ph say (bf16 bits: a block of rows widened, computed and
+ * stored in a buffer) */
+static void attention_softmax_backward_x(void* dlogits, const void* dprobs, int dh, const void* probs, int ph, int B, int H, int T, int round) {
     int nb = (T + ATT_RB - 1) / ATT_RB;
-#pragma omp parallel for schedule(static)
-    for (long long blk = 0; blk < (long long)B * H * nb; blk++) {
-        long long bh = blk / nb;
-        int t0 = (int)(blk % nb) * ATT_RB, nr = T - t0 < ATT_RB ? T - t0 : ATT_RB;
-        size_t off = ((size_t)bh * T + t0) * T;
-        if (dlogits != dprobs) memcpy(dlogits + off, dprobs + off, sizeof(float) * T * nr);
-        att_softmax_bwd_rows(dlogits + off, probs + off, T, nr, t0, T, round, 1);
+#pragma omp parallel
+    {
+        float* dbuf = dh ? att_scratch(10, (size_t)ATT_RB * T) : NULL;
+        float* pbuf = ph ? att_scratch(11, (size_t)ATT_RB * T) : NULL;
+#pragma omp for schedule(static)
+        for (long long blk = 0; blk < (long long)B * H * nb; blk++) {
+            long long bh = blk / nb;
+            int t0 = (int)(blk % nb) * ATT_RB, nr = T - t0 < ATT_RB ? T - t0 : ATT_RB;
+            const size_t off = (size_t)bh * T * T;
+            float* d = att_tt_rows(dlogits, dh, off, t0, T, dbuf);
+            if (dh) att_tt_in(dprobs, 1, off, t0, nr, T, dbuf);
+            else if (dlogits != dprobs) memcpy(d, (const float*)dprobs + off + (size_t)t0 * T, sizeof(float) * T * nr);
+            att_softmax_bwd_rows(d, att_tt_in(probs, ph, off, t0, nr, T, pbuf), T, nr, t0, T, round, 1);
+            att_tt_out(dlogits, dh, off, t0, nr, T, d);
+        }
     }
+}
+static void attention_softmax_backward(float* dlogits, const float* dprobs, const float* probs, int B, int H, int T, int round) {
+    attention_softmax_backward_x(dlogits, dprobs, 0, probs, 0, B, H, T, round);
 }
 /* dq = scale * dlogits k, dk = scale * dlogits^T q (overwritten); one task per (b, kv head) */
 static void attention_logits_backward_ref(float* dq, float* dk, const float* dlogits, const float* q, const float* k,

@@ -51,7 +51,10 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* the kinds of in-pass checks a trainer counts (model_check_alarms): the forward's Q/K recomputation, ABFT and
  * attention checks, the backward's Q/K recomputation (-protect qk_bwd) and attention checks (-protect att_bwd),
@@ -84,16 +87,20 @@ static inline double att_dot_d(const float* x, const double* y, int n) { ATT_LAN
 static inline double att_norm(const float* x, int n) { ATT_LANE_SUM(n, (double)x[k] * x[k]); return sqrt(lanes); }
 
 /* what a per-head check reads: the checked tensor m, the tensors x and y its checksum is built from, the sizes
- * (g = H / KV query heads a kv head), the relative tolerance and the logits' scale */
+ * (g = H / KV query heads a kv head), the relative tolerance and the logits' scale; tt, the check's [B,H,T,T] operand
+ * (m, or x for ABFT's P V), as it is stored: fp32, or (th) bf16 bits (-precision bf16's storage), read through
+ * att_head_in */
 typedef struct {
     const float *m, *x, *y;
     int B, T, H, KV, hd, g;
     double rel, scale;
+    const void* tt;
+    int th;
 } AttHeads;
 
 static inline AttHeads att_heads(const float* m, const float* x, const float* y, int B, int T, int H, int KV, int hd, double rel,
                                  double scale) {
-    AttHeads c = {m, x, y, B, T, H, KV, hd, H / KV, rel, scale};
+    AttHeads c = {m, x, y, B, T, H, KV, hd, H / KV, rel, scale, m, 0};
     return c;
 }
 
@@ -106,6 +113,25 @@ static inline const float* att_row(const AttHeads* c, const float* x, int heads,
 static inline const float* att_head(const AttHeads* c, const float* x, int b, int h) {
     return x + ((size_t)b * c->H + h) * c->T * c->T;
 }
+/* head h's [T,T] matrix of a [B,H,T,T] tensor stored as h says: the tensor itself, or its bf16 bits' causal part
+ * (s <= t, all the checks read) widened into *tmp (allocated here; the caller frees it) */
+static inline const float* att_head_as(const AttHeads* c, const void* x, int h16, int b, int h, float** tmp) {
+    *tmp = NULL;
+    if (!h16) return att_head(c, (const float*)x, b, h);
+    const size_t T = (size_t)c->T;
+    const uint16_t* src = (const uint16_t*)x + ((size_t)b * c->H + h) * T * T;
+    float* w = (float*)malloc(sizeof(float) * T * T);
+    if (!w) { fprintf(stderr, "error: out of memory for an attention check's head\n"); exit(1); }
+    for (size_t t = 0; t < T; t++)
+        for (size_t s = 0; s <= t; s++) {   /* exact: the bits are the top half of the float's */
+            uint32_t u = (uint32_t)src[t * T + s] << 16;
+            memcpy(w + t * T + s, &u, sizeof(u));
+        }
+    *tmp = w;
+    return w;
+}
+/* head h of the check's [B,H,T,T] operand (c->tt) */
+static inline const float* att_head_in(const AttHeads* c, int b, int h, float** tmp) { return att_head_as(c, c->tt, c->th, b, h, tmp); }
 
 /* check(c, b, h) (1: failed) for every batch b and head h < heads, in parallel. Returns the failed heads. */
 static int att_heads_failed(const AttHeads* c, int heads, int (*check)(const AttHeads*, int, int)) {
@@ -121,7 +147,8 @@ static int abft_logits_head(const AttHeads* c, int b, int h) {
     const int T = c->T, hd = c->hd;
     double* qsuf = (double*)calloc((size_t)hd, sizeof(double));
     double qnsuf = 0;
-    const float* L = att_head(c, c->m, b, h);
+    float* tmp;
+    const float* L = att_head_in(c, b, h, &tmp);
     int fail = 0;
     for (int s = T - 1; s >= 0; s--) {   /* suffix sums over t >= s */
         const float* qt = att_row(c, c->x, c->H, b, s, h);
@@ -134,23 +161,29 @@ static int abft_logits_head(const AttHeads* c, int b, int h) {
         double tol = c->rel * c->scale * qnsuf * att_norm(kv, hd) + 1e-30;
         if (!(fabs(col - c->scale * ref) <= tol)) fail = 1;
     }
-    free(qsuf);
+    free(qsuf); free(tmp);
     return fail;
 }
 
 /* ABFT on logits = scale Q K^T; q [B*T, H*hd], k [B*T, KV*hd], logits [B,H,T,T]. Returns the number of
  * (b, h) heads whose checksum failed. */
+static int abft_logits_check_x(const void* logits, int lh, const float* q, const float* k, int B, int T, int H, int KV, int hd,
+                               int width) {
+    AttHeads c = att_heads(NULL, q, k, B, T, H, KV, hd, ATT_TOL_REL(width), 1.0 / sqrt((double)hd));
+    c.tt = logits; c.th = lh;
+    return att_heads_failed(&c, H, abft_logits_head);
+}
 static int abft_logits_check(const float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd,
                              int width) {
-    AttHeads c = att_heads(logits, q, k, B, T, H, KV, hd, ATT_TOL_REL(width), 1.0 / sqrt((double)hd));
-    return att_heads_failed(&c, H, abft_logits_head);
+    return abft_logits_check_x(logits, 0, q, k, B, T, H, KV, hd, width);
 }
 
 /* column sums of head h of out = m against probs = x, v = y */
 static int abft_av_head(const AttHeads* c, int b, int h) {
     const int T = c->T, hd = c->hd;
     double* acc = (double*)calloc((size_t)hd * 3, sizeof(double));   /* ref, bound, column sum of out */
-    const float* P = att_head(c, c->x, b, h);
+    float* tmp;
+    const float* P = att_head_in(c, b, h, &tmp);
     for (int s = 0; s < T; s++) {
         double cs = 0, ca = 0;
         for (int t = s; t < T; t++) { cs += P[(size_t)t * T + s]; ca += fabs(P[(size_t)t * T + s]); }
@@ -165,15 +198,20 @@ static int abft_av_head(const AttHeads* c, int b, int h) {
     int fail = 0;
     for (int i = 0; i < hd; i++)
         if (!(fabs(acc[2 * hd + i] - acc[i]) <= c->rel * acc[hd + i] + 1e-30)) fail = 1;
-    free(acc);
+    free(acc); free(tmp);
     return fail;
 }
 
-/* ABFT on out = P V; probs [B,H,T,T], v [B*T, KV*hd], out [B*T, H*hd]. Returns failed heads. */
+/* ABFT on out = P V; probs [B,H,T,T] (stored as ph says), v [B*T, KV*hd], out [B*T, H*hd]. Returns failed heads. */
+static int abft_av_check_x(const float* out, const void* probs, int ph, const float* v, int B, int T, int H, int KV, int hd,
+                           int width) {
+    AttHeads c = att_heads(out, NULL, v, B, T, H, KV, hd, ATT_TOL_REL(width), 1.0);
+    c.tt = probs; c.th = ph;
+    return att_heads_failed(&c, H, abft_av_head);
+}
 static int abft_av_check(const float* out, const float* probs, const float* v, int B, int T, int H, int KV, int hd,
                          int width) {
-    AttHeads c = att_heads(out, probs, v, B, T, H, KV, hd, ATT_TOL_REL(width), 1.0);
-    return att_heads_failed(&c, H, abft_av_head);
+    return abft_av_check_x(out, probs, 0, v, B, T, H, KV, hd, width);
 }
 
 /* row checksums of head h of M = m against A = x and the prefix sums of Bm = y */
@@ -181,7 +219,8 @@ static int att_prefix_row_head(const AttHeads* c, int b, int h) {
     const int T = c->T, hd = c->hd;
     double* pre = (double*)calloc((size_t)hd, sizeof(double));
     double npre = 0;
-    const float* Mh = att_head(c, c->m, b, h);
+    float* tmp;
+    const float* Mh = att_head_in(c, b, h, &tmp);
     int fail = 0;
     for (int t = 0; t < T; t++) {
         const float* bt = att_row(c, c->y, c->KV, b, t, h / c->g);
@@ -192,58 +231,69 @@ static int att_prefix_row_head(const AttHeads* c, int b, int h) {
         double tol = c->rel * c->scale * att_norm(at, hd) * npre + 1e-30;
         if (!(fabs(row - c->scale * ref) <= tol)) fail = 1;
     }
-    free(pre);
+    free(pre); free(tmp);
     return fail;
 }
 
 /* row checksums of a causal product M = scale * A Bm^T (A [B*T, H*hd] per query head, Bm [B*T, KV*hd] per kv head,
  * M [B,H,T,T]): sum_{s<=t} M[t,s] == scale * a_t . (sum_{s<=t} b_s), within rel * scale * |a_t| sum_{s<=t} |b_s|
  * (Cauchy-Schwarz). The logits' check (A = Q, Bm = K) and the dprobs' (A = dO, Bm = V, scale 1). Returns failed heads. */
-static int att_prefix_rowcheck(const float* M, const float* A, const float* Bm, int B, int T, int H, int KV, int hd, double scale,
+static int att_prefix_rowcheck(const void* M, int mh, const float* A, const float* Bm, int B, int T, int H, int KV, int hd, double scale,
                                int width) {
-    AttHeads c = att_heads(M, A, Bm, B, T, H, KV, hd, ATT_TOL_REL(width), scale);
+    AttHeads c = att_heads(NULL, A, Bm, B, T, H, KV, hd, ATT_TOL_REL(width), scale);
+    c.tt = M; c.th = mh;
     return att_heads_failed(&c, H, att_prefix_row_head);
 }
 
-/* ours: logits row checksums against prefix sums of K. Returns failed heads. */
+/* ours: logits row checksums against prefix sums of K (logits stored as lh says). Returns failed heads. */
+static int att_logits_rowcheck_x(const void* logits, int lh, const float* q, const float* k, int B, int T, int H, int KV, int hd,
+                                 int width) {
+    return att_prefix_rowcheck(logits, lh, q, k, B, T, H, KV, hd, 1.0 / sqrt((double)hd), width);
+}
 static int att_logits_rowcheck(const float* logits, const float* q, const float* k, int B, int T, int H, int KV, int hd,
                                int width) {
-    return att_prefix_rowcheck(logits, q, k, B, T, H, KV, hd, 1.0 / sqrt((double)hd), width);
+    return att_logits_rowcheck_x(logits, 0, q, k, B, T, H, KV, hd, width);
 }
 
-/* ours: every causal probability row sums to one. Returns failed heads. */
-static int att_probs_rowcheck(const float* probs, int B, int H, int T, int width) {
+/* ours: every causal probability row sums to one (probs stored as ph says). Returns failed heads. */
+static int att_probs_rowcheck_x(const void* probs, int ph, int B, int H, int T, int width) {
     int bad = 0;
     double tol = ATT_TOL_ROWSUM(width, T);
+    AttHeads c = att_heads(NULL, NULL, NULL, B, T, H, H, 1, 0.0, 1.0);
+    c.tt = probs; c.th = ph;
 #pragma omp parallel for schedule(static) reduction(+:bad)
     for (long long bh = 0; bh < (long long)B * H; bh++) {
-        const float* P = probs + (size_t)bh * T * T;
+        float* tmp;
+        const float* P = att_head_in(&c, (int)(bh / H), (int)(bh % H), &tmp);
         int fail = 0;
         for (int t = 0; t < T; t++) {
             double s = att_sum(P + (size_t)t * T, t + 1);
             if (!(fabs(s - 1.0) <= tol)) fail = 1;
         }
+        free(tmp);
         bad += fail;
     }
     return bad;
 }
+static int att_probs_rowcheck(const float* probs, int B, int H, int T, int width) { return att_probs_rowcheck_x(probs, 0, B, H, T, width); }
 
 /* the statistics the forward checks read, summed over every causal row (b, h, t): out[0] the logits checksum's
  * bounds rel * scale * |q_t| sum_{s<=t} |k_s|, out[1] |scale * q_t . sum_{s<=t} k_s| (the references), out[2]
  * |sum_{s<=t} logits[t,s]|, out[3] sum_{s<=t} probs[t,s]. Test-only (the trainers' TSDC_CHECK_DUMP): a prefix or a
  * row sum off by one entry moves them by about 1/T, far more than the two trainers' bf16 differences. */
-static void att_fwd_stats(const float* logits, const float* probs, const float* q, const float* k, int B, int T, int H, int KV,
+static void att_fwd_stats(const void* logits, const void* probs, int th, const float* q, const float* k, int B, int T, int H, int KV,
                           int hd, int width, double out[4]) {
     const double scale = 1.0 / sqrt((double)hd), rel = ATT_TOL_REL(width);
-    AttHeads c = att_heads(logits, q, k, B, T, H, KV, hd, rel, scale);
+    AttHeads c = att_heads(NULL, q, k, B, T, H, KV, hd, rel, scale);
     double* pre = (double*)mallocCheck(sizeof(double) * (size_t)hd);
     out[0] = out[1] = out[2] = out[3] = 0;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             double npre = 0;
             for (int i = 0; i < hd; i++) pre[i] = 0;
-            const float* Z = att_head(&c, logits, b, h);
-            const float* P = att_head(&c, probs, b, h);
+            float *zt, *pt;
+            const float* Z = att_head_as(&c, logits, th, b, h, &zt);
+            const float* P = att_head_as(&c, probs, th, b, h, &pt);
             for (int t = 0; t < T; t++) {
                 const float* kt = att_row(&c, k, KV, b, t, h / c.g);
                 for (int i = 0; i < hd; i++) pre[i] += kt[i];
@@ -257,22 +307,28 @@ static void att_fwd_stats(const float* logits, const float* probs, const float* 
                 out[2] += fabs(zr);
                 out[3] += pr;
             }
+            free(zt); free(pt);
         }
     free(pre);
 }
 
 /* ours, backward: dprobs = dO V^T row checksums against prefix sums of V. dprobs [B,H,T,T], dout [B*T, H*hd]
  * (att_out's gradient), v [B*T, KV*hd]. Returns failed heads. */
+static int att_dprobs_rowcheck_x(const void* dprobs, int dh, const float* dout, const float* v, int B, int T, int H, int KV, int hd,
+                                 int width) {
+    return att_prefix_rowcheck(dprobs, dh, dout, v, B, T, H, KV, hd, 1.0, width);
+}
 static int att_dprobs_rowcheck(const float* dprobs, const float* dout, const float* v, int B, int T, int H, int KV, int hd,
                                int width) {
-    return att_prefix_rowcheck(dprobs, dout, v, B, T, H, KV, hd, 1.0, width);
+    return att_dprobs_rowcheck_x(dprobs, 0, dout, v, B, T, H, KV, hd, width);
 }
 
 /* rows of head h of dlogits = m summing to zero; the bound from dout = x, v = y */
 static int att_dlogits_head(const AttHeads* c, int b, int h) {
     const int T = c->T, hd = c->hd;
     double vmax = 0;
-    const float* D = att_head(c, c->m, b, h);
+    float* tmp;
+    const float* D = att_head_in(c, b, h, &tmp);
     int fail = 0;
     for (int t = 0; t < T; t++) {
         double vn = att_norm(att_row(c, c->y, c->KV, b, t, h / c->g), hd);
@@ -281,15 +337,21 @@ static int att_dlogits_head(const AttHeads* c, int b, int h) {
         double tol = 2.0 * c->rel * 2.0 * att_norm(att_row(c, c->x, c->H, b, t, h), hd) * vmax + 1e-30;
         if (!(fabs(row) <= tol)) fail = 1;
     }
+    free(tmp);
     return fail;
 }
 
 /* ours, backward: every causal row of dlogits (the softmax backward's output) sums to zero. dlogits [B,H,T,T];
  * dout and v as above, for the bound. Returns failed heads. */
+static int att_dlogits_rowcheck_x(const void* dlogits, int dh, const float* dout, const float* v, int B, int T, int H, int KV, int hd,
+                                  int width) {
+    AttHeads c = att_heads(NULL, dout, v, B, T, H, KV, hd, ATT_TOL_REL(width), 1.0);
+    c.tt = dlogits; c.th = dh;
+    return att_heads_failed(&c, H, att_dlogits_head);
+}
 static int att_dlogits_rowcheck(const float* dlogits, const float* dout, const float* v, int B, int T, int H, int KV, int hd,
                                 int width) {
-    AttHeads c = att_heads(dlogits, dout, v, B, T, H, KV, hd, ATT_TOL_REL(width), 1.0);
-    return att_heads_failed(&c, H, att_dlogits_head);
+    return att_dlogits_rowcheck_x(dlogits, 0, dout, v, B, T, H, KV, hd, width);
 }
 
 /* column sums of kv head kh of dv = m against those of dout = x over kh's query heads */
