@@ -7,7 +7,7 @@
 #                        [--train FILE --val FILE]
 #
 #   tiny    tiny-llama and tiny-qwen3 on the CPU (tinyshakespeare, 8192-token BPE), 2 runs at a time with
-#           one thread each; writes REPORT.md and docs/report/*.png (the committed report). About 1.6 hours
+#           one thread each; writes REPORT.md and docs/report/*.png (the committed report). About an hour
 #           on 2 cores.
 #   paper   the paper's settings: llama3.2-1b and qwen3-0.6b with ./train_sdc_cu on 6 GPU ranks (mpirun),
 #           checkpoint 1221, end 2035, m = 10 / 1,000 / 100,000; needs --train/--val token shards of the
