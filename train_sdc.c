@@ -167,6 +167,9 @@ typedef struct {
 /* field f of the layer activations a, the forward tensor of site, as stored: its float array, or its bf16 bits where
  * model->h16[site] */
 #define ACT_T(a, f, site) (model->h16[site] ? (void*)(a)->f##_h : (void*)(a)->f)
+/* field f (logits, probs; dlog of the model) of the materialised attention's [B,H,T,T] tensors, as stored: the float
+ * array, or its bf16 bits where model->att16 */
+#define ATT_TT(a, f) (model->att16 ? (void*)(a)->f##_h : (void*)(a)->f)
 /* the Q (is_k 0) or K (1) that attention consumes at layer a, as stored (*h): after RoPE, or nanochat's norm after it */
 static const void* att_qk(const Model* model, const LayerActs* a, int is_k, int* h) {
     if (model->c.qk_norm == QKNORM_PLAIN_POST_ROPE) {
@@ -544,9 +547,7 @@ static void qk_bwd_recompute_check(Model* model, int l, int B, int T, const void
                                    const void* dq_used, const void* dk_used, int dqkh, float* sq, float* sk) {
     const Config* c = &model->c;
     int N = B * T, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, qd = H * hd, kd = KV * hd;
-    const int th = model->att16;   /* the stored dlogits */
-    attention_logits_backward_x(sq, sk, 0, th ? (const void*)model->dlog_h : (const void*)model->dlog, th, qc, qch, kc, kch, B, T, H, KV, hd,
-                                model->precision);
+    attention_logits_backward_x(sq, sk, 0, ATT_TT(model, dlog), model->att16, qc, qch, kc, kch, B, T, H, KV, hd, model->precision);
     /* datt (N qd >= N kd) is free once attention_av_backward has read it: the spare of both */
     int bad = recompute_differs_x(model, dq_used, dqkh, qk_bwd_path(model, l, B, T, H, 0, sq, model->datt), (size_t)N * qd, 0) ||
               recompute_differs_x(model, dk_used, dqkh, qk_bwd_path(model, l, B, T, KV, 1, sk, model->datt), (size_t)N * kd, 0);
@@ -769,7 +770,7 @@ static float model_forward(Model* model, int B, int T, const int* targets) {
             model_att_buffers(model, model_materialised_reason(model));
             size_t natt = (size_t)B * H * T * T;
             const int th = model->att16;   /* the [B,H,T,T] tensors as stored */
-            void *lg = th ? (void*)a->logits_h : (void*)a->logits, *pr = th ? (void*)a->probs_h : (void*)a->probs;
+            void *lg = ATT_TT(a, logits), *pr = ATT_TT(a, probs);
             attention_logits_forward_x(lg, th, qc, qch, kc, kch, B, T, H, KV, hd, prec);   STORE_RND_X(SITE_ATT_LOGITS, l, lg, th, natt);
             int width = model->precision ? 16 : 32;
             float *qt = NULL, *kt = NULL;   /* the checks read q and k as fp32 (copies where they are stored as bf16 bits) */
@@ -996,7 +997,7 @@ static void model_backward(Model* model, int B, int T, const int* targets, float
             FAULT_BWD_X(SITE_V_PROJ, l, dv, vh, (size_t)N * kd);
         } else {
             const int th = model->att16;   /* the [B,H,T,T] tensors as stored */
-            void *dl = th ? (void*)model->dlog_h : (void*)model->dlog, *pr = th ? (void*)a->probs_h : (void*)a->probs;
+            void *dl = ATT_TT(model, dlog), *pr = ATT_TT(a, probs);
             attention_av_backward_x(dl, th, dv, vh, datt, aoh, pr, th, v, vh, B, T, H, KV, hd, prec);
             FAULT_BWD_X(SITE_ATT_PROBS, l, dl, th, natt);
             FAULT_BWD_X(SITE_V_PROJ, l, dv, vh, (size_t)N * kd);
@@ -1287,7 +1288,7 @@ static void model_materialise_attention(Model* model, int l) {
     const void *qc = att_qk(model, a, 0, &qch), *kc = att_qk(model, a, 1, &kch);
     model_att_buffers(model, "the propagation trace (-trace_out)");
     const int th = model->att16;
-    void *lg = th ? (void*)a->logits_h : (void*)a->logits, *pr = th ? (void*)a->probs_h : (void*)a->probs;
+    void *lg = ATT_TT(a, logits), *pr = ATT_TT(a, probs);
     attention_logits_forward_x(lg, th, qc, qch, kc, kch, model->last_B, model->last_T, c->n_head, c->n_kv_head, c->head_dim, model->precision);
     attention_softmax_forward_x(pr, th, lg, th, model->last_B, c->n_head, model->last_T, model->precision);
 }

@@ -54,7 +54,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
+
+#include "../cpu/bf16.h"
 
 /* the kinds of in-pass checks a trainer counts (model_check_alarms): the forward's Q/K recomputation, ABFT and
  * attention checks, the backward's Q/K recomputation (-protect qk_bwd) and attention checks (-protect att_bwd),
@@ -122,11 +123,7 @@ static inline const float* att_head_as(const AttHeads* c, const void* x, int h16
     const uint16_t* src = (const uint16_t*)x + ((size_t)b * c->H + h) * T * T;
     float* w = (float*)malloc(sizeof(float) * T * T);
     if (!w) { fprintf(stderr, "error: out of memory for an attention check's head\n"); exit(1); }
-    for (size_t t = 0; t < T; t++)
-        for (size_t s = 0; s <= t; s++) {   /* exact: the bits are the top half of the float's */
-            uint32_t u = (uint32_t)src[t * T + s] << 16;
-            memcpy(w + t * T + s, &u, sizeof(u));
-        }
+    for (size_t t = 0; t < T; t++) bf16_unpack_span(w + t * T, src + t * T, (int)t + 1);
     *tmp = w;
     return w;
 }
