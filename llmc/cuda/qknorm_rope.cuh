@@ -129,11 +129,8 @@ __global__ static void qknorm_rope_forward_kernel(QknrT t0, QknrT t1, QknrT t2, 
             }
     }
     mmb_tail_run(mt, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);   /* a riding bound check (v) */
-    bool first = true;
-    fp_block_reduce_next(f0, t0.fp, t0.rows > 0, &first);
-    fp_block_reduce_next(f1, t1.fp, t1.rows > 0, &first);
-    fp_block_reduce_next(f2, t2.fp, t2.rows > 0, &first);
-    fp_block_reduce_next(f3, t3.fp, t3.rows > 0, &first);
+    unsigned long long *a0 = t0.rows ? t0.fp : NULL, *a1 = t1.rows ? t1.fp : NULL, *a2 = t2.rows ? t2.fp : NULL, *a3 = t3.rows ? t3.fp : NULL;
+    if (a0 || a1 || a2 || a3) fp_block_reduce4(f0, f1, f2, f3, a0, a1, a2, a3);   /* the same for the whole block */
 }
 
 /* the backward of one row's lane group, fingerprint-only: gv the lane's 8 values (dimensions gl*8 ..) of the gradient of
@@ -251,11 +248,7 @@ __global__ static void rope_qknorm_backward_kernel(QknrT t0, QknrT t1, bf16* dx0
         qknr_backward_group_fp(gv, tt.x + xo, tt.w + gl * 8, R.valid ? tt.ms_in[R.row] : 0.0f, R.valid, gl, L, C, R.t, eps, cos_t, sin_t, style,
                                (uint64_t)ro, FP ? (R.second ? &f1 : &f0) : nullptr, R.valid && dxb ? dxb + xo : nullptr);
     }
-    if (FP) {
-        bool first = true;
-        fp_block_reduce_next(f0, t0.fp, true, &first);
-        fp_block_reduce_next(f1, t1.fp, t1.rows > 0, &first);
-    }
+    if (FP) fp_block_reduce2(f0, f1, t0.fp, t1.rows ? t1.fp : NULL);
 }
 
 static const QknrT QKNR_NONE = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 1, NULL};   /* no second tensor */

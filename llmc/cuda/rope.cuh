@@ -114,7 +114,7 @@ __global__ static void rope_kernel(RopeT t0, RopeT t1, RopeT t2, RopeT t3, const
                                    int style, bool inverse, MmbTail mt, AttbFused ab) {
     /* AB: -protect att_bwd's fused checks ride on the launch: its last ab.blocks blocks run them (attcheck.cuh), the
      * others the pairs over their own grid. That instance carries the checks' registers and shared memory (ptxas, sm_90:
-     * 80 registers and 39 KB against 36-54 and none), so its pair blocks run at most 3 a SM: the cost model does not
+     * 80 registers and 39-41 KB against 32-56 and at most 2 KB), so its pair blocks run at most 3 a SM: the cost model does not
      * charge it (an element-wise pass reaches most of the bandwidth there), a GPU measures it */
     const unsigned gr = gridDim.x - (AB ? ab.blocks : 0u);
     if (AB && blockIdx.x >= gr) {
@@ -130,13 +130,8 @@ __global__ static void rope_kernel(RopeT t0, RopeT t1, RopeT t2, RopeT t3, const
         else rope_pair<I, FP>(t3, idx - n2, cos_t, sin_t, T, hd, style, inverse, &f3);
     }
     mmb_tail_run(mt, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gr * blockDim.x);
-    if (FP) {
-        bool first = true;
-        fp_block_reduce_next(f0, t0.fp, t0.npairs > 0, &first);
-        fp_block_reduce_next(f1, t1.fp, t1.npairs > 0, &first);
-        fp_block_reduce_next(f2, t2.fp, t2.npairs > 0, &first);
-        fp_block_reduce_next(f3, t3.fp, t3.npairs > 0, &first);
-    }
+    if (FP)
+        fp_block_reduce4(f0, f1, f2, f3, t0.npairs ? t0.fp : NULL, t1.npairs ? t1.fp : NULL, t2.npairs ? t2.fp : NULL, t3.npairs ? t3.fp : NULL);
 }
 
 /* the cos and sin tables' bytes, read once by a launch */

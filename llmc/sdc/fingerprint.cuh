@@ -26,32 +26,58 @@
 #define FP_MAX_GRID 1024
 #define FP_WORDS 2   /* an accumulator: raw, idx */
 
-/* the block's XOR of f, added (XOR) into acc[0], acc[1]; every thread of the block calls it */
-__device__ __forceinline__ void fp_block_reduce(Fingerprint f, unsigned long long* acc) {
-    for (int off = 16; off > 0; off >>= 1) {
-        f.raw ^= __shfl_xor_sync(0xffffffffu, f.raw, off);
-        f.idx ^= __shfl_xor_sync(0xffffffffu, f.idx, off);
-    }
-    __shared__ unsigned long long fp_sr[32], fp_si[32];
+/* The block's XOR of NF fingerprints (NF = 1, 2 or 4), each added (XOR) into its accumulator acc[j] (acc[j] NULL: not
+ * kept); every thread of the block calls it, the block a whole number of warps, acc the same for the whole block.
+ * A warp's 2 NF words are reduced as a reduce-scatter butterfly: at each of the first log2(2 NF) levels a lane
+ * exchanges half of the words it still holds with the partner lane (__shfl_xor_sync, distance 16, 8, ..) and keeps the
+ * XOR of the other half; then the one word left is reduced over the remaining distances. Lane L ends holding word
+ * (L >> (5 - log2(2 NF))) of the warp's XOR: 2 NF - 1 + 5 - log2(2 NF) shuffles (9 for four fingerprints) where a
+ * butterfly a word takes 10 NF (40). Each word's lane group leader puts it in shared memory, one barrier, and thread j
+ * XORs word j over the warps into its accumulator (one atomicXor a word). XOR in any order: the accumulators' bits are
+ * those of any other reduction of the same elements. */
+template <int NF>
+__device__ __forceinline__ void fp_block_reduce_n(const Fingerprint* f, unsigned long long* const* acc) {
+    static_assert(NF == 1 || NF == 2 || NF == 4, "fp_block_reduce_n: 1, 2 or 4 fingerprints");
+    constexpr int W = 2 * NF, LS = NF == 1 ? 1 : NF == 2 ? 2 : 3;   /* words a lane holds; log2(W) */
+    unsigned long long w[W];
+#pragma unroll
+    for (int j = 0; j < NF; j++) { w[2 * j] = f[j].raw; w[2 * j + 1] = f[j].idx; }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) { fp_sr[warp] = f.raw; fp_si[warp] = f.idx; }
+#pragma unroll
+    for (int k = 0; k < LS; k++) {   /* keep the lower half (the lane's bit 4 - k clear) or the upper, send the other */
+        const int off = 16 >> k, half = W >> (k + 1);
+        const bool up = (lane & off) != 0;
+#pragma unroll
+        for (int j = 0; j < half; j++) {
+            const unsigned long long r = __shfl_xor_sync(0xffffffffu, up ? w[j] : w[j + half], off);
+            w[j] = (up ? w[j + half] : w[j]) ^ r;
+        }
+    }
+#pragma unroll
+    for (int off = 16 >> LS; off > 0; off >>= 1) w[0] ^= __shfl_xor_sync(0xffffffffu, w[0], off);
+    __shared__ unsigned long long fp_s[W][32];
+    if ((lane & ((32 >> LS) - 1)) == 0) fp_s[lane >> (5 - LS)][warp] = w[0];
     __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned long long r = 0, x = 0;
-        for (int w = 0; w < (int)((blockDim.x + 31) / 32); w++) { r ^= fp_sr[w]; x ^= fp_si[w]; }
-        atomicXor(acc, r);
-        atomicXor(acc + 1, x);
+    if (threadIdx.x < W && acc[threadIdx.x >> 1]) {
+        unsigned long long r = 0;
+        for (int q = 0; q < (int)((blockDim.x + 31) / 32); q++) r ^= fp_s[threadIdx.x][q];
+        atomicXor(acc[threadIdx.x >> 1] + (threadIdx.x & 1), r);
     }
 }
-
-/* fp_block_reduce for one of several accumulators a kernel reduces in turn: nothing when acc is NULL or the tensor is
- * empty (used false), else a barrier first unless this is the first reduction (its shared arrays are read again);
- * used and acc the same for the whole block */
-__device__ __forceinline__ void fp_block_reduce_next(const Fingerprint& f, unsigned long long* acc, bool used, bool* first) {
-    if (!used || !acc) return;
-    if (!*first) __syncthreads();
-    fp_block_reduce(f, acc);
-    *first = false;
+/* one fingerprint: the block's XOR of f, added (XOR) into acc[0], acc[1] */
+__device__ __forceinline__ void fp_block_reduce(Fingerprint f, unsigned long long* acc) { fp_block_reduce_n<1>(&f, &acc); }
+/* four (a tensor that is empty or not kept: its acc NULL) */
+__device__ __forceinline__ void fp_block_reduce4(const Fingerprint& f0, const Fingerprint& f1, const Fingerprint& f2, const Fingerprint& f3,
+                                                 unsigned long long* a0, unsigned long long* a1, unsigned long long* a2, unsigned long long* a3) {
+    const Fingerprint f[4] = {f0, f1, f2, f3};
+    unsigned long long* const acc[4] = {a0, a1, a2, a3};
+    fp_block_reduce_n<4>(f, acc);
+}
+/* two */
+__device__ __forceinline__ void fp_block_reduce2(const Fingerprint& f0, const Fingerprint& f1, unsigned long long* a0, unsigned long long* a1) {
+    const Fingerprint f[2] = {f0, f1};
+    unsigned long long* const acc[2] = {a0, a1};
+    fp_block_reduce_n<2>(f, acc);
 }
 
 /* an accumulator's value on the host (synchronises the stream) */
