@@ -216,14 +216,14 @@ clean:
 
 # ---------------------------------------------------------------------------------------------------
 # cuBLASLt emulation (dev/cuda_emu): its unit tests, with the host compiler only (no CUDA
-# toolkit). test-cublaslt runs them with 2 threads, 1 thread, and SSE2 forced: the bits must not change.
+# toolkit). test-cublaslt runs them with 2 threads, 1 thread, AVX2 and SSE2 forced: the bits must not change.
 EMU_CXX ?= g++
 EMU_CXXFLAGS ?= -std=c++17 -O2 -fopenmp -Wall -Idev/cuda_emu/include
 build/emu/test_cublaslt: dev/cuda_emu/test_cublaslt.cpp dev/cuda_emu/cublaslt_emu.cpp dev/cuda_emu/include/cublasLt.h dev/cuda_emu/include/library_types.h dev/cuda_emu/include/cuda_emu_cublaslt_stats.h
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -o $@ dev/cuda_emu/test_cublaslt.cpp dev/cuda_emu/cublaslt_emu.cpp
 test-cublaslt: build/emu/test_cublaslt
-	@for env in "OMP_NUM_THREADS=2" "OMP_NUM_THREADS=1" "OMP_NUM_THREADS=2 CUBLASLT_EMU_SIMD=sse"; do \
+	@for env in "OMP_NUM_THREADS=2" "OMP_NUM_THREADS=1" "OMP_NUM_THREADS=2 CUBLASLT_EMU_SIMD=avx2" "OMP_NUM_THREADS=2 CUBLASLT_EMU_SIMD=sse"; do \
 	  env $$env ./build/emu/test_cublaslt > build/emu/test_cublaslt.log 2>&1 || { cat build/emu/test_cublaslt.log; echo "FAILED with $$env"; exit 1; }; \
 	  echo "$$env: $$(tail -n 1 build/emu/test_cublaslt.log)"; done
 .PHONY: test-cublaslt

@@ -7,11 +7,12 @@
  * micro-kernel (MR x NR accumulators, MR = 2 SIMD vectors) adds a(i,p) * b(p,j) for p in order.
  * Between k blocks the accumulators go through an fp32 tile buffer, which does not change their
  * values. So every output element has one fp32 accumulator summed in k order, whatever the tile sizes,
- * the thread count or the SIMD width (AVX2 or SSE2, chosen at run time; CUBLASLT_EMU_SIMD=sse forces
- * SSE2): products and sums are rounded separately (fp-contract off, no FMA), so all give the same bits.
- * Measured on 2 cores (AMD EPYC, AVX2), `test_cublaslt --bench`: the logits GEMM of a [64 x 2048] x
- * [2048 x 128256] bf16 linear layer 33 GFLOP/s (1.0 s), its dx GEMM 32 GFLOP/s, its dW GEMM (k = 64,
- * fp32 out) 17 GFLOP/s; SSE2 forced: about 0.6x of that.
+ * the thread count or the SIMD width (AVX-512F, AVX2 or SSE2, chosen at run time; CUBLASLT_EMU_SIMD=avx2 or sse
+ * caps it): products and sums are rounded separately (fp-contract off, no FMA), so all give the same bits.
+ * Measured at one thread (AMD EPYC, Zen 5, 2026-12-08), `OMP_NUM_THREADS=1 test_cublaslt --bench`: the logits
+ * GEMM of a [64 x 2048] x [2048 x 128256] bf16 linear layer 70-74 GFLOP/s with AVX-512 (46 with AVX2 forced), its
+ * dx GEMM 40 (36), its dW GEMM (k = 64, fp32 out) 15-21 (17-21: its packing, not the micro-kernel, bounds it);
+ * SSE2 forced: about 0.6x of AVX2.
  * EMU_COST_ONLY=1 (emu_runtime.cpp's cost-only mode): cublasLtMatmul checks and counts a call as always
  * but computes nothing and leaves the workspace untouched. */
 #pragma GCC optimize("fp-contract=off")
@@ -405,6 +406,7 @@ static void packB(float* dst, const T* b, int64_t ld, int trans, int64_t n, int6
 template <int VL> struct Vec;
 template <> struct Vec<4> { typedef float v __attribute__((vector_size(16))); };
 template <> struct Vec<8> { typedef float v __attribute__((vector_size(32))); };
+template <> struct Vec<16> { typedef float v __attribute__((vector_size(64))); };
 
 /* acc[c * MR + r] (+)= sum over p of a[p * MR + r] * b[p * NR + c], p in order, one accumulator each */
 template <int VL>
@@ -503,15 +505,25 @@ __attribute__((target("avx2"))) static void tile_avx2_f32(const Problem& P, int6
                                                           const Buffers& b) {
     tile<8, float>(P, bt, i0, j0, b);
 }
+__attribute__((target("avx512f"))) static void tile_avx512_bf16(const Problem& P, int64_t bt, int64_t i0, int64_t j0,
+                                                                const Buffers& b) {
+    tile<16, uint16_t>(P, bt, i0, j0, b);
+}
+__attribute__((target("avx512f"))) static void tile_avx512_f32(const Problem& P, int64_t bt, int64_t i0, int64_t j0,
+                                                               const Buffers& b) {
+    tile<16, float>(P, bt, i0, j0, b);
+}
 #endif
 
-/* SIMD width: 8 (AVX2) when the CPU has it, unless CUBLASLT_EMU_SIMD=sse */
+/* SIMD width: 16 (AVX-512F) or 8 (AVX2) where the CPU has it, 4 (SSE2) else; CUBLASLT_EMU_SIMD=sse or avx2 caps it */
 static int simd_width() {
     static const int vl = [] { /* thread-safe initialisation */
         int w = 4;
 #ifdef EMU_HAVE_AVX2
         const char* e = getenv("CUBLASLT_EMU_SIMD");
-        if (!(e && strcmp(e, "sse") == 0) && __builtin_cpu_supports("avx2")) w = 8;
+        const bool sse = e && strcmp(e, "sse") == 0, avx2 = e && strcmp(e, "avx2") == 0;
+        if (!sse && __builtin_cpu_supports("avx2")) w = 8;
+        if (!sse && !avx2 && __builtin_cpu_supports("avx512f")) w = 16;
 #endif
         return w;
     }();
@@ -524,6 +536,7 @@ static void run_gemm(const Problem& P) {
     TileFn fn = P.A.bf16 ? tile_sse_bf16 : tile_sse_f32;
 #ifdef EMU_HAVE_AVX2
     if (vl == 8) fn = P.A.bf16 ? tile_avx2_bf16 : tile_avx2_f32;
+    if (vl == 16) fn = P.A.bf16 ? tile_avx512_bf16 : tile_avx512_f32;
 #endif
     const int64_t MR = 2 * vl;
     const int64_t ntm = (P.m + MC - 1) / MC, ntn = (P.n + NC - 1) / NC, ntiles = P.batch * ntm * ntn;

@@ -17,8 +17,8 @@
  * losses, lse [N] fp32; targets [N] int32.
  * Parallelism and order: one block (CE_BLOCK threads) per row. Thread t owns the 8-element packs
  * t, t + CE_BLOCK, ... (16-byte loads when V % 8 == 0 and the pointers are aligned; the same
- * elements and order otherwise); its exps are summed in that order in fp32, then block_reduce_sum
- * (a fixed tree). The max is exact in any order. No atomics.
+ * elements and order otherwise); its exps are summed in that order in fp32, then over the block in
+ * block_reduce_sum's fixed tree (ce_row_sum). The max is exact in any order. No atomics.
  * CPU reference: softcap_forward, crossentropy_forward, crossentropy_softcap_backward in
  * llmc/cpu/cpu_kernels.h (there the sum of exps is accumulated in double).
  * Accounting (ew_account, COST_CLASSIFIER): nominal FLOPs a logit (expf as 1) 4 forward, 5 backward, 9 fused; the
@@ -45,23 +45,41 @@ static void softcap_forward(bf16* logits, size_t n, float cap, cudaStream_t stre
     ew_map1(logits, logits, n, op, stream);
 }
 
-/* max over the block, every thread gets it (exact: the order does not matter) */
-__device__ __forceinline__ float ce_block_max(float v) {
-    __shared__ float partial[32];
+/* A row's max and sum over the block, every thread getting each, for kernels that reduce one row at a time (a block a
+ * row, or rows in turn): ce_row_max (exact in any order), then ce_row_sum (block_reduce_sum's tree: each warp's
+ * butterfly, then the warp sums in warp order through warp 0: the same bits). Three barriers a row, none before a
+ * write: each shared array is rewritten only after a barrier that every reader of its last value has passed (the
+ * maxima are read before the sum's first barrier, the warp sums before its second, the total before the next row's
+ * max barrier), so the rows of a block need no barrier between them. */
+struct CeRowShared { float pmax[32], psum[32], total; };
+__device__ __forceinline__ float ce_row_max(CeRowShared& sh, float v) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     v = warp_reduce_max(v);
+    if (lane == 0) sh.pmax[warp] = v;
     __syncthreads();
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    float m = partial[0];
-    for (int w = 1; w < nwarps; w++) m = fmaxf(m, partial[w]);
+    float m = sh.pmax[0];
+    for (int w = 1; w < nwarps; w++) m = fmaxf(m, sh.pmax[w]);
     return m;
+}
+__device__ __forceinline__ float ce_row_sum(CeRowShared& sh, float v) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_reduce_sum(v);
+    if (lane == 0) sh.psum[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float t = lane < nwarps ? sh.psum[lane] : 0.0f;
+        t = warp_reduce_sum(t);
+        if (lane == 0) sh.total = t;
+    }
+    __syncthreads();
+    return sh.total;
 }
 
 __global__ static void crossentropy_forward_kernel(float* losses, float* lse, const bf16* logits, const int* targets,
                                                    int V, bool vec) {
     const int row = blockIdx.x;
     const bf16* z = logits + (size_t)row * V;
+    __shared__ CeRowShared sh;
     float mx = -INFINITY;
     for (int c0 = threadIdx.x * 8; c0 < V; c0 += CE_BLOCK * 8) {
         float f[8];
@@ -69,7 +87,7 @@ __global__ static void crossentropy_forward_kernel(float* losses, float* lse, co
 #pragma unroll
         for (int j = 0; j < 8; j++) mx = fmaxf(mx, f[j]);
     }
-    mx = ce_block_max(mx);
+    mx = ce_row_max(sh, mx);
     float acc = 0.0f;
     for (int c0 = threadIdx.x * 8; c0 < V; c0 += CE_BLOCK * 8) {
         const int cnt = min(8, V - c0);
@@ -79,7 +97,7 @@ __global__ static void crossentropy_forward_kernel(float* losses, float* lse, co
         for (int j = 0; j < 8; j++)
             if (j < cnt) acc += expf(f[j] - mx);
     }
-    const float s = block_reduce_sum(acc);
+    const float s = ce_row_sum(sh, acc);
     if (threadIdx.x == 0) {
         const float l = (float)(log((double)s) + (double)mx);
         lse[row] = l;
@@ -154,7 +172,7 @@ static void crossentropy_softcap_backward(bf16* dlogits, const bf16* logits, con
  * Math per row (zc = the logits as stored, capped or not):
  *   per thread, over its packs in order: pm = max of the pack; if pm > m: s = s * expf(m - pm), m = pm;
  *   then s += expf(zc_i - m) for each element of the pack in order (m starts at -inf, s at 0);
- *   M = max_t m_t (exact); S = block_reduce_sum(s_t * expf(m_t - M)); lse = (float)(log((double)S) + M);
+ *   M = max_t m_t (exact); S = ce_row_sum(s_t * expf(m_t - M)) (block_reduce_sum's tree); lse = (float)(log((double)S) + M);
  *   loss = lse - zc[target] (0 where target < 0); dlogits as crossentropy_softcap_backward from this lse.
  * The online sum rounds differently from the two-pass sum (the rescalings), so lse and losses agree with
  * crossentropy_forward's to fp32 rounding, not bitwise; the same inputs give the same bits every run.
@@ -173,6 +191,7 @@ __global__ static void __launch_bounds__(CE_FUSED_BLOCK)
 crossentropy_fused_kernel(float* losses, float* lse, bf16* logits, const int* targets, int N, int V, float dloss, float cap, bool vec) {
     const bool capped = cap > 0.0f;
     const float inv = capped ? 1.0f / cap : 0.0f;
+    __shared__ CeRowShared sh;
     for (int row = blockIdx.x; row < N; row += gridDim.x) {
         bf16* z = logits + (size_t)row * V;
         const int tg = targets[row];
@@ -191,8 +210,8 @@ crossentropy_fused_kernel(float* losses, float* lse, bf16* logits, const int* ta
             for (int j = 0; j < 8; j++)
                 if (j < cnt) acc += expf(f[j] - m);
         }
-        const float M = ce_block_max(m);
-        const float S = block_reduce_sum(m == -INFINITY ? 0.0f : acc * expf(m - M));
+        const float M = ce_row_max(sh, m);
+        const float S = ce_row_sum(sh, m == -INFINITY ? 0.0f : acc * expf(m - M));
         const float l = (float)(log((double)S) + (double)M);
         if (threadIdx.x == 0) {
             lse[row] = l;
@@ -218,7 +237,6 @@ crossentropy_fused_kernel(float* losses, float* lse, bf16* logits, const int* ta
             }
             store8_bf16(z + c0, f, cnt, vec);
         }
-        __syncthreads();   /* the next row's ce_block_max reuses its shared partials */
     }
 }
 
