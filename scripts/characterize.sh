@@ -101,6 +101,7 @@
 # stdout.txt, cmd), OUT/results.md, OUT/results.json, OUT/fig1a.png ... fig1f.png, OUT/figure1.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/reap.sh
 
 PRESET=tiny SMOKE=0 OUT="" DRY=0 RATE="" LAYER="" M="" FRAC="" BITS=4 SEED=1234 MODELS="llama,nanochat"
 PASSES="fwd,bwd" SITES="" REPEATS="" PERTURB="" STEPS="" COMMON="" JOBS="" THREADS="" RANKS=1 TRAINER="" DATA=""
@@ -383,9 +384,10 @@ echo "== characterize ($PRESET$([ "$SMOKE" = 1 ] && echo ', smoke' || true)): $N
 WORK_DONE=0 K=$NDONE_BEFORE FAILED=0
 declare -A PID_RUN=() PID_T0=() PID_IDX=()
 STARTED=$NDONE_BEFORE
-finish() { # reap one finished run
-  local pid st=0 i el eta
-  wait -n -p pid "${!PID_RUN[@]}" || st=$?
+finish() { # reap one finished run (reap.sh)
+  local pid st i el eta
+  reap_one "${!PID_RUN[@]}"
+  pid=$REAP_PID st=$REAP_STATUS
   i=${PID_RUN[$pid]}; unset "PID_RUN[$pid]"
   K=$((K + 1))
   el=$(( $(date +%s) - T0 ))

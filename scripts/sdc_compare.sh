@@ -24,6 +24,8 @@
 # that campaign's faulty, protected_paper, protected_all and control runs (links to the fault-free ones beside
 # them), its table.md and loss_deviation.png; OUT/table.md holds every value's table under its heading.
 # --dry-run prints every stage's trainer command line and writes, builds and runs nothing.
+# --jobs J keeps J of a stage's runs going at once (default 2, one thread each; --paper 1): the next starts as soon
+# as any of them ends (scripts/reap.sh), so a long run (protected_all) does not hold the shorter ones back.
 #
 # --trainer picks the binary every stage runs: cpu (default) ./train_sdc; gpu ./train_sdc_cu (nvcc, a
 # GPU); emu ./train_sdc_emu, the GPU trainer's code under the CUDA emulation (dev/cuda_emu) on the CPU,
@@ -55,6 +57,7 @@
 # Every trainer run must finish (its log's end record at the last step): a failed run stops the job
 # with its output's tail and exit status 1.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/reap.sh"   # reap_one: the runs kept going JOBS at a time
 # idle OpenMP threads sleep instead of spinning: a spinning run sharing its cores with another process
 # is many times slower (measured here: 6.2 s vs 0.32 s a step); set OMP_WAIT_POLICY=active to override
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
@@ -255,7 +258,20 @@ run_args() {
     control) echo -skip_steps "$3/control.steps" ;;
   esac
 }
-# run_wave DIR M NAME...: the runs into DIR/NAME, JOBS at a time
+# wait_one: wait for whichever of the running runs (pids, names) ends first (reap.sh), drop it from the lists, report
+# a failure
+wait_one() {
+  reap_one "${pids[@]}" || return 0
+  for i in "${!pids[@]}"; do
+    if [ "${pids[$i]}" = "$REAP_PID" ]; then
+      [ "$REAP_STATUS" = 0 ] || { echo "error: run ${names[$i]} failed" >&2; failed=1; }
+      unset "pids[$i]" "names[$i]"
+      pids=("${pids[@]}"); names=("${names[@]}"); n=$((n - 1))
+      return 0
+    fi
+  done
+}
+# run_wave DIR M NAME...: the runs into DIR/NAME, JOBS at a time (the next starts when any of them ends)
 run_wave() {
   local base="$1" m="$2" pids=() names=() n=0 failed=0
   shift 2
@@ -268,10 +284,7 @@ run_wave() {
     { if [ -n "$WAVE_OMP" ]; then export OMP_NUM_THREADS="$WAVE_OMP"; fi
       train "$dir" "$TOTAL" "${COMMON[@]}" "${THREADS[@]}" -resume "$CKPT" -pred_out "$dir/pred.bin" $(run_args "$name" "$m" "$base"); } &
     pids+=($!); names+=("$name"); n=$((n + 1))
-    if [ "$n" -ge "$JOBS" ]; then
-      wait "${pids[0]}" || { echo "error: run ${names[0]} failed" >&2; failed=1; }
-      pids=("${pids[@]:1}"); names=("${names[@]:1}"); n=$((n - 1))
-    fi
+    if [ "$n" -ge "$JOBS" ]; then wait_one; fi
   done
   for i in "${!pids[@]}"; do wait "${pids[$i]}" || { echo "error: run ${names[$i]} failed" >&2; failed=1; }; done
   [ "$failed" = 0 ] || exit 1

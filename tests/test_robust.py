@@ -335,3 +335,35 @@ def test_slurm_script_resubmits_after_a_signal_stop(tmp_path):
         # the second job (and this one, after the first) resumes from the checkpoint the stopped run left
     tr = [c for c in log.read_text().splitlines() if c.startswith("train_sdc_cu")]
     assert "-resume runs/x/step_000010.ckpt" in tr[0], tr
+
+
+def test_reap_one_finds_runs_that_ended_while_the_driver_was_busy():
+    """scripts/reap.sh's reap_one, which sdc_compare.sh and characterize.sh use to start the next run when any of theirs
+    ends: two children that both end while the shell is busy elsewhere (a sleep, as a driver launching a run or
+    printing progress) are each found with its own exit status, and a child still running is waited for. Catches:
+    `wait -n -p`, which bash (5.2) answers here by waiting for another child or with 127 and no pid, the ended run's
+    status lost (a failed run taken for a success, or a driver stuck or stopped with a wrong failure)."""
+    script = f"""
+set -euo pipefail
+. {os.path.join(ROOT, "scripts", "reap.sh")}
+(exit 0) & a=$!
+(exit 5) & b=$!
+(sleep 1.5; exit 7) & c=$!
+sleep 0.5
+left=("$a" "$b" "$c")
+for k in 1 2 3; do
+  reap_one "${{left[@]}}"
+  echo "$REAP_PID $REAP_STATUS"
+  rest=(); for p in "${{left[@]}}"; do [ "$p" = "$REAP_PID" ] || rest+=("$p"); done; left=("${{rest[@]}}")
+done
+echo "pids $a $b $c"
+reap_one || echo "none: $?"
+"""
+    p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.split("\n")
+    a, b, c = lines[3].split()[1:]
+    got = dict(line.split() for line in lines[:3])
+    assert got == {a: "0", b: "5", c: "7"}, p.stdout
+    assert lines[2].split()[0] == c, p.stdout   # the running one last
+    assert lines[4] == "none: 1", p.stdout
