@@ -454,8 +454,8 @@ struct KernelInfo {
 };
 std::unordered_map<const void*, KernelInfo> g_kernels;
 
-/* EMU_PROFILE=N: where the emulation's time goes, by kernel (host seconds, the emulator's own cost: fiber switches
- * and warp collectives dominate, so it says nothing of a GPU's time) */
+/* EMU_PROFILE=N: where the emulation's time goes, by kernel (host seconds: the fiber switches at barriers and warp
+ * operations, and the arithmetic at the host's scalar speed; it says nothing of a GPU's time) */
 void profile_report() {
     std::vector<const KernelInfo*> v;
     double total = 0;
